@@ -1,0 +1,351 @@
+//! The managed `nats-server`: a private server on loopback, started and supervised as a
+//! child of the daemon.
+//!
+//! Owns the server's config file, its port, its restarts and its end. The first start
+//! takes a free port (`-p -1`, read back from the ports file); restarts reuse that port
+//! so clients reconnect to the same URL. The child gets `PR_SET_PDEATHSIG` so it dies with
+//! the daemon even under `kill -9`, and its pid is recorded so a later start can reap one
+//! left behind by any other path. Does not decide when to start: the daemon does.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::client::BusError;
+
+/// Where and how to run the server.
+#[derive(Debug, Clone)]
+pub struct NatsServerConfig {
+    /// The `nats-server` binary.
+    pub bin: PathBuf,
+    /// Directory for the generated config, the log, the pid and ports files.
+    pub dir: PathBuf,
+    /// Clients must present this token; `None` leaves the server open on loopback.
+    pub token: Option<String>,
+    /// First restart delay after the server dies; doubles up to `restart_max`.
+    pub restart_min: Duration,
+    pub restart_max: Duration,
+}
+
+/// A running, supervised `nats-server`. Stop it with `shutdown`; dropping it kills it.
+#[derive(Debug)]
+pub struct ManagedNats {
+    url: String,
+    stop: watch::Sender<bool>,
+    supervisor: Option<JoinHandle<()>>,
+    pid: watch::Receiver<Option<u32>>,
+}
+
+/// Finds `nats-server`: `$CANOPY_NATS_SERVER`, then `PATH`, then Debian's `/usr/sbin`.
+pub fn find_nats_server() -> Result<PathBuf, BusError> {
+    if let Some(explicit) = std::env::var_os("CANOPY_NATS_SERVER") {
+        let path = PathBuf::from(explicit);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(BusError::Server(format!("CANOPY_NATS_SERVER={} is not a file", path.display())))
+        };
+    }
+    let path_dirs = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default();
+    path_dirs
+        .into_iter()
+        .chain(["/usr/sbin", "/usr/local/sbin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join("nats-server"))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| {
+            BusError::Server(
+                "nats-server not found on PATH, in /usr/sbin, or at $CANOPY_NATS_SERVER; \
+                 install it (Debian: apt-get install -y nats-server) or pass --nats-url"
+                    .into(),
+            )
+        })
+}
+
+impl ManagedNats {
+    /// Starts the server and waits until it accepts connections.
+    pub async fn start(config: NatsServerConfig) -> Result<ManagedNats, BusError> {
+        std::fs::create_dir_all(&config.dir)
+            .map_err(|e| BusError::Server(format!("creating {}: {e}", config.dir.display())))?;
+        reap_leftover(&config.dir);
+        write_config(&config)?;
+        let (child, port) = spawn_server(&config, None).await?;
+        let url = format!("nats://127.0.0.1:{port}");
+        let (stop, stop_rx) = watch::channel(false);
+        let (pid_tx, pid) = watch::channel(child.id());
+        let supervisor = tokio::spawn(supervise(config, child, port, stop_rx, pid_tx));
+        tracing::info!(%url, "managed nats-server is up");
+        Ok(ManagedNats { url, stop, supervisor: Some(supervisor), pid })
+    }
+
+    /// The URL clients connect to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The current server process id (changes after a restart).
+    pub fn pid(&self) -> Option<u32> {
+        *self.pid.borrow()
+    }
+
+    /// Stops the server: SIGTERM, a grace period, then SIGKILL.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(supervisor) = self.supervisor.take() {
+            let _ = supervisor.await;
+        }
+    }
+}
+
+impl Drop for ManagedNats {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(pid) = *self.pid.borrow() {
+            // Shutdown was not awaited (a panic or an early return): do not leave it running.
+            signal(pid, libc::SIGKILL);
+        }
+    }
+}
+
+async fn supervise(
+    config: NatsServerConfig,
+    mut child: Child,
+    port: u16,
+    mut stop: watch::Receiver<bool>,
+    pid: watch::Sender<Option<u32>>,
+) {
+    let mut delay = config.restart_min;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => {
+                stop_child(&mut child).await;
+                let _ = pid.send(None);
+                remove_pid_file(&config.dir);
+                return;
+            }
+            status = child.wait() => {
+                tracing::warn!(?status, "managed nats-server exited; restarting on port {port} in {delay:?}");
+                let _ = pid.send(None);
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => { remove_pid_file(&config.dir); return; }
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(config.restart_max);
+                    match spawn_server(&config, Some(port)).await {
+                        Ok((new_child, _)) => {
+                            child = new_child;
+                            let _ = pid.send(child.id());
+                            tracing::info!(port, "managed nats-server restarted");
+                            break;
+                        }
+                        Err(e) => tracing::error!(error = %e, "restarting nats-server failed; retrying"),
+                    }
+                }
+            }
+            // A server that stayed up for a minute has recovered: reset the backoff.
+            _ = tokio::time::sleep(Duration::from_secs(60)), if delay != config.restart_min => {
+                delay = config.restart_min;
+            }
+        }
+    }
+}
+
+async fn stop_child(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        signal(pid, libc::SIGTERM);
+        if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_ok() {
+            return;
+        }
+        tracing::warn!(pid, "nats-server ignored SIGTERM for 5s; killing it");
+    }
+    let _ = child.kill().await;
+}
+
+fn write_config(config: &NatsServerConfig) -> Result<(), BusError> {
+    let mut text = String::from(
+        "# Generated by canopy daemon at every start; edits are overwritten.\n\
+         # A private server for one workspace, on loopback only.\n\
+         max_payload: 4MB\n",
+    );
+    if let Some(token) = &config.token {
+        text.push_str(&format!("authorization {{\n  token: \"{token}\"\n}}\n"));
+    }
+    let path = config.dir.join("nats.conf");
+    write_private(&path, &text)
+}
+
+/// Writes a file readable by its owner only (it may hold the server token).
+fn write_private(path: &Path, text: &str) -> Result<(), BusError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    result.map_err(|e| BusError::Server(format!("writing {}: {e}", path.display())))
+}
+
+async fn spawn_server(config: &NatsServerConfig, port: Option<u16>) -> Result<(Child, u16), BusError> {
+    let ports_dir = config.dir.join("ports");
+    let _ = std::fs::remove_dir_all(&ports_dir);
+    std::fs::create_dir_all(&ports_dir).map_err(|e| BusError::Server(format!("creating {}: {e}", ports_dir.display())))?;
+    let port_arg = port.map_or_else(|| "-1".to_owned(), |p| p.to_string());
+    let log = config.dir.join("nats-server.log");
+    let mut command = Command::new(&config.bin);
+    command
+        .arg("-c")
+        .arg(config.dir.join("nats.conf"))
+        .args(["-a", "127.0.0.1", "-p", &port_arg])
+        .arg("--ports_file_dir")
+        .arg(&ports_dir)
+        .arg("-l")
+        .arg(&log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .process_group(0);
+    die_with_parent(&mut command);
+    let child = command
+        .spawn()
+        .map_err(|e| BusError::Server(format!("starting {}: {e}", config.bin.display())))?;
+    let pid = child.id().unwrap_or(0);
+    let _ = std::fs::write(config.dir.join("nats-server.pid"), format!("{pid}\n"));
+    let port = wait_for_port(&ports_dir, pid, &log).await?;
+    Ok((child, port))
+}
+
+/// Reads the port from `nats-server_<pid>.ports` and waits until it accepts a TCP connection.
+async fn wait_for_port(ports_dir: &Path, pid: u32, log: &Path) -> Result<u16, BusError> {
+    let ports_file = ports_dir.join(format!("nats-server_{pid}.ports"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&ports_file)
+            && let Some(port) = parse_ports_file(&text)
+            && tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+        {
+            return Ok(port);
+        }
+        if tokio::time::Instant::now() > deadline {
+            let tail = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            return Err(BusError::Server(format!(
+                "nats-server (pid {pid}) did not start listening within 10s; last log lines: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `{"nats":["nats://127.0.0.1:44631"], ...}` -> 44631
+fn parse_ports_file(text: &str) -> Option<u16> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let url = value.get("nats")?.get(0)?.as_str()?;
+    url.rsplit(':').next()?.parse().ok()
+}
+
+/// Kills a server a previous daemon left behind (recorded pid, still a nats-server using
+/// this directory's config).
+fn reap_leftover(dir: &Path) {
+    let Ok(text) = std::fs::read_to_string(dir.join("nats-server.pid")) else { return };
+    let Ok(pid) = text.trim().parse::<u32>() else { return };
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    let conf = dir.join("nats.conf");
+    if cmdline.contains("nats-server") && cmdline.contains(&*conf.to_string_lossy()) {
+        tracing::warn!(pid, "killing a nats-server left behind by an earlier daemon");
+        signal(pid, libc::SIGKILL);
+    }
+    remove_pid_file(dir);
+}
+
+fn remove_pid_file(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join("nats-server.pid"));
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
+    // SAFETY: kill(2) has no memory-safety preconditions; a stale pid only yields ESRCH.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Asks the kernel to SIGKILL the child when the thread that spawned it exits, so a
+/// `kill -9` of the daemon never leaves the server running. Tokio spawns children from
+/// its worker threads, which live as long as the runtime.
+fn die_with_parent(command: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (prctl, getppid) without allocating.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl.
+            if libc::getppid() == 1 {
+                return Err(std::io::Error::other("the parent exited before the server started"));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_port_from_the_ports_file() {
+        assert_eq!(parse_ports_file(r#"{"nats":["nats://127.0.0.1:44631"],"monitoring":[]}"#), Some(44631));
+        assert_eq!(parse_ports_file("garbage"), None);
+    }
+
+    #[tokio::test]
+    async fn restarts_a_dead_server_on_the_same_port() {
+        let bin = find_nats_server().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let nats = ManagedNats::start(NatsServerConfig {
+            bin,
+            dir: dir.path().to_owned(),
+            token: Some("t0ken".into()),
+            restart_min: Duration::from_millis(50),
+            restart_max: Duration::from_millis(200),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let first = nats.pid().unwrap_or_else(|| panic!("no pid"));
+        signal(first, libc::SIGKILL);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(pid) = nats.pid()
+                && pid != first
+                && crate::Bus::connect(nats.url(), Some("t0ken"), "test", false).await.is_ok()
+            {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "nats-server was not restarted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let last = nats.pid();
+        nats.shutdown().await;
+        let last = last.unwrap_or(0);
+        assert!(!Path::new(&format!("/proc/{last}")).exists() || is_zombie(last), "server survived shutdown");
+    }
+
+    fn is_zombie(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+    }
+}

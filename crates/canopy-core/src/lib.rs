@@ -1,0 +1,16 @@
+//! Canopy's domain: names, the model types, tree rules, ACL decisions and errors.
+//!
+//! Owns every rule that can be decided from values alone: which names are valid, who may
+//! post where, whether a reparent makes a cycle. Does no IO and knows nothing of SQLite,
+//! NATS or async; the store and the daemon call into it with the facts they have read.
+
+pub mod acl;
+pub mod error;
+pub mod mention;
+pub mod model;
+pub mod names;
+pub mod tree;
+
+pub use error::{Error, ErrorCode};
+pub use model::*;
+pub use names::{ChannelName, Handle, NameError, RoleName, TopicName};

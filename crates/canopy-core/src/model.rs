@@ -1,0 +1,202 @@
+//! The model: accounts, channels, topics and messages as every layer sees them.
+//!
+//! These are the values the store reads back and the wire carries, so they derive serde and
+//! JSON Schema. Owns the closed sets (kinds, policies, states) and their string forms. Does
+//! not decide anything; the rules live in `acl` and `tree`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::names::{ChannelName, Handle, RoleName, TopicName};
+
+/// Implements `as_str` and `parse` for a closed, snake_case string enum.
+macro_rules! string_enum {
+    ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The stable string form, as stored and sent on the wire.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            /// Parses the stable string form.
+            pub fn parse(value: &str) -> Option<$name> {
+                match value { $($text => Some($name::$variant),)+ _ => None }
+            }
+
+            /// The accepted values, for error messages.
+            pub fn expected() -> String {
+                [$($text),+].join(", ")
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// Whether an account is a human or an agent in the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountKind {
+    Operator,
+    Agent,
+}
+string_enum!(AccountKind { Operator => "operator", Agent => "agent" });
+
+/// The durable state of an account. Presence (working, idle, ...) is runtime and lives elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountState {
+    Active,
+    Crashed,
+    Despawned,
+}
+string_enum!(AccountState { Active => "active", Crashed => "crashed", Despawned => "despawned" });
+
+/// What a channel is for (DESIGN section 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelKind {
+    Home,
+    Coordination,
+    Broadcast,
+    General,
+    Direct,
+}
+string_enum!(ChannelKind {
+    Home => "home",
+    Coordination => "coordination",
+    Broadcast => "broadcast",
+    General => "general",
+    Direct => "direct",
+});
+
+/// Who may post in a channel. Operators may always post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PostPolicy {
+    /// Every subscriber.
+    Open,
+    /// Only the channel's owner.
+    OwnerOnly,
+    /// Only the accounts on the channel's poster list.
+    Restricted,
+}
+string_enum!(PostPolicy { Open => "open", OwnerOnly => "owner_only", Restricted => "restricted" });
+
+/// Whether subscribers may leave a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SubscriptionPolicy {
+    Mandatory,
+    Optional,
+}
+string_enum!(SubscriptionPolicy { Mandatory => "mandatory", Optional => "optional" });
+
+/// The workspace: one per data directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Workspace {
+    /// Random id chosen at `init`; prefixes every NATS subject.
+    pub id: String,
+    pub name: String,
+    pub mission: String,
+    pub created_at: String,
+}
+
+/// An account as the API shows it. Tokens never leave the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Account {
+    pub handle: Handle,
+    pub display_name: String,
+    pub kind: AccountKind,
+    /// `None` for operators.
+    pub role: Option<RoleName>,
+    /// The parent in the tree; `None` for the Supervisor and operators.
+    pub parent: Option<Handle>,
+    pub home_channel: Option<ChannelName>,
+    pub charter: String,
+    pub state: AccountState,
+    pub created_at: String,
+}
+
+/// One node of the agent tree, children ordered by handle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TreeNode {
+    pub handle: Handle,
+    pub display_name: String,
+    pub role: RoleName,
+    pub state: AccountState,
+    pub children: Vec<TreeNode>,
+}
+
+/// A channel as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Channel {
+    pub name: ChannelName,
+    pub kind: ChannelKind,
+    pub post_policy: PostPolicy,
+    pub subscription_policy: SubscriptionPolicy,
+    pub owner: Option<Handle>,
+    /// The poster list of a `restricted` channel (operators may always post).
+    pub posters: Vec<Handle>,
+    pub subscribers: u64,
+    /// Sequence of the newest message, 0 when empty.
+    pub last_seq: u64,
+    pub created_at: String,
+}
+
+/// A topic inside a channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Topic {
+    pub channel: ChannelName,
+    pub name: TopicName,
+    pub created_by: Handle,
+    pub messages: u64,
+    pub last_seq: u64,
+    pub last_activity_at: String,
+    pub resolved: bool,
+}
+
+/// Who sent a message: enough to attribute it without another lookup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Sender {
+    pub handle: Handle,
+    pub kind: AccountKind,
+    pub role: Option<RoleName>,
+}
+
+/// A committed message. `seq` is global, dense per commit order, and never reused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    pub seq: u64,
+    pub channel: ChannelName,
+    pub topic: TopicName,
+    pub sender: Sender,
+    pub body: String,
+    /// Well-formed `@handles` found in the body, in order, without duplicates.
+    pub mentions: Vec<Handle>,
+    pub created_at: String,
+}
+
+/// One subscription of an account: the channel, whether it may leave, and its cursor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Subscription {
+    pub channel: ChannelName,
+    pub mandatory: bool,
+    /// Highest message sequence acknowledged in this channel.
+    pub cursor: u64,
+}

@@ -1,0 +1,240 @@
+//! Name grammars for handles, roles, channels and topics, parsed once at the edge.
+//!
+//! Owns the grammar (documented in `proto/SUBJECTS.md` and the README) and the reserved
+//! words. Does not know whether a name exists: that is the store's question.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest handle or role name, in bytes.
+pub const MAX_HANDLE_LEN: usize = 32;
+/// Longest channel name, in bytes.
+pub const MAX_CHANNEL_LEN: usize = 64;
+/// Longest topic name, in characters.
+pub const MAX_TOPIC_CHARS: usize = 80;
+
+/// Handles that would be ambiguous in an `@mention` or that name Canopy itself.
+pub const RESERVED_HANDLES: &[&str] = &[
+    "all", "everyone", "channel", "topic", "here", "canopy", "system", "operator", "operators",
+    "daemon", "runner", "nobody",
+];
+
+/// Channel name prefixes that only the daemon may use, for the channels it creates itself.
+pub const RESERVED_CHANNEL_PREFIXES: &[&str] = &["home-", "coord-", "dm-"];
+
+/// Why a name was refused. The caller adds which field it came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("is {len} long; the limit is {max}")]
+    TooLong { len: usize, max: usize },
+    #[error(
+        "{value:?} does not match the grammar: {grammar}"
+    )]
+    Grammar { value: String, grammar: &'static str },
+    #[error("{value:?} is reserved")]
+    Reserved { value: String },
+}
+
+const HANDLE_GRAMMAR: &str = "a lowercase letter, then lowercase letters, digits or single hyphens, not ending in a hyphen, at most 32 bytes";
+const CHANNEL_GRAMMAR: &str = "a lowercase letter or digit, then lowercase letters, digits or single hyphens, not ending in a hyphen, at most 64 bytes";
+
+/// Checks the shared slug shape: `[a-z0-9]` runs joined by single hyphens.
+fn check_slug(
+    value: &str,
+    max: usize,
+    first_may_be_digit: bool,
+    grammar: &'static str,
+) -> Result<(), NameError> {
+    if value.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if value.len() > max {
+        return Err(NameError::TooLong { len: value.len(), max });
+    }
+    let bytes = value.as_bytes();
+    let first_ok = bytes[0].is_ascii_lowercase() || (first_may_be_digit && bytes[0].is_ascii_digit());
+    let chars_ok = bytes
+        .iter()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    let hyphens_ok = !value.ends_with('-') && !value.contains("--");
+    if first_ok && chars_ok && hyphens_ok {
+        Ok(())
+    } else {
+        Err(NameError::Grammar { value: value.to_owned(), grammar })
+    }
+}
+
+macro_rules! string_newtype {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The name as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+string_newtype!(
+    /// An account handle: `ci-manager`. Used in `@mentions`; unique across operators and agents.
+    Handle
+);
+string_newtype!(
+    /// A role id: `supervisor`, `manager`, or a role the bundle defines.
+    RoleName
+);
+string_newtype!(
+    /// A channel name: `announcements`, `home-ci-manager`. Safe as a NATS subject token.
+    ChannelName
+);
+string_newtype!(
+    /// A topic name: free text on one line, trimmed, at most 80 characters.
+    TopicName
+);
+
+impl Handle {
+    /// Parses a handle, refusing reserved words.
+    pub fn parse(value: &str) -> Result<Handle, NameError> {
+        check_slug(value, MAX_HANDLE_LEN, false, HANDLE_GRAMMAR)?;
+        if RESERVED_HANDLES.contains(&value) {
+            return Err(NameError::Reserved { value: value.to_owned() });
+        }
+        Ok(Handle(value.to_owned()))
+    }
+
+    /// Wraps a handle read back from the store, which only ever holds parsed handles.
+    pub fn from_trusted(value: String) -> Handle {
+        Handle(value)
+    }
+}
+
+impl RoleName {
+    /// The root agent's role; exactly one account has it.
+    pub const SUPERVISOR: &'static str = "supervisor";
+    /// The default role of a standing agent.
+    pub const MANAGER: &'static str = "manager";
+
+    /// Parses a role id (same grammar as a handle, no reserved words).
+    pub fn parse(value: &str) -> Result<RoleName, NameError> {
+        check_slug(value, MAX_HANDLE_LEN, false, HANDLE_GRAMMAR)?;
+        Ok(RoleName(value.to_owned()))
+    }
+
+    /// Wraps a role read back from the store.
+    pub fn from_trusted(value: String) -> RoleName {
+        RoleName(value)
+    }
+
+    /// Whether this is the Supervisor's role.
+    pub fn is_supervisor(&self) -> bool {
+        self.0 == Self::SUPERVISOR
+    }
+}
+
+impl ChannelName {
+    /// Parses a channel name an operator chose: the grammar, minus the daemon's prefixes.
+    pub fn parse_user(value: &str) -> Result<ChannelName, NameError> {
+        let name = Self::parse(value)?;
+        if RESERVED_CHANNEL_PREFIXES.iter().any(|p| value.starts_with(p)) {
+            return Err(NameError::Reserved { value: value.to_owned() });
+        }
+        Ok(name)
+    }
+
+    /// Parses any channel name, including the daemon's own (`home-ci-manager`).
+    pub fn parse(value: &str) -> Result<ChannelName, NameError> {
+        let value = value.strip_prefix('#').unwrap_or(value);
+        check_slug(value, MAX_CHANNEL_LEN, true, CHANNEL_GRAMMAR)?;
+        Ok(ChannelName(value.to_owned()))
+    }
+
+    /// The home channel of an agent or operator.
+    pub fn home_of(handle: &Handle) -> ChannelName {
+        ChannelName(format!("home-{handle}"))
+    }
+
+    /// Wraps a channel name read back from the store.
+    pub fn from_trusted(value: String) -> ChannelName {
+        ChannelName(value)
+    }
+}
+
+impl TopicName {
+    /// Parses a topic name: one line of printable text, no surrounding whitespace.
+    pub fn parse(value: &str) -> Result<TopicName, NameError> {
+        if value.trim().is_empty() {
+            return Err(NameError::Empty);
+        }
+        let chars = value.chars().count();
+        if chars > MAX_TOPIC_CHARS {
+            return Err(NameError::TooLong { len: chars, max: MAX_TOPIC_CHARS });
+        }
+        if value.trim() != value || value.chars().any(char::is_control) {
+            return Err(NameError::Grammar {
+                value: value.to_owned(),
+                grammar: "one line of text without control characters or surrounding whitespace, at most 80 characters",
+            });
+        }
+        Ok(TopicName(value.to_owned()))
+    }
+
+    /// Wraps a topic name read back from the store.
+    pub fn from_trusted(value: String) -> TopicName {
+        TopicName(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_follow_the_grammar() {
+        for good in ["a", "ci-manager", "payments2", "a-b-c"] {
+            assert!(Handle::parse(good).is_ok(), "{good}");
+        }
+        for bad in ["", "-a", "a-", "a--b", "A", "1abc", "ci_manager", "ci.manager", "all", &"a".repeat(33)] {
+            assert!(Handle::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn channel_names_are_subject_tokens() {
+        assert_eq!(ChannelName::parse("#announcements").map(|c| c.0), Ok("announcements".to_owned()));
+        assert!(ChannelName::parse("2026-plans").is_ok());
+        for bad in ["a.b", "a b", "a*", "a>", "", "x-"] {
+            assert!(ChannelName::parse(bad).is_err(), "{bad}");
+        }
+        assert!(matches!(ChannelName::parse_user("home-x"), Err(NameError::Reserved { .. })));
+    }
+
+    #[test]
+    fn topics_are_one_trimmed_line() {
+        assert!(TopicName::parse("spawn: payments-manager").is_ok());
+        assert!(TopicName::parse("Ünïcode is fine").is_ok());
+        for bad in ["", "  ", " lead", "trail ", "two\nlines", &"x".repeat(81)] {
+            assert!(TopicName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Canopy's wire contract: every request, reply and event that crosses NATS.
+//!
+//! Owns the subject map (`subject`), the JSON shapes (`api`), the reply envelope and error
+//! shape (`reply`), and the JSON Schemas checked in under `proto/schemas/`. Nothing else in
+//! the workspace builds a subject string or decides a JSON field name. Does no IO.
+
+pub mod api;
+pub mod reply;
+pub mod schema;
+pub mod subject;
+
+pub use reply::{Reply, WireError, decode_request};
+pub use subject::{Method, Subjects, TOKEN_HEADER};

@@ -1,0 +1,160 @@
+//! Canopy's system of record: SQLite behind one writer thread and a pool of readers.
+//!
+//! Owns the schema, its append-only migrations, and every SQL statement; no other crate
+//! links rusqlite. Writes run on one OS thread that owns the only writable connection:
+//! callers send a closure, the thread runs a queue's worth of them in one `IMMEDIATE`
+//! transaction (each in its own savepoint, so one refusal does not undo its neighbours),
+//! commits, and only then answers each caller. Reads run on a small pool of read-only
+//! connections on the blocking thread pool. Does not decide policy: the rules come from
+//! `canopy-core`, and limits that are configuration come in as arguments.
+
+mod accounts;
+mod channels;
+mod messages;
+mod schema;
+mod views;
+mod workspace;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use canopy_core::Error;
+use rusqlite::{Connection, OpenFlags};
+
+pub use accounts::{AgentSpec, OperatorSpec};
+pub use channels::ChannelSpec;
+pub use messages::{Page, PostSpec};
+pub use rusqlite::Connection as Conn;
+pub use workspace::InitSpec;
+
+/// File name of the database inside the data directory.
+pub const DB_FILE: &str = "canopy.db";
+
+/// How many writes the writer thread folds into one transaction at most.
+pub const MAX_BATCH: usize = 256;
+
+/// A cheap, cloneable handle to the store.
+#[derive(Clone)]
+pub struct Store {
+    writer: writer::WriterHandle,
+    readers: Arc<ReadPool>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.readers.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, migrates it, and starts the writer.
+    pub fn open(path: &Path, queue_capacity: usize) -> Result<Store, Error> {
+        let conn = open_connection(path, false)?;
+        schema::migrate(&conn)?;
+        let writer = writer::spawn(conn, queue_capacity)?;
+        let readers = Arc::new(ReadPool { path: path.to_owned(), idle: Mutex::new(Vec::new()) });
+        Ok(Store { writer, readers })
+    }
+
+    /// Runs `work` inside the writer's transaction. The result is returned only after the
+    /// transaction commits; if `work` fails, its changes are rolled back and nothing else is.
+    pub async fn write<T, F>(&self, work: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+    {
+        self.writer.write(work).await
+    }
+
+    /// Runs `query` on a read-only connection on the blocking pool.
+    pub async fn read<T, F>(&self, query: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+    {
+        let readers = self.readers.clone();
+        tokio::task::spawn_blocking(move || readers.with(query))
+            .await
+            .map_err(|e| Error::Internal(format!("store read task failed: {e}")))?
+    }
+
+    /// Stops the writer after the queued writes are done and waits for its thread.
+    pub async fn close(self) {
+        self.writer.close().await;
+    }
+}
+
+/// Read-only connections, opened on demand and kept for reuse.
+struct ReadPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl ReadPool {
+    /// Most idle read connections kept; more may be open at once under load.
+    const KEEP: usize = 8;
+
+    fn with<T>(&self, query: impl FnOnce(&Connection) -> Result<T, Error>) -> Result<T, Error> {
+        let pooled = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => open_connection(&self.path, true)?,
+        };
+        let result = query(&conn);
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < Self::KEEP
+        {
+            idle.push(conn);
+        }
+        result
+    }
+}
+
+fn open_connection(path: &Path, read_only: bool) -> Result<Connection, Error> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| Error::Unavailable(format!("opening {}: {e}", path.display())))?;
+    let pragmas = if read_only {
+        "PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;"
+    } else {
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;"
+    };
+    conn.execute_batch(pragmas).map_err(|e| Error::Unavailable(format!("configuring {}: {e}", path.display())))?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+/// Maps a SQLite failure to the domain error, naming what was being done.
+pub(crate) fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
+    move |e| Error::Internal(format!("{context}: {e}"))
+}
+
+/// Milliseconds since the Unix epoch, the store's clock.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Renders a stored timestamp as RFC 3339 with milliseconds.
+pub(crate) fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Queries for the daemon and the CLI, grouped by what they touch.
+pub mod ops {
+    pub use crate::accounts::{
+        account, create_agent, create_operator, list_agents, reparent, resolve_token, subscriptions, tree,
+        children,
+    };
+    pub use crate::channels::{channel, create_channel, list_channels, list_topics};
+    pub use crate::messages::{post, read_channel, sync};
+    pub use crate::workspace::{init, workspace};
+}

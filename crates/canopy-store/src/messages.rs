@@ -1,0 +1,176 @@
+//! Messages: posting (with idempotency and topic creation) and paging.
+//!
+//! A post is one write job: it checks the channel's post policy, finds or (when asked)
+//! starts the topic, inserts the message and bumps the topic's activity, all in the
+//! writer's transaction. A retry with the same `(sender, idempotency_key)` returns the
+//! stored message, and a different message under a used key is a `conflict`.
+
+use canopy_core::acl::{Caller, may_post};
+use canopy_core::mention::parse_mentions;
+use canopy_core::{ChannelName, Error, Message, TopicName};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::channels::{is_subscribed, require_readable};
+use crate::views::{MESSAGE_SELECT, message_from_row, require_account, require_channel};
+use crate::{now_ms, sql};
+
+/// A message to commit. Names are parsed and the body's size checked by the caller.
+#[derive(Debug, Clone)]
+pub struct PostSpec {
+    pub channel: ChannelName,
+    pub topic: TopicName,
+    pub body: String,
+    pub create_topic: bool,
+    pub idempotency_key: Option<String>,
+}
+
+/// A page of messages in sequence order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub messages: Vec<Message>,
+    /// The sequence to pass as `after` for the next page.
+    pub next_after: u64,
+    pub more: bool,
+}
+
+/// Commits a message. Returns it and whether it was already stored under its key.
+pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<(Message, bool), Error> {
+    let sender = require_account(conn, "caller", caller.handle.as_str())?;
+    if let Some(key) = &spec.idempotency_key
+        && let Some(seq) = conn
+            .prepare_cached("SELECT seq FROM messages WHERE sender_id = ?1 AND idempotency_key = ?2")
+            .and_then(|mut s| s.query_row(params![sender.id, key], |r| r.get::<_, i64>(0)).optional())
+            .map_err(sql("looking up an idempotency key"))?
+    {
+        let stored = message(conn, seq)?;
+        if stored.channel == spec.channel && stored.topic == spec.topic && stored.body == spec.body {
+            return Ok((stored, true));
+        }
+        return Err(Error::ConflictOn {
+            field: "idempotency_key",
+            reason: format!(
+                "key {key:?} was already used for a different message (seq {} in #{} topic {:?})",
+                stored.seq, stored.channel, stored.topic
+            ),
+        });
+    }
+
+    let (channel_id, channel) = require_channel(conn, "channel", spec.channel.as_str())?;
+    let subscribed = is_subscribed(conn, sender.id, channel_id)?;
+    may_post(caller, &channel, subscribed)?;
+
+    let now = now_ms();
+    let topic_id = match topic_id(conn, channel_id, &spec.topic)? {
+        Some(id) => id,
+        None if spec.create_topic => {
+            conn.prepare_cached(
+                "INSERT INTO topics (channel_id, name, created_by, created_at, last_activity_at) VALUES (?1, ?2, ?3, ?4, ?4)",
+            )
+            .and_then(|mut s| s.execute(params![channel_id, spec.topic.as_str(), sender.id, now]))
+            .map_err(sql("starting a topic"))?;
+            conn.last_insert_rowid()
+        }
+        None => {
+            let existing: Vec<String> = conn
+                .prepare_cached("SELECT name FROM topics WHERE channel_id = ?1 ORDER BY last_seq DESC LIMIT 20")
+                .and_then(|mut s| s.query_map(params![channel_id], |r| r.get(0))?.collect())
+                .map_err(sql("listing topics"))?;
+            return Err(Error::TopicNotFound {
+                channel: spec.channel.to_string(),
+                topic: spec.topic.to_string(),
+                existing,
+            });
+        }
+    };
+
+    let mentions = parse_mentions(&spec.body);
+    let mentions_json = serde_json::to_string(&mentions).map_err(|e| Error::Internal(format!("encoding mentions: {e}")))?;
+    conn.prepare_cached(
+        "INSERT INTO messages (channel_id, topic_id, sender_id, body, mentions, idempotency_key, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![channel_id, topic_id, sender.id, spec.body, mentions_json, spec.idempotency_key, now])
+    })
+    .map_err(sql("inserting a message"))?;
+    let seq = conn.last_insert_rowid();
+    conn.prepare_cached(
+        "UPDATE topics SET last_seq = ?1, last_activity_at = ?2, message_count = message_count + 1 WHERE id = ?3",
+    )
+    .and_then(|mut s| s.execute(params![seq, now, topic_id]))
+    .map_err(sql("updating a topic"))?;
+    Ok((message(conn, seq)?, false))
+}
+
+/// A page of one channel (optionally one topic) after `after`, for a caller who may read it.
+pub fn read_channel(
+    conn: &Connection,
+    caller: &Caller,
+    channel: &ChannelName,
+    topic: Option<&TopicName>,
+    after: u64,
+    limit: u32,
+) -> Result<Page, Error> {
+    let (channel_id, _) = require_readable(conn, caller, channel.as_str())?;
+    let topic_id = match topic {
+        None => None,
+        Some(topic) => Some(topic_id(conn, channel_id, topic)?.ok_or_else(|| {
+            let existing = conn
+                .prepare_cached("SELECT name FROM topics WHERE channel_id = ?1 ORDER BY last_seq DESC LIMIT 20")
+                .and_then(|mut s| s.query_map(params![channel_id], |r| r.get(0))?.collect())
+                .unwrap_or_default();
+            Error::TopicNotFound { channel: channel.to_string(), topic: topic.to_string(), existing }
+        })?),
+    };
+    let fetch = i64::from(limit) + 1;
+    let messages: Vec<Message> = match topic_id {
+        Some(topic_id) => conn
+            .prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.topic_id = ?1 AND m.seq > ?2 ORDER BY m.seq LIMIT ?3"))
+            .and_then(|mut s| s.query_map(params![topic_id, after as i64, fetch], message_from_row)?.collect()),
+        None => conn
+            .prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.channel_id = ?1 AND m.seq > ?2 ORDER BY m.seq LIMIT ?3"))
+            .and_then(|mut s| s.query_map(params![channel_id, after as i64, fetch], message_from_row)?.collect()),
+    }
+    .map_err(sql("reading messages"))?;
+    Ok(page(messages, after, limit))
+}
+
+/// A flat page of every channel the caller may read (or one channel) after `after`.
+pub fn sync(conn: &Connection, caller: &Caller, channel: Option<&ChannelName>, after: u64, limit: u32) -> Result<Page, Error> {
+    if let Some(channel) = channel {
+        return read_channel(conn, caller, channel, None, after, limit);
+    }
+    let fetch = i64::from(limit) + 1;
+    let messages: Vec<Message> = if caller.is_operator() {
+        conn.prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.seq > ?1 ORDER BY m.seq LIMIT ?2"))
+            .and_then(|mut s| s.query_map(params![after as i64, fetch], message_from_row)?.collect())
+    } else {
+        let account = require_account(conn, "caller", caller.handle.as_str())?;
+        conn.prepare_cached(&format!(
+            "{MESSAGE_SELECT} WHERE m.seq > ?1 AND m.channel_id IN \
+             (SELECT channel_id FROM subscriptions WHERE account_id = ?2) ORDER BY m.seq LIMIT ?3"
+        ))
+        .and_then(|mut s| s.query_map(params![after as i64, account.id, fetch], message_from_row)?.collect())
+    }
+    .map_err(sql("syncing messages"))?;
+    Ok(page(messages, after, limit))
+}
+
+fn page(mut messages: Vec<Message>, after: u64, limit: u32) -> Page {
+    let more = messages.len() > limit as usize;
+    messages.truncate(limit as usize);
+    let next_after = messages.last().map_or(after, |m| m.seq);
+    Page { messages, next_after, more }
+}
+
+fn topic_id(conn: &Connection, channel_id: i64, topic: &TopicName) -> Result<Option<i64>, Error> {
+    conn.prepare_cached("SELECT id FROM topics WHERE channel_id = ?1 AND name = ?2")
+        .and_then(|mut s| s.query_row(params![channel_id, topic.as_str()], |r| r.get(0)).optional())
+        .map_err(sql("finding a topic"))
+}
+
+fn message(conn: &Connection, seq: i64) -> Result<Message, Error> {
+    conn.prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.seq = ?1"))
+        .and_then(|mut s| s.query_row(params![seq], message_from_row))
+        .map_err(sql("reading a message"))
+}

@@ -1,0 +1,122 @@
+//! The schema and its append-only migrations, tracked by `PRAGMA user_version`.
+//!
+//! Never edit a released migration: add a new one at the end of `MIGRATIONS`.
+
+use canopy_core::Error;
+use rusqlite::Connection;
+
+use crate::sql;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: workspace, accounts, channels, topics, messages, subscriptions, audit.
+    r#"
+    CREATE TABLE workspace (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        mission     TEXT NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    CREATE TABLE accounts (
+        id               INTEGER PRIMARY KEY,
+        handle           TEXT NOT NULL UNIQUE,
+        display_name     TEXT NOT NULL,
+        kind             TEXT NOT NULL CHECK (kind IN ('operator', 'agent')),
+        role             TEXT,
+        parent_id        INTEGER REFERENCES accounts(id),
+        home_channel_id  INTEGER REFERENCES channels(id),
+        charter          TEXT NOT NULL DEFAULT '',
+        state            TEXT NOT NULL DEFAULT 'active',
+        token_hash       TEXT UNIQUE,
+        created_at       INTEGER NOT NULL
+    );
+    CREATE INDEX accounts_parent ON accounts(parent_id);
+    CREATE TABLE channels (
+        id                   INTEGER PRIMARY KEY,
+        name                 TEXT NOT NULL UNIQUE,
+        kind                 TEXT NOT NULL,
+        post_policy          TEXT NOT NULL,
+        subscription_policy  TEXT NOT NULL,
+        owner_id             INTEGER REFERENCES accounts(id),
+        created_at           INTEGER NOT NULL
+    );
+    CREATE TABLE channel_posters (
+        channel_id  INTEGER NOT NULL REFERENCES channels(id),
+        account_id  INTEGER NOT NULL REFERENCES accounts(id),
+        PRIMARY KEY (channel_id, account_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE topics (
+        id                INTEGER PRIMARY KEY,
+        channel_id        INTEGER NOT NULL REFERENCES channels(id),
+        name              TEXT NOT NULL,
+        created_by        INTEGER NOT NULL REFERENCES accounts(id),
+        created_at        INTEGER NOT NULL,
+        last_seq          INTEGER NOT NULL DEFAULT 0,
+        last_activity_at  INTEGER NOT NULL,
+        message_count     INTEGER NOT NULL DEFAULT 0,
+        resolved          INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (channel_id, name)
+    );
+    CREATE INDEX topics_activity ON topics(channel_id, last_seq DESC);
+    CREATE TABLE messages (
+        seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+        channel_id       INTEGER NOT NULL REFERENCES channels(id),
+        topic_id         INTEGER NOT NULL REFERENCES topics(id),
+        sender_id        INTEGER NOT NULL REFERENCES accounts(id),
+        body             TEXT NOT NULL,
+        mentions         TEXT NOT NULL DEFAULT '[]',
+        idempotency_key  TEXT,
+        created_at       INTEGER NOT NULL,
+        UNIQUE (sender_id, idempotency_key)
+    );
+    CREATE INDEX messages_channel ON messages(channel_id, seq);
+    CREATE INDEX messages_topic ON messages(topic_id, seq);
+    CREATE TABLE subscriptions (
+        account_id  INTEGER NOT NULL REFERENCES accounts(id),
+        channel_id  INTEGER NOT NULL REFERENCES channels(id),
+        mandatory   INTEGER NOT NULL,
+        cursor      INTEGER NOT NULL DEFAULT 0,
+        created_at  INTEGER NOT NULL,
+        PRIMARY KEY (account_id, channel_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX subscriptions_channel ON subscriptions(channel_id);
+    CREATE TABLE audit (
+        id        INTEGER PRIMARY KEY,
+        at        INTEGER NOT NULL,
+        actor_id  INTEGER REFERENCES accounts(id),
+        action    TEXT NOT NULL,
+        target    TEXT NOT NULL,
+        detail    TEXT NOT NULL DEFAULT ''
+    );
+    "#,
+];
+
+/// Brings the database up to the newest schema. Refuses a database newer than this build.
+pub(crate) fn migrate(conn: &Connection) -> Result<(), Error> {
+    let current: usize = conn
+        .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+        .map_err(sql("reading the schema version"))? as usize;
+    if current > MIGRATIONS.len() {
+        return Err(Error::Unavailable(format!(
+            "the database has schema version {current}, newer than this build ({}); upgrade canopy",
+            MIGRATIONS.len()
+        )));
+    }
+    for (index, migration) in MIGRATIONS.iter().enumerate().skip(current) {
+        let version = index + 1;
+        let script = format!("BEGIN IMMEDIATE; {migration} PRAGMA user_version = {version}; COMMIT;");
+        conn.execute_batch(&script).map_err(|e| {
+            let _ = conn.execute_batch("ROLLBACK");
+            Error::Internal(format!("applying schema migration {version}: {e}"))
+        })?;
+        tracing::info!(version, "applied schema migration");
+    }
+    Ok(())
+}
+
+/// Appends one line to the audit log in the caller's transaction.
+pub(crate) fn audit(conn: &Connection, actor_id: Option<i64>, action: &str, target: &str, detail: &str) -> Result<(), Error> {
+    conn.prepare_cached("INSERT INTO audit (at, actor_id, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)")
+        .and_then(|mut s| s.execute(rusqlite::params![crate::now_ms(), actor_id, action, target, detail]))
+        .map_err(sql("writing the audit log"))?;
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! Row mappers: how stored rows become the model types of `canopy-core`.
+//!
+//! Owns the SELECT lists that feed them, so a column change is made in one place.
+
+use canopy_core::{
+    Account, AccountKind, AccountState, Channel, ChannelKind, ChannelName, Error, Handle, Message, PostPolicy,
+    RoleName, Sender, SubscriptionPolicy, TopicName,
+};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::{rfc3339, sql};
+
+/// Columns for `account_from_row`.
+pub(crate) const ACCOUNT_SELECT: &str = "SELECT a.handle, a.display_name, a.kind, a.role, p.handle, c.name, \
+     a.charter, a.state, a.created_at FROM accounts a \
+     LEFT JOIN accounts p ON p.id = a.parent_id LEFT JOIN channels c ON c.id = a.home_channel_id";
+
+pub(crate) fn account_from_row(row: &Row<'_>) -> rusqlite::Result<Account> {
+    Ok(Account {
+        handle: Handle::from_trusted(row.get(0)?),
+        display_name: row.get(1)?,
+        kind: parse_enum(row, 2, AccountKind::parse)?,
+        role: row.get::<_, Option<String>>(3)?.map(RoleName::from_trusted),
+        parent: row.get::<_, Option<String>>(4)?.map(Handle::from_trusted),
+        home_channel: row.get::<_, Option<String>>(5)?.map(ChannelName::from_trusted),
+        charter: row.get(6)?,
+        state: parse_enum(row, 7, AccountState::parse)?,
+        created_at: rfc3339(row.get(8)?),
+    })
+}
+
+/// Columns for `message_from_row`.
+pub(crate) const MESSAGE_SELECT: &str = "SELECT m.seq, ch.name, t.name, s.handle, s.kind, s.role, m.body, \
+     m.mentions, m.created_at FROM messages m JOIN channels ch ON ch.id = m.channel_id \
+     JOIN topics t ON t.id = m.topic_id JOIN accounts s ON s.id = m.sender_id";
+
+pub(crate) fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
+    let mentions: String = row.get(7)?;
+    let mentions: Vec<String> = serde_json::from_str(&mentions).unwrap_or_default();
+    Ok(Message {
+        seq: row.get::<_, i64>(0)? as u64,
+        channel: ChannelName::from_trusted(row.get(1)?),
+        topic: TopicName::from_trusted(row.get(2)?),
+        sender: Sender {
+            handle: Handle::from_trusted(row.get(3)?),
+            kind: parse_enum(row, 4, AccountKind::parse)?,
+            role: row.get::<_, Option<String>>(5)?.map(RoleName::from_trusted),
+        },
+        body: row.get(6)?,
+        mentions: mentions.into_iter().map(Handle::from_trusted).collect(),
+        created_at: rfc3339(row.get(8)?),
+    })
+}
+
+/// Reads a closed enum column, turning an unknown value into a conversion error.
+pub(crate) fn parse_enum<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    parse(&text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("unexpected stored value {text:?}").into(),
+        )
+    })
+}
+
+/// A channel's id and its full view.
+pub(crate) fn load_channel(conn: &Connection, name: &str) -> Result<Option<(i64, Channel)>, Error> {
+    let row = conn
+        .prepare_cached(
+            "SELECT c.id, c.name, c.kind, c.post_policy, c.subscription_policy, o.handle, c.created_at, \
+             (SELECT COUNT(*) FROM subscriptions s WHERE s.channel_id = c.id), \
+             (SELECT COALESCE(MAX(seq), 0) FROM messages m WHERE m.channel_id = c.id) \
+             FROM channels c LEFT JOIN accounts o ON o.id = c.owner_id WHERE c.name = ?1",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![name], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    Channel {
+                        name: ChannelName::from_trusted(row.get(1)?),
+                        kind: parse_enum(row, 2, ChannelKind::parse)?,
+                        post_policy: parse_enum(row, 3, PostPolicy::parse)?,
+                        subscription_policy: parse_enum(row, 4, SubscriptionPolicy::parse)?,
+                        owner: row.get::<_, Option<String>>(5)?.map(Handle::from_trusted),
+                        posters: Vec::new(),
+                        created_at: rfc3339(row.get(6)?),
+                        subscribers: row.get::<_, i64>(7)? as u64,
+                        last_seq: row.get::<_, i64>(8)? as u64,
+                    },
+                ))
+            })
+            .optional()
+        })
+        .map_err(sql("reading a channel"))?;
+    let Some((id, mut channel)) = row else { return Ok(None) };
+    channel.posters = conn
+        .prepare_cached(
+            "SELECT a.handle FROM channel_posters p JOIN accounts a ON a.id = p.account_id \
+             WHERE p.channel_id = ?1 ORDER BY a.handle",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![id], |r| r.get::<_, String>(0).map(Handle::from_trusted))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(sql("reading a channel's posters"))?;
+    Ok(Some((id, channel)))
+}
+
+/// The facts about one account that rules need: its row id, kind, role and state.
+#[derive(Debug, Clone)]
+pub(crate) struct AccountRef {
+    pub id: i64,
+    pub handle: Handle,
+    pub kind: AccountKind,
+    pub role: Option<RoleName>,
+    pub state: AccountState,
+    pub parent_id: Option<i64>,
+}
+
+pub(crate) fn account_ref(conn: &Connection, handle: &str) -> Result<Option<AccountRef>, Error> {
+    conn.prepare_cached("SELECT id, handle, kind, role, state, parent_id FROM accounts WHERE handle = ?1")
+        .and_then(|mut s| s.query_row(params![handle], account_ref_from_row).optional())
+        .map_err(sql("reading an account"))
+}
+
+pub(crate) fn account_ref_by_id(conn: &Connection, id: i64) -> Result<Option<AccountRef>, Error> {
+    conn.prepare_cached("SELECT id, handle, kind, role, state, parent_id FROM accounts WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![id], account_ref_from_row).optional())
+        .map_err(sql("reading an account"))
+}
+
+fn account_ref_from_row(row: &Row<'_>) -> rusqlite::Result<AccountRef> {
+    Ok(AccountRef {
+        id: row.get(0)?,
+        handle: Handle::from_trusted(row.get(1)?),
+        kind: parse_enum(row, 2, AccountKind::parse)?,
+        role: row.get::<_, Option<String>>(3)?.map(RoleName::from_trusted),
+        state: parse_enum(row, 4, AccountState::parse)?,
+        parent_id: row.get(5)?,
+    })
+}
+
+/// The account with this handle, or `AgentNotFound` naming `field`.
+pub(crate) fn require_account(conn: &Connection, field: &'static str, handle: &str) -> Result<AccountRef, Error> {
+    account_ref(conn, handle)?.ok_or_else(|| Error::AgentNotFound { field, handle: handle.to_owned() })
+}
+
+/// The channel with this name, or `ChannelNotFound` naming `field`.
+pub(crate) fn require_channel(conn: &Connection, field: &'static str, name: &str) -> Result<(i64, Channel), Error> {
+    load_channel(conn, name)?.ok_or_else(|| Error::ChannelNotFound { field, channel: name.to_owned() })
+}
