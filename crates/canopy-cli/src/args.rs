@@ -1,0 +1,186 @@
+//! The command-line grammar (clap derive). Every command takes `--dir` and `--json`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(name = "canopy", version, about = "Run a tree of coding-agent sessions for a human operator.")]
+pub struct Cli {
+    /// The workspace's data directory.
+    #[arg(long, global = true, env = "CANOPY_DIR", default_value = ".canopy")]
+    pub dir: PathBuf,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Log format on stderr (`RUST_LOG` sets the level).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a workspace: the database, the Supervisor, the broadcast channels, an operator.
+    Init(InitArgs),
+    /// Run the daemon (and its private nats-server unless --nats-url is given).
+    Daemon(DaemonArgs),
+    /// `init` when the directory has no workspace yet, then `daemon`.
+    Up {
+        #[command(flatten)]
+        init: InitArgs,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Show who the operator token belongs to and which workspace the daemon serves.
+    Whoami,
+    /// Standing agents: create, list, show, reparent.
+    #[command(subcommand)]
+    Agents(AgentsCommand),
+    /// The agent tree from the Supervisor down.
+    Tree,
+    /// List channels, or create one.
+    Channels {
+        #[command(subcommand)]
+        command: Option<ChannelsCommand>,
+    },
+    /// The topics of a channel, most recent activity first.
+    Topics {
+        #[arg(long)]
+        channel: String,
+    },
+    /// Post a message to a channel and topic (the body from the argument or stdin).
+    Post(PostArgs),
+    /// Read a channel's messages, grouped by topic.
+    Read(ReadArgs),
+    /// Follow new messages live.
+    Tail(TailArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct InitArgs {
+    /// What this workspace is for; every Manager's prompt carries it.
+    #[arg(long, default_value = "")]
+    pub mission: String,
+    /// The operator's handle (defaults to $USER, or `admin` when that is not a valid handle).
+    #[arg(long)]
+    pub operator: Option<String>,
+    /// The workspace's display name.
+    #[arg(long, default_value = "canopy")]
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DaemonArgs {
+    /// Use this NATS server instead of starting a private one.
+    #[arg(long, env = "CANOPY_NATS_URL")]
+    pub nats_url: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// Provision a standing agent under a parent (the Supervisor by default).
+    Create {
+        #[arg(long)]
+        handle: String,
+        /// Display name, e.g. "CI Manager".
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "manager")]
+        role: String,
+        #[arg(long)]
+        parent: Option<String>,
+        /// What the agent's lane is for.
+        #[arg(long, default_value = "")]
+        charter: String,
+    },
+    /// Every agent.
+    List,
+    /// One agent with its children and subscriptions.
+    Show { handle: String },
+    /// Move an agent under another parent.
+    Reparent {
+        handle: String,
+        #[arg(long)]
+        parent: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChannelsCommand {
+    /// Every channel.
+    List,
+    /// Create a general or broadcast channel.
+    Create {
+        name: String,
+        #[arg(long, value_enum, default_value_t = KindArg::General)]
+        kind: KindArg,
+        #[arg(long, value_enum)]
+        post_policy: Option<PostPolicyArg>,
+        /// A poster of a restricted channel (repeatable).
+        #[arg(long = "poster")]
+        posters: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KindArg {
+    General,
+    Broadcast,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PostPolicyArg {
+    Open,
+    #[value(name = "owner_only")]
+    OwnerOnly,
+    Restricted,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PostArgs {
+    #[arg(long)]
+    pub channel: String,
+    #[arg(long)]
+    pub topic: String,
+    /// Start the topic if it does not exist.
+    #[arg(long)]
+    pub create_topic: bool,
+    /// A retry with the same key returns the first result instead of posting twice.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// The message; read from stdin when absent or `-`.
+    pub body: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReadArgs {
+    #[arg(long)]
+    pub channel: String,
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Only messages with a sequence above this.
+    #[arg(long, default_value_t = 0)]
+    pub after: u64,
+    #[arg(long)]
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TailArgs {
+    #[arg(long)]
+    pub channel: Option<String>,
+    /// Start after this sequence instead of at the newest message.
+    #[arg(long)]
+    pub after: Option<u64>,
+    /// How often to resync from the store even without a doorbell.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub resync: std::time::Duration,
+}

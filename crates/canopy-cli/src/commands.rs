@@ -1,0 +1,314 @@
+//! One function per command: build the request, call, print, pick the exit code.
+
+use std::io::Read;
+
+use canopy_core::{ChannelKind, ErrorCode, PostPolicy};
+use canopy_daemon::{DaemonError, DaemonOptions, DataDir, InitOptions};
+use canopy_proto::Method;
+use canopy_proto::api::*;
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use crate::args::*;
+use crate::client::{CallError, Client};
+use crate::{EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, output};
+
+
+/// Runs a parsed command and returns the process exit code.
+pub async fn run(cli: Cli) -> u8 {
+    let dir = DataDir::new(&cli.dir);
+    let json = cli.json;
+    match cli.command {
+        Command::Init(args) => init(&dir, json, &args).await,
+        Command::Daemon(args) => daemon(&dir, json, &args).await,
+        Command::Up { init: init_args, daemon: daemon_args } => {
+            if !dir.db().exists() {
+                let code = init(&dir, json, &init_args).await;
+                if code != 0 {
+                    return code;
+                }
+            }
+            daemon(&dir, json, &daemon_args).await
+        }
+        command => match Client::connect(&dir).await {
+            Ok(client) => api_command(&client, json, command).await,
+            Err(e) => fail(json, &e),
+        },
+    }
+}
+
+async fn init(dir: &DataDir, json: bool, args: &InitArgs) -> u8 {
+    let operator = match &args.operator {
+        Some(operator) => operator.clone(),
+        None => default_operator(),
+    };
+    let options = InitOptions { mission: args.mission.clone(), operator, name: args.name.clone() };
+    match canopy_daemon::init(dir, &options).await {
+        Ok(report) if json => {
+            output::json(&report);
+            0
+        }
+        Ok(report) => {
+            println!("initialised workspace {} ({}) in {}", report.workspace.name, report.workspace.id, report.data_dir);
+            println!("  operator {} (token in {}, mode 0600)", report.operator, report.token_file);
+            println!("  config   {}", report.config_file);
+            println!("  channels #announcements, #incidents, #home-supervisor");
+            println!("next: canopy daemon --dir {}", report.data_dir);
+            0
+        }
+        Err(e) => fail(json, &CallError::Refused((&e).into())),
+    }
+}
+
+/// The operator handle when `--operator` is absent: `$USER` (or `$LOGNAME`) folded into
+/// the handle grammar, or `admin` when neither gives a usable handle.
+fn default_operator() -> String {
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_default();
+    let folded: String = user
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '-' })
+        .collect();
+    let folded = folded.trim_matches('-').to_owned();
+    match canopy_core::Handle::parse(&folded) {
+        Ok(handle) => handle.to_string(),
+        Err(_) => "admin".to_owned(),
+    }
+}
+
+async fn daemon(dir: &DataDir, json: bool, args: &DaemonArgs) -> u8 {
+    let options = DaemonOptions { dir: dir.clone(), nats_url: args.nats_url.clone() };
+    match canopy_daemon::run(options, shutdown_signal()).await {
+        Ok(()) => 0,
+        Err(e) => {
+            let code = match &e {
+                DaemonError::Config(_) | DaemonError::NoWorkspace { .. } | DaemonError::Locked { .. } => EXIT_USAGE,
+                _ => EXIT_UNAVAILABLE,
+            };
+            if json {
+                output::json(&serde_json::json!({ "error": { "code": "daemon", "message": e.to_string() } }));
+            } else {
+                eprintln!("error: {e}");
+            }
+            code
+        }
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => tracing::info!("SIGINT received"),
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+            }
+        }
+        _ => {
+            tracing::error!("cannot install signal handlers; stop the daemon with SIGKILL");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
+    let result = match command {
+        Command::Whoami => call(client, json, Method::Whoami, &WhoamiRequest {}, |r: &WhoamiResponse| {
+            println!("{} ({}) in workspace {} ({}), daemon {}", r.account.handle, r.account.kind, r.workspace.name, r.workspace.id, r.version);
+        })
+        .await,
+        Command::Agents(AgentsCommand::Create { handle, name, role, parent, charter }) => {
+            let request = AgentsCreateRequest { handle, name, role, parent, charter };
+            call(client, json, Method::AgentsCreate, &request, output::account).await
+        }
+        Command::Agents(AgentsCommand::List) => {
+            call(client, json, Method::AgentsList, &AgentsListRequest {}, |r: &AgentsListResponse| output::agents(&r.agents)).await
+        }
+        Command::Agents(AgentsCommand::Show { handle }) => {
+            call(client, json, Method::AgentsShow, &AgentsShowRequest { handle }, |r: &AgentsShowResponse| {
+                output::account(&r.account);
+                if !r.children.is_empty() {
+                    println!("  children {}", r.children.join(", "));
+                }
+                for s in &r.subscriptions {
+                    let mandatory = if s.mandatory { "mandatory" } else { "optional" };
+                    println!("  subscribed #{} ({mandatory}, cursor {})", s.channel, s.cursor);
+                }
+            })
+            .await
+        }
+        Command::Agents(AgentsCommand::Reparent { handle, parent }) => {
+            call(client, json, Method::AgentsReparent, &AgentsReparentRequest { handle, parent }, output::account).await
+        }
+        Command::Tree => call(client, json, Method::Tree, &TreeRequest {}, |r: &TreeResponse| output::tree(&r.root)).await,
+        Command::Channels { command: None | Some(ChannelsCommand::List) } => {
+            call(client, json, Method::ChannelsList, &ChannelsListRequest {}, |r: &ChannelsListResponse| {
+                output::channels(&r.channels)
+            })
+            .await
+        }
+        Command::Channels { command: Some(ChannelsCommand::Create { name, kind, post_policy, posters }) } => {
+            let request = ChannelsCreateRequest {
+                name,
+                kind: Some(match kind {
+                    KindArg::General => ChannelKind::General,
+                    KindArg::Broadcast => ChannelKind::Broadcast,
+                }),
+                post_policy: post_policy.map(|p| match p {
+                    PostPolicyArg::Open => PostPolicy::Open,
+                    PostPolicyArg::OwnerOnly => PostPolicy::OwnerOnly,
+                    PostPolicyArg::Restricted => PostPolicy::Restricted,
+                }),
+                posters,
+            };
+            call(client, json, Method::ChannelsCreate, &request, |c: &canopy_core::Channel| output::channels(std::slice::from_ref(c))).await
+        }
+        Command::Topics { channel } => {
+            call(client, json, Method::TopicsList, &TopicsListRequest { channel }, |r: &TopicsListResponse| output::topics(&r.topics)).await
+        }
+        Command::Post(args) => post(client, json, args).await,
+        Command::Read(args) => {
+            let request = ReadRequest { channel: args.channel, topic: args.topic, after: args.after, limit: args.limit };
+            call(client, json, Method::MessagesRead, &request, output::read).await
+        }
+        Command::Tail(args) => tail(client, json, args).await,
+        Command::Init(_) | Command::Daemon(_) | Command::Up { .. } => Ok(()),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => fail(json, &e),
+    }
+}
+
+/// Calls a method and prints the response as JSON or through `human`.
+async fn call<Req: Serialize, Resp: Serialize + serde::de::DeserializeOwned>(
+    client: &Client,
+    json: bool,
+    method: Method,
+    request: &Req,
+    human: impl FnOnce(&Resp),
+) -> Result<(), CallError> {
+    let response: Resp = client.call(method, request).await?;
+    if json {
+        output::json(&response);
+    } else {
+        human(&response);
+    }
+    Ok(())
+}
+
+async fn post(client: &Client, json: bool, args: PostArgs) -> Result<(), CallError> {
+    let body = match args.body {
+        Some(body) if body != "-" => body,
+        _ => {
+            let mut body = String::new();
+            std::io::stdin()
+                .read_to_string(&mut body)
+                .map_err(|e| CallError::Unreachable(format!("reading the message body from stdin: {e}")))?;
+            body
+        }
+    };
+    let request = PostRequest {
+        channel: args.channel,
+        topic: args.topic,
+        body,
+        create_topic: args.create_topic,
+        idempotency_key: args.idempotency_key,
+    };
+    call(client, json, Method::MessagesPost, &request, |r: &PostResponse| {
+        let retry = if r.duplicate { " (already posted with this idempotency key)" } else { "" };
+        println!("posted seq {} to #{} > {}{retry}", r.message.seq, r.message.channel, r.message.topic);
+    })
+    .await
+}
+
+/// Follows new messages: event doorbells, resync from the store on reconnect and on a timer.
+async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallError> {
+    let mut last = match args.after {
+        Some(after) => after,
+        None => {
+            let channels: ChannelsListResponse = client.call(Method::ChannelsList, &ChannelsListRequest {}).await?;
+            channels
+                .channels
+                .iter()
+                .filter(|c| args.channel.as_deref().is_none_or(|name| c.name.as_str() == name.trim_start_matches('#')))
+                .map(|c| c.last_seq)
+                .max()
+                .unwrap_or(0)
+        }
+    };
+    let subject = match &args.channel {
+        Some(channel) => client.subjects.message_event(channel.trim_start_matches('#')),
+        None => client.subjects.message_events_all(),
+    };
+    let mut connection = client.bus.connection_events();
+    let mut events = client.bus.subscribe(&subject).await?;
+    let mut timer = tokio::time::interval(args.resync);
+    // Catch up once now: anything committed between reading the head and subscribing.
+    last = catch_up(client, json, args.channel.as_deref(), last).await?;
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                let Some(event) = event else { return Err(CallError::Unreachable("the event subscription ended".into())) };
+                let seq = serde_json::from_slice::<MessageEvent>(&event.payload).map(|e| e.message.seq).unwrap_or(u64::MAX);
+                if seq > last {
+                    last = catch_up(client, json, args.channel.as_deref(), last).await?;
+                }
+            }
+            change = connection.recv() => {
+                if matches!(change, Ok(canopy_bus::ConnectionEvent::Connected)) {
+                    tracing::info!("reconnected to NATS; resyncing from #{last}");
+                    last = catch_up(client, json, args.channel.as_deref(), last).await?;
+                }
+            }
+            _ = timer.tick() => {
+                last = catch_up(client, json, args.channel.as_deref(), last).await?;
+            }
+        }
+    }
+}
+
+/// Prints every message after `last` from the store; returns the new `last`.
+async fn catch_up(client: &Client, json: bool, channel: Option<&str>, mut last: u64) -> Result<u64, CallError> {
+    loop {
+        let request = SyncRequest { after: last, channel: channel.map(str::to_owned), limit: None };
+        let page: SyncResponse = match client.call(Method::MessagesSync, &request).await {
+            Ok(page) => page,
+            // The daemon or NATS is away: keep the cursor and try again on the next tick.
+            Err(CallError::Unreachable(reason)) => {
+                tracing::warn!(%reason, "resync failed; will retry");
+                return Ok(last);
+            }
+            Err(e) => return Err(e),
+        };
+        for message in &page.messages {
+            if json {
+                output::json_line(message);
+            } else {
+                println!("{}", output::message_line(message, true));
+            }
+        }
+        last = page.next_after.max(last);
+        if !page.more {
+            return Ok(last);
+        }
+    }
+}
+
+/// Prints an error and returns its exit code.
+fn fail(json: bool, error: &CallError) -> u8 {
+    let (code, wire) = match error {
+        CallError::Refused(wire) => (EXIT_REFUSED, wire.clone()),
+        CallError::Unreachable(message) => (
+            EXIT_UNAVAILABLE,
+            canopy_proto::WireError { code: ErrorCode::Unavailable, message: message.clone(), field: None },
+        ),
+    };
+    if json {
+        output::json(&serde_json::json!({ "error": wire }));
+    } else {
+        eprintln!("error: {wire}");
+    }
+    code
+}

@@ -1,0 +1,118 @@
+//! Output: logging set-up, JSON printing, and the concise text forms.
+
+use canopy_core::{Account, Channel, Message, Topic, TreeNode};
+use canopy_proto::api::ReadResponse;
+use serde::Serialize;
+use tracing_subscriber::EnvFilter;
+
+use crate::args::{Cli, Command, LogFormat};
+
+pub fn init_logging(cli: &Cli) {
+    let default = if matches!(cli.command, Command::Daemon(_) | Command::Up { .. }) { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match cli.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Prints a value as one JSON document on stdout.
+pub fn json<T: Serialize>(value: &T) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(e) => eprintln!("error: encoding output: {e}"),
+    }
+}
+
+/// Prints a value as one JSON line (for streams such as `tail`).
+pub fn json_line<T: Serialize>(value: &T) {
+    if let Ok(text) = serde_json::to_string(value) {
+        println!("{text}");
+    }
+}
+
+pub fn account(account: &Account) {
+    println!("{} ({})", account.handle, account.display_name);
+    let role = account.role.as_ref().map_or("-".to_owned(), ToString::to_string);
+    println!("  kind {}  role {}  state {}", account.kind, role, account.state);
+    if let Some(parent) = &account.parent {
+        println!("  parent {parent}");
+    }
+    if let Some(home) = &account.home_channel {
+        println!("  home #{home}");
+    }
+    if !account.charter.is_empty() {
+        println!("  charter {}", account.charter);
+    }
+}
+
+pub fn agents(agents: &[Account]) {
+    let width = agents.iter().map(|a| a.handle.as_str().len()).max().unwrap_or(6);
+    for a in agents {
+        let role = a.role.as_ref().map_or("-".to_owned(), ToString::to_string);
+        let parent = a.parent.as_ref().map_or("-".to_owned(), ToString::to_string);
+        println!("{:width$}  {:10}  {:10}  {:9}  {}", a.handle, role, parent, a.state.to_string(), a.display_name);
+    }
+}
+
+pub fn tree(node: &TreeNode) {
+    fn walk(node: &TreeNode, prefix: &str, last: bool, root: bool) {
+        let (branch, next) = match (root, last) {
+            (true, _) => ("", String::new()),
+            (false, true) => ("└── ", format!("{prefix}    ")),
+            (false, false) => ("├── ", format!("{prefix}│   ")),
+        };
+        println!("{prefix}{branch}{} ({}, {}, {})", node.handle, node.display_name, node.role, node.state);
+        for (i, child) in node.children.iter().enumerate() {
+            walk(child, &next, i + 1 == node.children.len(), false);
+        }
+    }
+    walk(node, "", true, true);
+}
+
+pub fn channels(channels: &[Channel]) {
+    let width = channels.iter().map(|c| c.name.as_str().len() + 1).max().unwrap_or(8);
+    for c in channels {
+        println!(
+            "{:width$}  {:12}  {:10}  {:9}  {} subscribers, last #{}",
+            format!("#{}", c.name),
+            c.kind.to_string(),
+            c.post_policy.to_string(),
+            c.subscription_policy.to_string(),
+            c.subscribers,
+            c.last_seq
+        );
+    }
+}
+
+pub fn topics(topics: &[Topic]) {
+    for t in topics {
+        let resolved = if t.resolved { "  (resolved)" } else { "" };
+        println!("{}  {} messages, last #{} at {}{resolved}", t.name, t.messages, t.last_seq, t.last_activity_at);
+    }
+}
+
+pub fn read(page: &ReadResponse) {
+    println!("#{}", page.channel);
+    for group in &page.groups {
+        println!("  {}", group.topic);
+        for m in &group.messages {
+            println!("    {}", message_line(m, false));
+        }
+    }
+    if page.more {
+        println!("(more: --after {})", page.next_after);
+    }
+}
+
+/// One message on one line; with `place` it names its channel and topic too.
+pub fn message_line(m: &Message, place: bool) -> String {
+    let role = match (&m.sender.role, m.sender.kind) {
+        (Some(role), _) => role.to_string(),
+        (None, kind) => kind.to_string(),
+    };
+    let at = m.created_at.get(11..19).unwrap_or(&m.created_at);
+    let place = if place { format!("#{} > {}  ", m.channel, m.topic) } else { String::new() };
+    format!("[{}] {at} {place}{} ({role}): {}", m.seq, m.sender.handle, m.body)
+}

@@ -1,0 +1,55 @@
+//! Bearer tokens: generation, hashing, and the private files that hold them.
+//!
+//! The store keeps only a SHA-256 of each token; the token itself lives in a 0600 file
+//! (the operator's) or is handed to a session at start (later issues).
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// A fresh random token: `cnp_` and 64 hex digits (256 bits).
+pub fn new_token() -> std::io::Result<String> {
+    Ok(format!("cnp_{}", random_hex(32)?))
+}
+
+/// `n` random bytes as lowercase hex.
+pub fn random_hex(n: usize) -> std::io::Result<String> {
+    let mut bytes = vec![0u8; n];
+    getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(format!("reading the OS random source: {e}")))?;
+    Ok(hex(&bytes))
+}
+
+/// The hash the store keeps for a token.
+pub fn token_hash(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `text` to `path` atomically, readable by its owner only.
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_and_hashes_stable() {
+        let a = new_token().unwrap_or_default();
+        let b = new_token().unwrap_or_default();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 4 + 64);
+        assert_eq!(token_hash("x"), token_hash("x"));
+        assert_eq!(token_hash("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+}

@@ -1,0 +1,218 @@
+//! `canopy.toml`: the daemon's settings, their defaults, and their validation.
+//!
+//! Owns the schema of the file and the error that names the key at fault. The commented
+//! default file is `config/canopy.toml` in the repository, embedded here; a test keeps it
+//! equal to `Config::default()` and covering every key.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The commented default configuration that `canopy init` writes.
+pub const DEFAULT_TOML: &str = include_str!("../../../config/canopy.toml");
+
+/// Largest `limits.max_body_bytes` accepted (the managed NATS server carries 4 MB).
+pub const MAX_BODY_CEILING: usize = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub daemon: DaemonConfig,
+    pub nats: NatsConfig,
+    pub limits: LimitsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    pub max_in_flight: usize,
+    pub store_queue: usize,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatsConfig {
+    #[serde(with = "humantime_serde")]
+    pub restart_backoff_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub restart_backoff_max: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub max_body_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { daemon: DaemonConfig::default(), nats: NatsConfig::default(), limits: LimitsConfig::default() }
+    }
+}
+
+impl Default for DaemonConfig {
+    fn default() -> DaemonConfig {
+        DaemonConfig {
+            request_timeout: Duration::from_secs(10),
+            max_in_flight: 256,
+            store_queue: 1024,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for NatsConfig {
+    fn default() -> NatsConfig {
+        NatsConfig { restart_backoff_min: Duration::from_millis(100), restart_backoff_max: Duration::from_secs(10) }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> LimitsConfig {
+        LimitsConfig { max_body_bytes: 64 * 1024 }
+    }
+}
+
+/// A configuration that cannot be used. The CLI exits 64 (EX_USAGE) with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {key}: {message}")]
+pub struct ConfigError {
+    pub path: PathBuf,
+    /// The key at fault (`limits.max_body_bytes`), or `(file)` when none can be named.
+    pub key: String,
+    pub message: String,
+}
+
+impl Config {
+    /// Reads the file; a missing file means every default.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(path, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(ConfigError { path: path.to_owned(), key: "(file)".into(), message: e.to_string() }),
+        }
+    }
+
+    /// Parses and validates the text of a `canopy.toml`.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError {
+            path: path.to_owned(),
+            key: key_at(text, e.span()).unwrap_or_else(|| "(file)".into()),
+            message: e.message().trim().to_owned(),
+        })?;
+        config.validate().map_err(|(key, message)| ConfigError { path: path.to_owned(), key: key.into(), message })?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        let positive = |key: &'static str, value: usize| {
+            if value == 0 { Err((key, "must be at least 1".to_owned())) } else { Ok(()) }
+        };
+        positive("daemon.max_in_flight", self.daemon.max_in_flight)?;
+        positive("daemon.store_queue", self.daemon.store_queue)?;
+        positive("limits.max_body_bytes", self.limits.max_body_bytes)?;
+        if self.limits.max_body_bytes > MAX_BODY_CEILING {
+            return Err(("limits.max_body_bytes", format!("{} is above the ceiling of {MAX_BODY_CEILING}", self.limits.max_body_bytes)));
+        }
+        if self.daemon.request_timeout.is_zero() {
+            return Err(("daemon.request_timeout", "must be longer than zero".into()));
+        }
+        if self.nats.restart_backoff_min.is_zero() || self.nats.restart_backoff_min > self.nats.restart_backoff_max {
+            return Err(("nats.restart_backoff_min", "must be above zero and at most nats.restart_backoff_max".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Names the dotted key whose line holds the error span: the nearest `[table]` header above
+/// it and the `key =` on its line.
+fn key_at(text: &str, span: Option<std::ops::Range<usize>>) -> Option<String> {
+    let start = span?.start.min(text.len());
+    let before = &text[..start];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line = text[line_start..line_end].trim();
+    let table = before[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('[') && l.ends_with(']'))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    if line.starts_with('[') {
+        return Some(line.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    }
+    let key = line.split('=').next().map(str::trim).filter(|k| !k.is_empty() && !k.starts_with('#'))?;
+    Some(match table {
+        Some(table) => format!("{table}.{key}"),
+        None => key.to_owned(),
+    })
+}
+
+/// Durations as humantime strings (`30s`, `24h`).
+mod humantime_serde {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&humantime::format_duration(*value).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        humantime::parse_duration(&text)
+            .map_err(|e| serde::de::Error::custom(format!("{text:?} is not a duration like \"30s\" or \"24h\": {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("canopy.toml"), text)
+    }
+
+    #[test]
+    fn the_shipped_file_is_the_defaults() {
+        assert_eq!(parse(DEFAULT_TOML), Ok(Config::default()));
+    }
+
+    #[test]
+    fn the_shipped_file_shows_every_key() {
+        let defaults = toml::to_string(&Config::default()).unwrap_or_default();
+        let mut table = String::new();
+        for line in defaults.lines() {
+            if line.starts_with('[') {
+                table = line.trim_matches(|c| c == '[' || c == ']').to_owned();
+                assert!(DEFAULT_TOML.contains(line), "config/canopy.toml lacks {line}");
+            } else if let Some((key, _)) = line.split_once(" = ") {
+                let shown = DEFAULT_TOML.lines().any(|l| l.starts_with(&format!("{key} = ")));
+                assert!(shown, "config/canopy.toml lacks {table}.{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_keys_and_values_name_the_key() {
+        let err = parse("[limits]\nmax_body_bytes = \"big\"\n").err();
+        assert_eq!(err.map(|e| e.key), Some("limits.max_body_bytes".into()));
+        let err = parse("[daemon]\nrequest_timout = \"5s\"\n").err();
+        assert_eq!(err.map(|e| e.key), Some("daemon.request_timout".into()));
+        let err = parse("[daemon]\nrequest_timeout = \"soon\"\n").err();
+        assert_eq!(err.as_ref().map(|e| e.key.as_str()), Some("daemon.request_timeout"));
+        let err = parse("[limits]\nmax_body_bytes = 0\n").err();
+        assert_eq!(err.map(|e| e.key), Some("limits.max_body_bytes".into()));
+        let err = parse("[nope]\n").err();
+        assert_eq!(err.map(|e| e.key), Some("nope".into()));
+    }
+
+    #[test]
+    fn durations_are_humantime() {
+        let config = parse("[daemon]\nshutdown_grace = \"1m 30s\"\n").unwrap_or_default();
+        assert_eq!(config.daemon.shutdown_grace, Duration::from_secs(90));
+    }
+}

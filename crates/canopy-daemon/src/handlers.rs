@@ -1,0 +1,260 @@
+//! API handlers: one function per method, from raw payload to reply bytes.
+//!
+//! Every request goes the same way: authenticate the token, decode the payload strictly,
+//! parse names at the edge (so a bad name is `invalid_argument` naming its field), check
+//! sizes against configuration, then one store call. A mutation is committed before its
+//! reply is built, and a committed message is published as an event after the commit.
+//! Nothing here panics on input: every failure is a typed `Error` in the reply.
+
+use bytes::Bytes;
+use canopy_bus::Bus;
+use canopy_core::acl::Caller;
+use canopy_core::{ChannelKind, ChannelName, Error, Handle, PostPolicy, RoleName, TopicName};
+use canopy_proto::api::*;
+use canopy_proto::{Method, Reply, Subjects, WireError, decode_request};
+use canopy_store::{AgentSpec, ChannelSpec, PostSpec, Store, ops};
+use serde::Serialize;
+
+use crate::auth::token_hash;
+use crate::config::Config;
+
+/// Longest display name, in bytes.
+pub const MAX_DISPLAY_NAME: usize = 128;
+/// Longest charter, in bytes.
+pub const MAX_CHARTER: usize = 8192;
+/// Longest idempotency key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+/// Everything a handler needs. Cheap to clone into each request task.
+#[derive(Clone, Debug)]
+pub struct Api {
+    pub store: Store,
+    pub bus: Bus,
+    pub subjects: Subjects,
+    pub config: std::sync::Arc<Config>,
+}
+
+impl Api {
+    /// Handles one request and returns the reply payload.
+    pub async fn handle(&self, subject: &str, token: Option<&str>, payload: &[u8]) -> Bytes {
+        let method = self.subjects.api_suffix(subject).unwrap_or(subject);
+        match self.dispatch(method, token, payload).await {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                tracing::debug!(method, code = %err.code(), error = %err, "request refused");
+                encode(&Reply::<()>::Error(WireError::from(&err)))
+            }
+        }
+    }
+
+    async fn dispatch(&self, method: &str, token: Option<&str>, payload: &[u8]) -> Result<Bytes, Error> {
+        let method = Method::parse(method).ok_or_else(|| Error::UnknownMethod { method: method.to_owned() })?;
+        let caller = self.authenticate(token).await?;
+        match method {
+            Method::Whoami => ok(self.whoami(caller, decode_request(payload)?).await?),
+            Method::AgentsCreate => ok(self.agents_create(caller, decode_request(payload)?).await?),
+            Method::AgentsList => ok(self.agents_list(decode_request(payload)?).await?),
+            Method::AgentsShow => ok(self.agents_show(decode_request(payload)?).await?),
+            Method::AgentsReparent => ok(self.agents_reparent(caller, decode_request(payload)?).await?),
+            Method::Tree => ok(self.tree(decode_request(payload)?).await?),
+            Method::ChannelsList => ok(self.channels_list(decode_request(payload)?).await?),
+            Method::ChannelsCreate => ok(self.channels_create(caller, decode_request(payload)?).await?),
+            Method::TopicsList => ok(self.topics_list(caller, decode_request(payload)?).await?),
+            Method::MessagesPost => ok(self.post(caller, decode_request(payload)?).await?),
+            Method::MessagesRead => ok(self.read(caller, decode_request(payload)?).await?),
+            Method::MessagesSync => ok(self.sync(caller, decode_request(payload)?).await?),
+        }
+    }
+
+    async fn authenticate(&self, token: Option<&str>) -> Result<Caller, Error> {
+        let token = token.ok_or_else(|| Error::Unauthenticated("the request has no Canopy-Token header".into()))?;
+        let hash = token_hash(token);
+        self.store
+            .read(move |conn| ops::resolve_token(conn, &hash))
+            .await?
+            .ok_or_else(|| Error::Unauthenticated("the token is not known to this workspace".into()))
+    }
+
+    async fn whoami(&self, caller: Caller, _: WhoamiRequest) -> Result<WhoamiResponse, Error> {
+        self.store
+            .read(move |conn| {
+                let account = ops::account(conn, "caller", caller.handle.as_str())?;
+                let workspace = ops::workspace(conn)?.ok_or_else(|| Error::Internal("no workspace row".into()))?;
+                Ok(WhoamiResponse { account, workspace, version: env!("CARGO_PKG_VERSION").to_owned() })
+            })
+            .await
+    }
+
+    async fn agents_create(&self, caller: Caller, req: AgentsCreateRequest) -> Result<canopy_core::Account, Error> {
+        let spec = AgentSpec {
+            handle: Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?,
+            display_name: display_name(&req.name)?,
+            role: RoleName::parse(&req.role).map_err(|e| Error::name("role", e))?,
+            parent: req.parent.as_deref().map(|p| Handle::parse(p).map_err(|e| Error::name("parent", e))).transpose()?,
+            charter: bounded_text("charter", req.charter, MAX_CHARTER)?,
+        };
+        self.store.write(move |conn| ops::create_agent(conn, &caller, &spec)).await
+    }
+
+    async fn agents_list(&self, _: AgentsListRequest) -> Result<AgentsListResponse, Error> {
+        let agents = self.store.read(ops::list_agents).await?;
+        Ok(AgentsListResponse { agents })
+    }
+
+    async fn agents_show(&self, req: AgentsShowRequest) -> Result<AgentsShowResponse, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        self.store
+            .read(move |conn| {
+                Ok(AgentsShowResponse {
+                    account: ops::account(conn, "handle", handle.as_str())?,
+                    children: ops::children(conn, handle.as_str())?,
+                    subscriptions: ops::subscriptions(conn, handle.as_str())?,
+                })
+            })
+            .await
+    }
+
+    async fn agents_reparent(&self, caller: Caller, req: AgentsReparentRequest) -> Result<canopy_core::Account, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let parent = Handle::parse(&req.parent).map_err(|e| Error::name("parent", e))?;
+        self.store.write(move |conn| ops::reparent(conn, &caller, &handle, &parent)).await
+    }
+
+    async fn tree(&self, _: TreeRequest) -> Result<TreeResponse, Error> {
+        Ok(TreeResponse { root: self.store.read(ops::tree).await? })
+    }
+
+    async fn channels_list(&self, _: ChannelsListRequest) -> Result<ChannelsListResponse, Error> {
+        Ok(ChannelsListResponse { channels: self.store.read(ops::list_channels).await? })
+    }
+
+    async fn channels_create(&self, caller: Caller, req: ChannelsCreateRequest) -> Result<canopy_core::Channel, Error> {
+        let kind = req.kind.unwrap_or(ChannelKind::General);
+        let default_policy = if kind == ChannelKind::Broadcast { PostPolicy::Restricted } else { PostPolicy::Open };
+        let posters = req
+            .posters
+            .iter()
+            .map(|p| Handle::parse(p).map_err(|e| Error::name("posters", e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let spec = ChannelSpec {
+            name: ChannelName::parse_user(&req.name).map_err(|e| Error::name("name", e))?,
+            kind,
+            post_policy: req.post_policy.unwrap_or(default_policy),
+            posters,
+        };
+        self.store.write(move |conn| ops::create_channel(conn, Some(&caller), &spec)).await
+    }
+
+    async fn topics_list(&self, caller: Caller, req: TopicsListRequest) -> Result<TopicsListResponse, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let topics = self.store.read(move |conn| ops::list_topics(conn, &caller, channel.as_str())).await?;
+        Ok(TopicsListResponse { topics })
+    }
+
+    async fn post(&self, caller: Caller, req: PostRequest) -> Result<PostResponse, Error> {
+        let max = self.config.limits.max_body_bytes;
+        if req.body.trim().is_empty() {
+            return Err(Error::invalid("body", "the message body is empty"));
+        }
+        if req.body.len() > max {
+            return Err(Error::TooLarge { field: "body", len: req.body.len(), max });
+        }
+        if let Some(key) = &req.idempotency_key
+            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || !key.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(Error::invalid(
+                "idempotency_key",
+                format!("must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"),
+            ));
+        }
+        let spec = PostSpec {
+            channel: ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?,
+            topic: TopicName::parse(&req.topic).map_err(|e| Error::name("topic", e))?,
+            body: req.body,
+            create_topic: req.create_topic,
+            idempotency_key: req.idempotency_key,
+        };
+        let (message, duplicate) = self.store.write(move |conn| ops::post(conn, &caller, &spec)).await?;
+        let subject = self.subjects.message_event(message.channel.as_str());
+        let event = MessageEvent { message };
+        if let Err(e) = self.bus.publish(&subject, encode(&event)).await {
+            // The message is committed; followers catch up from their cursors.
+            tracing::warn!(error = %e, "publishing a message event failed");
+        }
+        Ok(PostResponse { message: event.message, duplicate })
+    }
+
+    async fn read(&self, caller: Caller, req: ReadRequest) -> Result<ReadResponse, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let topic = req.topic.as_deref().map(|t| TopicName::parse(t).map_err(|e| Error::name("topic", e))).transpose()?;
+        let limit = page_limit(req.limit)?;
+        let after = req.after;
+        let name = channel.clone();
+        let page =
+            self.store.read(move |conn| ops::read_channel(conn, &caller, &name, topic.as_ref(), after, limit)).await?;
+        Ok(ReadResponse {
+            channel: channel.to_string(),
+            groups: group_by_topic(page.messages),
+            next_after: page.next_after,
+            more: page.more,
+        })
+    }
+
+    async fn sync(&self, caller: Caller, req: SyncRequest) -> Result<SyncResponse, Error> {
+        let channel = req.channel.as_deref().map(|c| ChannelName::parse(c).map_err(|e| Error::name("channel", e))).transpose()?;
+        let limit = page_limit(req.limit)?;
+        let after = req.after;
+        let page = self.store.read(move |conn| ops::sync(conn, &caller, channel.as_ref(), after, limit)).await?;
+        Ok(SyncResponse { messages: page.messages, next_after: page.next_after, more: page.more })
+    }
+}
+
+/// Groups a page by topic, in order of each topic's first message.
+fn group_by_topic(messages: Vec<canopy_core::Message>) -> Vec<TopicGroup> {
+    let mut groups: Vec<TopicGroup> = Vec::new();
+    for message in messages {
+        match groups.iter_mut().find(|g| g.topic == message.topic) {
+            Some(group) => group.messages.push(message),
+            None => groups.push(TopicGroup { topic: message.topic.clone(), messages: vec![message] }),
+        }
+    }
+    groups
+}
+
+fn page_limit(limit: Option<u32>) -> Result<u32, Error> {
+    match limit.unwrap_or(DEFAULT_READ_LIMIT) {
+        0 => Err(Error::invalid("limit", "must be at least 1")),
+        n if n > MAX_READ_LIMIT => Err(Error::invalid("limit", format!("{n} is above the maximum of {MAX_READ_LIMIT}"))),
+        n => Ok(n),
+    }
+}
+
+fn display_name(name: &str) -> Result<String, Error> {
+    if name.trim().is_empty() || name.trim() != name || name.chars().any(char::is_control) {
+        return Err(Error::invalid("name", "a display name is one line of text without surrounding whitespace"));
+    }
+    bounded_text("name", name.to_owned(), MAX_DISPLAY_NAME)
+}
+
+fn bounded_text(field: &'static str, text: String, max: usize) -> Result<String, Error> {
+    if text.len() > max {
+        return Err(Error::TooLarge { field, len: text.len(), max });
+    }
+    Ok(text)
+}
+
+fn ok<T: Serialize>(value: T) -> Result<Bytes, Error> {
+    Ok(encode(&Reply::Ok(value)))
+}
+
+/// Serialises a value the daemon built. These types always serialise; the fallback
+/// keeps the daemon answering even if one day one does not.
+fn encode<T: Serialize>(value: &T) -> Bytes {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => Bytes::from(bytes),
+        Err(e) => Bytes::from(format!(
+            r#"{{"error":{{"code":"internal","message":"encoding the reply failed: {}"}}}}"#,
+            e.to_string().replace(['"', '\\'], "'")
+        )),
+    }
+}

@@ -1,0 +1,51 @@
+//! The layout of a data directory (`./.canopy` by default).
+//!
+//! Owns every file name in it, so the daemon, `init` and the CLI agree.
+
+use std::path::{Path, PathBuf};
+
+/// A workspace's data directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: impl Into<PathBuf>) -> DataDir {
+        DataDir { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The SQLite database, the system of record.
+    pub fn db(&self) -> PathBuf {
+        self.root.join(canopy_store::DB_FILE)
+    }
+
+    /// `canopy.toml`, read by the daemon at start.
+    pub fn config(&self) -> PathBuf {
+        self.root.join("canopy.toml")
+    }
+
+    /// The operator's bearer token (mode 0600).
+    pub fn operator_token(&self) -> PathBuf {
+        self.root.join("operator.token")
+    }
+
+    /// Connection details for the CLI, written by a running daemon (mode 0600).
+    pub fn daemon_json(&self) -> PathBuf {
+        self.root.join("daemon.json")
+    }
+
+    /// Held (flock) by the running daemon so two cannot share a directory.
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("daemon.lock")
+    }
+
+    /// The managed nats-server's config, log, pid and ports files.
+    pub fn nats_dir(&self) -> PathBuf {
+        self.root.join("nats")
+    }
+}
