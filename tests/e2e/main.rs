@@ -1,1 +1,15 @@
+//! Canopy's end-to-end tests: one binary, a real `nats-server` per test, real SQLite files,
+//! and the real `canopy` binary (built by this package as `canopy-under-test`).
+//!
+//! Owns the scenarios; the harness that starts and stops things is `env`.
 
+#![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
+
+mod env;
+
+mod cli;
+mod crash;
+mod errors;
+mod lifecycle;
+mod tail;
+mod wire;

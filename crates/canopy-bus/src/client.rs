@@ -101,10 +101,8 @@ impl Bus {
         if wait {
             options = options.retry_on_initial_connect();
         }
-        let client = options
-            .connect(url)
-            .await
-            .map_err(|e| BusError::Connect { url: url.to_owned(), reason: e.to_string() })?;
+        let client =
+            options.connect(url).await.map_err(|e| BusError::Connect { url: url.to_owned(), reason: e.to_string() })?;
         Ok(Bus { client, events })
     }
 
@@ -114,7 +112,13 @@ impl Bus {
     }
 
     /// Sends a request with an optional caller token and waits for one reply.
-    pub async fn request(&self, subject: &str, token: Option<&str>, payload: Bytes, timeout: Duration) -> Result<Bytes, BusError> {
+    pub async fn request(
+        &self,
+        subject: &str,
+        token: Option<&str>,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, BusError> {
         let mut request = async_nats::Request::new().payload(payload).timeout(Some(timeout));
         if let Some(token) = token {
             let mut headers = async_nats::HeaderMap::new();
@@ -132,7 +136,11 @@ impl Bus {
     }
 
     /// Serves requests on `subject` (wildcards allowed) in a queue group.
-    pub async fn serve(&self, subject: &str, queue: &str) -> Result<impl Stream<Item = Incoming> + Unpin + use<>, BusError> {
+    pub async fn serve(
+        &self,
+        subject: &str,
+        queue: &str,
+    ) -> Result<impl Stream<Item = Incoming> + Unpin + use<>, BusError> {
         let subscriber = self
             .client
             .queue_subscribe(subject.to_owned(), queue.to_owned())
@@ -148,28 +156,30 @@ impl Bus {
 
     /// Subscribes to `subject` (wildcards allowed).
     pub async fn subscribe(&self, subject: &str) -> Result<impl Stream<Item = Received> + Unpin + use<>, BusError> {
-        let subscriber = self
-            .client
-            .subscribe(subject.to_owned())
-            .await
-            .map_err(|e| BusError::Io { op: "subscribe", subject: subject.to_owned(), reason: e.to_string() })?;
+        let subscriber = self.client.subscribe(subject.to_owned()).await.map_err(|e| BusError::Io {
+            op: "subscribe",
+            subject: subject.to_owned(),
+            reason: e.to_string(),
+        })?;
         Ok(subscriber.map(|m| Received { subject: m.subject.to_string(), payload: m.payload }))
     }
 
     /// Publishes one message. `Ok` means handed to the client, not delivered.
     pub async fn publish(&self, subject: &str, payload: Bytes) -> Result<(), BusError> {
-        self.client
-            .publish(subject.to_owned(), payload)
-            .await
-            .map_err(|e| BusError::Io { op: "publish", subject: subject.to_owned(), reason: e.to_string() })
+        self.client.publish(subject.to_owned(), payload).await.map_err(|e| BusError::Io {
+            op: "publish",
+            subject: subject.to_owned(),
+            reason: e.to_string(),
+        })
     }
 
     /// Pushes buffered publishes to the socket.
     pub async fn flush(&self) -> Result<(), BusError> {
-        self.client
-            .flush()
-            .await
-            .map_err(|e| BusError::Io { op: "flush", subject: String::new(), reason: e.to_string() })
+        self.client.flush().await.map_err(|e| BusError::Io {
+            op: "flush",
+            subject: String::new(),
+            reason: e.to_string(),
+        })
     }
 
     /// Closes the connection after flushing what is buffered.

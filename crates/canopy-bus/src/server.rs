@@ -197,7 +197,8 @@ fn write_private(path: &Path, text: &str) -> Result<(), BusError> {
 async fn spawn_server(config: &NatsServerConfig, port: Option<u16>) -> Result<(Child, u16), BusError> {
     let ports_dir = config.dir.join("ports");
     let _ = std::fs::remove_dir_all(&ports_dir);
-    std::fs::create_dir_all(&ports_dir).map_err(|e| BusError::Server(format!("creating {}: {e}", ports_dir.display())))?;
+    std::fs::create_dir_all(&ports_dir)
+        .map_err(|e| BusError::Server(format!("creating {}: {e}", ports_dir.display())))?;
     let port_arg = port.map_or_else(|| "-1".to_owned(), |p| p.to_string());
     let log = config.dir.join("nats-server.log");
     let mut command = Command::new(&config.bin);
@@ -215,9 +216,7 @@ async fn spawn_server(config: &NatsServerConfig, port: Option<u16>) -> Result<(C
         .kill_on_drop(true)
         .process_group(0);
     die_with_parent(&mut command);
-    let child = command
-        .spawn()
-        .map_err(|e| BusError::Server(format!("starting {}: {e}", config.bin.display())))?;
+    let child = command.spawn().map_err(|e| BusError::Server(format!("starting {}: {e}", config.bin.display())))?;
     let pid = child.id().unwrap_or(0);
     let _ = std::fs::write(config.dir.join("nats-server.pid"), format!("{pid}\n"));
     let port = wait_for_port(&ports_dir, pid, &log).await?;

@@ -54,12 +54,18 @@ impl Client {
     }
 
     /// Calls one API method.
-    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(&self, method: Method, request: &Req) -> Result<Resp, CallError> {
-        let payload = serde_json::to_vec(request).map_err(|e| CallError::Unreachable(format!("encoding the request: {e}")))?;
+    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        method: Method,
+        request: &Req,
+    ) -> Result<Resp, CallError> {
+        let payload =
+            serde_json::to_vec(request).map_err(|e| CallError::Unreachable(format!("encoding the request: {e}")))?;
         let subject = self.subjects.api(method);
         let reply = self.bus.request(&subject, Some(&self.token), Bytes::from(payload), self.timeout).await?;
-        let reply: Reply<Resp> = serde_json::from_slice(&reply)
-            .map_err(|e| CallError::Unreachable(format!("the daemon's reply to {} did not parse: {e}", method.as_str())))?;
+        let reply: Reply<Resp> = serde_json::from_slice(&reply).map_err(|e| {
+            CallError::Unreachable(format!("the daemon's reply to {} did not parse: {e}", method.as_str()))
+        })?;
         reply.into_result().map_err(CallError::Refused)
     }
 }

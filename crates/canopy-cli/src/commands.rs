@@ -13,7 +13,6 @@ use crate::args::*;
 use crate::client::{CallError, Client};
 use crate::{EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, output};
 
-
 /// Runs a parsed command and returns the process exit code.
 pub async fn run(cli: Cli) -> u8 {
     let dir = DataDir::new(&cli.dir);
@@ -49,7 +48,10 @@ async fn init(dir: &DataDir, json: bool, args: &InitArgs) -> u8 {
             0
         }
         Ok(report) => {
-            println!("initialised workspace {} ({}) in {}", report.workspace.name, report.workspace.id, report.data_dir);
+            println!(
+                "initialised workspace {} ({}) in {}",
+                report.workspace.name, report.workspace.id, report.data_dir
+            );
             println!("  operator {} (token in {}, mode 0600)", report.operator, report.token_file);
             println!("  config   {}", report.config_file);
             println!("  channels #announcements, #incidents, #home-supervisor");
@@ -114,16 +116,24 @@ async fn shutdown_signal() {
 
 async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
     let result = match command {
-        Command::Whoami => call(client, json, Method::Whoami, &WhoamiRequest {}, |r: &WhoamiResponse| {
-            println!("{} ({}) in workspace {} ({}), daemon {}", r.account.handle, r.account.kind, r.workspace.name, r.workspace.id, r.version);
-        })
-        .await,
+        Command::Whoami => {
+            call(client, json, Method::Whoami, &WhoamiRequest {}, |r: &WhoamiResponse| {
+                println!(
+                    "{} ({}) in workspace {} ({}), daemon {}",
+                    r.account.handle, r.account.kind, r.workspace.name, r.workspace.id, r.version
+                );
+            })
+            .await
+        }
         Command::Agents(AgentsCommand::Create { handle, name, role, parent, charter }) => {
             let request = AgentsCreateRequest { handle, name, role, parent, charter };
             call(client, json, Method::AgentsCreate, &request, output::account).await
         }
         Command::Agents(AgentsCommand::List) => {
-            call(client, json, Method::AgentsList, &AgentsListRequest {}, |r: &AgentsListResponse| output::agents(&r.agents)).await
+            call(client, json, Method::AgentsList, &AgentsListRequest {}, |r: &AgentsListResponse| {
+                output::agents(&r.agents)
+            })
+            .await
         }
         Command::Agents(AgentsCommand::Show { handle }) => {
             call(client, json, Method::AgentsShow, &AgentsShowRequest { handle }, |r: &AgentsShowResponse| {
@@ -141,7 +151,9 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         Command::Agents(AgentsCommand::Reparent { handle, parent }) => {
             call(client, json, Method::AgentsReparent, &AgentsReparentRequest { handle, parent }, output::account).await
         }
-        Command::Tree => call(client, json, Method::Tree, &TreeRequest {}, |r: &TreeResponse| output::tree(&r.root)).await,
+        Command::Tree => {
+            call(client, json, Method::Tree, &TreeRequest {}, |r: &TreeResponse| output::tree(&r.root)).await
+        }
         Command::Channels { command: None | Some(ChannelsCommand::List) } => {
             call(client, json, Method::ChannelsList, &ChannelsListRequest {}, |r: &ChannelsListResponse| {
                 output::channels(&r.channels)
@@ -162,14 +174,21 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                 }),
                 posters,
             };
-            call(client, json, Method::ChannelsCreate, &request, |c: &canopy_core::Channel| output::channels(std::slice::from_ref(c))).await
+            call(client, json, Method::ChannelsCreate, &request, |c: &canopy_core::Channel| {
+                output::channels(std::slice::from_ref(c))
+            })
+            .await
         }
         Command::Topics { channel } => {
-            call(client, json, Method::TopicsList, &TopicsListRequest { channel }, |r: &TopicsListResponse| output::topics(&r.topics)).await
+            call(client, json, Method::TopicsList, &TopicsListRequest { channel }, |r: &TopicsListResponse| {
+                output::topics(&r.topics)
+            })
+            .await
         }
         Command::Post(args) => post(client, json, args).await,
         Command::Read(args) => {
-            let request = ReadRequest { channel: args.channel, topic: args.topic, after: args.after, limit: args.limit };
+            let request =
+                ReadRequest { channel: args.channel, topic: args.topic, after: args.after, limit: args.limit };
             call(client, json, Method::MessagesRead, &request, output::read).await
         }
         Command::Tail(args) => tail(client, json, args).await,

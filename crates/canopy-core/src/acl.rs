@@ -25,7 +25,10 @@ pub fn require_operator(caller: &Caller, action: &str) -> Result<(), Error> {
     if caller.is_operator() {
         Ok(())
     } else {
-        Err(Error::Forbidden { action: action.to_owned(), reason: format!("only operators may do this, and {} is an agent", caller.handle) })
+        Err(Error::Forbidden {
+            action: action.to_owned(),
+            reason: format!("only operators may do this, and {} is an agent", caller.handle),
+        })
     }
 }
 
@@ -46,9 +49,7 @@ pub fn may_post(caller: &Caller, channel: &Channel, subscribed: bool) -> Result<
     if caller.is_operator() {
         return Ok(());
     }
-    let refuse = |reason: String| {
-        Err(Error::Forbidden { action: format!("post to #{}", channel.name), reason })
-    };
+    let refuse = |reason: String| Err(Error::Forbidden { action: format!("post to #{}", channel.name), reason });
     match channel.post_policy {
         PostPolicy::Open if subscribed => Ok(()),
         PostPolicy::Open => refuse(format!("{} is not subscribed to #{}", caller.handle, channel.name)),
@@ -72,9 +73,9 @@ pub fn may_post(caller: &Caller, channel: &Channel, subscribed: bool) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorCode;
     use crate::model::{ChannelKind, SubscriptionPolicy};
     use crate::names::ChannelName;
-    use crate::ErrorCode;
 
     fn h(s: &str) -> Handle {
         Handle::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))

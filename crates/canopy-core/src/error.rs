@@ -102,9 +102,7 @@ impl Error {
             | Error::TopicNotFound { .. }
             | Error::UnknownMethod { .. } => ErrorCode::NotFound,
             Error::Forbidden { .. } | Error::Unauthenticated(_) => ErrorCode::Forbidden,
-            Error::AlreadyExists { .. } | Error::Conflict(_) | Error::ConflictOn { .. } => {
-                ErrorCode::Conflict
-            }
+            Error::AlreadyExists { .. } | Error::Conflict(_) | Error::ConflictOn { .. } => ErrorCode::Conflict,
             Error::LimitExceeded(_) => ErrorCode::LimitExceeded,
             Error::Unavailable(_) => ErrorCode::Unavailable,
             Error::Internal(_) => ErrorCode::Internal,

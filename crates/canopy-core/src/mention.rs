@@ -19,11 +19,18 @@ pub fn parse_mentions(body: &str) -> Vec<Handle> {
         }
         let boundary = i == 0 || {
             let prev = bytes[i - 1];
-            !(prev.is_ascii_alphanumeric() || prev == b'_' || prev == b'.' || prev == b'-' || prev == b'@' || prev >= 0x80)
+            !(prev.is_ascii_alphanumeric()
+                || prev == b'_'
+                || prev == b'.'
+                || prev == b'-'
+                || prev == b'@'
+                || prev >= 0x80)
         };
         let start = i + 1;
         let mut end = start;
-        while end < bytes.len() && (bytes[end].is_ascii_lowercase() || bytes[end].is_ascii_digit() || bytes[end] == b'-') {
+        while end < bytes.len()
+            && (bytes[end].is_ascii_lowercase() || bytes[end].is_ascii_digit() || bytes[end] == b'-')
+        {
             end += 1;
         }
         // A handle never ends in a hyphen: treat trailing hyphens as punctuation.

@@ -16,8 +16,18 @@ pub const MAX_TOPIC_CHARS: usize = 80;
 
 /// Handles that would be ambiguous in an `@mention` or that name Canopy itself.
 pub const RESERVED_HANDLES: &[&str] = &[
-    "all", "everyone", "channel", "topic", "here", "canopy", "system", "operator", "operators",
-    "daemon", "runner", "nobody",
+    "all",
+    "everyone",
+    "channel",
+    "topic",
+    "here",
+    "canopy",
+    "system",
+    "operator",
+    "operators",
+    "daemon",
+    "runner",
+    "nobody",
 ];
 
 /// Channel name prefixes that only the daemon may use, for the channels it creates itself.
@@ -31,24 +41,18 @@ pub enum NameError {
     Empty,
     #[error("is {len} long; the limit is {max}")]
     TooLong { len: usize, max: usize },
-    #[error(
-        "{value:?} does not match the grammar: {grammar}"
-    )]
+    #[error("{value:?} does not match the grammar: {grammar}")]
     Grammar { value: String, grammar: &'static str },
     #[error("{value:?} is reserved")]
     Reserved { value: String },
 }
 
-const HANDLE_GRAMMAR: &str = "a lowercase letter, then lowercase letters, digits or single hyphens, not ending in a hyphen, at most 32 bytes";
+const HANDLE_GRAMMAR: &str =
+    "a lowercase letter, then lowercase letters, digits or single hyphens, not ending in a hyphen, at most 32 bytes";
 const CHANNEL_GRAMMAR: &str = "a lowercase letter or digit, then lowercase letters, digits or single hyphens, not ending in a hyphen, at most 64 bytes";
 
 /// Checks the shared slug shape: `[a-z0-9]` runs joined by single hyphens.
-fn check_slug(
-    value: &str,
-    max: usize,
-    first_may_be_digit: bool,
-    grammar: &'static str,
-) -> Result<(), NameError> {
+fn check_slug(value: &str, max: usize, first_may_be_digit: bool, grammar: &'static str) -> Result<(), NameError> {
     if value.is_empty() {
         return Err(NameError::Empty);
     }
@@ -57,9 +61,7 @@ fn check_slug(
     }
     let bytes = value.as_bytes();
     let first_ok = bytes[0].is_ascii_lowercase() || (first_may_be_digit && bytes[0].is_ascii_digit());
-    let chars_ok = bytes
-        .iter()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    let chars_ok = bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
     let hyphens_ok = !value.ends_with('-') && !value.contains("--");
     if first_ok && chars_ok && hyphens_ok {
         Ok(())

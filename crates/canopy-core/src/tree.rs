@@ -25,7 +25,9 @@ pub fn check_reparent(
     if child == new_parent || new_parent_ancestors.contains(child) {
         return Err(Error::ConflictOn {
             field: "parent",
-            reason: format!("moving {child} under {new_parent} would make a cycle: {new_parent} is {child} or one of its descendants"),
+            reason: format!(
+                "moving {child} under {new_parent} would make a cycle: {new_parent} is {child} or one of its descendants"
+            ),
         });
     }
     Ok(())

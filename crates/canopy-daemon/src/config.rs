@@ -15,7 +15,7 @@ pub const DEFAULT_TOML: &str = include_str!("../../../config/canopy.toml");
 /// Largest `limits.max_body_bytes` accepted (the managed NATS server carries 4 MB).
 pub const MAX_BODY_CEILING: usize = 1 << 20;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub daemon: DaemonConfig,
@@ -47,12 +47,6 @@ pub struct NatsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     pub max_body_bytes: usize,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config { daemon: DaemonConfig::default(), nats: NatsConfig::default(), limits: LimitsConfig::default() }
-    }
 }
 
 impl Default for DaemonConfig {
@@ -117,7 +111,10 @@ impl Config {
         positive("daemon.store_queue", self.daemon.store_queue)?;
         positive("limits.max_body_bytes", self.limits.max_body_bytes)?;
         if self.limits.max_body_bytes > MAX_BODY_CEILING {
-            return Err(("limits.max_body_bytes", format!("{} is above the ceiling of {MAX_BODY_CEILING}", self.limits.max_body_bytes)));
+            return Err((
+                "limits.max_body_bytes",
+                format!("{} is above the ceiling of {MAX_BODY_CEILING}", self.limits.max_body_bytes),
+            ));
         }
         if self.daemon.request_timeout.is_zero() {
             return Err(("daemon.request_timeout", "must be longer than zero".into()));

@@ -81,7 +81,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let (nats, url, nats_token) = match &options.nats_url {
         Some(url) => (None, url.clone(), None),
         None => {
-            let token = random_hex(24).map_err(|source| DaemonError::Io { what: "generating the NATS token".into(), source })?;
+            let token = random_hex(24)
+                .map_err(|source| DaemonError::Io { what: "generating the NATS token".into(), source })?;
             let nats = ManagedNats::start(NatsServerConfig {
                 bin: find_nats_server()?,
                 dir: dir.nats_dir(),
@@ -171,7 +172,8 @@ fn lock(dir: &DataDir) -> Result<std::fs::File, DaemonError> {
         Ok(()) => {
             use std::io::{Seek, Write};
             let mut file = file;
-            let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()));
+            let _ =
+                file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()));
             Ok(file)
         }
         Err(std::fs::TryLockError::WouldBlock) => Err(DaemonError::Locked {

@@ -90,7 +90,11 @@ impl Api {
             handle: Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?,
             display_name: display_name(&req.name)?,
             role: RoleName::parse(&req.role).map_err(|e| Error::name("role", e))?,
-            parent: req.parent.as_deref().map(|p| Handle::parse(p).map_err(|e| Error::name("parent", e))).transpose()?,
+            parent: req
+                .parent
+                .as_deref()
+                .map(|p| Handle::parse(p).map_err(|e| Error::name("parent", e)))
+                .transpose()?,
             charter: bounded_text("charter", req.charter, MAX_CHARTER)?,
         };
         self.store.write(move |conn| ops::create_agent(conn, &caller, &spec)).await
@@ -186,7 +190,8 @@ impl Api {
 
     async fn read(&self, caller: Caller, req: ReadRequest) -> Result<ReadResponse, Error> {
         let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
-        let topic = req.topic.as_deref().map(|t| TopicName::parse(t).map_err(|e| Error::name("topic", e))).transpose()?;
+        let topic =
+            req.topic.as_deref().map(|t| TopicName::parse(t).map_err(|e| Error::name("topic", e))).transpose()?;
         let limit = page_limit(req.limit)?;
         let after = req.after;
         let name = channel.clone();
@@ -201,7 +206,8 @@ impl Api {
     }
 
     async fn sync(&self, caller: Caller, req: SyncRequest) -> Result<SyncResponse, Error> {
-        let channel = req.channel.as_deref().map(|c| ChannelName::parse(c).map_err(|e| Error::name("channel", e))).transpose()?;
+        let channel =
+            req.channel.as_deref().map(|c| ChannelName::parse(c).map_err(|e| Error::name("channel", e))).transpose()?;
         let limit = page_limit(req.limit)?;
         let after = req.after;
         let page = self.store.read(move |conn| ops::sync(conn, &caller, channel.as_ref(), after, limit)).await?;
@@ -224,7 +230,9 @@ fn group_by_topic(messages: Vec<canopy_core::Message>) -> Vec<TopicGroup> {
 fn page_limit(limit: Option<u32>) -> Result<u32, Error> {
     match limit.unwrap_or(DEFAULT_READ_LIMIT) {
         0 => Err(Error::invalid("limit", "must be at least 1")),
-        n if n > MAX_READ_LIMIT => Err(Error::invalid("limit", format!("{n} is above the maximum of {MAX_READ_LIMIT}"))),
+        n if n > MAX_READ_LIMIT => {
+            Err(Error::invalid("limit", format!("{n} is above the maximum of {MAX_READ_LIMIT}")))
+        }
         n => Ok(n),
     }
 }

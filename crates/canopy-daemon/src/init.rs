@@ -63,7 +63,11 @@ pub async fn init(dir: &DataDir, options: &InitOptions) -> Result<InitReport, Er
         workspace_id: format!("ws-{}", random_hex(6).map_err(io("generating the workspace id".into()))?),
         name: options.name.clone(),
         mission: options.mission.clone(),
-        operator: OperatorSpec { handle: operator.clone(), display_name: operator.to_string(), token_hash: token_hash(&token) },
+        operator: OperatorSpec {
+            handle: operator.clone(),
+            display_name: operator.to_string(),
+            token_hash: token_hash(&token),
+        },
     };
     let store = Store::open(&dir.db(), 16)?;
     let result = store.write(move |conn| canopy_store::ops::init(conn, &spec)).await;

@@ -51,9 +51,14 @@ impl<T> Reply<T> {
     }
 }
 
-/// Decodes a request payload strictly. An empty payload is read as `{}`.
+/// Decodes a request payload strictly: a JSON object without unknown fields. An empty
+/// payload is read as `{}`.
 pub fn decode_request<T: DeserializeOwned>(payload: &[u8]) -> Result<T, Error> {
     let payload: &[u8] = if payload.iter().all(u8::is_ascii_whitespace) { b"{}" } else { payload };
+    // serde would also read a struct from a JSON array; the contract says object.
+    if payload.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Error::Malformed { field: None, reason: "the payload must be a JSON object".into() });
+    }
     serde_json::from_slice(payload).map_err(|err| {
         let reason = err.to_string();
         Error::Malformed { field: quoted_field(&reason), reason }
@@ -73,17 +78,26 @@ fn quoted_field(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::PostRequest;
+    use crate::api::{PostRequest, WhoamiRequest};
 
     #[test]
     fn malformed_payloads_are_invalid_arguments() {
-        for bad in [&b"not json"[..], b"[]", b"{\"channel\":1}", b"\xff\xfe", b"{\"channel\":\"a\",\"topic\":\"t\",\"body\":\"b\",\"extra\":1}"] {
+        for bad in [
+            &b"not json"[..],
+            b"[]",
+            b"{\"channel\":1}",
+            b"\xff\xfe",
+            b"{\"channel\":\"a\",\"topic\":\"t\",\"body\":\"b\",\"extra\":1}",
+        ] {
             let err = decode_request::<PostRequest>(bad).err().map(|e| e.code());
             assert_eq!(err, Some(ErrorCode::InvalidArgument), "{:?}", String::from_utf8_lossy(bad));
         }
+        assert!(decode_request::<WhoamiRequest>(b"[]").is_err(), "arrays are not objects");
+        assert!(decode_request::<WhoamiRequest>(b"").is_ok(), "an empty payload reads as {{}}");
         let err = decode_request::<PostRequest>(b"{\"topic\":\"t\",\"body\":\"b\"}").err();
         assert_eq!(err.as_ref().and_then(Error::field), Some("channel"));
-        let err = decode_request::<PostRequest>(b"{\"channel\":\"a\",\"topic\":\"t\",\"body\":\"b\",\"extra\":1}").err();
+        let err =
+            decode_request::<PostRequest>(b"{\"channel\":\"a\",\"topic\":\"t\",\"body\":\"b\",\"extra\":1}").err();
         assert_eq!(err.as_ref().and_then(Error::field), Some("extra"));
     }
 

@@ -66,10 +66,7 @@ impl Method {
 
     /// Whether the method changes state (and so goes through the store's writer).
     pub fn is_mutation(self) -> bool {
-        matches!(
-            self,
-            Method::AgentsCreate | Method::AgentsReparent | Method::ChannelsCreate | Method::MessagesPost
-        )
+        matches!(self, Method::AgentsCreate | Method::AgentsReparent | Method::ChannelsCreate | Method::MessagesPost)
     }
 }
 

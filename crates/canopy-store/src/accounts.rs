@@ -45,7 +45,8 @@ pub fn resolve_token(conn: &Connection, token_hash: &str) -> Result<Option<Calle
         })
         .map_err(sql("resolving a token"))?
         .map(|(handle, kind)| {
-            let kind = AccountKind::parse(&kind).ok_or_else(|| Error::Internal(format!("account {handle} has kind {kind:?}")))?;
+            let kind = AccountKind::parse(&kind)
+                .ok_or_else(|| Error::Internal(format!("account {handle} has kind {kind:?}")))?;
             Ok(Caller { handle: Handle::from_trusted(handle), kind })
         })
         .transpose()
@@ -122,7 +123,14 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
          VALUES (?1, ?2, 'agent', ?3, ?4, ?5, 'active', ?6)",
     )
     .and_then(|mut s| {
-        s.execute(params![spec.handle.as_str(), spec.display_name, spec.role.as_str(), parent_id, spec.charter, now_ms()])
+        s.execute(params![
+            spec.handle.as_str(),
+            spec.display_name,
+            spec.role.as_str(),
+            parent_id,
+            spec.charter,
+            now_ms()
+        ])
     })
     .map_err(sql("inserting an agent"))?;
     let agent_id = conn.last_insert_rowid();
@@ -141,14 +149,23 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
     subscribe(conn, agent_id, home_id, true)?;
     subscribe_all(conn, "SELECT id FROM accounts WHERE kind = 'operator'", |account| (account, home_id))?;
     subscribe_all(conn, "SELECT id FROM channels WHERE kind = 'broadcast'", |channel| (agent_id, channel))?;
-    audit(conn, actor_id, "agents.create", spec.handle.as_str(), &format!("role={} parent={:?}", spec.role, spec.parent))?;
+    audit(
+        conn,
+        actor_id,
+        "agents.create",
+        spec.handle.as_str(),
+        &format!("role={} parent={:?}", spec.role, spec.parent),
+    )?;
     account(conn, "handle", spec.handle.as_str())
 }
 
 /// Creates an operator and subscribes it to every home and broadcast channel.
 pub fn create_operator(conn: &Connection, spec: &OperatorSpec) -> Result<Account, Error> {
     if account_ref(conn, spec.handle.as_str())?.is_some() {
-        return Err(Error::AlreadyExists { field: "operator", what: format!("an account with handle {}", spec.handle) });
+        return Err(Error::AlreadyExists {
+            field: "operator",
+            what: format!("an account with handle {}", spec.handle),
+        });
     }
     conn.execute(
         "INSERT INTO accounts (handle, display_name, kind, token_hash, state, created_at) \
@@ -198,7 +215,13 @@ pub fn tree(conn: &Connection) -> Result<TreeNode, Error> {
         )
         .and_then(|mut s| {
             s.query_map([], |r| {
-                Ok(Row { handle: r.get(0)?, display_name: r.get(1)?, role: r.get(2)?, state: r.get(3)?, parent: r.get(4)? })
+                Ok(Row {
+                    handle: r.get(0)?,
+                    display_name: r.get(1)?,
+                    role: r.get(2)?,
+                    state: r.get(3)?,
+                    parent: r.get(4)?,
+                })
             })?
             .collect()
         })

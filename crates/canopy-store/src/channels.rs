@@ -73,8 +73,11 @@ pub fn create_channel(conn: &Connection, caller: Option<&Caller>, spec: &Channel
     };
     let channel_id = insert_channel(conn, &spec.name, spec.kind, spec.post_policy, subscription, owner)?;
     for poster_id in poster_ids {
-        conn.execute("INSERT INTO channel_posters (channel_id, account_id) VALUES (?1, ?2)", params![channel_id, poster_id])
-            .map_err(sql("adding a poster"))?;
+        conn.execute(
+            "INSERT INTO channel_posters (channel_id, account_id) VALUES (?1, ?2)",
+            params![channel_id, poster_id],
+        )
+        .map_err(sql("adding a poster"))?;
     }
     // Operators follow every channel they make; broadcast channels take every agent too.
     let members = if broadcast {
@@ -89,7 +92,13 @@ pub fn create_channel(conn: &Connection, caller: Option<&Caller>, spec: &Channel
     for id in ids {
         subscribe(conn, id, channel_id, broadcast)?;
     }
-    audit(conn, actor_id, "channels.create", spec.name.as_str(), &format!("kind={} post_policy={}", spec.kind, spec.post_policy))?;
+    audit(
+        conn,
+        actor_id,
+        "channels.create",
+        spec.name.as_str(),
+        &format!("kind={} post_policy={}", spec.kind, spec.post_policy),
+    )?;
     channel(conn, spec.name.as_str())
 }
 
@@ -107,7 +116,14 @@ pub(crate) fn insert_channel(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )
     .and_then(|mut s| {
-        s.execute(params![name.as_str(), kind.as_str(), post_policy.as_str(), subscription.as_str(), owner_id, now_ms()])
+        s.execute(params![
+            name.as_str(),
+            kind.as_str(),
+            post_policy.as_str(),
+            subscription.as_str(),
+            owner_id,
+            now_ms()
+        ])
     })
     .map_err(|e| match e {
         rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation => {

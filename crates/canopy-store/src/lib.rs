@@ -136,10 +136,7 @@ pub(crate) fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
 
 /// Milliseconds since the Unix epoch, the store's clock.
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// Renders a stored timestamp as RFC 3339 with milliseconds.
@@ -151,10 +148,12 @@ pub(crate) fn rfc3339(ms: i64) -> String {
 /// Queries for the daemon and the CLI, grouped by what they touch.
 pub mod ops {
     pub use crate::accounts::{
-        account, create_agent, create_operator, list_agents, reparent, resolve_token, subscriptions, tree,
-        children,
+        account, children, create_agent, create_operator, list_agents, reparent, resolve_token, subscriptions, tree,
     };
     pub use crate::channels::{channel, create_channel, list_channels, list_topics};
     pub use crate::messages::{post, read_channel, sync};
     pub use crate::workspace::{init, workspace};
 }
+
+#[cfg(test)]
+mod tests;

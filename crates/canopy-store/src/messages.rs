@@ -84,7 +84,8 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<(Mess
     };
 
     let mentions = parse_mentions(&spec.body);
-    let mentions_json = serde_json::to_string(&mentions).map_err(|e| Error::Internal(format!("encoding mentions: {e}")))?;
+    let mentions_json =
+        serde_json::to_string(&mentions).map_err(|e| Error::Internal(format!("encoding mentions: {e}")))?;
     conn.prepare_cached(
         "INSERT INTO messages (channel_id, topic_id, sender_id, body, mentions, idempotency_key, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -136,7 +137,13 @@ pub fn read_channel(
 }
 
 /// A flat page of every channel the caller may read (or one channel) after `after`.
-pub fn sync(conn: &Connection, caller: &Caller, channel: Option<&ChannelName>, after: u64, limit: u32) -> Result<Page, Error> {
+pub fn sync(
+    conn: &Connection,
+    caller: &Caller,
+    channel: Option<&ChannelName>,
+    after: u64,
+    limit: u32,
+) -> Result<Page, Error> {
     if let Some(channel) = channel {
         return read_channel(conn, caller, channel, None, after, limit);
     }

@@ -114,7 +114,13 @@ pub(crate) fn migrate(conn: &Connection) -> Result<(), Error> {
 }
 
 /// Appends one line to the audit log in the caller's transaction.
-pub(crate) fn audit(conn: &Connection, actor_id: Option<i64>, action: &str, target: &str, detail: &str) -> Result<(), Error> {
+pub(crate) fn audit(
+    conn: &Connection,
+    actor_id: Option<i64>,
+    action: &str,
+    target: &str,
+    detail: &str,
+) -> Result<(), Error> {
     conn.prepare_cached("INSERT INTO audit (at, actor_id, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)")
         .and_then(|mut s| s.execute(rusqlite::params![crate::now_ms(), actor_id, action, target, detail]))
         .map_err(sql("writing the audit log"))?;

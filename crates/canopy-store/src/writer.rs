@@ -17,7 +17,13 @@ use crate::MAX_BATCH;
 /// Called after the commit with its outcome.
 type Finish = Box<dyn FnOnce(Result<(), Error>) + Send>;
 /// Runs inside the transaction; says whether it succeeded and how to answer the caller.
-type Job = Box<dyn FnOnce(&Connection) -> (bool, Finish) + Send>;
+type Work = Box<dyn FnOnce(&Connection) -> (bool, Finish) + Send>;
+
+enum Job {
+    Write(Work),
+    /// Finish what is queued before this, then stop, whatever other handles still exist.
+    Stop,
+}
 
 #[derive(Clone)]
 pub(crate) struct WriterHandle {
@@ -42,7 +48,7 @@ impl WriterHandle {
         F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
     {
         let (done_tx, done_rx) = oneshot::channel();
-        let job: Job = Box::new(move |conn| {
+        let job = Job::Write(Box::new(move |conn| {
             let result = work(conn);
             let ok = result.is_ok();
             let finish: Finish = Box::new(move |commit| {
@@ -50,11 +56,8 @@ impl WriterHandle {
                 let _ = done_tx.send(commit.and(result));
             });
             (ok, finish)
-        });
-        self.tx
-            .send(job)
-            .await
-            .map_err(|_| Error::Unavailable("the store is shut down".into()))?;
+        }));
+        self.tx.send(job).await.map_err(|_| Error::Unavailable("the store is shut down".into()))?;
         done_rx
             .await
             .map_err(|_| Error::Internal("the store write was abandoned (a bug: see the daemon log)".into()))?
@@ -62,35 +65,46 @@ impl WriterHandle {
 
     pub(crate) async fn close(self) {
         let WriterHandle { tx, thread } = self;
-        drop(tx);
+        let _ = tx.send(Job::Stop).await;
         let handle = thread.lock().ok().and_then(|mut t| t.take());
         if let Some(handle) = handle {
-            // Other clones of the sender may still exist; the thread ends when all are gone.
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
         }
     }
 }
 
 fn run(mut conn: Connection, mut rx: mpsc::Receiver<Job>) {
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = rx.blocking_recv() {
-        batch.push(first);
+    let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
+    let mut stopping = false;
+    while !stopping {
+        match rx.blocking_recv() {
+            Some(Job::Write(work)) => batch.push(work),
+            Some(Job::Stop) | None => break,
+        }
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(Job::Write(work)) => batch.push(work),
+                Ok(Job::Stop) => {
+                    stopping = true;
+                    break;
+                }
                 Err(_) => break,
             }
         }
-        let finishes = run_batch(&mut conn, &mut batch);
-        let (commit, finishes) = finishes;
+        let (commit, finishes) = run_batch(&mut conn, &mut batch);
         for finish in finishes {
             finish(commit.clone());
         }
     }
+    // Refuse what arrives from now on: dropping the receiver fails further sends.
+    drop(rx);
+    if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
+        tracing::debug!(error = %e, "checkpointing the WAL at shutdown");
+    }
     tracing::debug!("store writer stopped");
 }
 
-fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>) -> (Result<(), Error>, Vec<Finish>) {
+fn run_batch(conn: &mut Connection, batch: &mut Vec<Work>) -> (Result<(), Error>, Vec<Finish>) {
     let mut finishes = Vec::with_capacity(batch.len());
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,

@@ -1,0 +1,207 @@
+//! Store tests against real SQLite files: the writer's transaction semantics and the rules
+//! that only an agent caller can reach (agents get credentials with sessions, later).
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
+
+use canopy_core::acl::Caller;
+use canopy_core::{AccountKind, ChannelName, ErrorCode, Handle, PostPolicy, RoleName, TopicName};
+
+use crate::{AgentSpec, ChannelSpec, InitSpec, OperatorSpec, PostSpec, Store, ops};
+
+fn h(s: &str) -> Handle {
+    Handle::parse(s).unwrap()
+}
+
+fn operator() -> Caller {
+    Caller { handle: h("ops"), kind: AccountKind::Operator }
+}
+
+fn agent(handle: &str) -> Caller {
+    Caller { handle: h(handle), kind: AccountKind::Agent }
+}
+
+fn post_spec(channel: &str, topic: &str, body: &str) -> PostSpec {
+    PostSpec {
+        channel: ChannelName::parse(channel).unwrap(),
+        topic: TopicName::parse(topic).unwrap(),
+        body: body.into(),
+        create_topic: true,
+        idempotency_key: None,
+    }
+}
+
+async fn workspace() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("canopy.db"), 64).unwrap();
+    store
+        .write(|conn| {
+            ops::init(
+                conn,
+                &InitSpec {
+                    workspace_id: "ws-test".into(),
+                    name: "test".into(),
+                    mission: "m".into(),
+                    operator: OperatorSpec { handle: h("ops"), display_name: "ops".into(), token_hash: "hash".into() },
+                },
+            )
+        })
+        .await
+        .unwrap();
+    for handle in ["ci-manager", "docs-manager"] {
+        let spec = AgentSpec {
+            handle: h(handle),
+            display_name: handle.into(),
+            role: RoleName::parse("manager").unwrap(),
+            parent: None,
+            charter: String::new(),
+        };
+        store.write(move |conn| ops::create_agent(conn, &operator(), &spec)).await.unwrap();
+    }
+    (dir, store)
+}
+
+#[tokio::test]
+async fn a_failed_write_rolls_back_only_itself() {
+    let (_dir, store) = workspace().await;
+    // Queue a good post, a refused one, and another good one, concurrently: they share a batch.
+    let good = |body: &'static str| {
+        let store = store.clone();
+        async move { store.write(move |c| ops::post(c, &operator(), &post_spec("announcements", "t", body))).await }
+    };
+    let bad = {
+        let store = store.clone();
+        async move { store.write(move |c| ops::post(c, &operator(), &post_spec("nowhere", "t", "x"))).await }
+    };
+    let (a, b, c) = tokio::join!(good("a"), bad, good("c"));
+    assert!(a.is_ok() && c.is_ok());
+    assert_eq!(b.err().map(|e| e.code()), Some(ErrorCode::NotFound));
+    let page = store
+        .read(|c| ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, 0, 100))
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = page.messages.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies.len(), 2);
+    assert!(bodies.contains(&"a") && bodies.contains(&"c"));
+}
+
+#[tokio::test]
+async fn restricted_channels_refuse_agents_not_on_the_poster_list() {
+    let (_dir, store) = workspace().await;
+    let refused = store.write(|c| ops::post(c, &agent("ci-manager"), &post_spec("announcements", "t", "x"))).await;
+    assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
+    let allowed = store.write(|c| ops::post(c, &agent("supervisor"), &post_spec("announcements", "t", "x"))).await;
+    assert!(allowed.is_ok(), "{allowed:?}");
+    let owner_only = ChannelSpec {
+        name: ChannelName::parse("ops-log").unwrap(),
+        kind: canopy_core::ChannelKind::General,
+        post_policy: PostPolicy::OwnerOnly,
+        posters: vec![],
+    };
+    store.write(move |c| ops::create_channel(c, Some(&operator()), &owner_only)).await.unwrap();
+    let refused = store.write(|c| ops::post(c, &agent("ci-manager"), &post_spec("ops-log", "t", "x"))).await;
+    assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
+}
+
+#[tokio::test]
+async fn agents_post_in_their_home_but_not_in_another_agents_home() {
+    let (_dir, store) = workspace().await;
+    let own = store.write(|c| ops::post(c, &agent("ci-manager"), &post_spec("home-ci-manager", "t", "x"))).await;
+    assert!(own.is_ok(), "{own:?}");
+    let other = store.write(|c| ops::post(c, &agent("ci-manager"), &post_spec("home-docs-manager", "t", "x"))).await;
+    assert_eq!(other.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
+    let read = store
+        .read(|c| {
+            ops::read_channel(c, &agent("ci-manager"), &ChannelName::parse("home-docs-manager").unwrap(), None, 0, 10)
+        })
+        .await;
+    assert_eq!(read.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
+}
+
+#[tokio::test]
+async fn agents_sync_only_their_subscriptions() {
+    let (_dir, store) = workspace().await;
+    store.write(|c| ops::post(c, &operator(), &post_spec("home-docs-manager", "t", "private"))).await.unwrap();
+    store.write(|c| ops::post(c, &operator(), &post_spec("announcements", "t", "public"))).await.unwrap();
+    let page = store.read(|c| ops::sync(c, &agent("ci-manager"), None, 0, 100)).await.unwrap();
+    let bodies: Vec<&str> = page.messages.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies, ["public"]);
+    let page = store.read(|c| ops::sync(c, &operator(), None, 0, 100)).await.unwrap();
+    assert_eq!(page.messages.len(), 2);
+}
+
+#[tokio::test]
+async fn idempotency_keys_are_scoped_to_their_sender() {
+    let (_dir, store) = workspace().await;
+    let keyed = |caller: Caller, channel: &'static str| {
+        let store = store.clone();
+        async move {
+            let mut spec = post_spec(channel, "t", "same");
+            spec.idempotency_key = Some("k".into());
+            store.write(move |c| ops::post(c, &caller, &spec)).await
+        }
+    };
+    let (first, first_dup) = keyed(operator(), "announcements").await.unwrap();
+    let (again, dup) = keyed(operator(), "announcements").await.unwrap();
+    assert!(!first_dup && dup);
+    assert_eq!(first.seq, again.seq);
+    let (other, other_dup) = keyed(agent("supervisor"), "announcements").await.unwrap();
+    assert!(!other_dup);
+    assert_ne!(other.seq, first.seq, "another sender's key is its own");
+}
+
+#[tokio::test]
+async fn new_subscriptions_start_at_the_channel_head() {
+    let (_dir, store) = workspace().await;
+    store.write(|c| ops::post(c, &operator(), &post_spec("announcements", "t", "before"))).await.unwrap();
+    let spec = AgentSpec {
+        handle: h("late"),
+        display_name: "Late".into(),
+        role: RoleName::parse("manager").unwrap(),
+        parent: Some(h("ci-manager")),
+        charter: String::new(),
+    };
+    store.write(move |c| ops::create_agent(c, &operator(), &spec)).await.unwrap();
+    let subs = store.read(|c| ops::subscriptions(c, "late")).await.unwrap();
+    let announcements = subs.iter().find(|s| s.channel.as_str() == "announcements").unwrap();
+    assert_eq!(announcements.cursor, 1, "a new agent is not owed the channel's history");
+}
+
+#[tokio::test]
+async fn only_operators_create_agents_and_channels() {
+    let (_dir, store) = workspace().await;
+    let spec = AgentSpec {
+        handle: h("rogue"),
+        display_name: "Rogue".into(),
+        role: RoleName::parse("manager").unwrap(),
+        parent: None,
+        charter: String::new(),
+    };
+    let refused = store.write(move |c| ops::create_agent(c, &agent("ci-manager"), &spec)).await;
+    assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
+    let refused = store.write(|c| ops::reparent(c, &agent("ci-manager"), &h("docs-manager"), &h("ci-manager"))).await;
+    assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
+}
+
+#[tokio::test]
+async fn reopening_a_store_keeps_everything_and_migrations_are_idempotent() {
+    let (dir, store) = workspace().await;
+    store.write(|c| ops::post(c, &operator(), &post_spec("announcements", "t", "kept"))).await.unwrap();
+    store.close().await;
+    let store = Store::open(&dir.path().join("canopy.db"), 8).unwrap();
+    let page = store.read(|c| ops::sync(c, &operator(), None, 0, 10)).await.unwrap();
+    assert_eq!(page.messages[0].body, "kept");
+    let again = store
+        .write(|c| {
+            ops::init(
+                c,
+                &InitSpec {
+                    workspace_id: "ws-other".into(),
+                    name: "x".into(),
+                    mission: String::new(),
+                    operator: OperatorSpec { handle: h("ops2"), display_name: "x".into(), token_hash: "h2".into() },
+                },
+            )
+        })
+        .await;
+    assert_eq!(again.err().map(|e| e.code()), Some(ErrorCode::Conflict));
+}
