@@ -12,4 +12,5 @@ mod crash;
 mod errors;
 mod lifecycle;
 mod tail;
+mod tidy;
 mod wire;
