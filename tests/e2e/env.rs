@@ -132,10 +132,17 @@ impl TestEnv {
 
     /// Starts `canopy daemon --nats-url` on the test's server and waits until it answers.
     pub fn start_daemon(&mut self) {
+        let url = self.nats_url();
+        self.spawn_daemon(&["daemon", "--nats-url", &url]);
+    }
+
+    /// Runs `canopy ARGS` as the daemon process (`daemon` or `up`), logging to `daemon.log`,
+    /// and waits until it answers.
+    pub fn spawn_daemon(&mut self, args: &[&str]) {
         assert!(self.daemon.is_none(), "a daemon is already running");
         let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
         let child = self
-            .command(&["daemon", "--nats-url", &self.nats_url()])
+            .command(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

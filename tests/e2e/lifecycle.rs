@@ -1,25 +1,12 @@
 //! The daemon's lifecycle with its own managed nats-server: start, restart of a dead
 //! server, graceful stop, `kill -9` (no orphan), the directory lock, and `canopy up`.
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use crate::env::{TestEnv, alive, read_pid, signal};
 
 impl TestEnv {
     /// Starts `canopy daemon` with its own private nats-server.
     fn start_managed_daemon(&mut self) {
-        let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
-        let child = self
-            .command(&["daemon"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.daemon = Some(child);
-        self.wait_ready();
+        self.spawn_daemon(&["daemon"]);
     }
 
     fn managed_nats_pid(&self) -> u32 {
@@ -92,29 +79,12 @@ fn a_second_daemon_on_the_same_directory_is_refused() {
 #[test]
 fn up_initialises_once_then_runs_the_daemon() {
     let mut env = TestEnv::new();
-    let log = std::fs::File::create(env.dir.path().join("daemon.log")).unwrap();
-    let child = env
-        .command(&["up", "--operator", "ops", "--nats-url", &env.nats_url()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    env.daemon = Some(child);
-    env.wait_ready();
+    let url = env.nats_url();
+    env.spawn_daemon(&["up", "--operator", "ops", "--nats-url", &url]);
     let id = env.json(&["whoami"])["workspace"]["id"].as_str().unwrap().to_owned();
     assert_eq!(env.stop_daemon(), Some(0));
 
     // A second `up` reuses the workspace.
-    let child = env
-        .command(&["up", "--nats-url", &env.nats_url()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    env.daemon = Some(child);
-    env.wait_ready();
+    env.spawn_daemon(&["up", "--nats-url", &url]);
     assert_eq!(env.json(&["whoami"])["workspace"]["id"], id.as_str());
-    std::thread::sleep(Duration::from_millis(10));
 }

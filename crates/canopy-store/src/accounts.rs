@@ -13,7 +13,7 @@ use canopy_core::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::channels::{insert_channel, subscribe};
+use crate::channels::{insert_channel, subscribe, subscribe_all};
 use crate::schema::audit;
 use crate::views::{ACCOUNT_SELECT, account_from_row, account_ref, require_account};
 use crate::{now_ms, sql};
@@ -147,8 +147,8 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
     conn.execute("UPDATE accounts SET home_channel_id = ?1 WHERE id = ?2", params![home_id, agent_id])
         .map_err(sql("linking a home channel"))?;
     subscribe(conn, agent_id, home_id, true)?;
-    subscribe_all(conn, "SELECT id FROM accounts WHERE kind = 'operator'", |account| (account, home_id))?;
-    subscribe_all(conn, "SELECT id FROM channels WHERE kind = 'broadcast'", |channel| (agent_id, channel))?;
+    subscribe_all(conn, "SELECT id FROM accounts WHERE kind = 'operator'", true, |account| (account, home_id))?;
+    subscribe_all(conn, "SELECT id FROM channels WHERE kind = 'broadcast'", true, |channel| (agent_id, channel))?;
     audit(
         conn,
         actor_id,
@@ -174,7 +174,7 @@ pub fn create_operator(conn: &Connection, spec: &OperatorSpec) -> Result<Account
     )
     .map_err(sql("inserting an operator"))?;
     let operator_id = conn.last_insert_rowid();
-    subscribe_all(conn, "SELECT id FROM channels WHERE kind IN ('home', 'broadcast')", |channel| {
+    subscribe_all(conn, "SELECT id FROM channels WHERE kind IN ('home', 'broadcast')", true, |channel| {
         (operator_id, channel)
     })?;
     audit(conn, Some(operator_id), "operators.create", spec.handle.as_str(), "")?;
@@ -280,17 +280,4 @@ fn ancestors(conn: &Connection, id: i64) -> Result<Vec<Handle>, Error> {
         next = row.parent_id;
     }
     Ok(out)
-}
-
-/// Subscribes each `(account, channel)` pair produced from the ids a query returns.
-fn subscribe_all(conn: &Connection, query: &str, pair: impl Fn(i64) -> (i64, i64)) -> Result<(), Error> {
-    let ids: Vec<i64> = conn
-        .prepare_cached(query)
-        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .map_err(sql("listing subscription targets"))?;
-    for id in ids {
-        let (account, channel) = pair(id);
-        subscribe(conn, account, channel, true)?;
-    }
-    Ok(())
 }

@@ -85,13 +85,7 @@ pub fn create_channel(conn: &Connection, caller: Option<&Caller>, spec: &Channel
     } else {
         "SELECT id FROM accounts WHERE kind = 'operator'"
     };
-    let ids: Vec<i64> = conn
-        .prepare_cached(members)
-        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .map_err(sql("listing channel members"))?;
-    for id in ids {
-        subscribe(conn, id, channel_id, broadcast)?;
-    }
+    subscribe_all(conn, members, broadcast, |account| (account, channel_id))?;
     audit(
         conn,
         actor_id,
@@ -142,6 +136,24 @@ pub(crate) fn subscribe(conn: &Connection, account_id: i64, channel_id: i64, man
     )
     .and_then(|mut s| s.execute(params![account_id, channel_id, mandatory, now_ms()]))
     .map_err(sql("subscribing"))?;
+    Ok(())
+}
+
+/// Subscribes each `(account, channel)` pair produced from the ids a query returns.
+pub(crate) fn subscribe_all(
+    conn: &Connection,
+    query: &str,
+    mandatory: bool,
+    pair: impl Fn(i64) -> (i64, i64),
+) -> Result<(), Error> {
+    let ids: Vec<i64> = conn
+        .prepare_cached(query)
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .map_err(sql("listing subscription targets"))?;
+    for id in ids {
+        let (account, channel) = pair(id);
+        subscribe(conn, account, channel, mandatory)?;
+    }
     Ok(())
 }
 
