@@ -6,8 +6,10 @@
 //! reports connection changes so callers can resync from their cursors after a reconnect,
 //! because core NATS is at-most-once.
 
+pub mod api;
 mod client;
 mod server;
 
+pub use api::{ApiClient, CallError};
 pub use client::{Bus, BusError, ConnectionEvent, Incoming, Received};
 pub use server::{ManagedNats, NatsServerConfig, find_nats_server};

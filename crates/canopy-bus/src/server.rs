@@ -105,7 +105,7 @@ impl Drop for ManagedNats {
         let _ = self.stop.send(true);
         if let Some(pid) = *self.pid.borrow() {
             // Shutdown was not awaited (a panic or an early return): do not leave it running.
-            signal(pid, libc::SIGKILL);
+            canopy_sys::signal(pid, canopy_sys::SIGKILL);
         }
     }
 }
@@ -156,7 +156,7 @@ async fn supervise(
 
 async fn stop_child(child: &mut Child) {
     if let Some(pid) = child.id() {
-        signal(pid, libc::SIGTERM);
+        canopy_sys::signal(pid, canopy_sys::SIGTERM);
         if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_ok() {
             return;
         }
@@ -215,7 +215,7 @@ async fn spawn_server(config: &NatsServerConfig, port: Option<u16>) -> Result<(C
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .process_group(0);
-    die_with_parent(&mut command);
+    canopy_sys::die_with_parent(&mut command);
     let child = command.spawn().map_err(|e| BusError::Server(format!("starting {}: {e}", config.bin.display())))?;
     let pid = child.id().unwrap_or(0);
     let _ = std::fs::write(config.dir.join("nats-server.pid"), format!("{pid}\n"));
@@ -263,43 +263,13 @@ fn reap_leftover(dir: &Path) {
     let conf = dir.join("nats.conf");
     if cmdline.contains("nats-server") && cmdline.contains(&*conf.to_string_lossy()) {
         tracing::warn!(pid, "killing a nats-server left behind by an earlier daemon");
-        signal(pid, libc::SIGKILL);
+        canopy_sys::signal(pid, canopy_sys::SIGKILL);
     }
     remove_pid_file(dir);
 }
 
 fn remove_pid_file(dir: &Path) {
     let _ = std::fs::remove_file(dir.join("nats-server.pid"));
-}
-
-fn signal(pid: u32, sig: libc::c_int) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
-    // SAFETY: kill(2) has no memory-safety preconditions; a stale pid only yields ESRCH.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::kill(pid, sig);
-    }
-}
-
-/// Asks the kernel to SIGKILL the child when the thread that spawned it exits, so a
-/// `kill -9` of the daemon never leaves the server running. Tokio spawns children from
-/// its worker threads, which live as long as the runtime.
-fn die_with_parent(command: &mut Command) {
-    // SAFETY: the closure runs in the forked child before exec and calls only
-    // async-signal-safe functions (prctl, getppid) without allocating.
-    #[allow(unsafe_code)]
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died between fork and prctl.
-            if libc::getppid() == 1 {
-                return Err(std::io::Error::other("the parent exited before the server started"));
-            }
-            Ok(())
-        });
-    }
 }
 
 #[cfg(test)]
@@ -326,7 +296,7 @@ mod tests {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
         let first = nats.pid().unwrap_or_else(|| panic!("no pid"));
-        signal(first, libc::SIGKILL);
+        canopy_sys::signal(first, canopy_sys::SIGKILL);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(pid) = nats.pid()
@@ -341,10 +311,6 @@ mod tests {
         let last = nats.pid();
         nats.shutdown().await;
         let last = last.unwrap_or(0);
-        assert!(!Path::new(&format!("/proc/{last}")).exists() || is_zombie(last), "server survived shutdown");
-    }
-
-    fn is_zombie(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+        assert!(!canopy_sys::alive(last), "server survived shutdown");
     }
 }

@@ -62,6 +62,46 @@ pub enum Command {
     Read(ReadArgs),
     /// Follow new messages live.
     Tail(TailArgs),
+    /// Every agent's live state: presence, why it is idle, its activity line, last seen.
+    Roster,
+    /// Follow an agent's session live, read-only: turns, text, tool calls.
+    Watch(WatchArgs),
+    /// Run a runner as its own process: it hosts sessions placed on it by the daemon.
+    Runner(RunnerArgs),
+    /// Serve the native tools over MCP on stdio for one session's token (for harnesses
+    /// that only speak stdio).
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    pub handle: String,
+    /// How many earlier items to show first.
+    #[arg(long, default_value_t = 20)]
+    pub tail: u32,
+    /// Print what is stored and exit instead of following.
+    #[arg(long)]
+    pub no_follow: bool,
+    /// How often to resync from the store even without a doorbell.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub resync: std::time::Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunnerArgs {
+    /// The NATS server the daemon uses (default: the one in daemon.json).
+    #[arg(long, env = "CANOPY_NATS_URL")]
+    pub nats_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// Serve on stdin/stdout (the only transport of this command).
+    #[arg(long, required = true)]
+    pub stdio: bool,
+    /// The session's bearer token.
+    #[arg(long, env = "CANOPY_MCP_TOKEN", hide_env_values = true)]
+    pub token: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -100,11 +140,21 @@ pub enum AgentsCommand {
         /// What the agent's lane is for.
         #[arg(long, default_value = "")]
         charter: String,
+        /// The harness its sessions run (default: the role's, from canopy.toml).
+        #[arg(long)]
+        harness: Option<String>,
+        /// A script file for the scripted harness (default: the role's).
+        #[arg(long)]
+        script: Option<PathBuf>,
     },
     /// Every agent.
     List,
     /// One agent with its children and subscriptions.
     Show { handle: String },
+    /// Start (or restart after a crash loop) an agent's session.
+    Start { handle: String },
+    /// Stop an agent's session; it stays stopped until `start`.
+    Stop { handle: String },
     /// Move an agent under another parent.
     Reparent {
         handle: String,

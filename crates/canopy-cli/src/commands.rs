@@ -15,7 +15,8 @@ use crate::{EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, output};
 
 /// Runs a parsed command and returns the process exit code.
 pub async fn run(cli: Cli) -> u8 {
-    let dir = DataDir::new(&cli.dir);
+    // Absolute, because sessions run in other working directories and get paths from it.
+    let dir = DataDir::new(std::path::absolute(&cli.dir).unwrap_or_else(|_| cli.dir.clone()));
     let json = cli.json;
     match cli.command {
         Command::Init(args) => init(&dir, json, &args).await,
@@ -29,6 +30,8 @@ pub async fn run(cli: Cli) -> u8 {
             }
             daemon(&dir, json, &daemon_args).await
         }
+        Command::Runner(args) => runner(&dir, json, &args).await,
+        Command::Mcp(args) => mcp(&dir, json, &args).await,
         command => match Client::connect(&dir).await {
             Ok(client) => api_command(&client, json, command).await,
             Err(e) => fail(json, &e),
@@ -125,10 +128,24 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             })
             .await
         }
-        Command::Agents(AgentsCommand::Create { handle, name, role, parent, charter }) => {
-            let request = AgentsCreateRequest { handle, name, role, parent, charter };
+        Command::Agents(AgentsCommand::Create { handle, name, role, parent, charter, harness, script }) => {
+            let script = match script.map(|path| read_script(&path)).transpose() {
+                Ok(script) => script,
+                Err(e) => return fail(json, &e),
+            };
+            let request = AgentsCreateRequest { handle, name, role, parent, charter, harness, script };
             call(client, json, Method::AgentsCreate, &request, output::account).await
         }
+        Command::Agents(AgentsCommand::Start { handle }) => {
+            call(client, json, Method::AgentsStart, &AgentsStartStopRequest { handle }, output::roster_line).await
+        }
+        Command::Agents(AgentsCommand::Stop { handle }) => {
+            call(client, json, Method::AgentsStop, &AgentsStartStopRequest { handle }, output::roster_line).await
+        }
+        Command::Roster => {
+            call(client, json, Method::Roster, &RosterRequest {}, |r: &RosterResponse| output::roster(&r.agents)).await
+        }
+        Command::Watch(args) => watch(client, json, args).await,
         Command::Agents(AgentsCommand::List) => {
             call(client, json, Method::AgentsList, &AgentsListRequest {}, |r: &AgentsListResponse| {
                 output::agents(&r.agents)
@@ -192,7 +209,7 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             call(client, json, Method::MessagesRead, &request, output::read).await
         }
         Command::Tail(args) => tail(client, json, args).await,
-        Command::Init(_) | Command::Daemon(_) | Command::Up { .. } => Ok(()),
+        Command::Init(_) | Command::Daemon(_) | Command::Up { .. } | Command::Runner(_) | Command::Mcp(_) => Ok(()),
     };
     match result {
         Ok(()) => 0,
@@ -258,11 +275,11 @@ async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallErr
         }
     };
     let subject = match &args.channel {
-        Some(channel) => client.subjects.message_event(channel.trim_start_matches('#')),
-        None => client.subjects.message_events_all(),
+        Some(channel) => client.api.subjects.message_event(channel.trim_start_matches('#')),
+        None => client.api.subjects.message_events_all(),
     };
-    let mut connection = client.bus.connection_events();
-    let mut events = client.bus.subscribe(&subject).await?;
+    let mut connection = client.api.bus.connection_events();
+    let mut events = client.api.bus.subscribe(&subject).await.map_err(|e| CallError::Unreachable(e.to_string()))?;
     let mut timer = tokio::time::interval(args.resync);
     // Catch up once now: anything committed between reading the head and subscribing.
     last = catch_up(client, json, args.channel.as_deref(), last).await?;
@@ -312,6 +329,104 @@ async fn catch_up(client: &Client, json: bool, channel: Option<&str>, mut last: 
         if !page.more {
             return Ok(last);
         }
+    }
+}
+
+/// Reads a script file for `agents create --script`; the daemon validates it.
+fn read_script(path: &std::path::Path) -> Result<ScriptSource, CallError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CallError::Refused(canopy_proto::WireError {
+            code: ErrorCode::InvalidArgument,
+            message: format!("reading {}: {e}", path.display()),
+            field: Some("script".into()),
+        })
+    })?;
+    Ok(ScriptSource { name: path.display().to_string(), text })
+}
+
+/// Follows an agent's activity: stored items first, then doorbells, resyncing on reconnect
+/// and on a timer.
+async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallError> {
+    let first = ActivityReadRequest { agent: args.handle.clone(), after: 0, limit: None, tail: Some(args.tail) };
+    let page: ActivityReadResponse = client.call(Method::ActivityRead, &first).await?;
+    for item in &page.items {
+        output::activity(item, json);
+    }
+    let mut last = page.next_after;
+    if args.no_follow {
+        return Ok(());
+    }
+    let subject = client.api.subjects.activity_event(&args.handle);
+    let mut connection = client.api.bus.connection_events();
+    let mut events =
+        client.api.bus.subscribe(&subject).await.map_err(|e| CallError::Unreachable(e.to_string()))?;
+    let mut timer = tokio::time::interval(args.resync);
+    loop {
+        let due = tokio::select! {
+            event = events.next() => match event {
+                Some(event) => serde_json::from_slice::<ActivityEvent>(&event.payload).map_or(true, |e| e.item.id > last),
+                None => return Err(CallError::Unreachable("the event subscription ended".into())),
+            },
+            change = connection.recv() => matches!(change, Ok(canopy_bus::ConnectionEvent::Connected)),
+            _ = timer.tick() => true,
+        };
+        if !due {
+            continue;
+        }
+        loop {
+            let request = ActivityReadRequest { agent: args.handle.clone(), after: last, limit: None, tail: None };
+            let page: ActivityReadResponse = match client.call(Method::ActivityRead, &request).await {
+                Ok(page) => page,
+                Err(CallError::Unreachable(reason)) => {
+                    tracing::warn!(%reason, "resync failed; will retry");
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            for item in &page.items {
+                output::activity(item, json);
+            }
+            last = page.next_after.max(last);
+            if !page.more {
+                break;
+            }
+        }
+    }
+}
+
+/// Runs a standalone runner until SIGINT/SIGTERM.
+async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
+    let started = async {
+        let api = crate::client::api_client(dir, args.nats_url.as_deref()).await?;
+        let config = canopy_daemon::Config::load(&dir.config()).map_err(|e| CallError::Unreachable(e.to_string()))?;
+        let options = canopy_daemon::daemon::runner_options(dir, &config, api)
+            .map_err(|e| CallError::Unreachable(format!("preparing the runner: {e}")))?;
+        canopy_runner::spawn(options).await.map_err(|e| CallError::Unreachable(e.to_string()))
+    };
+    let handle = match started.await {
+        Ok(handle) => handle,
+        Err(e) => return fail(json, &e),
+    };
+    if json {
+        output::json_line(&serde_json::json!({ "runner": handle.id, "mcp_url": handle.mcp_url }));
+    } else {
+        eprintln!("runner {} serving tools at {}", handle.id, handle.mcp_url);
+    }
+    shutdown_signal().await;
+    handle.shutdown().await;
+    0
+}
+
+/// Serves the native tools on stdio with one session token.
+async fn mcp(dir: &DataDir, json: bool, args: &McpArgs) -> u8 {
+    let api = match crate::client::api_client(dir, None).await {
+        Ok(api) => api,
+        Err(e) => return fail(json, &e),
+    };
+    let tools = canopy_tools::CanopyTools::new(api, canopy_tools::TokenSource::Fixed(args.token.clone()));
+    match canopy_tools::serve_stdio(tools).await {
+        Ok(()) => 0,
+        Err(e) => fail(json, &CallError::Unreachable(e)),
     }
 }
 

@@ -25,6 +25,11 @@ pub const EXIT_REFUSED: u8 = 1;
 
 /// Parses the arguments, runs the command, and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
+    // The scripted harness runs as this same binary, before any runtime exists.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == canopy_daemon::daemon::SCRIPTED_SUBCOMMAND) {
+        std::process::exit(canopy_scripted::run::main(args));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -1,6 +1,6 @@
 //! Output: logging set-up, JSON printing, and the concise text forms.
 
-use canopy_core::{Account, Channel, Message, Topic, TreeNode};
+use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, Topic, TreeNode};
 use canopy_proto::api::ReadResponse;
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
@@ -115,4 +115,32 @@ pub fn message_line(m: &Message, place: bool) -> String {
     let at = m.created_at.get(11..19).unwrap_or(&m.created_at);
     let place = if place { format!("#{} > {}  ", m.channel, m.topic) } else { String::new() };
     format!("[{}] {at} {place}{} ({role}): {}", m.seq, m.sender.handle, m.body)
+}
+
+pub fn roster(agents: &[RosterEntry]) {
+    let width = agents.iter().map(|a| a.handle.as_str().len()).max().unwrap_or(6);
+    for a in agents {
+        roster_row(a, width);
+    }
+}
+
+pub fn roster_line(entry: &RosterEntry) {
+    roster_row(entry, entry.handle.as_str().len());
+}
+
+fn roster_row(a: &RosterEntry, width: usize) {
+    let why = a.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+    let activity = a.activity.as_deref().map(|t| format!("  \u{2014} {t}")).unwrap_or_default();
+    let seen = a.last_seen.as_deref().and_then(|s| s.get(11..19)).unwrap_or("-");
+    println!("{:width$}  {:10}{why}  #{} seen {seen}{activity}", a.handle, a.presence.to_string(), a.incarnation);
+}
+
+/// One activity item: failures stand out, successes stay compact.
+pub fn activity(item: &ActivityItem, json: bool) {
+    if json {
+        json_line(item);
+        return;
+    }
+    let at = item.at.get(11..19).unwrap_or(&item.at);
+    println!("{at} #{} {}", item.incarnation, item.summary);
 }

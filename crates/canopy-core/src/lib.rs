@@ -9,6 +9,7 @@ pub mod error;
 pub mod mention;
 pub mod model;
 pub mod names;
+pub mod redact;
 pub mod tree;
 
 pub use error::{Error, ErrorCode};

@@ -46,8 +46,10 @@ macro_rules! string_enum {
 pub enum AccountKind {
     Operator,
     Agent,
+    /// Canopy itself: the author of notices (crash loops, stalls). Never a caller.
+    System,
 }
-string_enum!(AccountKind { Operator => "operator", Agent => "agent" });
+string_enum!(AccountKind { Operator => "operator", Agent => "agent", System => "system" });
 
 /// The durable state of an account. Presence (working, idle, ...) is runtime and lives elsewhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -199,4 +201,80 @@ pub struct Subscription {
     pub mandatory: bool,
     /// Highest message sequence acknowledged in this channel.
     pub cursor: u64,
+}
+
+/// Where an agent's session is, as the roster shows it (DESIGN section 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Presence {
+    Starting,
+    Working,
+    Idle,
+    Compacting,
+    WaitingApproval,
+    Stalled,
+    Crashed,
+    Offline,
+    Despawned,
+}
+string_enum!(Presence {
+    Starting => "starting",
+    Working => "working",
+    Idle => "idle",
+    Compacting => "compacting",
+    WaitingApproval => "waiting_approval",
+    Stalled => "stalled",
+    Crashed => "crashed",
+    Offline => "offline",
+    Despawned => "despawned",
+});
+
+/// Whether the operator wants an agent's session running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Desired {
+    Running,
+    Stopped,
+}
+string_enum!(Desired { Running => "running", Stopped => "stopped" });
+
+/// One roster line: an agent and its live state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RosterEntry {
+    pub handle: Handle,
+    pub display_name: String,
+    pub role: RoleName,
+    pub parent: Option<Handle>,
+    pub presence: Presence,
+    /// Why the agent is idle (or stalled, crashed, offline), when known.
+    pub reason: Option<String>,
+    /// A line the agent sets about what it is doing (`comms_set_activity`).
+    pub activity: Option<String>,
+    pub desired: Desired,
+    /// The current session's incarnation, 0 before the first session.
+    pub incarnation: u64,
+    /// The runner hosting the session, when one is.
+    pub runner: Option<String>,
+    pub harness: String,
+    pub last_seen: Option<String>,
+}
+
+/// One stored activity item of a session: a normalised harness event, redacted and bounded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActivityItem {
+    /// Global, increasing; followers page with it.
+    pub id: u64,
+    pub agent: Handle,
+    pub incarnation: u64,
+    pub at: String,
+    /// `turn_started`, `turn_ended`, `text`, `tool_started`, `tool_finished`, `compaction`,
+    /// `status`, `session_started`, `session_exited`, `presence`, ...
+    pub kind: String,
+    pub turn_id: Option<String>,
+    /// A short, redacted, one-line summary for display.
+    pub summary: String,
+    /// The redacted event details, bounded in size.
+    pub detail: serde_json::Value,
 }

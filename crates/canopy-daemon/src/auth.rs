@@ -30,6 +30,24 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Reads a secret file, creating it (mode 0600, 256 random bits) when it does not exist.
+pub fn load_or_create(path: &Path, prefix: &str) -> std::io::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_owned()),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let secret = format!("{prefix}{}", random_hex(32)?);
+    write_private(path, &format!("{secret}\n"))?;
+    Ok(secret)
+}
+
+/// The bearer token of one session: derived from the daemon's secret, so it can be handed
+/// to a runner again after a lost reply without storing it; only its hash is stored.
+pub fn session_token(secret: &str, agent: &str, incarnation: u64) -> String {
+    format!("cns_{}", hex(&Sha256::digest(format!("{secret}:{agent}:{incarnation}").as_bytes())))
+}
+
 /// Writes `text` to `path` atomically, readable by its owner only.
 pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");

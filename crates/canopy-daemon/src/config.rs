@@ -4,6 +4,7 @@
 //! default file is `config/canopy.toml` in the repository, embedded here; a test keeps it
 //! equal to `Config::default()` and covering every key.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,12 +16,109 @@ pub const DEFAULT_TOML: &str = include_str!("../../../config/canopy.toml");
 /// Largest `limits.max_body_bytes` accepted (the managed NATS server carries 4 MB).
 pub const MAX_BODY_CEILING: usize = 1 << 20;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub daemon: DaemonConfig,
     pub nats: NatsConfig,
     pub limits: LimitsConfig,
+    pub runner: RunnerConfig,
+    pub sessions: SessionsConfig,
+    /// Per-role defaults: which harness a new agent of the role runs, with which script.
+    pub roles: BTreeMap<String, RoleConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        let scripted = |script: &str| RoleConfig { harness: "scripted".into(), script: Some(script.into()) };
+        Config {
+            daemon: DaemonConfig::default(),
+            nats: NatsConfig::default(),
+            limits: LimitsConfig::default(),
+            runner: RunnerConfig::default(),
+            sessions: SessionsConfig::default(),
+            roles: BTreeMap::from([
+                ("supervisor".to_owned(), scripted("supervisor.toml")),
+                ("manager".to_owned(), scripted("manager.toml")),
+            ]),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunnerConfig {
+    /// Run a runner inside the daemon process.
+    pub embedded: bool,
+    /// How often a runner syncs with the daemon (its heartbeat).
+    #[serde(with = "humantime_serde")]
+    pub sync_interval: Duration,
+    /// A runner silent this long is dead; its sessions move to another runner.
+    #[serde(with = "humantime_serde")]
+    pub runner_ttl: Duration,
+    /// Most sessions one runner hosts.
+    pub capacity: u32,
+    #[serde(with = "humantime_serde")]
+    pub restart_backoff_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub restart_backoff_max: Duration,
+    /// This many crashes within `crash_loop_window` mark the agent `crashed`.
+    pub crash_loop_count: u32,
+    #[serde(with = "humantime_serde")]
+    pub crash_loop_window: Duration,
+    /// How long a harness may take to become ready.
+    #[serde(with = "humantime_serde")]
+    pub ready_timeout: Duration,
+    /// Grace between shutdown request, SIGTERM and SIGKILL when stopping a session.
+    #[serde(with = "humantime_serde")]
+    pub stop_grace: Duration,
+    /// Longest line read from a harness; longer lines are cut off and reported.
+    pub max_line_bytes: usize,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> RunnerConfig {
+        RunnerConfig {
+            embedded: true,
+            sync_interval: Duration::from_secs(2),
+            runner_ttl: Duration::from_secs(10),
+            capacity: 1000,
+            restart_backoff_min: Duration::from_millis(500),
+            restart_backoff_max: Duration::from_secs(30),
+            crash_loop_count: 5,
+            crash_loop_window: Duration::from_secs(120),
+            ready_timeout: Duration::from_secs(20),
+            stop_grace: Duration::from_secs(3),
+            max_line_bytes: 1 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// A session silent this long while working is `stalled`, and the operator is told.
+    #[serde(with = "humantime_serde")]
+    pub stall_after: Duration,
+    /// Activity items kept per session; the oldest go first.
+    pub activity_per_session: u32,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> SessionsConfig {
+        SessionsConfig { stall_after: Duration::from_secs(600), activity_per_session: 1000 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleConfig {
+    /// `scripted` (the Real harnesses issue adds `claude` and `codex`).
+    pub harness: String,
+    /// For the scripted harness: a script shipped in `config/scripts/` by name, or a path
+    /// (relative to the data directory).
+    #[serde(default)]
+    pub script: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +201,8 @@ impl Config {
         Ok(config)
     }
 
+    /// Checks the values that need no IO. Role names, harnesses and scripts are checked
+    /// by the daemon at start (`roles::RoleDefaults`), which knows the shipped scripts.
     fn validate(&self) -> Result<(), (&'static str, String)> {
         let positive = |key: &'static str, value: usize| {
             if value == 0 { Err((key, "must be at least 1".to_owned())) } else { Ok(()) }
@@ -122,6 +222,30 @@ impl Config {
         if self.nats.restart_backoff_min.is_zero() || self.nats.restart_backoff_min > self.nats.restart_backoff_max {
             return Err(("nats.restart_backoff_min", "must be above zero and at most nats.restart_backoff_max".into()));
         }
+        let runner = &self.runner;
+        if runner.restart_backoff_min.is_zero() || runner.restart_backoff_min > runner.restart_backoff_max {
+            return Err(("runner.restart_backoff_min", "must be above zero and at most runner.restart_backoff_max".into()));
+        }
+        for (key, value) in [
+            ("runner.sync_interval", runner.sync_interval),
+            ("runner.ready_timeout", runner.ready_timeout),
+            ("runner.stop_grace", runner.stop_grace),
+            ("runner.crash_loop_window", runner.crash_loop_window),
+            ("sessions.stall_after", self.sessions.stall_after),
+        ] {
+            if value.is_zero() {
+                return Err((key, "must be longer than zero".into()));
+            }
+        }
+        if runner.runner_ttl < runner.sync_interval * 2 {
+            return Err(("runner.runner_ttl", "must be at least twice runner.sync_interval".into()));
+        }
+        positive("runner.capacity", runner.capacity as usize)?;
+        positive("runner.crash_loop_count", runner.crash_loop_count as usize)?;
+        if runner.max_line_bytes < 1024 {
+            return Err(("runner.max_line_bytes", "must be at least 1024".into()));
+        }
+        positive("sessions.activity_per_session", self.sessions.activity_per_session as usize)?;
         Ok(())
     }
 }
@@ -185,7 +309,7 @@ mod tests {
         for line in defaults.lines() {
             if line.starts_with('[') {
                 table = line.trim_matches(|c| c == '[' || c == ']').to_owned();
-                assert!(DEFAULT_TOML.contains(line), "config/canopy.toml lacks {line}");
+                assert!(DEFAULT_TOML.lines().any(|l| l == line), "config/canopy.toml lacks {line}");
             } else if let Some((key, _)) = line.split_once(" = ") {
                 let shown = DEFAULT_TOML.lines().any(|l| l.starts_with(&format!("{key} = ")));
                 assert!(shown, "config/canopy.toml lacks {table}.{key}");

@@ -10,17 +10,19 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use canopy_bus::{Bus, ManagedNats, NatsServerConfig, find_nats_server};
+use canopy_bus::{ApiClient, Bus, ManagedNats, NatsServerConfig, find_nats_server};
 use canopy_proto::Subjects;
 use canopy_store::Store;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{random_hex, write_private};
+use crate::auth::{load_or_create, random_hex, token_hash, write_private};
 use crate::config::{Config, ConfigError};
-use crate::handlers::Api;
+use crate::handlers::{Api, Secrets};
+use crate::roles::RoleDefaults;
 use crate::paths::DataDir;
 
 /// NATS queue group of the API subscription, so several daemons could share the load.
@@ -62,11 +64,14 @@ pub enum DaemonError {
     Bus(#[from] canopy_bus::BusError),
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
+    #[error("starting the embedded runner: {0}")]
+    Runner(String),
 }
 
 /// Runs the daemon until `shutdown` resolves.
 pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
     let dir = options.dir.clone();
+    tokio::pin!(shutdown);
     let config = Arc::new(Config::load(&dir.config())?);
     if !dir.db().exists() {
         return Err(DaemonError::NoWorkspace { dir: dir.root().display().to_string() });
@@ -97,13 +102,33 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     };
     let bus = Bus::connect(&url, nats_token.as_deref(), "canopy-daemon", true).await?;
     let subjects = Subjects::new(&workspace.id);
-    let mut requests = bus.serve(&subjects.api_wildcard(), API_QUEUE).await?;
+    let requests = bus.serve(&subjects.api_wildcard(), API_QUEUE).await?;
     bus.flush().await?;
+
+    let secrets = Arc::new(Secrets {
+        runner_token_hash: token_hash(&secret(&dir.runner_token(), "cnr_")?),
+        session_secret: secret(&dir.session_secret(), "")?,
+    });
+    let roles = Arc::new(RoleDefaults::resolve(&config, &dir.config(), dir.root())?);
+    let api = Api {
+        store: store.clone(),
+        bus: bus.clone(),
+        subjects: subjects.clone(),
+        config: config.clone(),
+        roles,
+        secrets,
+        data_dir: dir.root().to_owned(),
+    };
+
+    // Serve the API in its own task, so it keeps answering while the runner shuts down.
+    let serving = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let server = tokio::spawn(serve(api.clone(), requests, serving.clone(), tracker.clone()));
 
     let info = ConnectionInfo {
         workspace_id: workspace.id.clone(),
         nats_url: url.clone(),
-        nats_token,
+        nats_token: nats_token.clone(),
         pid: std::process::id(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
     };
@@ -112,42 +137,38 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         .map_err(|source| DaemonError::Io { what: format!("writing {}", dir.daemon_json().display()), source })?;
     tracing::info!(workspace = %workspace.id, nats = %url, dir = %dir.root().display(), "canopy daemon ready");
 
-    let api = Api { store: store.clone(), bus: bus.clone(), subjects, config: config.clone() };
-    let permits = Arc::new(Semaphore::new(config.daemon.max_in_flight));
-    let tracker = TaskTracker::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            incoming = requests.next() => {
-                let Some(incoming) = incoming else {
-                    tracing::error!("the API subscription ended; stopping");
-                    break;
-                };
-                let Some(reply) = incoming.reply.clone() else {
-                    tracing::debug!(subject = %incoming.subject, "ignoring an API message without a reply subject");
-                    continue;
-                };
-                // Waiting here leaves further requests in NATS, bounded by its buffers.
-                let Ok(permit) = permits.clone().acquire_owned().await else { break };
-                let api = api.clone();
-                tracker.spawn(async move {
-                    let answer = api.handle(&incoming.subject, incoming.token.as_deref(), &incoming.payload).await;
-                    if let Err(e) = api.bus.publish(&reply, answer).await {
-                        tracing::warn!(error = %e, "sending a reply failed");
-                    }
-                    drop(permit);
-                });
+    let runner = if config.runner.embedded {
+        let options = runner_options(&dir, &config, ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout))
+            .map_err(|source| DaemonError::Io { what: "preparing the embedded runner".into(), source })?;
+        Some(canopy_runner::spawn(options).await.map_err(|e| DaemonError::Runner(e.to_string()))?)
+    } else {
+        None
+    };
+    let stall_check = tokio::spawn({
+        let api = api.clone();
+        let every = (config.sessions.stall_after / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+        async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                api.check_stalled().await;
             }
         }
-    }
+    });
 
+    shutdown.await;
     tracing::info!("canopy daemon stopping");
-    drop(requests);
+    stall_check.abort();
+    if let Some(runner) = runner {
+        runner.shutdown().await;
+    }
+    serving.cancel();
+    let _ = server.await;
     tracker.close();
     if tokio::time::timeout(config.daemon.shutdown_grace, tracker.wait()).await.is_err() {
         tracing::warn!(grace = ?config.daemon.shutdown_grace, "in-flight requests did not finish within the grace period");
     }
+    drop(api);
     let _ = std::fs::remove_file(dir.daemon_json());
     store.close().await;
     bus.drain().await;
@@ -156,6 +177,78 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     }
     tracing::info!("canopy daemon stopped");
     Ok(())
+}
+
+/// Answers API requests until `stop`, each in its own task, at most `max_in_flight` at once.
+async fn serve(
+    api: Api,
+    mut requests: impl futures_util::Stream<Item = canopy_bus::Incoming> + Unpin,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+) {
+    let permits = Arc::new(Semaphore::new(api.config.daemon.max_in_flight));
+    loop {
+        let incoming = tokio::select! {
+            () = stop.cancelled() => return,
+            incoming = requests.next() => incoming,
+        };
+        let Some(incoming) = incoming else {
+            tracing::error!("the API subscription ended");
+            return;
+        };
+        let Some(reply) = incoming.reply.clone() else {
+            tracing::debug!(subject = %incoming.subject, "ignoring an API message without a reply subject");
+            continue;
+        };
+        // Waiting here leaves further requests in NATS, bounded by its buffers.
+        let Ok(permit) = permits.clone().acquire_owned().await else { return };
+        let api = api.clone();
+        tracker.spawn(async move {
+            let answer = api.handle(&incoming.subject, incoming.token.as_deref(), &incoming.payload).await;
+            if let Err(e) = api.bus.publish(&reply, answer).await {
+                tracing::warn!(error = %e, "sending a reply failed");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// The embedded (or standalone) runner's options from the configuration.
+pub fn runner_options(dir: &DataDir, config: &Config, api: ApiClient) -> std::io::Result<canopy_runner::RunnerOptions> {
+    let runner = &config.runner;
+    let token = std::fs::read_to_string(dir.runner_token())?.trim().to_owned();
+    Ok(canopy_runner::RunnerOptions {
+        api,
+        token,
+        name: format!("{}-{}", hostname(), std::process::id()),
+        sessions_dir: dir.sessions(),
+        scripted_program: std::env::current_exe()?,
+        scripted_args: vec![SCRIPTED_SUBCOMMAND.to_owned()],
+        settings: canopy_runner::RunnerSettings {
+            sync_interval: runner.sync_interval,
+            capacity: runner.capacity,
+            restart_backoff_min: runner.restart_backoff_min,
+            restart_backoff_max: runner.restart_backoff_max,
+            crash_loop_count: runner.crash_loop_count,
+            crash_loop_window: runner.crash_loop_window,
+            ready_timeout: runner.ready_timeout,
+            stop_grace: runner.stop_grace,
+            max_line_bytes: runner.max_line_bytes,
+            report_queue: 4096,
+        },
+    })
+}
+
+/// The hidden `canopy` subcommand that runs the scripted harness, so a session's harness
+/// is the very binary that runs the runner.
+pub const SCRIPTED_SUBCOMMAND: &str = "harness-scripted";
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into())
+}
+
+fn secret(path: &std::path::Path, prefix: &str) -> Result<String, DaemonError> {
+    load_or_create(path, prefix).map_err(|source| DaemonError::Io { what: format!("reading {}", path.display()), source })
 }
 
 /// Takes the directory lock, or says which daemon holds it.

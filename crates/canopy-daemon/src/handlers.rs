@@ -9,14 +9,15 @@
 use bytes::Bytes;
 use canopy_bus::Bus;
 use canopy_core::acl::Caller;
-use canopy_core::{ChannelKind, ChannelName, Error, Handle, PostPolicy, RoleName, TopicName};
+use canopy_core::{ChannelKind, ChannelName, Desired, Error, Handle, PostPolicy, RoleName, RosterEntry, TopicName};
 use canopy_proto::api::*;
 use canopy_proto::{Method, Reply, Subjects, WireError, decode_request};
-use canopy_store::{AgentSpec, ChannelSpec, PostSpec, Store, ops};
+use canopy_store::{AgentSpec, ChannelSpec, PostSpec, Report, RunnerHeartbeat, Store, ops};
 use serde::Serialize;
 
-use crate::auth::token_hash;
+use crate::auth::{session_token, token_hash};
 use crate::config::Config;
+use crate::roles::RoleDefaults;
 
 /// Longest display name, in bytes.
 pub const MAX_DISPLAY_NAME: usize = 128;
@@ -32,6 +33,24 @@ pub struct Api {
     pub bus: Bus,
     pub subjects: Subjects,
     pub config: std::sync::Arc<Config>,
+    pub roles: std::sync::Arc<RoleDefaults>,
+    pub secrets: std::sync::Arc<Secrets>,
+    /// Where relative script paths are read from.
+    pub data_dir: std::path::PathBuf,
+}
+
+/// The daemon's credentials for runners and sessions.
+pub struct Secrets {
+    /// Hash of the workspace's runner token.
+    pub runner_token_hash: String,
+    /// Secret from which session tokens are derived.
+    pub session_secret: String,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets { .. }")
+    }
 }
 
 impl Api {
@@ -49,6 +68,13 @@ impl Api {
 
     async fn dispatch(&self, method: &str, token: Option<&str>, payload: &[u8]) -> Result<Bytes, Error> {
         let method = Method::parse(method).ok_or_else(|| Error::UnknownMethod { method: method.to_owned() })?;
+        if method.is_runner_method() {
+            self.authenticate_runner(token)?;
+            return match method {
+                Method::RunnersSync => ok(self.runners_sync(decode_request(payload)?).await?),
+                _ => ok(self.sessions_report(decode_request(payload)?).await?),
+            };
+        }
         let caller = self.authenticate(token).await?;
         match method {
             Method::Whoami => ok(self.whoami(caller, decode_request(payload)?).await?),
@@ -63,6 +89,12 @@ impl Api {
             Method::MessagesPost => ok(self.post(caller, decode_request(payload)?).await?),
             Method::MessagesRead => ok(self.read(caller, decode_request(payload)?).await?),
             Method::MessagesSync => ok(self.sync(caller, decode_request(payload)?).await?),
+            Method::AgentsStart => ok(self.set_desired(caller, decode_request(payload)?, Desired::Running).await?),
+            Method::AgentsStop => ok(self.set_desired(caller, decode_request(payload)?, Desired::Stopped).await?),
+            Method::AgentsSetActivity => ok(self.set_activity(caller, decode_request(payload)?).await?),
+            Method::Roster => ok(self.roster(decode_request(payload)?).await?),
+            Method::ActivityRead => ok(self.activity_read(caller, decode_request(payload)?).await?),
+            Method::RunnersSync | Method::SessionsReport => Err(Error::Internal("runner methods are routed above".into())),
         }
     }
 
@@ -73,6 +105,140 @@ impl Api {
             .read(move |conn| ops::resolve_token(conn, &hash))
             .await?
             .ok_or_else(|| Error::Unauthenticated("the token is not known to this workspace".into()))
+    }
+
+    fn authenticate_runner(&self, token: Option<&str>) -> Result<(), Error> {
+        match token {
+            Some(token) if token_hash(token) == self.secrets.runner_token_hash => Ok(()),
+            Some(_) => Err(Error::Unauthenticated("this method needs the workspace's runner token".into())),
+            None => Err(Error::Unauthenticated("the request has no Canopy-Token header".into())),
+        }
+    }
+
+    /// Rings the runners' doorbell so they sync now rather than at their next tick.
+    pub async fn poke_runners(&self) {
+        if let Err(e) = self.bus.publish(&self.subjects.runner_poke(), Bytes::new()).await {
+            tracing::debug!(error = %e, "poking runners failed; they sync on their timer");
+        }
+    }
+
+    /// Publishes committed messages as events (doorbells). A failed publish is logged: the
+    /// message is committed and followers catch up from their cursors.
+    async fn publish_messages(&self, messages: Vec<canopy_core::Message>) {
+        for message in messages {
+            let subject = self.subjects.message_event(message.channel.as_str());
+            if let Err(e) = self.bus.publish(&subject, encode(&MessageEvent { message })).await {
+                tracing::warn!(error = %e, "publishing a message event failed");
+            }
+        }
+    }
+
+    async fn set_desired(&self, caller: Caller, req: AgentsStartStopRequest, desired: Desired) -> Result<RosterEntry, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let entry = self.store.write(move |conn| ops::set_desired(conn, &caller, &handle, desired)).await?;
+        self.poke_runners().await;
+        Ok(entry)
+    }
+
+    async fn set_activity(&self, caller: Caller, req: SetActivityRequest) -> Result<RosterEntry, Error> {
+        let text = bounded_text("text", req.text, 1000)?;
+        self.store.write(move |conn| ops::set_activity(conn, &caller, &text)).await
+    }
+
+    async fn roster(&self, _: RosterRequest) -> Result<RosterResponse, Error> {
+        Ok(RosterResponse { agents: self.store.read(ops::roster).await? })
+    }
+
+    async fn activity_read(&self, caller: Caller, req: ActivityReadRequest) -> Result<ActivityReadResponse, Error> {
+        let agent = Handle::parse(&req.agent).map_err(|e| Error::name("agent", e))?;
+        let limit = page_limit(req.limit)?;
+        let tail = req.tail.map(|t| t.min(MAX_READ_LIMIT));
+        let after = req.after;
+        let (items, more) = self
+            .store
+            .read(move |conn| ops::read_activity(conn, &caller, agent.as_str(), after, limit, tail))
+            .await?;
+        let next_after = items.last().map_or(after, |i| i.id);
+        Ok(ActivityReadResponse { items, next_after, more })
+    }
+
+    async fn runners_sync(&self, req: RunnersSyncRequest) -> Result<RunnersSyncResponse, Error> {
+        if req.runner_id.is_empty() || req.runner_id.len() > 128 {
+            return Err(Error::invalid("runner_id", "must be 1 to 128 bytes"));
+        }
+        let beat = RunnerHeartbeat {
+            runner_id: req.runner_id,
+            name: bounded_text("name", req.name, 128)?,
+            mcp_url: bounded_text("mcp_url", req.mcp_url, 512)?,
+            capacity: req.capacity,
+            ttl_ms: self.config.runner.runner_ttl.as_millis() as i64,
+        };
+        let secrets = self.secrets.clone();
+        let live = self
+            .store
+            .write(move |conn| {
+                let hash_for = |agent: &str, incarnation: u64| {
+                    token_hash(&session_token(&secrets.session_secret, agent, incarnation))
+                };
+                ops::sync_runner(conn, &beat, &hash_for)
+            })
+            .await?;
+        let sessions = live
+            .into_iter()
+            .map(|s| SessionAssignment {
+                token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
+                system_prompt: crate::builtin::system_prompt(s.role.as_str()).to_owned(),
+                agent: s.agent.to_string(),
+                display_name: s.display_name,
+                role: s.role.to_string(),
+                incarnation: s.incarnation,
+                harness: s.harness,
+                script: s.script_name.zip(s.script).map(|(name, text)| ScriptSource { name, text }),
+                home_channel: s.home_channel,
+                charter: s.charter,
+            })
+            .collect();
+        Ok(RunnersSyncResponse { sessions })
+    }
+
+    async fn sessions_report(&self, req: SessionsReportRequest) -> Result<SessionsReportResponse, Error> {
+        if req.reports.len() > 10_000 {
+            return Err(Error::invalid("reports", "at most 10000 reports per request"));
+        }
+        let reports: Vec<Report> = req
+            .reports
+            .into_iter()
+            .map(|r| Report {
+                agent: r.agent,
+                incarnation: r.incarnation,
+                presence: r.presence,
+                reason: r.reason.map(|reason| canopy_core::redact::redact(&reason, 500)),
+                activity: r.activity.map(|a| (a.kind, a.turn_id, a.summary, a.detail)),
+                ended: r.ended,
+                crash_loop: r.crash_loop,
+            })
+            .collect();
+        let runner_id = req.runner_id;
+        let max = self.config.sessions.activity_per_session;
+        let applied = self.store.write(move |conn| ops::apply_reports(conn, &runner_id, &reports, max)).await?;
+        for item in &applied.activity {
+            let subject = self.subjects.activity_event(item.agent.as_str());
+            let _ = self.bus.publish(&subject, encode(&ActivityEvent { item: item.clone() })).await;
+        }
+        self.publish_messages(applied.notices).await;
+        if applied.poke {
+            self.poke_runners().await;
+        }
+        Ok(SessionsReportResponse { applied: applied.applied, ignored: applied.ignored })
+    }
+
+    /// Marks silent working sessions as stalled and tells the operator.
+    pub async fn check_stalled(&self) {
+        let after = self.config.sessions.stall_after.as_millis() as i64;
+        match self.store.write(move |conn| ops::mark_stalled(conn, after)).await {
+            Ok(notices) => self.publish_messages(notices).await,
+            Err(e) => tracing::warn!(error = %e, "checking for stalled sessions failed"),
+        }
     }
 
     async fn whoami(&self, caller: Caller, _: WhoamiRequest) -> Result<WhoamiResponse, Error> {
@@ -96,8 +262,21 @@ impl Api {
                 .map(|p| Handle::parse(p).map_err(|e| Error::name("parent", e)))
                 .transpose()?,
             charter: bounded_text("charter", req.charter, MAX_CHARTER)?,
+            harness: String::new(),
+            script: None,
         };
-        self.store.write(move |conn| ops::create_agent(conn, &caller, &spec)).await
+        let defaults = self.roles.for_role(spec.role.as_str());
+        let harness = req.harness.unwrap_or(defaults.harness);
+        let script = match req.script {
+            Some(source) => Some((source.name, source.text)),
+            None if harness == "scripted" => defaults.script,
+            None => None,
+        };
+        let session = crate::roles::check(&harness, script)?;
+        let spec = AgentSpec { harness: session.harness, script: session.script, ..spec };
+        let account = self.store.write(move |conn| ops::create_agent(conn, &caller, &spec)).await?;
+        self.poke_runners().await;
+        Ok(account)
     }
 
     async fn agents_list(&self, _: AgentsListRequest) -> Result<AgentsListResponse, Error> {
@@ -179,13 +358,9 @@ impl Api {
             idempotency_key: req.idempotency_key,
         };
         let (message, duplicate) = self.store.write(move |conn| ops::post(conn, &caller, &spec)).await?;
-        let subject = self.subjects.message_event(message.channel.as_str());
-        let event = MessageEvent { message };
-        if let Err(e) = self.bus.publish(&subject, encode(&event)).await {
-            // The message is committed; followers catch up from their cursors.
-            tracing::warn!(error = %e, "publishing a message event failed");
-        }
-        Ok(PostResponse { message: event.message, duplicate })
+        // The message is committed; a lost event only delays followers, who resync.
+        self.publish_messages(vec![message.clone()]).await;
+        Ok(PostResponse { message, duplicate })
     }
 
     async fn read(&self, caller: Caller, req: ReadRequest) -> Result<ReadResponse, Error> {

@@ -10,8 +10,9 @@ use canopy_core::{Error, Handle, Workspace};
 use canopy_store::{InitSpec, OperatorSpec, Store};
 use serde::Serialize;
 
-use crate::auth::{new_token, random_hex, token_hash, write_private};
-use crate::config::DEFAULT_TOML;
+use crate::auth::{load_or_create, new_token, random_hex, token_hash, write_private};
+use crate::config::{Config, DEFAULT_TOML};
+use crate::roles::RoleDefaults;
 use crate::paths::DataDir;
 
 /// What the operator asked `init` for.
@@ -59,6 +60,10 @@ pub async fn init(dir: &DataDir, options: &InitOptions) -> Result<InitReport, Er
         .map_err(io(format!("creating {}", dir.root().display())))?;
 
     let token = new_token().map_err(io("generating the operator token".into()))?;
+    // The Supervisor's session defaults come from the configuration `init` is about to write.
+    let supervisor = RoleDefaults::resolve(&Config::default(), &dir.config(), dir.root())
+        .map_err(|e| Error::Internal(format!("the built-in role defaults are invalid: {e}")))?
+        .for_role(canopy_core::RoleName::SUPERVISOR);
     let spec = InitSpec {
         workspace_id: format!("ws-{}", random_hex(6).map_err(io("generating the workspace id".into()))?),
         name: options.name.clone(),
@@ -68,6 +73,8 @@ pub async fn init(dir: &DataDir, options: &InitOptions) -> Result<InitReport, Er
             display_name: operator.to_string(),
             token_hash: token_hash(&token),
         },
+        supervisor_harness: supervisor.harness,
+        supervisor_script: supervisor.script,
     };
     let store = Store::open(&dir.db(), 16)?;
     let result = store.write(move |conn| canopy_store::ops::init(conn, &spec)).await;
@@ -76,6 +83,8 @@ pub async fn init(dir: &DataDir, options: &InitOptions) -> Result<InitReport, Er
 
     write_private(&dir.operator_token(), &format!("{token}\n"))
         .map_err(io(format!("writing {}", dir.operator_token().display())))?;
+    load_or_create(&dir.runner_token(), "cnr_").map_err(io(format!("writing {}", dir.runner_token().display())))?;
+    load_or_create(&dir.session_secret(), "").map_err(io(format!("writing {}", dir.session_secret().display())))?;
     if !dir.config().exists() {
         std::fs::write(dir.config(), DEFAULT_TOML).map_err(io(format!("writing {}", dir.config().display())))?;
         let _ = std::fs::set_permissions(dir.config(), std::fs::Permissions::from_mode(0o644));

@@ -6,11 +6,13 @@
 //! SQL (that is `canopy-store`) or build subjects (that is `canopy-proto`).
 
 pub mod auth;
+pub mod builtin;
 pub mod config;
 pub mod daemon;
 pub mod handlers;
 pub mod init;
 pub mod paths;
+pub mod roles;
 
 pub use config::{Config, ConfigError};
 pub use daemon::{ConnectionInfo, DaemonError, DaemonOptions, read_connection_info, run};

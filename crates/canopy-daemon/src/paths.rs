@@ -34,6 +34,22 @@ impl DataDir {
         self.root.join("operator.token")
     }
 
+    /// The runners' bearer token (mode 0600): `runners.sync` and `sessions.report` need it.
+    pub fn runner_token(&self) -> PathBuf {
+        self.root.join("runner.token")
+    }
+
+    /// The daemon's secret for deriving session tokens (mode 0600).
+    pub fn session_secret(&self) -> PathBuf {
+        self.root.join("session.secret")
+    }
+
+    /// Session directories: `<sessions>/<agent>/<incarnation>/` (prompt, script,
+    /// transcript, HOME) and `<sessions>/<agent>/work` (the working directory).
+    pub fn sessions(&self) -> PathBuf {
+        self.root.join("sessions")
+    }
+
     /// Connection details for the CLI, written by a running daemon (mode 0600).
     pub fn daemon_json(&self) -> PathBuf {
         self.root.join("daemon.json")

@@ -5,7 +5,8 @@
 //! Responses reuse the model types from `canopy-core`.
 
 use canopy_core::{
-    Account, Channel, ChannelKind, Message, PostPolicy, Subscription, Topic, TopicName, TreeNode, Workspace,
+    Account, ActivityItem, Channel, ChannelKind, Message, PostPolicy, Presence, RosterEntry, Subscription, Topic,
+    TopicName, TreeNode, Workspace,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -47,6 +48,21 @@ pub struct AgentsCreateRequest {
     pub parent: Option<String>,
     #[serde(default)]
     pub charter: String,
+    /// The harness that runs the agent's session; the role's default from `canopy.toml`
+    /// when absent.
+    #[serde(default)]
+    pub harness: Option<String>,
+    /// A script for the scripted harness, sent as text so remote runners need no files.
+    #[serde(default)]
+    pub script: Option<ScriptSource>,
+}
+
+/// A scripted-harness script: the file name (for error messages) and its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptSource {
+    pub name: String,
+    pub text: String,
 }
 
 /// `agents.list`: every agent (not operators), ordered by handle.
@@ -217,4 +233,156 @@ pub struct SyncResponse {
 #[serde(deny_unknown_fields)]
 pub struct MessageEvent {
     pub message: Message,
+}
+
+/// `agents.start` / `agents.stop`: whether an agent's session should run. Starting a
+/// `crashed` agent clears the crash.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsStartStopRequest {
+    pub handle: String,
+}
+
+/// `agents.set_activity`: the caller's roster activity line (agents only; empty clears it).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetActivityRequest {
+    pub text: String,
+}
+
+/// `roster`: every agent's live state, ordered by handle.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RosterRequest {}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RosterResponse {
+    pub agents: Vec<RosterEntry>,
+}
+
+/// `activity.read`: an agent's stored activity after an id (operators only).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActivityReadRequest {
+    pub agent: String,
+    #[serde(default)]
+    pub after: u64,
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// Only the newest `tail` items (ignores `after`), for a first screen.
+    #[serde(default)]
+    pub tail: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActivityReadResponse {
+    pub items: Vec<ActivityItem>,
+    pub next_after: u64,
+    pub more: bool,
+}
+
+/// Published on `canopy.<ws>.evt.activity.<agent>`: a doorbell with the item.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActivityEvent {
+    pub item: ActivityItem,
+}
+
+/// A session the runner hosts, as it reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunningSession {
+    pub agent: String,
+    pub incarnation: u64,
+}
+
+/// `runners.sync`: a runner's heartbeat; the reply is the set of sessions it should host.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersSyncRequest {
+    /// Stable for the runner process's life.
+    pub runner_id: String,
+    pub name: String,
+    /// The runner's MCP endpoint, for the record.
+    pub mcp_url: String,
+    /// Most sessions this runner will host.
+    pub capacity: u32,
+    pub running: Vec<RunningSession>,
+}
+
+/// Everything a runner needs to start one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionAssignment {
+    pub agent: String,
+    pub display_name: String,
+    pub role: String,
+    pub incarnation: u64,
+    /// The session's bearer token: binds every tool call to this agent.
+    pub token: String,
+    pub harness: String,
+    pub script: Option<ScriptSource>,
+    /// The system prompt the session starts with.
+    pub system_prompt: String,
+    pub home_channel: String,
+    pub charter: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersSyncResponse {
+    /// Every session this runner should be hosting now; anything else it runs must stop.
+    pub sessions: Vec<SessionAssignment>,
+}
+
+/// One thing that happened in a session, as a runner reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionReport {
+    pub agent: String,
+    pub incarnation: u64,
+    /// The presence this event implies, when it implies one.
+    #[serde(default)]
+    pub presence: Option<Presence>,
+    /// Why, for idle, crashed or offline.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Activity to store: `kind`, optional `turn_id`, `summary`, `detail`.
+    #[serde(default)]
+    pub activity: Option<ReportedActivity>,
+    /// The session ended (`reason` says how); its token stops working.
+    #[serde(default)]
+    pub ended: bool,
+    /// The session crashed too often: mark the agent `crashed` and tell the operator.
+    #[serde(default)]
+    pub crash_loop: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportedActivity {
+    pub kind: String,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    pub summary: String,
+    #[serde(default)]
+    pub detail: serde_json::Value,
+}
+
+/// `sessions.report`: a batch of session events from one runner.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsReportRequest {
+    pub runner_id: String,
+    pub reports: Vec<SessionReport>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsReportResponse {
+    /// Reports applied; the rest were for stale incarnations and were ignored.
+    pub applied: u32,
+    pub ignored: u32,
 }

@@ -34,10 +34,19 @@ pub fn all() -> Vec<(String, Value)> {
             Method::MessagesPost => pair::<PostRequest, PostResponse>(*method),
             Method::MessagesRead => pair::<ReadRequest, ReadResponse>(*method),
             Method::MessagesSync => pair::<SyncRequest, SyncResponse>(*method),
+            Method::AgentsStart | Method::AgentsStop => {
+                pair::<AgentsStartStopRequest, canopy_core::RosterEntry>(*method)
+            }
+            Method::AgentsSetActivity => pair::<SetActivityRequest, canopy_core::RosterEntry>(*method),
+            Method::Roster => pair::<RosterRequest, RosterResponse>(*method),
+            Method::ActivityRead => pair::<ActivityReadRequest, ActivityReadResponse>(*method),
+            Method::RunnersSync => pair::<RunnersSyncRequest, RunnersSyncResponse>(*method),
+            Method::SessionsReport => pair::<SessionsReportRequest, SessionsReportResponse>(*method),
         };
         out.extend(schemas);
     }
     out.push(("event.message.json".to_owned(), schema_for!(MessageEvent).to_value()));
+    out.push(("event.activity.json".to_owned(), schema_for!(ActivityEvent).to_value()));
     out.push(("error.json".to_owned(), schema_for!(WireError).to_value()));
     out
 }

@@ -22,6 +22,13 @@ pub enum Method {
     MessagesPost,
     MessagesRead,
     MessagesSync,
+    AgentsStart,
+    AgentsStop,
+    AgentsSetActivity,
+    Roster,
+    ActivityRead,
+    RunnersSync,
+    SessionsReport,
 }
 
 impl Method {
@@ -39,6 +46,13 @@ impl Method {
         Method::MessagesPost,
         Method::MessagesRead,
         Method::MessagesSync,
+        Method::AgentsStart,
+        Method::AgentsStop,
+        Method::AgentsSetActivity,
+        Method::Roster,
+        Method::ActivityRead,
+        Method::RunnersSync,
+        Method::SessionsReport,
     ];
 
     /// The subject suffix after `api.`.
@@ -56,6 +70,13 @@ impl Method {
             Method::MessagesPost => "messages.post",
             Method::MessagesRead => "messages.read",
             Method::MessagesSync => "messages.sync",
+            Method::AgentsStart => "agents.start",
+            Method::AgentsStop => "agents.stop",
+            Method::AgentsSetActivity => "agents.set_activity",
+            Method::Roster => "roster",
+            Method::ActivityRead => "activity.read",
+            Method::RunnersSync => "runners.sync",
+            Method::SessionsReport => "sessions.report",
         }
     }
 
@@ -64,9 +85,9 @@ impl Method {
         Method::ALL.iter().copied().find(|m| m.as_str() == suffix)
     }
 
-    /// Whether the method changes state (and so goes through the store's writer).
-    pub fn is_mutation(self) -> bool {
-        matches!(self, Method::AgentsCreate | Method::AgentsReparent | Method::ChannelsCreate | Method::MessagesPost)
+    /// Whether only runners (authenticated by the runner token) may call the method.
+    pub fn is_runner_method(self) -> bool {
+        matches!(self, Method::RunnersSync | Method::SessionsReport)
     }
 }
 
@@ -101,6 +122,16 @@ impl Subjects {
     /// `canopy.<ws>.evt.message.<channel>`: published after each committed message.
     pub fn message_event(&self, channel: &str) -> String {
         format!("{}.evt.message.{channel}", self.prefix)
+    }
+
+    /// `canopy.<ws>.evt.activity.<agent>`: published after each stored activity item.
+    pub fn activity_event(&self, agent: &str) -> String {
+        format!("{}.evt.activity.{agent}", self.prefix)
+    }
+
+    /// `canopy.<ws>.runner.poke`: a doorbell telling runners to sync now.
+    pub fn runner_poke(&self) -> String {
+        format!("{}.runner.poke", self.prefix)
     }
 
     /// `canopy.<ws>.evt.message.>`: every committed message in the workspace.

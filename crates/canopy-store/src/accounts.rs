@@ -8,12 +8,13 @@ use std::collections::HashMap;
 
 use canopy_core::acl::{Caller, require_operator};
 use canopy_core::{
-    Account, AccountKind, AccountState, ChannelKind, ChannelName, Error, Handle, PostPolicy, RoleName, Subscription,
-    SubscriptionPolicy, TreeNode,
+    Account, AccountKind, AccountState, ChannelKind, ChannelName, Error, Handle, PostPolicy, Presence, RoleName,
+    Subscription, SubscriptionPolicy, TreeNode,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::channels::{insert_channel, subscribe, subscribe_all};
+use crate::sessions::set_presence;
 use crate::schema::audit;
 use crate::views::{ACCOUNT_SELECT, account_from_row, account_ref, require_account};
 use crate::{now_ms, sql};
@@ -27,6 +28,10 @@ pub struct AgentSpec {
     /// The Supervisor when `None` (except for the Supervisor itself).
     pub parent: Option<Handle>,
     pub charter: String,
+    /// The harness its sessions run (`scripted`, ...); empty for none.
+    pub harness: String,
+    /// The scripted harness's script: file name and text.
+    pub script: Option<(String, String)>,
 }
 
 /// An operator to create, with the hash of its bearer token.
@@ -37,13 +42,18 @@ pub struct OperatorSpec {
     pub token_hash: String,
 }
 
-/// The account a token hash belongs to, if any.
+/// The account a token hash belongs to, if any: an operator's token, or the token of an
+/// agent's live session (a token dies with its session).
 pub fn resolve_token(conn: &Connection, token_hash: &str) -> Result<Option<Caller>, Error> {
-    conn.prepare_cached("SELECT handle, kind FROM accounts WHERE token_hash = ?1 AND state != 'despawned'")
-        .and_then(|mut s| {
-            s.query_row(params![token_hash], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).optional()
-        })
-        .map_err(sql("resolving a token"))?
+    conn.prepare_cached(
+        "SELECT handle, kind FROM accounts WHERE token_hash = ?1 AND state != 'despawned' \
+         UNION ALL SELECT a.handle, a.kind FROM sessions s JOIN accounts a ON a.id = s.agent_id \
+         WHERE s.token_hash = ?1 AND s.ended_at IS NULL AND a.state = 'active' LIMIT 1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![token_hash], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).optional()
+    })
+    .map_err(sql("resolving a token"))?
         .map(|(handle, kind)| {
             let kind = AccountKind::parse(&kind)
                 .ok_or_else(|| Error::Internal(format!("account {handle} has kind {kind:?}")))?;
@@ -118,9 +128,14 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
         (Some(parent), false) => Some(require_live_agent(conn, "parent", parent.as_str())?),
         (None, false) => Some(require_live_agent(conn, "parent", "supervisor")?),
     };
+    let (script_name, script) = match &spec.script {
+        Some((name, text)) => (Some(name.as_str()), Some(text.as_str())),
+        None => (None, None),
+    };
+    let now = now_ms();
     conn.prepare_cached(
-        "INSERT INTO accounts (handle, display_name, kind, role, parent_id, charter, state, created_at) \
-         VALUES (?1, ?2, 'agent', ?3, ?4, ?5, 'active', ?6)",
+        "INSERT INTO accounts (handle, display_name, kind, role, parent_id, charter, state, created_at, harness, \
+         script_name, script) VALUES (?1, ?2, 'agent', ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -129,11 +144,15 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
             spec.role.as_str(),
             parent_id,
             spec.charter,
-            now_ms()
+            now,
+            spec.harness,
+            script_name,
+            script
         ])
     })
     .map_err(sql("inserting an agent"))?;
     let agent_id = conn.last_insert_rowid();
+    set_presence(conn, agent_id, Presence::Offline, Some("no session yet"), None, now)?;
 
     let home = ChannelName::home_of(&spec.handle);
     let home_id = insert_channel(

@@ -12,6 +12,7 @@ mod accounts;
 mod channels;
 mod messages;
 mod schema;
+mod sessions;
 mod views;
 mod workspace;
 mod writer;
@@ -26,6 +27,7 @@ pub use accounts::{AgentSpec, OperatorSpec};
 pub use channels::ChannelSpec;
 pub use messages::{Page, PostSpec};
 pub use rusqlite::Connection as Conn;
+pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
 pub use workspace::InitSpec;
 
 /// File name of the database inside the data directory.
@@ -152,6 +154,9 @@ pub mod ops {
     };
     pub use crate::channels::{channel, create_channel, list_channels, list_topics};
     pub use crate::messages::{post, read_channel, sync};
+    pub use crate::sessions::{
+        apply_reports, mark_stalled, read_activity, roster, roster_entry, set_activity, set_desired, sync_runner,
+    };
     pub use crate::workspace::{init, workspace};
 }
 

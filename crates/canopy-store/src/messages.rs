@@ -83,24 +83,8 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<(Mess
         }
     };
 
-    let mentions = parse_mentions(&spec.body);
-    let mentions_json =
-        serde_json::to_string(&mentions).map_err(|e| Error::Internal(format!("encoding mentions: {e}")))?;
-    conn.prepare_cached(
-        "INSERT INTO messages (channel_id, topic_id, sender_id, body, mentions, idempotency_key, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .and_then(|mut s| {
-        s.execute(params![channel_id, topic_id, sender.id, spec.body, mentions_json, spec.idempotency_key, now])
-    })
-    .map_err(sql("inserting a message"))?;
-    let seq = conn.last_insert_rowid();
-    conn.prepare_cached(
-        "UPDATE topics SET last_seq = ?1, last_activity_at = ?2, message_count = message_count + 1 WHERE id = ?3",
-    )
-    .and_then(|mut s| s.execute(params![seq, now, topic_id]))
-    .map_err(sql("updating a topic"))?;
-    Ok((message(conn, seq)?, false))
+    let message = insert_message(conn, channel_id, topic_id, sender.id, &spec.body, spec.idempotency_key.as_deref(), now)?;
+    Ok((message, false))
 }
 
 /// A page of one channel (optionally one topic) after `after`, for a caller who may read it.
@@ -180,4 +164,55 @@ fn message(conn: &Connection, seq: i64) -> Result<Message, Error> {
     conn.prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.seq = ?1"))
         .and_then(|mut s| s.query_row(params![seq], message_from_row))
         .map_err(sql("reading a message"))
+}
+
+/// Posts as Canopy itself (the `system` account), starting the topic if needed. Used for
+/// notices the daemon owes the operator; no post policy applies.
+pub(crate) fn post_as_system(conn: &Connection, channel: &ChannelName, topic: &TopicName, body: &str) -> Result<Message, Error> {
+    let system_id: i64 = conn
+        .prepare_cached("SELECT id FROM accounts WHERE kind = 'system' ORDER BY id LIMIT 1")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .map_err(sql("finding the system account"))?;
+    let (channel_id, _) = require_channel(conn, "channel", channel.as_str())?;
+    let now = now_ms();
+    let topic_id = match topic_id(conn, channel_id, topic)? {
+        Some(id) => id,
+        None => {
+            conn.prepare_cached(
+                "INSERT INTO topics (channel_id, name, created_by, created_at, last_activity_at) VALUES (?1, ?2, ?3, ?4, ?4)",
+            )
+            .and_then(|mut s| s.execute(params![channel_id, topic.as_str(), system_id, now]))
+            .map_err(sql("starting a topic"))?;
+            conn.last_insert_rowid()
+        }
+    };
+    insert_message(conn, channel_id, topic_id, system_id, body, None, now)
+}
+
+/// Inserts a message and bumps its topic; returns the stored message.
+fn insert_message(
+    conn: &Connection,
+    channel_id: i64,
+    topic_id: i64,
+    sender_id: i64,
+    body: &str,
+    idempotency_key: Option<&str>,
+    now: i64,
+) -> Result<Message, Error> {
+    let mentions = parse_mentions(body);
+    let mentions_json =
+        serde_json::to_string(&mentions).map_err(|e| Error::Internal(format!("encoding mentions: {e}")))?;
+    conn.prepare_cached(
+        "INSERT INTO messages (channel_id, topic_id, sender_id, body, mentions, idempotency_key, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .and_then(|mut s| s.execute(params![channel_id, topic_id, sender_id, body, mentions_json, idempotency_key, now]))
+    .map_err(sql("inserting a message"))?;
+    let seq = conn.last_insert_rowid();
+    conn.prepare_cached(
+        "UPDATE topics SET last_seq = ?1, last_activity_at = ?2, message_count = message_count + 1 WHERE id = ?3",
+    )
+    .and_then(|mut s| s.execute(params![seq, now, topic_id]))
+    .map_err(sql("updating a topic"))?;
+    message(conn, seq)
 }

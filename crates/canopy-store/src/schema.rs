@@ -20,7 +20,7 @@ const MIGRATIONS: &[&str] = &[
         id               INTEGER PRIMARY KEY,
         handle           TEXT NOT NULL UNIQUE,
         display_name     TEXT NOT NULL,
-        kind             TEXT NOT NULL CHECK (kind IN ('operator', 'agent')),
+        kind             TEXT NOT NULL CHECK (kind IN ('operator', 'agent', 'system')),
         role             TEXT,
         parent_id        INTEGER REFERENCES accounts(id),
         home_channel_id  INTEGER REFERENCES channels(id),
@@ -87,6 +87,53 @@ const MIGRATIONS: &[&str] = &[
         target    TEXT NOT NULL,
         detail    TEXT NOT NULL DEFAULT ''
     );
+    "#,
+    // 2: sessions, runners, presence, activity; an agent's harness and desired state.
+    r#"
+    ALTER TABLE accounts ADD COLUMN harness TEXT NOT NULL DEFAULT '';
+    ALTER TABLE accounts ADD COLUMN script_name TEXT;
+    ALTER TABLE accounts ADD COLUMN script TEXT;
+    ALTER TABLE accounts ADD COLUMN desired TEXT NOT NULL DEFAULT 'running';
+    CREATE TABLE runners (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        mcp_url     TEXT NOT NULL,
+        capacity    INTEGER NOT NULL,
+        started_at  INTEGER NOT NULL,
+        last_seen   INTEGER NOT NULL
+    );
+    CREATE TABLE sessions (
+        id           INTEGER PRIMARY KEY,
+        agent_id     INTEGER NOT NULL REFERENCES accounts(id),
+        incarnation  INTEGER NOT NULL,
+        runner_id    TEXT NOT NULL,
+        token_hash   TEXT NOT NULL UNIQUE,
+        started_at   INTEGER NOT NULL,
+        ended_at     INTEGER,
+        end_reason   TEXT,
+        UNIQUE (agent_id, incarnation)
+    );
+    CREATE INDEX sessions_live ON sessions(runner_id) WHERE ended_at IS NULL;
+    CREATE TABLE presence (
+        agent_id     INTEGER PRIMARY KEY REFERENCES accounts(id),
+        state        TEXT NOT NULL,
+        reason       TEXT,
+        activity     TEXT,
+        incarnation  INTEGER NOT NULL DEFAULT 0,
+        last_seen    INTEGER,
+        state_since  INTEGER NOT NULL
+    );
+    CREATE TABLE activity (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent_id     INTEGER NOT NULL REFERENCES accounts(id),
+        incarnation  INTEGER NOT NULL,
+        at           INTEGER NOT NULL,
+        kind         TEXT NOT NULL,
+        turn_id      TEXT,
+        summary      TEXT NOT NULL,
+        detail       TEXT NOT NULL
+    );
+    CREATE INDEX activity_agent ON activity(agent_id, incarnation, id);
     "#,
 ];
 

@@ -18,6 +18,9 @@ pub struct InitSpec {
     pub name: String,
     pub mission: String,
     pub operator: OperatorSpec,
+    /// The Supervisor's harness and script, from the role defaults.
+    pub supervisor_harness: String,
+    pub supervisor_script: Option<(String, String)>,
 }
 
 /// The workspace, if the store has been initialised.
@@ -43,6 +46,13 @@ pub fn init(conn: &Connection, spec: &InitSpec) -> Result<Workspace, Error> {
     )
     .map_err(sql("creating the workspace"))?;
 
+    // Canopy itself, the author of notices. Its handle is reserved, so no one can take it.
+    conn.execute(
+        "INSERT INTO accounts (handle, display_name, kind, state, created_at) VALUES ('canopy', 'Canopy', 'system', 'active', ?1)",
+        params![now_ms()],
+    )
+    .map_err(sql("creating the system account"))?;
+
     let supervisor = Handle::parse("supervisor").map_err(|e| Error::name("handle", e))?;
     accounts::insert_agent(
         conn,
@@ -53,6 +63,8 @@ pub fn init(conn: &Connection, spec: &InitSpec) -> Result<Workspace, Error> {
             role: canopy_core::RoleName::from_trusted(canopy_core::RoleName::SUPERVISOR.into()),
             parent: None,
             charter: spec.mission.clone(),
+            harness: spec.supervisor_harness.clone(),
+            script: spec.supervisor_script.clone(),
         },
     )?;
     for name in ["announcements", "incidents"] {

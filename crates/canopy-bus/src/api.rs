@@ -1,0 +1,60 @@
+//! A typed client of the daemon's API: one method call is one NATS request carrying the
+//! caller's token, and the reply is decoded into the method's response or its wire error.
+//!
+//! Used by the CLI (operator token), the runner (runner token) and the native tools
+//! (session tokens). Does not choose tokens: each call names its own.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use canopy_proto::{Method, Reply, Subjects, WireError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::client::Bus;
+
+/// Why a call did not produce a response.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The daemon answered with a refusal.
+    #[error("{0}")]
+    Refused(WireError),
+    /// The daemon could not be reached (or its reply could not be read).
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// Calls the daemon's API for one workspace.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    pub bus: Bus,
+    pub subjects: Subjects,
+    pub timeout: Duration,
+}
+
+impl ApiClient {
+    pub fn new(bus: Bus, subjects: Subjects, timeout: Duration) -> ApiClient {
+        ApiClient { bus, subjects, timeout }
+    }
+
+    /// Calls `method` with `request`, authenticated by `token`.
+    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        method: Method,
+        token: &str,
+        request: &Req,
+    ) -> Result<Resp, CallError> {
+        let payload =
+            serde_json::to_vec(request).map_err(|e| CallError::Unreachable(format!("encoding the request: {e}")))?;
+        let subject = self.subjects.api(method);
+        let reply = self
+            .bus
+            .request(&subject, Some(token), Bytes::from(payload), self.timeout)
+            .await
+            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        let reply: Reply<Resp> = serde_json::from_slice(&reply).map_err(|e| {
+            CallError::Unreachable(format!("the daemon's reply to {} did not parse: {e}", method.as_str()))
+        })?;
+        reply.into_result().map_err(CallError::Refused)
+    }
+}

@@ -1,0 +1,108 @@
+//! Per-role session defaults from `canopy.toml` `[roles.<role>]`, resolved and checked.
+//!
+//! A role names a harness and, for the scripted harness, a script: a name shipped in the
+//! binary (`config/scripts/`) or a path relative to the data directory. Everything is
+//! checked when the daemon starts (a bad entry exits 64 naming the key) and when an agent
+//! is created with its own `--harness`/`--script`. A role with no entry takes the
+//! `manager` defaults.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use canopy_core::Error;
+use canopy_harness::HarnessKind;
+
+use crate::config::{Config, ConfigError};
+
+/// A harness and its script, ready to store with an agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionDefaults {
+    pub harness: String,
+    /// (file name, text)
+    pub script: Option<(String, String)>,
+}
+
+/// The resolved defaults of every configured role.
+#[derive(Debug, Clone, Default)]
+pub struct RoleDefaults {
+    roles: BTreeMap<String, SessionDefaults>,
+}
+
+impl RoleDefaults {
+    /// Resolves `[roles.*]`, reading script files relative to `data_dir`.
+    pub fn resolve(config: &Config, config_path: &Path, data_dir: &Path) -> Result<RoleDefaults, ConfigError> {
+        let mut roles = BTreeMap::new();
+        for (role, entry) in &config.roles {
+            let error = |key: &str, message: String| ConfigError {
+                path: config_path.to_owned(),
+                key: format!("roles.{role}.{key}"),
+                message,
+            };
+            if canopy_core::RoleName::parse(role).is_err() {
+                return Err(error("", format!("{role:?} is not a valid role name")));
+            }
+            let script = match &entry.script {
+                Some(name) => Some(load_script(name, data_dir).map_err(|e| error("script", e.to_string()))?),
+                None => None,
+            };
+            let defaults = check(&entry.harness, script).map_err(|e| match e.field() {
+                Some("script") => error("script", e.to_string()),
+                _ => error("harness", e.to_string()),
+            })?;
+            roles.insert(role.clone(), defaults);
+        }
+        Ok(RoleDefaults { roles })
+    }
+
+    /// The defaults for `role` (the `manager` ones when the role has none).
+    pub fn for_role(&self, role: &str) -> SessionDefaults {
+        self.roles
+            .get(role)
+            .or_else(|| self.roles.get("manager"))
+            .cloned()
+            .unwrap_or(SessionDefaults { harness: String::new(), script: None })
+    }
+}
+
+/// A script by shipped name or by path (relative to `data_dir`), as (file name, text).
+pub fn load_script(name: &str, data_dir: &Path) -> Result<(String, String), Error> {
+    if let Some(text) = crate::builtin::script(name) {
+        return Ok((name.to_owned(), text.to_owned()));
+    }
+    let path = data_dir.join(name);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Error::invalid("script", format!("{name} is neither a shipped script ({}) nor a readable file: {e}", shipped()))
+    })?;
+    Ok((name.to_owned(), text))
+}
+
+fn shipped() -> String {
+    crate::builtin::SCRIPTS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
+
+/// Longest script accepted, in bytes.
+pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
+
+/// Checks a harness name and its script; the scripted harness needs a valid script.
+pub fn check(harness: &str, script: Option<(String, String)>) -> Result<SessionDefaults, Error> {
+    let kind = HarnessKind::parse(harness).ok_or_else(|| {
+        Error::invalid("harness", format!("unknown harness {harness:?}; known: {}", HarnessKind::expected()))
+    })?;
+    match (kind, &script) {
+        (HarnessKind::Scripted, None) => {
+            return Err(Error::invalid("script", "the scripted harness needs a script"));
+        }
+        (HarnessKind::Scripted, Some((name, text))) => {
+            if text.len() > MAX_SCRIPT_BYTES {
+                return Err(Error::TooLarge { field: "script", len: text.len(), max: MAX_SCRIPT_BYTES });
+            }
+            let file = Path::new(name).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            if file.is_empty() || file.starts_with('.') {
+                return Err(Error::invalid("script", format!("{name:?} is not a file name")));
+            }
+            canopy_scripted::script::parse(Path::new(name), text)
+                .map_err(|e| Error::invalid("script", e.to_string()))?;
+        }
+    }
+    Ok(SessionDefaults { harness: harness.to_owned(), script })
+}

@@ -1,0 +1,154 @@
+//! The normalised vocabulary every adapter maps its harness onto.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// What a harness can do, so callers pick a delivery path without knowing which it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    /// Mid-turn input at a step boundary, bound to a turn id.
+    pub steer: bool,
+    /// The system prompt can be replaced entirely (Manager block-0).
+    pub replace_prompt: bool,
+    /// The harness's default prompt can be kept with text appended (implementer delta).
+    pub append_prompt: bool,
+}
+
+/// How an input should reach the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendMode {
+    /// Start a turn with it (the session must be idle).
+    NextTurn,
+    /// Inject it into the running turn `turn_id` at its next step boundary.
+    Steer { turn_id: String },
+}
+
+/// What actually happened to an input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum SendOutcome {
+    /// A turn started with it.
+    Started { turn_id: String },
+    /// It was injected into the running turn.
+    Steered { turn_id: String },
+    /// It could not be steered (the turn ended, or the harness cannot steer): the caller
+    /// delivers it at the next turn start instead.
+    FellBack { reason: String },
+    /// The harness refused it (a turn is running, for a next-turn send).
+    Refused { reason: String },
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    Completed,
+    Interrupted,
+    Failed,
+}
+
+/// Everything a session reports, in one closed set.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum HarnessEvent {
+    /// The process is up and accepts input.
+    Ready,
+    TurnStarted { turn_id: String },
+    TurnEnded { turn_id: String, status: TurnStatus },
+    Text { turn_id: Option<String>, text: String },
+    ToolRunning { turn_id: Option<String>, call_id: String, name: String, args: Value },
+    ToolResult { turn_id: Option<String>, call_id: String, name: String, output: Value },
+    ToolFailed { turn_id: Option<String>, call_id: String, name: String, output: Value },
+    ToolBlocked { turn_id: Option<String>, call_id: String, name: String, reason: String },
+    ToolAborted { turn_id: Option<String>, call_id: String, name: String },
+    CompactionStarted,
+    CompactionEnded,
+    RateLimited { detail: String },
+    Status { text: String },
+    SubagentStarted { id: String, detail: Value },
+    SubagentProgress { id: String, detail: Value },
+    SubagentEnded { id: String, detail: Value },
+    /// A line the adapter could not read (counted; never fatal).
+    Malformed { reason: String },
+    /// The process exited.
+    Exited { code: Option<i32>, signal: Option<i32> },
+}
+
+impl HarnessEvent {
+    /// The event's kind, as stored in activity.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HarnessEvent::Ready => "ready",
+            HarnessEvent::TurnStarted { .. } => "turn_started",
+            HarnessEvent::TurnEnded { .. } => "turn_ended",
+            HarnessEvent::Text { .. } => "text",
+            HarnessEvent::ToolRunning { .. } => "tool_running",
+            HarnessEvent::ToolResult { .. } => "tool_result",
+            HarnessEvent::ToolFailed { .. } => "tool_failed",
+            HarnessEvent::ToolBlocked { .. } => "tool_blocked",
+            HarnessEvent::ToolAborted { .. } => "tool_aborted",
+            HarnessEvent::CompactionStarted => "compaction_started",
+            HarnessEvent::CompactionEnded => "compaction_ended",
+            HarnessEvent::RateLimited { .. } => "rate_limited",
+            HarnessEvent::Status { .. } => "status",
+            HarnessEvent::SubagentStarted { .. } => "subagent_started",
+            HarnessEvent::SubagentProgress { .. } => "subagent_progress",
+            HarnessEvent::SubagentEnded { .. } => "subagent_ended",
+            HarnessEvent::Malformed { .. } => "malformed",
+            HarnessEvent::Exited { .. } => "exited",
+        }
+    }
+
+    /// The turn the event belongs to, when it names one.
+    pub fn turn_id(&self) -> Option<&str> {
+        match self {
+            HarnessEvent::TurnStarted { turn_id } | HarnessEvent::TurnEnded { turn_id, .. } => Some(turn_id),
+            HarnessEvent::Text { turn_id, .. }
+            | HarnessEvent::ToolRunning { turn_id, .. }
+            | HarnessEvent::ToolResult { turn_id, .. }
+            | HarnessEvent::ToolFailed { turn_id, .. }
+            | HarnessEvent::ToolBlocked { turn_id, .. }
+            | HarnessEvent::ToolAborted { turn_id, .. } => turn_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// A one-line summary for the operator's watch view.
+    pub fn summary(&self) -> String {
+        fn short(value: &Value) -> String {
+            let text = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let mut line: String = text.chars().take(160).collect();
+            if text.chars().count() > 160 {
+                line.push('…');
+            }
+            line.replace('\n', " ")
+        }
+        match self {
+            HarnessEvent::Ready => "session ready".into(),
+            HarnessEvent::TurnStarted { turn_id } => format!("turn {turn_id} started"),
+            HarnessEvent::TurnEnded { turn_id, status } => format!("turn {turn_id} ended ({status:?})").to_lowercase(),
+            HarnessEvent::Text { text, .. } => short(&Value::String(text.clone())),
+            HarnessEvent::ToolRunning { name, args, .. } => format!("▶ {name} {}", short(args)),
+            HarnessEvent::ToolResult { name, .. } => format!("✓ {name}"),
+            HarnessEvent::ToolFailed { name, output, .. } => format!("✗ {name} failed: {}", short(output)),
+            HarnessEvent::ToolBlocked { name, reason, .. } => format!("⊘ {name} blocked: {reason}"),
+            HarnessEvent::ToolAborted { name, .. } => format!("⊘ {name} aborted"),
+            HarnessEvent::CompactionStarted => "compacting context".into(),
+            HarnessEvent::CompactionEnded => "compaction done".into(),
+            HarnessEvent::RateLimited { detail } => format!("rate limited: {detail}"),
+            HarnessEvent::Status { text } => text.clone(),
+            HarnessEvent::SubagentStarted { id, .. } => format!("subagent {id} started"),
+            HarnessEvent::SubagentProgress { id, .. } => format!("subagent {id} progress"),
+            HarnessEvent::SubagentEnded { id, .. } => format!("subagent {id} ended"),
+            HarnessEvent::Malformed { reason } => format!("unreadable line from the harness: {reason}"),
+            HarnessEvent::Exited { code, signal } => match (code, signal) {
+                (Some(code), _) => format!("session exited with code {code}"),
+                (None, Some(signal)) => format!("session killed by signal {signal}"),
+                _ => "session exited".into(),
+            },
+        }
+    }
+}

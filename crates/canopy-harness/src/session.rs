@@ -1,0 +1,370 @@
+//! A running harness process: spawn, JSON-lines framing, send with confirmation, stop.
+//!
+//! The session owns the child. One task reads stdout line by line (each line bounded: a
+//! longer one is cut off, reported as `Malformed`, and reading goes on), hands it to the
+//! adapter's codec, forwards events, and resolves pending sends when the harness confirms
+//! them. Another task waits for the exit and reports it last. Stopping is shutdown line,
+//! grace, SIGTERM to the process group, grace, SIGKILL. The child has its own process
+//! group and dies with its parent.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{ChildStdin, Command};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::event::{HarnessEvent, SendMode, SendOutcome};
+use crate::{HarnessKind, scripted};
+
+/// How the session's system prompt relates to the harness's own default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptMode {
+    /// Replace the harness's default system prompt entirely (Managers).
+    Replace(String),
+    /// Keep the harness's default and append this delta (implementers).
+    Append(String),
+}
+
+impl PromptMode {
+    pub fn text(&self) -> &str {
+        match self {
+            PromptMode::Replace(text) | PromptMode::Append(text) => text,
+        }
+    }
+}
+
+/// Everything needed to start one session.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub kind: HarnessKind,
+    /// The executable and its leading arguments (the scripted harness is `canopy
+    /// harness-scripted`, so it runs as the same binary as Canopy itself).
+    pub program: PathBuf,
+    pub program_args: Vec<String>,
+    /// A private directory for this session: prompt file, transcript, HOME, logs.
+    pub session_dir: PathBuf,
+    /// The working directory of the harness.
+    pub cwd: PathBuf,
+    pub prompt: PromptMode,
+    /// Canopy's MCP endpoint and this session's bearer token.
+    pub mcp_url: String,
+    pub mcp_token: String,
+    /// Extra environment; the session otherwise starts from a clean environment.
+    pub env: Vec<(String, String)>,
+    /// The scripted harness's script (file name, text).
+    pub script: Option<(String, String)>,
+    /// Longest stdout line read; longer lines are cut off and reported.
+    pub max_line_bytes: usize,
+    /// How long the harness may take to say it is ready.
+    pub ready_timeout: Duration,
+}
+
+/// Where an input came from, for the harness's attribution (and the scripted harness's rules).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InputContext {
+    /// `start` for a session's first input, `message` for deliveries.
+    pub kind: String,
+    pub sender: Option<String>,
+    pub channel: Option<String>,
+    pub topic: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    #[error("preparing the session directory {path}: {source}")]
+    Files { path: PathBuf, source: std::io::Error },
+    #[error("starting {program}: {source}")]
+    Spawn { program: PathBuf, source: std::io::Error },
+    #[error("the harness did not become ready within {0:?}")]
+    NotReady(Duration),
+    #[error("the harness exited before it was ready ({0})")]
+    ExitedEarly(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    #[error("writing to the harness failed: {0}")]
+    Write(std::io::Error),
+    #[error("the harness did not answer input {0} within 10s")]
+    NoAnswer(String),
+    #[error("the harness has exited")]
+    Exited,
+}
+
+/// Encodes inputs and decodes output lines for one harness's protocol.
+pub(crate) trait Codec: Send + 'static {
+    /// One line (without the newline) that delivers `text`.
+    fn encode_send(&mut self, input_id: &str, text: &str, context: &InputContext, mode: &SendMode) -> Vec<u8>;
+    fn encode_interrupt(&mut self) -> Vec<u8>;
+    fn encode_shutdown(&mut self) -> Vec<u8>;
+    /// Decodes one output line.
+    fn decode(&mut self, line: &[u8]) -> Vec<Decoded>;
+}
+
+/// What one output line means.
+pub(crate) enum Decoded {
+    Event(HarnessEvent),
+    /// The harness confirmed what became of an input.
+    Ack { input_id: String, outcome: SendOutcome },
+}
+
+type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<SendOutcome>>>>;
+
+/// A running harness session. Dropping it kills the process.
+pub struct Session {
+    kind: HarnessKind,
+    pid: u32,
+    stdin: tokio::sync::Mutex<ChildStdin>,
+    codec: Arc<Mutex<Box<dyn Codec>>>,
+    pending: Pending,
+    exited: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("kind", &self.kind).field("pid", &self.pid).finish()
+    }
+}
+
+impl Session {
+    /// Starts the harness and waits until it is ready. Events arrive on the returned
+    /// receiver (bounded by `event_capacity`; the reader waits when it is full).
+    pub async fn launch(
+        spec: LaunchSpec,
+        event_capacity: usize,
+    ) -> Result<(Session, mpsc::Receiver<HarnessEvent>), LaunchError> {
+        let files = |path: PathBuf| move |source| LaunchError::Files { path, source };
+        std::fs::create_dir_all(spec.session_dir.join("home")).map_err(files(spec.session_dir.clone()))?;
+        std::fs::create_dir_all(&spec.cwd).map_err(files(spec.cwd.clone()))?;
+        // A clean environment: the user's own settings never leak into a session.
+        let mut command = Command::new(&spec.program);
+        command
+            .args(&spec.program_args)
+            .current_dir(&spec.cwd)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", spec.session_dir.join("home"))
+            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let codec: Box<dyn Codec> = match spec.kind {
+            HarnessKind::Scripted => scripted::prepare(&spec, &mut command)?,
+        };
+        let stderr_path = spec.session_dir.join("stderr.log");
+        let stderr = std::fs::File::create(&stderr_path).map_err(files(stderr_path))?;
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .process_group(0);
+        canopy_sys::die_with_parent(&mut command);
+        let mut child =
+            command.spawn().map_err(|source| LaunchError::Spawn { program: spec.program.clone(), source })?;
+        let pid = child.id().unwrap_or(0);
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(LaunchError::Invalid("the harness's stdio was not captured".into()));
+        };
+
+        let codec = Arc::new(Mutex::new(codec));
+        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let (events_tx, events_rx) = mpsc::channel(event_capacity.max(16));
+        let (exited_tx, exited) = watch::channel(false);
+        let (ready_tx, ready_rx) = oneshot::channel();
+
+        let reader = tokio::spawn(read_lines(
+            stdout,
+            spec.max_line_bytes,
+            codec.clone(),
+            pending.clone(),
+            events_tx.clone(),
+            ready_tx,
+        ));
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            // Forward everything the harness printed before its exit, then the exit.
+            let _ = reader.await;
+            let (code, signal) = match &status {
+                Ok(status) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    (status.code(), status.signal())
+                }
+                Err(_) => (None, None),
+            };
+            let _ = events_tx.send(HarnessEvent::Exited { code, signal }).await;
+            let _ = exited_tx.send(true);
+        });
+
+        let session = Session { kind: spec.kind, pid, stdin: tokio::sync::Mutex::new(stdin), codec, pending, exited };
+        let mut exited = session.exited.clone();
+        tokio::select! {
+            ready = ready_rx => match ready {
+                Ok(()) => Ok((session, events_rx)),
+                Err(_) => Err(LaunchError::ExitedEarly("its output ended".into())),
+            },
+            _ = exited.wait_for(|e| *e) => Err(LaunchError::ExitedEarly("see stderr.log in the session directory".into())),
+            () = tokio::time::sleep(spec.ready_timeout) => {
+                session.kill();
+                Err(LaunchError::NotReady(spec.ready_timeout))
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn kind(&self) -> HarnessKind {
+        self.kind
+    }
+
+    /// Delivers `text` and reports what became of it.
+    pub async fn send(
+        &self,
+        input_id: &str,
+        text: &str,
+        context: &InputContext,
+        mode: SendMode,
+    ) -> Result<SendOutcome, SessionError> {
+        if matches!(mode, SendMode::Steer { .. }) && !self.kind.capabilities().steer {
+            return Ok(SendOutcome::FellBack { reason: format!("the {} harness cannot steer", self.kind.as_str()) });
+        }
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.insert(input_id.to_owned(), tx);
+        }
+        let line = self.codec.lock().map(|mut c| c.encode_send(input_id, text, context, &mode)).unwrap_or_default();
+        self.write_line(line).await?;
+        let mut exited = self.exited.clone();
+        tokio::select! {
+            outcome = rx => outcome.map_err(|_| SessionError::Exited),
+            _ = exited.wait_for(|e| *e) => Err(SessionError::Exited),
+            () = tokio::time::sleep(Duration::from_secs(10)) => {
+                if let Ok(mut pending) = self.pending.lock() {
+                    pending.remove(input_id);
+                }
+                Err(SessionError::NoAnswer(input_id.to_owned()))
+            }
+        }
+    }
+
+    /// Asks the harness to stop the running turn.
+    pub async fn interrupt(&self) -> Result<(), SessionError> {
+        let line = self.codec.lock().map(|mut c| c.encode_interrupt()).unwrap_or_default();
+        self.write_line(line).await
+    }
+
+    /// Stops the session: a shutdown line, `grace`, SIGTERM to its group, `grace`, SIGKILL.
+    pub async fn shutdown(self, grace: Duration) {
+        let line = self.codec.lock().map(|mut c| c.encode_shutdown()).unwrap_or_default();
+        let _ = self.write_line(line).await;
+        let mut exited = self.exited.clone();
+        if tokio::time::timeout(grace, exited.wait_for(|e| *e)).await.is_ok() {
+            return;
+        }
+        canopy_sys::signal_group(self.pid, canopy_sys::SIGTERM);
+        if tokio::time::timeout(grace, exited.wait_for(|e| *e)).await.is_ok() {
+            return;
+        }
+        tracing::warn!(pid = self.pid, "harness ignored SIGTERM; killing it");
+        self.kill();
+        let _ = tokio::time::timeout(grace, exited.wait_for(|e| *e)).await;
+    }
+
+    /// SIGKILLs the process group at once.
+    pub fn kill(&self) {
+        canopy_sys::signal_group(self.pid, canopy_sys::SIGKILL);
+    }
+
+    async fn write_line(&self, mut line: Vec<u8>) -> Result<(), SessionError> {
+        if *self.exited.borrow() {
+            return Err(SessionError::Exited);
+        }
+        line.push(b'\n');
+        let mut stdin = self.stdin.lock().await;
+        stdin.write_all(&line).await.map_err(SessionError::Write)?;
+        stdin.flush().await.map_err(SessionError::Write)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !*self.exited.borrow() {
+            self.kill();
+        }
+    }
+}
+
+/// Reads stdout as bounded lines and turns them into events and acknowledgements.
+async fn read_lines(
+    mut stdout: impl AsyncRead + Unpin,
+    max_line: usize,
+    codec: Arc<Mutex<Box<dyn Codec>>>,
+    pending: Pending,
+    events: mpsc::Sender<HarnessEvent>,
+    ready: oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut line: Vec<u8> = Vec::new();
+    let mut overflowed = false;
+    loop {
+        let n = match stdout.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &byte in &buf[..n] {
+            if byte != b'\n' {
+                if line.len() < max_line {
+                    line.push(byte);
+                } else {
+                    overflowed = true;
+                }
+                continue;
+            }
+            let decoded = if overflowed {
+                vec![Decoded::Event(HarnessEvent::Malformed {
+                    reason: format!("a line longer than {max_line} bytes was cut off and dropped"),
+                })]
+            } else if line.iter().all(u8::is_ascii_whitespace) {
+                Vec::new()
+            } else {
+                codec.lock().map(|mut c| c.decode(&line)).unwrap_or_default()
+            };
+            line.clear();
+            overflowed = false;
+            for item in decoded {
+                match item {
+                    Decoded::Ack { input_id, outcome } => {
+                        let waiter = pending.lock().ok().and_then(|mut p| p.remove(&input_id));
+                        if let Some(waiter) = waiter {
+                            let _ = waiter.send(outcome);
+                        }
+                    }
+                    Decoded::Event(HarnessEvent::Ready) if ready.is_some() => {
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(());
+                        }
+                        if events.send(HarnessEvent::Ready).await.is_err() {
+                            return;
+                        }
+                    }
+                    Decoded::Event(event) => {
+                        if let HarnessEvent::Malformed { reason } = &event {
+                            tracing::warn!(%reason, "malformed line from a harness");
+                        }
+                        if events.send(event).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The runner: hosts agent sessions on one machine.
+//!
+//! It syncs with the daemon on a timer and on a doorbell (`runner.poke`): the sync is its
+//! heartbeat, and the reply is the set of sessions it should host, each with its
+//! incarnation and token. The runner starts what it lacks and stops what it should not
+//! run. Each session is one task (`session`) that owns its harness process and reports
+//! what happens to the daemon through one batching `reporter`. The runner also serves the
+//! native tools over MCP on loopback, admitting only the tokens of sessions it hosts. It
+//! decides restarts (backoff, crash loops) but not placement: the daemon does that.
+
+mod reporter;
+mod runner;
+mod session;
+
+pub use runner::{RunnerError, RunnerHandle, RunnerOptions, RunnerSettings, spawn};

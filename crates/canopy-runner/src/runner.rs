@@ -1,0 +1,281 @@
+//! The runner actor: sync with the daemon, start and stop session tasks, restart policy.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use canopy_bus::{ApiClient, CallError};
+use canopy_proto::Method;
+use canopy_proto::api::{
+    ReportedActivity, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionAssignment, SessionReport,
+};
+use canopy_tools::http::{HttpEndpoint, TokenCheck};
+use canopy_tools::{CanopyTools, TokenSource};
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::session::{self, SessionExit, SessionSlot};
+
+/// Knobs from `canopy.toml` `[runner]`.
+#[derive(Debug, Clone)]
+pub struct RunnerSettings {
+    pub sync_interval: Duration,
+    pub capacity: u32,
+    pub restart_backoff_min: Duration,
+    pub restart_backoff_max: Duration,
+    pub crash_loop_count: u32,
+    pub crash_loop_window: Duration,
+    pub ready_timeout: Duration,
+    pub stop_grace: Duration,
+    pub max_line_bytes: usize,
+    pub report_queue: usize,
+}
+
+/// How to run a runner.
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    pub api: ApiClient,
+    /// The workspace's runner token (runners.sync and sessions.report need it).
+    pub token: String,
+    /// A human name for the roster (`host-pid`).
+    pub name: String,
+    /// Where session directories go: `<dir>/<agent>/<incarnation>/`, and `<dir>/<agent>/work`.
+    pub sessions_dir: PathBuf,
+    /// The program that runs the scripted harness, and its leading arguments.
+    pub scripted_program: PathBuf,
+    pub scripted_args: Vec<String>,
+    pub settings: RunnerSettings,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("starting the MCP endpoint: {0}")]
+    Endpoint(std::io::Error),
+    #[error("subscribing to runner doorbells: {0}")]
+    Subscribe(String),
+}
+
+/// A running runner. `shutdown` stops every session gracefully.
+#[derive(Debug)]
+pub struct RunnerHandle {
+    pub id: String,
+    pub mcp_url: String,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunnerHandle {
+    /// Stops every session (shutdown, grace, SIGTERM, grace, SIGKILL) and the runner.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Starts a runner: its MCP endpoint, its reporter, and its sync loop.
+pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> {
+    let id = format!("runner-{}-{:x}", std::process::id(), random_suffix());
+    let tokens: Arc<RwLock<HashMap<String, String>>> = Arc::new(RwLock::new(HashMap::new()));
+    let check_tokens = tokens.clone();
+    let check: TokenCheck = Arc::new(move |token| check_tokens.read().is_ok_and(|t| t.contains_key(token)));
+    let tools = CanopyTools::new(options.api.clone(), TokenSource::Header);
+    let endpoint = canopy_tools::http::serve(tools, check).await.map_err(RunnerError::Endpoint)?;
+    let pokes = options
+        .api
+        .bus
+        .subscribe(&options.api.subjects.runner_poke())
+        .await
+        .map_err(|e| RunnerError::Subscribe(e.to_string()))?;
+    let (reports, reporter) =
+        crate::reporter::spawn(options.api.clone(), options.token.clone(), id.clone(), options.settings.report_queue);
+    let stop = CancellationToken::new();
+    let mcp_url = endpoint.url.clone();
+    let actor = RunnerActor {
+        id: id.clone(),
+        options,
+        endpoint,
+        tokens,
+        reports,
+        sessions: HashMap::new(),
+        crashes: HashMap::new(),
+        not_before: HashMap::new(),
+        stop: stop.clone(),
+    };
+    let task = tokio::spawn(async move {
+        actor.run(pokes).await;
+        let _ = reporter.await;
+    });
+    tracing::info!(runner = %id, mcp = %mcp_url, "runner started");
+    Ok(RunnerHandle { id, mcp_url, stop, task })
+}
+
+fn random_suffix() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    (nanos as u64) ^ (u64::from(std::process::id()) << 32)
+}
+
+struct RunnerActor {
+    id: String,
+    options: RunnerOptions,
+    endpoint: HttpEndpoint,
+    /// token -> agent, for the MCP endpoint's admission check.
+    tokens: Arc<RwLock<HashMap<String, String>>>,
+    reports: mpsc::Sender<SessionReport>,
+    /// agent -> its running session.
+    sessions: HashMap<String, SessionSlot>,
+    /// agent -> recent crash times, for the crash-loop rule.
+    crashes: HashMap<String, VecDeque<Instant>>,
+    /// agent -> earliest restart time (backoff after a crash).
+    not_before: HashMap<String, Instant>,
+    stop: CancellationToken,
+}
+
+impl RunnerActor {
+    async fn run(mut self, mut pokes: impl futures_util::Stream<Item = canopy_bus::Received> + Unpin) {
+        let (exits_tx, mut exits) = mpsc::channel::<SessionExit>(64);
+        let mut tick = tokio::time::interval(self.options.settings.sync_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = self.stop.cancelled() => break,
+                _ = tick.tick() => self.sync(&exits_tx).await,
+                Some(_) = pokes.next() => self.sync(&exits_tx).await,
+                Some(exit) = exits.recv() => {
+                    self.on_exit(exit).await;
+                    self.sync(&exits_tx).await;
+                }
+            }
+        }
+        self.stop_all().await;
+        self.endpoint.stop();
+        tracing::info!(runner = %self.id, "runner stopped");
+    }
+
+    async fn sync(&mut self, exits: &mpsc::Sender<SessionExit>) {
+        let running = self
+            .sessions
+            .iter()
+            .map(|(agent, slot)| RunningSession { agent: agent.clone(), incarnation: slot.incarnation })
+            .collect();
+        let request = RunnersSyncRequest {
+            runner_id: self.id.clone(),
+            name: self.options.name.clone(),
+            mcp_url: self.endpoint.url.clone(),
+            capacity: self.options.settings.capacity,
+            running,
+        };
+        let assigned: RunnersSyncResponse =
+            match self.options.api.call(Method::RunnersSync, &self.options.token, &request).await {
+                Ok(response) => response,
+                Err(CallError::Refused(e)) => {
+                    tracing::error!(error = %e, "the daemon refused this runner's sync");
+                    return;
+                }
+                Err(CallError::Unreachable(reason)) => {
+                    tracing::debug!(%reason, "sync failed; sessions keep running");
+                    return;
+                }
+            };
+        let wanted: HashMap<&str, &SessionAssignment> =
+            assigned.sessions.iter().map(|a| (a.agent.as_str(), a)).collect();
+        let unwanted: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(agent, slot)| wanted.get(agent.as_str()).is_none_or(|a| a.incarnation != slot.incarnation))
+            .map(|(agent, _)| agent.clone())
+            .collect();
+        for agent in unwanted {
+            if let Some(mut slot) = self.sessions.remove(&agent) {
+                tracing::info!(%agent, incarnation = slot.incarnation, "stopping a session the daemon no longer assigns");
+                self.forget_token(&slot.token);
+                slot.stop();
+            }
+        }
+        let now = Instant::now();
+        for assignment in assigned.sessions {
+            if self.sessions.contains_key(&assignment.agent) {
+                continue;
+            }
+            if self.not_before.get(&assignment.agent).is_some_and(|t| *t > now) {
+                continue; // Backing off after a crash; a later sync starts it.
+            }
+            if let Ok(mut tokens) = self.tokens.write() {
+                tokens.insert(assignment.token.clone(), assignment.agent.clone());
+            }
+            let slot = session::spawn(session::SessionContext {
+                assignment,
+                options: self.options.clone(),
+                mcp_url: self.endpoint.url.clone(),
+                reports: self.reports.clone(),
+                exits: exits.clone(),
+            });
+            self.sessions.insert(slot.agent.clone(), slot);
+        }
+    }
+
+    async fn on_exit(&mut self, exit: SessionExit) {
+        let current = self.sessions.get(&exit.agent).is_some_and(|s| s.incarnation == exit.incarnation);
+        if current && let Some(slot) = self.sessions.remove(&exit.agent) {
+            self.forget_token(&slot.token);
+        }
+        if exit.requested {
+            return; // Stopped on purpose; the session already reported its end.
+        }
+        let settings = &self.options.settings;
+        let now = Instant::now();
+        let history = self.crashes.entry(exit.agent.clone()).or_default();
+        history.push_back(now);
+        while history.front().is_some_and(|t| now.duration_since(*t) > settings.crash_loop_window) {
+            history.pop_front();
+        }
+        let crashes = history.len() as u32;
+        let crash_loop = crashes >= settings.crash_loop_count;
+        let backoff = settings.restart_backoff_min.saturating_mul(1 << (crashes.saturating_sub(1)).min(16));
+        let backoff = backoff.min(settings.restart_backoff_max);
+        let reason = if crash_loop {
+            format!("{crashes} crashes within {:?}; last: {}", settings.crash_loop_window, exit.reason)
+        } else {
+            format!("{}; restarting in {backoff:?}", exit.reason)
+        };
+        tracing::warn!(agent = %exit.agent, incarnation = exit.incarnation, %reason, "session crashed");
+        if crash_loop {
+            self.crashes.remove(&exit.agent);
+        } else {
+            self.not_before.insert(exit.agent.clone(), now + backoff);
+        }
+        let report = SessionReport {
+            agent: exit.agent.clone(),
+            incarnation: exit.incarnation,
+            presence: Some(if crash_loop { canopy_core::Presence::Crashed } else { canopy_core::Presence::Starting }),
+            reason: Some(reason.clone()),
+            activity: Some(ReportedActivity {
+                kind: if crash_loop { "crash_loop" } else { "session_crashed" }.into(),
+                turn_id: None,
+                summary: reason,
+                detail: serde_json::Value::Null,
+            }),
+            ended: true,
+            crash_loop,
+        };
+        let _ = self.reports.send(report).await;
+    }
+
+    fn forget_token(&self, token: &str) {
+        if let Ok(mut tokens) = self.tokens.write() {
+            tokens.remove(token);
+        }
+    }
+
+    async fn stop_all(&mut self) {
+        let mut slots: Vec<SessionSlot> = self.sessions.drain().map(|(_, slot)| slot).collect();
+        for slot in &mut slots {
+            slot.stop();
+        }
+        for slot in slots {
+            slot.join().await;
+        }
+    }
+}

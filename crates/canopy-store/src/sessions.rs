@@ -1,0 +1,486 @@
+//! Sessions, runners, presence and activity: the store side of running agents.
+//!
+//! A runner syncs (a heartbeat); the daemon answers with the sessions it should host.
+//! Placement is decided here, in the writer's transaction, so two runners syncing at once
+//! cannot both take an agent: an agent that should run and has no live session goes to the
+//! live runner with the fewest live sessions (ties by runner id). A session's incarnation
+//! is one more than the agent's last; its token's hash is stored with it, and the token
+//! stops working when the session ends. Reports from runners move presence, store
+//! activity (bounded per session) and, on a crash loop, mark the agent `crashed` with a
+//! notice in its home channel. Reports for a session that is not the agent's live one are
+//! ignored (stale incarnation).
+
+use canopy_core::acl::{Caller, require_operator};
+use canopy_core::redact::redact;
+use canopy_core::{
+    AccountKind, AccountState, ActivityItem, ChannelName, Desired, Error, Handle, Message, Presence, RoleName,
+    RosterEntry, TopicName,
+};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::messages::post_as_system;
+use crate::schema::audit;
+use crate::views::{parse_enum, require_account};
+use crate::{now_ms, rfc3339, sql};
+
+/// Topic of the notices Canopy posts about an agent's sessions in its home channel.
+pub const SESSION_NOTICE_TOPIC: &str = "canopy: sessions";
+
+/// Longest activity summary kept, in characters.
+const SUMMARY_CHARS: usize = 300;
+/// Longest activity detail kept, in bytes of JSON.
+const DETAIL_BYTES: usize = 4096;
+
+/// A runner's heartbeat, as the store needs it.
+#[derive(Debug, Clone)]
+pub struct RunnerHeartbeat {
+    pub runner_id: String,
+    pub name: String,
+    pub mcp_url: String,
+    pub capacity: u32,
+    /// A runner not seen for this long is dead: its sessions end and move elsewhere.
+    pub ttl_ms: i64,
+}
+
+/// A live session with what a runner needs to start it (the token is derived by the caller).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveSession {
+    pub agent: Handle,
+    pub display_name: String,
+    pub role: RoleName,
+    pub incarnation: u64,
+    pub harness: String,
+    pub script_name: Option<String>,
+    pub script: Option<String>,
+    pub home_channel: String,
+    pub charter: String,
+}
+
+/// One event of a session, as the store applies it.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub agent: String,
+    pub incarnation: u64,
+    pub presence: Option<Presence>,
+    pub reason: Option<String>,
+    pub activity: Option<(String, Option<String>, String, serde_json::Value)>,
+    pub ended: bool,
+    pub crash_loop: bool,
+}
+
+/// What applying a batch of reports produced, for the daemon to publish.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub applied: u32,
+    pub ignored: u32,
+    pub activity: Vec<ActivityItem>,
+    pub notices: Vec<Message>,
+    /// Whether placement may have changed (a session ended), so runners should sync.
+    pub poke: bool,
+}
+
+/// Records a heartbeat, places agents without a session, and returns this runner's sessions.
+pub fn sync_runner(
+    conn: &Connection,
+    beat: &RunnerHeartbeat,
+    token_hash_for: &dyn Fn(&str, u64) -> String,
+) -> Result<Vec<LiveSession>, Error> {
+    let now = now_ms();
+    conn.execute(
+        "INSERT INTO runners (id, name, mcp_url, capacity, started_at, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?5) \
+         ON CONFLICT (id) DO UPDATE SET name = ?2, mcp_url = ?3, capacity = ?4, last_seen = ?5",
+        params![beat.runner_id, beat.name, beat.mcp_url, beat.capacity, now],
+    )
+    .map_err(sql("recording a runner heartbeat"))?;
+
+    // Sessions on runners that stopped syncing end here; their agents get placed again.
+    let dead: Vec<(i64, i64)> = conn
+        .prepare_cached(
+            "SELECT s.id, s.agent_id FROM sessions s JOIN runners r ON r.id = s.runner_id \
+             WHERE s.ended_at IS NULL AND r.last_seen < ?1",
+        )
+        .and_then(|mut s| s.query_map(params![now - beat.ttl_ms], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(sql("finding sessions of lost runners"))?;
+    for (session_id, agent_id) in dead {
+        end_session(conn, session_id, "its runner stopped answering", now)?;
+        set_presence(conn, agent_id, Presence::Offline, Some("its runner stopped answering"), None, now)?;
+    }
+
+    // Place every agent that should run and has no live session.
+    let waiting: Vec<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT a.id, a.handle FROM accounts a WHERE a.kind = 'agent' AND a.state = 'active' \
+             AND a.desired = 'running' AND a.harness != '' \
+             AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.agent_id = a.id AND s.ended_at IS NULL) ORDER BY a.id",
+        )
+        .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(sql("listing agents without a session"))?;
+    for (agent_id, handle) in waiting {
+        let target: Option<String> = conn
+            .prepare_cached(
+                "SELECT r.id FROM runners r WHERE r.last_seen >= ?1 AND \
+                 (SELECT COUNT(*) FROM sessions s WHERE s.runner_id = r.id AND s.ended_at IS NULL) < r.capacity \
+                 ORDER BY (SELECT COUNT(*) FROM sessions s WHERE s.runner_id = r.id AND s.ended_at IS NULL), r.id LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row(params![now - beat.ttl_ms], |r| r.get(0)).optional())
+            .map_err(sql("choosing a runner"))?;
+        if target.as_deref() != Some(beat.runner_id.as_str()) {
+            continue; // Another runner is less loaded; it takes the agent at its next sync.
+        }
+        let incarnation: i64 = conn
+            .prepare_cached("SELECT COALESCE(MAX(incarnation), 0) + 1 FROM sessions WHERE agent_id = ?1")
+            .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
+            .map_err(sql("numbering a session"))?;
+        let token_hash = token_hash_for(&handle, incarnation as u64);
+        conn.execute(
+            "INSERT INTO sessions (agent_id, incarnation, runner_id, token_hash, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![agent_id, incarnation, beat.runner_id, token_hash, now],
+        )
+        .map_err(sql("creating a session"))?;
+        set_presence(conn, agent_id, Presence::Starting, None, Some(incarnation as u64), now)?;
+    }
+
+    conn.prepare_cached(
+        "SELECT a.handle, a.display_name, COALESCE(a.role, ''), s.incarnation, a.harness, a.script_name, a.script, \
+         COALESCE(c.name, ''), a.charter FROM sessions s JOIN accounts a ON a.id = s.agent_id \
+         LEFT JOIN channels c ON c.id = a.home_channel_id \
+         WHERE s.runner_id = ?1 AND s.ended_at IS NULL ORDER BY a.handle",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![beat.runner_id], |r| {
+            Ok(LiveSession {
+                agent: Handle::from_trusted(r.get(0)?),
+                display_name: r.get(1)?,
+                role: RoleName::from_trusted(r.get(2)?),
+                incarnation: r.get::<_, i64>(3)? as u64,
+                harness: r.get(4)?,
+                script_name: r.get(5)?,
+                script: r.get(6)?,
+                home_channel: r.get(7)?,
+                charter: r.get(8)?,
+            })
+        })?
+        .collect()
+    })
+    .map_err(sql("listing a runner's sessions"))
+}
+
+/// Applies a batch of reports from `runner_id`.
+pub fn apply_reports(conn: &Connection, runner_id: &str, reports: &[Report], max_activity: u32) -> Result<Applied, Error> {
+    let mut applied = Applied::default();
+    let now = now_ms();
+    for report in reports {
+        let live: Option<(i64, i64)> = conn
+            .prepare_cached(
+                "SELECT s.id, s.agent_id FROM sessions s JOIN accounts a ON a.id = s.agent_id \
+                 WHERE a.handle = ?1 AND s.incarnation = ?2 AND s.runner_id = ?3 AND s.ended_at IS NULL",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![report.agent, report.incarnation as i64, runner_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(sql("finding a reported session"))?;
+        let Some((session_id, agent_id)) = live else {
+            applied.ignored += 1;
+            continue;
+        };
+        applied.applied += 1;
+        conn.execute("UPDATE presence SET last_seen = ?1 WHERE agent_id = ?2", params![now, agent_id])
+            .map_err(sql("updating last seen"))?;
+        if let Some((kind, turn_id, summary, detail)) = &report.activity {
+            applied.activity.push(insert_activity(
+                conn,
+                agent_id,
+                &report.agent,
+                report.incarnation,
+                kind,
+                turn_id.as_deref(),
+                summary,
+                detail,
+                max_activity,
+                now,
+            )?);
+        }
+        if report.crash_loop {
+            end_session(conn, session_id, report.reason.as_deref().unwrap_or("crash loop"), now)?;
+            conn.execute("UPDATE accounts SET state = 'crashed' WHERE id = ?1", params![agent_id])
+                .map_err(sql("marking an agent crashed"))?;
+            let reason = report.reason.clone().unwrap_or_else(|| "its session kept crashing".into());
+            set_presence(conn, agent_id, Presence::Crashed, Some(&reason), None, now)?;
+            audit(conn, None, "agents.crashed", &report.agent, &reason)?;
+            let body = format!(
+                "@{agent}'s session crashed repeatedly and was stopped: {reason}. \
+                 Fix its harness or script, then run `canopy agents start {agent}`.",
+                agent = report.agent
+            );
+            applied.notices.push(notice(conn, agent_id, &body)?);
+            applied.poke = true;
+            continue;
+        }
+        if report.ended {
+            end_session(conn, session_id, report.reason.as_deref().unwrap_or("exited"), now)?;
+            applied.poke = true;
+        }
+        if let Some(presence) = report.presence {
+            set_presence(conn, agent_id, presence, report.reason.as_deref(), None, now)?;
+        }
+    }
+    Ok(applied)
+}
+
+/// Marks sessions silent past `stall_after_ms` while working as `stalled`, with a notice.
+pub fn mark_stalled(conn: &Connection, stall_after_ms: i64) -> Result<Vec<Message>, Error> {
+    let now = now_ms();
+    let stalled: Vec<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT p.agent_id, a.handle FROM presence p JOIN accounts a ON a.id = p.agent_id \
+             WHERE p.state = 'working' AND COALESCE(p.last_seen, p.state_since) < ?1",
+        )
+        .and_then(|mut s| s.query_map(params![now - stall_after_ms], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(sql("finding stalled sessions"))?;
+    let mut notices = Vec::new();
+    for (agent_id, handle) in stalled {
+        let silent = humantime::format_duration(std::time::Duration::from_secs((stall_after_ms / 1000) as u64));
+        let reason = format!("no activity for {silent} while working");
+        set_presence(conn, agent_id, Presence::Stalled, Some(&reason), None, now)?;
+        let body = format!("@{handle}'s session is stalled: {reason}. `canopy watch {handle}` shows its last steps.");
+        notices.push(notice(conn, agent_id, &body)?);
+    }
+    Ok(notices)
+}
+
+/// Sets whether an agent's session should run. Stopping ends its live session.
+pub fn set_desired(conn: &Connection, caller: &Caller, handle: &Handle, desired: Desired) -> Result<RosterEntry, Error> {
+    require_operator(caller, &format!("{} {handle}", if desired == Desired::Running { "start" } else { "stop" }))?;
+    let agent = require_account(conn, "handle", handle.as_str())?;
+    if agent.kind != AccountKind::Agent {
+        return Err(Error::invalid("handle", format!("{handle} is not an agent")));
+    }
+    if agent.state == AccountState::Despawned {
+        return Err(Error::ConflictOn { field: "handle", reason: format!("{handle} is despawned") });
+    }
+    let now = now_ms();
+    conn.execute("UPDATE accounts SET desired = ?1 WHERE id = ?2", params![desired.as_str(), agent.id])
+        .map_err(sql("setting desired state"))?;
+    match desired {
+        Desired::Running => {
+            if agent.state == AccountState::Crashed {
+                conn.execute("UPDATE accounts SET state = 'active' WHERE id = ?1", params![agent.id])
+                    .map_err(sql("clearing a crash"))?;
+                set_presence(conn, agent.id, Presence::Offline, Some("restarting"), None, now)?;
+            }
+        }
+        Desired::Stopped => {
+            let live: Option<i64> = conn
+                .prepare_cached("SELECT id FROM sessions WHERE agent_id = ?1 AND ended_at IS NULL")
+                .and_then(|mut s| s.query_row(params![agent.id], |r| r.get(0)).optional())
+                .map_err(sql("finding a live session"))?;
+            if let Some(session_id) = live {
+                end_session(conn, session_id, "stopped by an operator", now)?;
+            }
+            set_presence(conn, agent.id, Presence::Offline, Some("stopped by an operator"), None, now)?;
+        }
+    }
+    let actor = require_account(conn, "caller", caller.handle.as_str())?;
+    audit(conn, Some(actor.id), &format!("agents.{}", if desired == Desired::Running { "start" } else { "stop" }), handle.as_str(), "")?;
+    roster_entry(conn, handle.as_str())
+}
+
+/// Sets the caller's own activity line.
+pub fn set_activity(conn: &Connection, caller: &Caller, text: &str) -> Result<RosterEntry, Error> {
+    if caller.kind != AccountKind::Agent {
+        return Err(Error::invalid("text", "only agents have a roster activity line"));
+    }
+    let agent = require_account(conn, "caller", caller.handle.as_str())?;
+    let text = if text.trim().is_empty() { None } else { Some(redact(text.trim(), 200)) };
+    conn.execute("UPDATE presence SET activity = ?1 WHERE agent_id = ?2", params![text, agent.id])
+        .map_err(sql("setting an activity line"))?;
+    roster_entry(conn, caller.handle.as_str())
+}
+
+const ROSTER_SELECT: &str = "SELECT a.handle, a.display_name, COALESCE(a.role, ''), par.handle, \
+     COALESCE(p.state, 'offline'), p.reason, p.activity, a.desired, COALESCE(p.incarnation, 0), s.runner_id, \
+     a.harness, p.last_seen, a.state FROM accounts a \
+     LEFT JOIN accounts par ON par.id = a.parent_id LEFT JOIN presence p ON p.agent_id = a.id \
+     LEFT JOIN sessions s ON s.agent_id = a.id AND s.ended_at IS NULL";
+
+fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
+    let state: String = r.get(12)?;
+    let presence = if state == "despawned" { Presence::Despawned } else { parse_enum(r, 4, Presence::parse)? };
+    Ok(RosterEntry {
+        handle: Handle::from_trusted(r.get(0)?),
+        display_name: r.get(1)?,
+        role: RoleName::from_trusted(r.get(2)?),
+        parent: r.get::<_, Option<String>>(3)?.map(Handle::from_trusted),
+        presence,
+        reason: r.get(5)?,
+        activity: r.get(6)?,
+        desired: parse_enum(r, 7, Desired::parse)?,
+        incarnation: r.get::<_, i64>(8)? as u64,
+        runner: r.get(9)?,
+        harness: r.get(10)?,
+        last_seen: r.get::<_, Option<i64>>(11)?.map(rfc3339),
+    })
+}
+
+/// Every agent's live state, ordered by handle.
+pub fn roster(conn: &Connection) -> Result<Vec<RosterEntry>, Error> {
+    conn.prepare_cached(&format!("{ROSTER_SELECT} WHERE a.kind = 'agent' ORDER BY a.handle"))
+        .and_then(|mut s| s.query_map([], roster_from_row)?.collect())
+        .map_err(sql("reading the roster"))
+}
+
+/// One agent's roster line.
+pub fn roster_entry(conn: &Connection, handle: &str) -> Result<RosterEntry, Error> {
+    conn.prepare_cached(&format!("{ROSTER_SELECT} WHERE a.kind = 'agent' AND a.handle = ?1"))
+        .and_then(|mut s| s.query_row(params![handle], roster_from_row).optional())
+        .map_err(sql("reading a roster line"))?
+        .ok_or_else(|| Error::AgentNotFound { field: "handle", handle: handle.to_owned() })
+}
+
+/// An agent's stored activity: after `after`, or the newest `tail` items.
+pub fn read_activity(
+    conn: &Connection,
+    caller: &Caller,
+    handle: &str,
+    after: u64,
+    limit: u32,
+    tail: Option<u32>,
+) -> Result<(Vec<ActivityItem>, bool), Error> {
+    require_operator(caller, &format!("watch {handle}"))?;
+    let agent = require_account(conn, "agent", handle)?;
+    let mut items: Vec<ActivityItem> = match tail {
+        Some(tail) => {
+            let mut items: Vec<ActivityItem> = conn
+                .prepare_cached(&format!("{ACTIVITY_SELECT} WHERE agent_id = ?1 ORDER BY id DESC LIMIT ?2"))
+                .and_then(|mut s| s.query_map(params![agent.id, tail], |r| activity_from_row(r, handle))?.collect())
+                .map_err(sql("reading activity"))?;
+            items.reverse();
+            return Ok((items, false));
+        }
+        None => conn
+            .prepare_cached(&format!("{ACTIVITY_SELECT} WHERE agent_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"))
+            .and_then(|mut s| {
+                s.query_map(params![agent.id, after as i64, i64::from(limit) + 1], |r| activity_from_row(r, handle))?
+                    .collect()
+            })
+            .map_err(sql("reading activity"))?,
+    };
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    Ok((items, more))
+}
+
+const ACTIVITY_SELECT: &str = "SELECT id, incarnation, at, kind, turn_id, summary, detail FROM activity";
+
+fn activity_from_row(r: &rusqlite::Row<'_>, handle: &str) -> rusqlite::Result<ActivityItem> {
+    let detail: String = r.get(6)?;
+    Ok(ActivityItem {
+        id: r.get::<_, i64>(0)? as u64,
+        agent: Handle::from_trusted(handle.to_owned()),
+        incarnation: r.get::<_, i64>(1)? as u64,
+        at: rfc3339(r.get(2)?),
+        kind: r.get(3)?,
+        turn_id: r.get(4)?,
+        summary: r.get(5)?,
+        detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::Null),
+    })
+}
+
+#[allow(clippy::too_many_arguments, reason = "one row's columns; a struct would only rename them")]
+fn insert_activity(
+    conn: &Connection,
+    agent_id: i64,
+    handle: &str,
+    incarnation: u64,
+    kind: &str,
+    turn_id: Option<&str>,
+    summary: &str,
+    detail: &serde_json::Value,
+    max_activity: u32,
+    now: i64,
+) -> Result<ActivityItem, Error> {
+    let summary = redact(summary, SUMMARY_CHARS);
+    let detail = redact_json(detail);
+    let mut detail_text = serde_json::to_string(&detail).unwrap_or_else(|_| "null".into());
+    if detail_text.len() > DETAIL_BYTES {
+        detail_text = serde_json::to_string(&serde_json::json!({ "cut": redact(&detail_text, DETAIL_BYTES / 2) }))
+            .unwrap_or_else(|_| "null".into());
+    }
+    conn.prepare_cached(
+        "INSERT INTO activity (agent_id, incarnation, at, kind, turn_id, summary, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .and_then(|mut s| s.execute(params![agent_id, incarnation as i64, now, kind, turn_id, summary, detail_text]))
+    .map_err(sql("storing activity"))?;
+    let id = conn.last_insert_rowid();
+    // Keep the newest `max_activity` items of this session; drop the oldest first.
+    conn.prepare_cached(
+        "DELETE FROM activity WHERE agent_id = ?1 AND incarnation = ?2 AND id <= \
+         (SELECT id FROM activity WHERE agent_id = ?1 AND incarnation = ?2 ORDER BY id DESC LIMIT 1 OFFSET ?3)",
+    )
+    .and_then(|mut s| s.execute(params![agent_id, incarnation as i64, max_activity]))
+    .map_err(sql("pruning activity"))?;
+    Ok(ActivityItem {
+        id: id as u64,
+        agent: Handle::from_trusted(handle.to_owned()),
+        incarnation,
+        at: rfc3339(now),
+        kind: kind.to_owned(),
+        turn_id: turn_id.map(str::to_owned),
+        summary,
+        detail: serde_json::from_str(&detail_text).unwrap_or(serde_json::Value::Null),
+    })
+}
+
+/// Redacts every string inside a JSON value.
+fn redact_json(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => Value::String(redact(s, 1000)),
+        Value::Array(items) => Value::Array(items.iter().take(50).map(redact_json).collect()),
+        Value::Object(map) => Value::Object(map.iter().take(50).map(|(k, v)| (k.clone(), redact_json(v))).collect()),
+        other => other.clone(),
+    }
+}
+
+fn end_session(conn: &Connection, session_id: i64, reason: &str, now: i64) -> Result<(), Error> {
+    conn.execute(
+        "UPDATE sessions SET ended_at = ?1, end_reason = ?2 WHERE id = ?3 AND ended_at IS NULL",
+        params![now, reason, session_id],
+    )
+    .map_err(sql("ending a session"))?;
+    Ok(())
+}
+
+/// Moves an agent's presence; `incarnation` is set when a new session starts.
+pub(crate) fn set_presence(
+    conn: &Connection,
+    agent_id: i64,
+    state: Presence,
+    reason: Option<&str>,
+    incarnation: Option<u64>,
+    now: i64,
+) -> Result<(), Error> {
+    conn.prepare_cached(
+        "INSERT INTO presence (agent_id, state, reason, incarnation, state_since) VALUES (?1, ?2, ?3, COALESCE(?4, 0), ?5) \
+         ON CONFLICT (agent_id) DO UPDATE SET state = ?2, reason = ?3, \
+         incarnation = COALESCE(?4, incarnation), state_since = ?5",
+    )
+    .and_then(|mut s| s.execute(params![agent_id, state.as_str(), reason, incarnation.map(|i| i as i64), now]))
+    .map_err(sql("setting presence"))?;
+    Ok(())
+}
+
+/// Posts a notice from Canopy into an agent's home channel.
+fn notice(conn: &Connection, agent_id: i64, body: &str) -> Result<Message, Error> {
+    let home: String = conn
+        .prepare_cached("SELECT c.name FROM accounts a JOIN channels c ON c.id = a.home_channel_id WHERE a.id = ?1")
+        .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
+        .map_err(sql("finding a home channel"))?;
+    post_as_system(
+        conn,
+        &ChannelName::from_trusted(home),
+        &TopicName::from_trusted(SESSION_NOTICE_TOPIC.to_owned()),
+        body,
+    )
+}

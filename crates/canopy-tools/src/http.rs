@@ -1,0 +1,117 @@
+//! The tools as streamable HTTP on loopback, with bearer tokens checked first.
+//!
+//! A request without a bearer token, or with one the `TokenCheck` does not know, gets a
+//! 401 before MCP parses it; a known token is passed to the tool calls, which present it
+//! to the daemon. One listener serves every session of a runner.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_service::Service;
+
+use crate::server::CanopyTools;
+
+/// Decides whether a bearer token belongs to a session this endpoint serves.
+pub type TokenCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// The path the MCP endpoint is served on.
+pub const MCP_PATH: &str = "/mcp";
+
+/// A running HTTP endpoint.
+#[derive(Debug)]
+pub struct HttpEndpoint {
+    pub addr: SocketAddr,
+    pub url: String,
+    stop: CancellationToken,
+}
+
+impl HttpEndpoint {
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+impl Drop for HttpEndpoint {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty()).then(|| token.trim())
+}
+
+/// Binds 127.0.0.1 on a free port and serves the tools until stopped.
+pub async fn serve(tools: CanopyTools, check: TokenCheck) -> std::io::Result<HttpEndpoint> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    let stop = CancellationToken::new();
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(stop.child_token())
+        .with_allowed_hosts(["127.0.0.1", "localhost"])
+        .with_sse_keep_alive(None);
+    let mcp = StreamableHttpService::new(move || Ok(tools.clone()), LocalSessionManager::default().into(), config);
+    let accept_stop = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                () = accept_stop.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting an MCP connection");
+                        continue;
+                    }
+                },
+            };
+            let mcp = mcp.clone();
+            let check = check.clone();
+            let conn_stop = accept_stop.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+                    let mut mcp = mcp.clone();
+                    let check = check.clone();
+                    async move {
+                        let known = bearer(request.headers()).is_some_and(|token| check(token));
+                        if !known {
+                            return Ok::<_, Infallible>(unauthorized());
+                        }
+                        mcp.call(request).await
+                    }
+                });
+                let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                tokio::select! {
+                    () = conn_stop.cancelled() => {}
+                    result = connection => {
+                        if let Err(e) = result {
+                            tracing::debug!(error = %e, "MCP connection ended");
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok(HttpEndpoint { addr, url: format!("http://{addr}{MCP_PATH}"), stop })
+}
+
+fn unauthorized() -> http::Response<BoxBody<Bytes, Infallible>> {
+    let body = r#"{"error":{"code":"forbidden","message":"missing or unknown bearer token"}}"#;
+    let mut response = http::Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());
+    *response.status_mut() = http::StatusCode::UNAUTHORIZED;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+    response
+}

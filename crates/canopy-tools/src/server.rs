@@ -1,0 +1,109 @@
+//! The MCP server handler: lists the catalog and turns tool calls into API calls.
+
+use std::sync::Arc;
+
+use canopy_bus::{ApiClient, CallError};
+use canopy_core::ErrorCode;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::catalog::{ResolveError, TOOLS, resolve};
+
+/// Where a call's bearer token comes from.
+#[derive(Clone)]
+pub enum TokenSource {
+    /// One token for every call (the stdio form: one process per session).
+    Fixed(String),
+    /// The HTTP request's `Authorization: Bearer` header (checked before MCP sees it).
+    Header,
+}
+
+/// The tool server. Cheap to clone; one is made per MCP session.
+#[derive(Clone)]
+pub struct CanopyTools {
+    api: Arc<ApiClient>,
+    tokens: TokenSource,
+}
+
+impl CanopyTools {
+    pub fn new(api: ApiClient, tokens: TokenSource) -> CanopyTools {
+        CanopyTools { api: Arc::new(api), tokens }
+    }
+
+    fn token(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+        match &self.tokens {
+            TokenSource::Fixed(token) => Some(token.clone()),
+            TokenSource::Header => context
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|parts| crate::http::bearer(&parts.headers))
+                .map(str::to_owned),
+        }
+    }
+
+    /// Runs one tool call to completion; every failure is a tool error with a typed code.
+    pub async fn call(&self, token: Option<&str>, name: &str, arguments: Option<serde_json::Map<String, Value>>) -> CallToolResult {
+        let Some(token) = token else {
+            return tool_error(ErrorCode::Forbidden, "the call carries no bearer token", None);
+        };
+        let call = match resolve(name, arguments) {
+            Ok(call) => call,
+            Err(ResolveError::UnknownTool(tool)) => {
+                return tool_error(ErrorCode::NotFound, &format!("unknown tool {tool:?}"), None);
+            }
+            Err(ResolveError::Arguments(reason)) => {
+                return tool_error(ErrorCode::InvalidArgument, &format!("bad arguments for {name}: {reason}"), None);
+            }
+        };
+        match self.api.call::<Value, Value>(call.method, token, &call.request).await {
+            Ok(value) => CallToolResult::structured(value),
+            Err(CallError::Refused(wire)) => tool_error(wire.code, &wire.message, wire.field.as_deref()),
+            Err(CallError::Unreachable(reason)) => tool_error(ErrorCode::Unavailable, &reason, None),
+        }
+    }
+}
+
+fn tool_error(code: ErrorCode, message: &str, field: Option<&str>) -> CallToolResult {
+    let mut error = json!({ "code": code, "message": message });
+    if let Some(field) = field {
+        error["field"] = json!(field);
+    }
+    CallToolResult::structured_error(json!({ "error": error }))
+}
+
+impl ServerHandler for CanopyTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions("Canopy's native tools: channels and topics, the tree and the roster. Every call acts as you.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = TOOLS.iter().map(|t| Tool::new(t.name, t.description, (t.schema)())).collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let token = self.token(&context);
+        Ok(self.call(token.as_deref(), &request.name, request.arguments).await.into())
+    }
+}
+
+/// Serves the tools on stdin/stdout until the client goes away.
+pub async fn serve_stdio(tools: CanopyTools) -> Result<(), String> {
+    let running = tools.serve(rmcp::transport::stdio()).await.map_err(|e| format!("starting the MCP server: {e}"))?;
+    running.waiting().await.map_err(|e| format!("serving MCP on stdio: {e}"))?;
+    Ok(())
+}
