@@ -36,12 +36,31 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
-    /// A fresh environment with an initialised workspace and a running daemon.
+    /// A fresh environment with an initialised workspace and a running daemon without
+    /// sessions (no embedded runner), for tests of the store and the API.
     pub fn started() -> TestEnv {
+        TestEnv::started_with(&[("embedded = true", "embedded = false")])
+    }
+
+    /// A fresh environment whose daemon runs sessions (the embedded runner), with
+    /// `canopy.toml` edits applied as (from, to) replacements of its default lines.
+    pub fn started_with(edits: &[(&str, &str)]) -> TestEnv {
         let mut env = TestEnv::new();
         env.ok(&["init", "--operator", "ops", "--mission", "Keep the build green"]);
+        env.edit_config(edits);
         env.start_daemon();
         env
+    }
+
+    /// Replaces lines of `canopy.toml`; each `from` must be there.
+    pub fn edit_config(&self, edits: &[(&str, &str)]) {
+        let path = self.data_dir().join("canopy.toml");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        for (from, to) in edits {
+            assert!(text.contains(from), "canopy.toml has no {from:?}");
+            text = text.replacen(from, to, 1);
+        }
+        std::fs::write(&path, text).unwrap();
     }
 
     /// A temp directory and a real nats-server; no workspace, no daemon.
@@ -177,7 +196,7 @@ impl TestEnv {
     /// `kill -9` the daemon and reap it.
     pub fn kill_daemon(&mut self) {
         if let Some(mut child) = self.daemon.take() {
-            signal(child.id(), libc::SIGKILL);
+            signal(child.id(), canopy_sys::SIGKILL);
             let _ = child.wait();
         }
     }
@@ -185,7 +204,7 @@ impl TestEnv {
     /// SIGTERM the daemon and wait for it; returns its exit status code.
     pub fn stop_daemon(&mut self) -> Option<i32> {
         let mut child = self.daemon.take()?;
-        signal(child.id(), libc::SIGTERM);
+        signal(child.id(), canopy_sys::SIGTERM);
         wait_timeout(&mut child, Duration::from_secs(20)).and_then(|s| s.code())
     }
 
@@ -220,21 +239,7 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-pub fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::kill(pid as libc::pid_t, sig);
-    }
-}
-
-/// Whether a process is alive (and not a zombie).
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
-        Err(_) => false,
-    }
-}
+pub use canopy_sys::{alive, signal};
 
 pub fn wait_timeout(child: &mut Child, patience: Duration) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + patience;

@@ -48,7 +48,7 @@ fn a_dead_managed_server_is_restarted_and_the_daemon_keeps_serving() {
     env.start_managed_daemon();
     let first = env.managed_nats_pid();
     env.json(&["post", "--channel", "announcements", "--topic", "t", "--create-topic", "before"]);
-    signal(first, libc::SIGKILL);
+    signal(first, canopy_sys::SIGKILL);
     crate::assert_eventually!(
         read_pid(&env.data_dir().join("nats").join("nats-server.pid")).is_some_and(|p| p != first),
         "nats-server was not restarted"

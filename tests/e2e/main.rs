@@ -11,6 +11,7 @@ mod cli;
 mod crash;
 mod errors;
 mod lifecycle;
+mod sessions;
 mod tail;
 mod tidy;
 mod wire;

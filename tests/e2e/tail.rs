@@ -44,7 +44,7 @@ fn tail_follows_live_and_resyncs_after_a_nats_restart() {
 
     // Kill NATS under both the daemon and the tail; the test's ManagedNats restarts it.
     let pid = env.nats.as_ref().unwrap().pid().unwrap();
-    signal(pid, libc::SIGKILL);
+    signal(pid, canopy_sys::SIGKILL);
     for (i, body) in ["three", "four", "five"].iter().enumerate() {
         let key = format!("after-restart-{i}");
         crate::assert_eventually!(

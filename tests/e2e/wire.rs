@@ -21,7 +21,8 @@ fn malformed_payloads_on_every_subject_get_typed_errors() {
     let env = TestEnv::started();
     let bus = env.bus();
     let subjects = env.subjects();
-    let token = env.token();
+    let operator = env.token();
+    let runner = std::fs::read_to_string(env.data_dir().join("runner.token")).unwrap().trim().to_owned();
     let garbage: &[&[u8]] = &[
         b"not json",
         b"[]",
@@ -35,8 +36,9 @@ fn malformed_payloads_on_every_subject_get_typed_errors() {
     ];
     for method in Method::ALL {
         let subject = subjects.api(*method);
+        let token = if method.is_runner_method() { &runner } else { &operator };
         for payload in garbage {
-            let reply = request(&env, &bus, &subject, Some(&token), payload);
+            let reply = request(&env, &bus, &subject, Some(token), payload);
             assert_eq!(
                 reply["error"]["code"],
                 "invalid_argument",
@@ -48,13 +50,17 @@ fn malformed_payloads_on_every_subject_get_typed_errors() {
         assert_eq!(reply["error"]["code"], "forbidden", "{subject} without a token gave {reply}");
         let reply = request(&env, &bus, &subject, Some("cnp_forged"), b"{}");
         assert_eq!(reply["error"]["code"], "forbidden", "{subject} with a forged token gave {reply}");
+        // Operators and runners each have their own methods.
+        let other = if method.is_runner_method() { &operator } else { &runner };
+        let reply = request(&env, &bus, &subject, Some(other), b"{}");
+        assert_eq!(reply["error"]["code"], "forbidden", "{subject} with the wrong kind of token gave {reply}");
     }
-    let reply = request(&env, &bus, &format!("{}.nope", subjects.api(Method::Tree)), Some(&token), b"{}");
+    let reply = request(&env, &bus, &format!("{}.nope", subjects.api(Method::Tree)), Some(&operator), b"{}");
     assert_eq!(reply["error"]["code"], "not_found");
 
     // Nothing above changed anything, and the daemon still answers.
     let reply: Reply<Value> =
-        serde_json::from_value(request(&env, &bus, &subjects.api(Method::Whoami), Some(&token), b"")).unwrap();
+        serde_json::from_value(request(&env, &bus, &subjects.api(Method::Whoami), Some(&operator), b"")).unwrap();
     assert!(matches!(reply, Reply::Ok(_)), "the daemon stopped answering");
     assert_eq!(env.json(&["agents", "list"])["agents"].as_array().unwrap().len(), 1);
     assert_eq!(env.json(&["read", "--channel", "announcements"])["groups"].as_array().unwrap().len(), 0);

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use canopy_bus::{ApiClient, Bus};
 pub use canopy_bus::CallError;
+use canopy_bus::{ApiClient, Bus};
 use canopy_daemon::{Config, ConnectionInfo, DataDir, read_connection_info};
 use canopy_proto::{Method, Subjects};
 use serde::Serialize;
@@ -52,7 +52,11 @@ impl Client {
     }
 
     /// Calls one API method as the operator.
-    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(&self, method: Method, request: &Req) -> Result<Resp, CallError> {
+    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        method: Method,
+        request: &Req,
+    ) -> Result<Resp, CallError> {
         self.api.call(method, &self.token, request).await
     }
 }

@@ -358,8 +358,7 @@ async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallE
     }
     let subject = client.api.subjects.activity_event(&args.handle);
     let mut connection = client.api.bus.connection_events();
-    let mut events =
-        client.api.bus.subscribe(&subject).await.map_err(|e| CallError::Unreachable(e.to_string()))?;
+    let mut events = client.api.bus.subscribe(&subject).await.map_err(|e| CallError::Unreachable(e.to_string()))?;
     let mut timer = tokio::time::interval(args.resync);
     loop {
         let due = tokio::select! {

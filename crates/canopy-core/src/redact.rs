@@ -32,7 +32,21 @@ pub fn redact(text: &str, max_chars: usize) -> String {
 }
 
 fn redact_word(word: &str) -> String {
-    const PREFIXES: &[&str] = &["cnp_", "sk-", "sk_live_", "sk_test_", "ghp_", "gho_", "ghs_", "github_pat_", "xoxb-", "xoxp-", "AKIA", "AIza", "glpat-"];
+    const PREFIXES: &[&str] = &[
+        "cnp_",
+        "sk-",
+        "sk_live_",
+        "sk_test_",
+        "ghp_",
+        "gho_",
+        "ghs_",
+        "github_pat_",
+        "xoxb-",
+        "xoxp-",
+        "AKIA",
+        "AIza",
+        "glpat-",
+    ];
     let core = word.trim_matches(|c: char| "\"'`,;()[]{}<>".contains(c));
     if let Some((key, value)) = core.split_once('=')
         && !value.is_empty()

@@ -20,7 +20,11 @@ pub const SCRIPTS: &[(&str, &str)] = &[
 
 /// The system prompt a session of `role` starts with.
 pub fn system_prompt(role: &str) -> &'static str {
-    PROMPTS.iter().find(|(name, _)| *name == role).or_else(|| PROMPTS.iter().find(|(name, _)| *name == "default")).map_or("", |(_, text)| text)
+    PROMPTS
+        .iter()
+        .find(|(name, _)| *name == role)
+        .or_else(|| PROMPTS.iter().find(|(name, _)| *name == "default"))
+        .map_or("", |(_, text)| text)
 }
 
 /// A shipped script by file name.

@@ -224,7 +224,10 @@ impl Config {
         }
         let runner = &self.runner;
         if runner.restart_backoff_min.is_zero() || runner.restart_backoff_min > runner.restart_backoff_max {
-            return Err(("runner.restart_backoff_min", "must be above zero and at most runner.restart_backoff_max".into()));
+            return Err((
+                "runner.restart_backoff_min",
+                "must be above zero and at most runner.restart_backoff_max".into(),
+            ));
         }
         for (key, value) in [
             ("runner.sync_interval", runner.sync_interval),

@@ -22,8 +22,8 @@ use tokio_util::task::TaskTracker;
 use crate::auth::{load_or_create, random_hex, token_hash, write_private};
 use crate::config::{Config, ConfigError};
 use crate::handlers::{Api, Secrets};
-use crate::roles::RoleDefaults;
 use crate::paths::DataDir;
+use crate::roles::RoleDefaults;
 
 /// NATS queue group of the API subscription, so several daemons could share the load.
 pub const API_QUEUE: &str = "canopy-daemon";
@@ -138,8 +138,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     tracing::info!(workspace = %workspace.id, nats = %url, dir = %dir.root().display(), "canopy daemon ready");
 
     let runner = if config.runner.embedded {
-        let options = runner_options(&dir, &config, ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout))
-            .map_err(|source| DaemonError::Io { what: "preparing the embedded runner".into(), source })?;
+        let options =
+            runner_options(&dir, &config, ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout))
+                .map_err(|source| DaemonError::Io { what: "preparing the embedded runner".into(), source })?;
         Some(canopy_runner::spawn(options).await.map_err(|e| DaemonError::Runner(e.to_string()))?)
     } else {
         None
@@ -248,7 +249,8 @@ fn hostname() -> String {
 }
 
 fn secret(path: &std::path::Path, prefix: &str) -> Result<String, DaemonError> {
-    load_or_create(path, prefix).map_err(|source| DaemonError::Io { what: format!("reading {}", path.display()), source })
+    load_or_create(path, prefix)
+        .map_err(|source| DaemonError::Io { what: format!("reading {}", path.display()), source })
 }
 
 /// Takes the directory lock, or says which daemon holds it.

@@ -94,7 +94,9 @@ impl Api {
             Method::AgentsSetActivity => ok(self.set_activity(caller, decode_request(payload)?).await?),
             Method::Roster => ok(self.roster(decode_request(payload)?).await?),
             Method::ActivityRead => ok(self.activity_read(caller, decode_request(payload)?).await?),
-            Method::RunnersSync | Method::SessionsReport => Err(Error::Internal("runner methods are routed above".into())),
+            Method::RunnersSync | Method::SessionsReport => {
+                Err(Error::Internal("runner methods are routed above".into()))
+            }
         }
     }
 
@@ -133,7 +135,12 @@ impl Api {
         }
     }
 
-    async fn set_desired(&self, caller: Caller, req: AgentsStartStopRequest, desired: Desired) -> Result<RosterEntry, Error> {
+    async fn set_desired(
+        &self,
+        caller: Caller,
+        req: AgentsStartStopRequest,
+        desired: Desired,
+    ) -> Result<RosterEntry, Error> {
         let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
         let entry = self.store.write(move |conn| ops::set_desired(conn, &caller, &handle, desired)).await?;
         self.poke_runners().await;
@@ -154,10 +161,8 @@ impl Api {
         let limit = page_limit(req.limit)?;
         let tail = req.tail.map(|t| t.min(MAX_READ_LIMIT));
         let after = req.after;
-        let (items, more) = self
-            .store
-            .read(move |conn| ops::read_activity(conn, &caller, agent.as_str(), after, limit, tail))
-            .await?;
+        let (items, more) =
+            self.store.read(move |conn| ops::read_activity(conn, &caller, agent.as_str(), after, limit, tail)).await?;
         let next_after = items.last().map_or(after, |i| i.id);
         Ok(ActivityReadResponse { items, next_after, more })
     }

@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use crate::auth::{load_or_create, new_token, random_hex, token_hash, write_private};
 use crate::config::{Config, DEFAULT_TOML};
-use crate::roles::RoleDefaults;
 use crate::paths::DataDir;
+use crate::roles::RoleDefaults;
 
 /// What the operator asked `init` for.
 #[derive(Debug, Clone)]

@@ -53,25 +53,75 @@ pub enum TurnStatus {
 pub enum HarnessEvent {
     /// The process is up and accepts input.
     Ready,
-    TurnStarted { turn_id: String },
-    TurnEnded { turn_id: String, status: TurnStatus },
-    Text { turn_id: Option<String>, text: String },
-    ToolRunning { turn_id: Option<String>, call_id: String, name: String, args: Value },
-    ToolResult { turn_id: Option<String>, call_id: String, name: String, output: Value },
-    ToolFailed { turn_id: Option<String>, call_id: String, name: String, output: Value },
-    ToolBlocked { turn_id: Option<String>, call_id: String, name: String, reason: String },
-    ToolAborted { turn_id: Option<String>, call_id: String, name: String },
+    TurnStarted {
+        turn_id: String,
+    },
+    TurnEnded {
+        turn_id: String,
+        status: TurnStatus,
+    },
+    Text {
+        turn_id: Option<String>,
+        text: String,
+    },
+    ToolRunning {
+        turn_id: Option<String>,
+        call_id: String,
+        name: String,
+        args: Value,
+    },
+    ToolResult {
+        turn_id: Option<String>,
+        call_id: String,
+        name: String,
+        output: Value,
+    },
+    ToolFailed {
+        turn_id: Option<String>,
+        call_id: String,
+        name: String,
+        output: Value,
+    },
+    ToolBlocked {
+        turn_id: Option<String>,
+        call_id: String,
+        name: String,
+        reason: String,
+    },
+    ToolAborted {
+        turn_id: Option<String>,
+        call_id: String,
+        name: String,
+    },
     CompactionStarted,
     CompactionEnded,
-    RateLimited { detail: String },
-    Status { text: String },
-    SubagentStarted { id: String, detail: Value },
-    SubagentProgress { id: String, detail: Value },
-    SubagentEnded { id: String, detail: Value },
+    RateLimited {
+        detail: String,
+    },
+    Status {
+        text: String,
+    },
+    SubagentStarted {
+        id: String,
+        detail: Value,
+    },
+    SubagentProgress {
+        id: String,
+        detail: Value,
+    },
+    SubagentEnded {
+        id: String,
+        detail: Value,
+    },
     /// A line the adapter could not read (counted; never fatal).
-    Malformed { reason: String },
+    Malformed {
+        reason: String,
+    },
     /// The process exited.
-    Exited { code: Option<i32>, signal: Option<i32> },
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 impl HarnessEvent {

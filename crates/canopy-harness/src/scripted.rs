@@ -58,12 +58,9 @@ impl Codec for ScriptedCodec {
         };
         match mode {
             SendMode::NextTurn => line(&Input::Prompt { id: input_id.to_owned(), text: text.to_owned(), meta }),
-            SendMode::Steer { turn_id } => line(&Input::Steer {
-                id: input_id.to_owned(),
-                text: text.to_owned(),
-                turn_id: turn_id.clone(),
-                meta,
-            }),
+            SendMode::Steer { turn_id } => {
+                line(&Input::Steer { id: input_id.to_owned(), text: text.to_owned(), turn_id: turn_id.clone(), meta })
+            }
         }
     }
 

@@ -113,7 +113,10 @@ pub(crate) trait Codec: Send + 'static {
 pub(crate) enum Decoded {
     Event(HarnessEvent),
     /// The harness confirmed what became of an input.
-    Ack { input_id: String, outcome: SendOutcome },
+    Ack {
+        input_id: String,
+        outcome: SendOutcome,
+    },
 }
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<SendOutcome>>>>;
@@ -158,12 +161,7 @@ impl Session {
         };
         let stderr_path = spec.session_dir.join("stderr.log");
         let stderr = std::fs::File::create(&stderr_path).map_err(files(stderr_path))?;
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .process_group(0);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true).process_group(0);
         canopy_sys::die_with_parent(&mut command);
         let mut child =
             command.spawn().map_err(|source| LaunchError::Spawn { program: spec.program.clone(), source })?;

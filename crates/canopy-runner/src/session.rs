@@ -82,16 +82,14 @@ impl Reporter {
         let _ = self.tx.send(report).await;
     }
 
-    async fn activity(&self, kind: &str, summary: String) {
-        let activity = ReportedActivity { kind: kind.into(), turn_id: None, summary, detail: serde_json::Value::Null };
+    async fn activity(&self, kind: &str, summary: String, detail: serde_json::Value) {
+        let activity = ReportedActivity { kind: kind.into(), turn_id: None, summary, detail };
         self.send(None, None, Some(activity)).await;
     }
 
     async fn event(&self, event: &HarnessEvent) {
         let presence = match event {
-            HarnessEvent::TurnStarted { .. } | HarnessEvent::CompactionEnded => {
-                Some((Presence::Working, None))
-            }
+            HarnessEvent::TurnStarted { .. } | HarnessEvent::CompactionEnded => Some((Presence::Working, None)),
             HarnessEvent::TurnEnded { .. } => Some((Presence::Idle, Some("waiting for its next input".to_owned()))),
             HarnessEvent::CompactionStarted => Some((Presence::Compacting, None)),
             _ => None,
@@ -151,7 +149,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>) {
 
     let Some(kind) = HarnessKind::parse(&assignment.harness) else {
         let reason = format!("unknown harness {:?}", assignment.harness);
-        reporter.activity("session_failed", reason.clone()).await;
+        reporter.activity("session_failed", reason.clone(), serde_json::Value::Null).await;
         let _ = exits.send(exit(false, reason)).await;
         return;
     };
@@ -178,12 +176,18 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>) {
         Ok(started) => started,
         Err(e) => {
             let reason = format!("the harness did not start: {e}");
-            reporter.activity("session_failed", reason.clone()).await;
+            reporter.activity("session_failed", reason.clone(), serde_json::Value::Null).await;
             let _ = exits.send(exit(false, reason)).await;
             return;
         }
     };
-    reporter.activity("session_ready", format!("harness ready (pid {})", session.pid())).await;
+    reporter
+        .activity(
+            "session_ready",
+            format!("harness ready (pid {})", session.pid()),
+            serde_json::json!({ "pid": session.pid() }),
+        )
+        .await;
 
     let first = start_input(&assignment);
     let context = InputContext { kind: "start".into(), ..InputContext::default() };

@@ -613,6 +613,36 @@ async fn call_tool(mcp: &mut Option<McpClient>, env: &HarnessEnv, tool: &str, ar
     }
 }
 
+/// The whole program: parse `args` (without the program name), load the script, run.
+/// Returns the exit code; the caller exits with it (the stdin reader thread may be blocked
+/// in a read that nothing else ends). `canopy harness-scripted` and `canopy-scripted` both
+/// call this.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
+    match parse_args(args) {
+        Err(e) => {
+            eprintln!("canopy-scripted: {e}\n{USAGE}");
+            2
+        }
+        Ok(Command::Help) => {
+            println!("{USAGE}");
+            0
+        }
+        Ok(Command::Run(options)) => match crate::script::load(&options.script) {
+            Err(e) => {
+                eprintln!("canopy-scripted: {e}");
+                2
+            }
+            Ok(script) => match run_stdio(script, &options, HarnessEnv::from_env()) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("canopy-scripted: {e}");
+                    e.exit_code()
+                }
+            },
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly on purpose")]
@@ -660,35 +690,5 @@ mod tests {
         assert_eq!(read_line_bounded(&mut reader, &mut line, 8).unwrap(), LineRead::Line);
         assert_eq!(line, b"last");
         assert_eq!(read_line_bounded(&mut reader, &mut line, 8).unwrap(), LineRead::Eof);
-    }
-}
-
-/// The whole program: parse `args` (without the program name), load the script, run.
-/// Returns the exit code; the caller exits with it (the stdin reader thread may be blocked
-/// in a read that nothing else ends). `canopy harness-scripted` and `canopy-scripted` both
-/// call this.
-pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
-    match parse_args(args) {
-        Err(e) => {
-            eprintln!("canopy-scripted: {e}\n{USAGE}");
-            2
-        }
-        Ok(Command::Help) => {
-            println!("{USAGE}");
-            0
-        }
-        Ok(Command::Run(options)) => match crate::script::load(&options.script) {
-            Err(e) => {
-                eprintln!("canopy-scripted: {e}");
-                2
-            }
-            Ok(script) => match run_stdio(script, &options, HarnessEnv::from_env()) {
-                Ok(code) => code,
-                Err(e) => {
-                    eprintln!("canopy-scripted: {e}");
-                    e.exit_code()
-                }
-            },
-        },
     }
 }

@@ -14,8 +14,8 @@ use canopy_core::{
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::channels::{insert_channel, subscribe, subscribe_all};
-use crate::sessions::set_presence;
 use crate::schema::audit;
+use crate::sessions::set_presence;
 use crate::views::{ACCOUNT_SELECT, account_from_row, account_ref, require_account};
 use crate::{now_ms, sql};
 
@@ -54,12 +54,12 @@ pub fn resolve_token(conn: &Connection, token_hash: &str) -> Result<Option<Calle
         s.query_row(params![token_hash], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).optional()
     })
     .map_err(sql("resolving a token"))?
-        .map(|(handle, kind)| {
-            let kind = AccountKind::parse(&kind)
-                .ok_or_else(|| Error::Internal(format!("account {handle} has kind {kind:?}")))?;
-            Ok(Caller { handle: Handle::from_trusted(handle), kind })
-        })
-        .transpose()
+    .map(|(handle, kind)| {
+        let kind =
+            AccountKind::parse(&kind).ok_or_else(|| Error::Internal(format!("account {handle} has kind {kind:?}")))?;
+        Ok(Caller { handle: Handle::from_trusted(handle), kind })
+    })
+    .transpose()
 }
 
 /// One account by handle.

@@ -81,7 +81,7 @@ pub fn create_channel(conn: &Connection, caller: Option<&Caller>, spec: &Channel
     }
     // Operators follow every channel they make; broadcast channels take every agent too.
     let members = if broadcast {
-        "SELECT id FROM accounts WHERE state != 'despawned'"
+        "SELECT id FROM accounts WHERE kind IN ('agent', 'operator') AND state != 'despawned'"
     } else {
         "SELECT id FROM accounts WHERE kind = 'operator'"
     };

@@ -83,7 +83,8 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<(Mess
         }
     };
 
-    let message = insert_message(conn, channel_id, topic_id, sender.id, &spec.body, spec.idempotency_key.as_deref(), now)?;
+    let message =
+        insert_message(conn, channel_id, topic_id, sender.id, &spec.body, spec.idempotency_key.as_deref(), now)?;
     Ok((message, false))
 }
 
@@ -168,7 +169,12 @@ fn message(conn: &Connection, seq: i64) -> Result<Message, Error> {
 
 /// Posts as Canopy itself (the `system` account), starting the topic if needed. Used for
 /// notices the daemon owes the operator; no post policy applies.
-pub(crate) fn post_as_system(conn: &Connection, channel: &ChannelName, topic: &TopicName, body: &str) -> Result<Message, Error> {
+pub(crate) fn post_as_system(
+    conn: &Connection,
+    channel: &ChannelName,
+    topic: &TopicName,
+    body: &str,
+) -> Result<Message, Error> {
     let system_id: i64 = conn
         .prepare_cached("SELECT id FROM accounts WHERE kind = 'system' ORDER BY id LIMIT 1")
         .and_then(|mut s| s.query_row([], |r| r.get(0)))

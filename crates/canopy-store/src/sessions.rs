@@ -166,7 +166,12 @@ pub fn sync_runner(
 }
 
 /// Applies a batch of reports from `runner_id`.
-pub fn apply_reports(conn: &Connection, runner_id: &str, reports: &[Report], max_activity: u32) -> Result<Applied, Error> {
+pub fn apply_reports(
+    conn: &Connection,
+    runner_id: &str,
+    reports: &[Report],
+    max_activity: u32,
+) -> Result<Applied, Error> {
     let mut applied = Applied::default();
     let now = now_ms();
     for report in reports {
@@ -250,7 +255,12 @@ pub fn mark_stalled(conn: &Connection, stall_after_ms: i64) -> Result<Vec<Messag
 }
 
 /// Sets whether an agent's session should run. Stopping ends its live session.
-pub fn set_desired(conn: &Connection, caller: &Caller, handle: &Handle, desired: Desired) -> Result<RosterEntry, Error> {
+pub fn set_desired(
+    conn: &Connection,
+    caller: &Caller,
+    handle: &Handle,
+    desired: Desired,
+) -> Result<RosterEntry, Error> {
     require_operator(caller, &format!("{} {handle}", if desired == Desired::Running { "start" } else { "stop" }))?;
     let agent = require_account(conn, "handle", handle.as_str())?;
     if agent.kind != AccountKind::Agent {
@@ -282,7 +292,13 @@ pub fn set_desired(conn: &Connection, caller: &Caller, handle: &Handle, desired:
         }
     }
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
-    audit(conn, Some(actor.id), &format!("agents.{}", if desired == Desired::Running { "start" } else { "stop" }), handle.as_str(), "")?;
+    audit(
+        conn,
+        Some(actor.id),
+        &format!("agents.{}", if desired == Desired::Running { "start" } else { "stop" }),
+        handle.as_str(),
+        "",
+    )?;
     roster_entry(conn, handle.as_str())
 }
 

@@ -42,6 +42,8 @@ async fn workspace() -> (tempfile::TempDir, Store) {
                     name: "test".into(),
                     mission: "m".into(),
                     operator: OperatorSpec { handle: h("ops"), display_name: "ops".into(), token_hash: "hash".into() },
+                    supervisor_harness: String::new(),
+                    supervisor_script: None,
                 },
             )
         })
@@ -54,6 +56,8 @@ async fn workspace() -> (tempfile::TempDir, Store) {
             role: RoleName::parse("manager").unwrap(),
             parent: None,
             charter: String::new(),
+            harness: String::new(),
+            script: None,
         };
         store.write(move |conn| ops::create_agent(conn, &operator(), &spec)).await.unwrap();
     }
@@ -159,6 +163,8 @@ async fn new_subscriptions_start_at_the_channel_head() {
         role: RoleName::parse("manager").unwrap(),
         parent: Some(h("ci-manager")),
         charter: String::new(),
+        harness: String::new(),
+        script: None,
     };
     store.write(move |c| ops::create_agent(c, &operator(), &spec)).await.unwrap();
     let subs = store.read(|c| ops::subscriptions(c, "late")).await.unwrap();
@@ -175,6 +181,8 @@ async fn only_operators_create_agents_and_channels() {
         role: RoleName::parse("manager").unwrap(),
         parent: None,
         charter: String::new(),
+        harness: String::new(),
+        script: None,
     };
     let refused = store.write(move |c| ops::create_agent(c, &agent("ci-manager"), &spec)).await;
     assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
@@ -199,6 +207,8 @@ async fn reopening_a_store_keeps_everything_and_migrations_are_idempotent() {
                     name: "x".into(),
                     mission: String::new(),
                     operator: OperatorSpec { handle: h("ops2"), display_name: "x".into(), token_hash: "h2".into() },
+                    supervisor_harness: String::new(),
+                    supervisor_script: None,
                 },
             )
         })

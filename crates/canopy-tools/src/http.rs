@@ -92,7 +92,8 @@ pub async fn serve(tools: CanopyTools, check: TokenCheck) -> std::io::Result<Htt
                         mcp.call(request).await
                     }
                 });
-                let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                let connection =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
                 tokio::select! {
                     () = conn_stop.cancelled() => {}
                     result = connection => {

@@ -47,7 +47,12 @@ impl CanopyTools {
     }
 
     /// Runs one tool call to completion; every failure is a tool error with a typed code.
-    pub async fn call(&self, token: Option<&str>, name: &str, arguments: Option<serde_json::Map<String, Value>>) -> CallToolResult {
+    pub async fn call(
+        &self,
+        token: Option<&str>,
+        name: &str,
+        arguments: Option<serde_json::Map<String, Value>>,
+    ) -> CallToolResult {
         let Some(token) = token else {
             return tool_error(ErrorCode::Forbidden, "the call carries no bearer token", None);
         };
@@ -78,8 +83,9 @@ fn tool_error(code: ErrorCode, message: &str, field: Option<&str>) -> CallToolRe
 
 impl ServerHandler for CanopyTools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_instructions("Canopy's native tools: channels and topics, the tree and the roster. Every call acts as you.")
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+            "Canopy's native tools: channels and topics, the tree and the roster. Every call acts as you.",
+        )
     }
 
     async fn list_tools(
