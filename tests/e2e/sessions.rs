@@ -185,26 +185,14 @@ fn an_official_mcp_client_lists_and_calls_the_tools() {
     );
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     let tools: Vec<&str> = result["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    for tool in canopy_tools_list() {
-        assert!(tools.contains(&tool), "{tool} missing from {tools:?}");
+    for tool in canopy_tools::TOOL_NAMES {
+        assert!(tools.contains(tool), "{tool} missing from {tools:?}");
     }
     assert_eq!(result["post"]["message"]["sender"]["handle"], "ci-manager");
     assert_eq!(result["post_is_error"], false);
     assert_eq!(result["bad"]["error"]["code"], "not_found", "{}", result["bad"]);
     assert_eq!(result["bad_is_error"], true, "a refusal must be an MCP tool error");
     assert!(env.messages("home-ci-manager").iter().any(|m| m["body"] == "posted by the python mcp client"));
-}
-
-fn canopy_tools_list() -> [&'static str; 7] {
-    [
-        "comms_post_message",
-        "comms_list_messages",
-        "comms_list_channels",
-        "comms_list_topics",
-        "comms_set_activity",
-        "tree_show",
-        "roster_list",
-    ]
 }
 
 #[test]
@@ -383,4 +371,47 @@ fn two_runners_share_one_daemon_and_tools_work_through_each() {
     assert_eq!(runners.len(), 2, "sessions were not spread over both runners: {runners:?}");
     signal(second.id(), canopy_sys::SIGTERM);
     let _ = crate::env::wait_timeout(&mut second, Duration::from_secs(15));
+}
+
+#[test]
+fn mcp_over_stdio_serves_the_same_tools_bound_to_its_token() {
+    use std::io::Write;
+    let env = TestEnv::started_with(FAST);
+    env.create_scripted("stdio-user", "");
+    let pid = env.wait_harness_pid("stdio-user", 1);
+    let token = process_env(pid)["CANOPY_MCP_TOKEN"].clone();
+    let mut proxy = env
+        .command(&["mcp", "--stdio"])
+        .env("CANOPY_MCP_TOKEN", &token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = proxy.stdin.take().unwrap();
+    let mut lines = BufReader::new(proxy.stdout.take().unwrap()).lines();
+    let mut request = |message: Value| {
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    };
+    request(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}}));
+    let init: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+    request(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    request(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let list: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 7, "{list}");
+    request(serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "comms_post_message",
+        "arguments": {"channel": "home-stdio-user", "topic": "stdio", "body": "over stdio", "create_topic": true}}}));
+    let call: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(call["result"]["structuredContent"]["message"]["sender"]["handle"], "stdio-user", "{call}");
+    request(serde_json::json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "tree_show", "arguments": {"unexpected": true}}}));
+    let bad: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    assert_eq!(bad["result"]["structuredContent"]["error"]["code"], "invalid_argument", "{bad}");
+    drop(stdin);
+    let _ = crate::env::wait_timeout(&mut proxy, Duration::from_secs(10));
 }
