@@ -401,7 +401,7 @@ fn mcp_over_stdio_serves_the_same_tools_bound_to_its_token() {
     request(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     request(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     let list: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 7, "{list}");
+    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), canopy_tools::TOOL_NAMES.len(), "{list}");
     request(serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
         "name": "comms_post_message",
         "arguments": {"channel": "home-stdio-user", "topic": "stdio", "body": "over stdio", "create_topic": true}}}));

@@ -51,10 +51,19 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<ChannelsCommand>,
     },
-    /// The topics of a channel, most recent activity first.
+    /// The topics of a channel (most recent activity first), or rename or resolve one.
     Topics {
         #[arg(long)]
         channel: String,
+        #[command(subcommand)]
+        command: Option<TopicsCommand>,
+    },
+    /// A channel's pinned board: list it, or pin a message to it.
+    Board {
+        #[arg(long)]
+        channel: String,
+        #[command(subcommand)]
+        command: Option<BoardCommand>,
     },
     /// Post a message to a channel and topic (the body from the argument or stdin).
     Post(PostArgs),
@@ -71,6 +80,24 @@ pub enum Command {
     /// Serve the native tools over MCP on stdio for one session's token (for harnesses
     /// that only speak stdio).
     Mcp(McpArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsCommand {
+    /// Rename a topic.
+    Rename { topic: String, to: String },
+    /// Mark a topic resolved (`--reopen` to open it again).
+    Resolve {
+        topic: String,
+        #[arg(long)]
+        reopen: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BoardCommand {
+    /// Pin message SEQ of the channel.
+    Pin { seq: u64 },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -206,6 +233,9 @@ pub struct PostArgs {
     /// A retry with the same key returns the first result instead of posting twice.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// An acknowledgement only: recipients see it at their next turn; it wakes no one.
+    #[arg(long)]
+    pub ack_only: bool,
     /// The message; read from stdin when absent or `-`.
     pub body: Option<String>,
 }

@@ -196,11 +196,26 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             })
             .await
         }
-        Command::Topics { channel } => {
+        Command::Topics { channel, command: None } => {
             call(client, json, Method::TopicsList, &TopicsListRequest { channel }, |r: &TopicsListResponse| {
                 output::topics(&r.topics)
             })
             .await
+        }
+        Command::Topics { channel, command: Some(TopicsCommand::Rename { topic, to }) } => {
+            let request = TopicsRenameRequest { channel, topic: topic.clone(), to: to.clone() };
+            call(client, json, Method::TopicsRename, &request, |_: &Done| println!("renamed {topic:?} to {to:?}")).await
+        }
+        Command::Topics { channel, command: Some(TopicsCommand::Resolve { topic, reopen }) } => {
+            let request = TopicsResolveRequest { channel, topic: topic.clone(), resolved: !reopen };
+            let word = if reopen { "reopened" } else { "resolved" };
+            call(client, json, Method::TopicsResolve, &request, |_: &Done| println!("{word} {topic:?}")).await
+        }
+        Command::Board { channel, command: None } => {
+            call(client, json, Method::BoardList, &BoardListRequest { channel }, output::board).await
+        }
+        Command::Board { channel, command: Some(BoardCommand::Pin { seq }) } => {
+            call(client, json, Method::BoardPin, &BoardPinRequest { channel, seq }, output::board).await
         }
         Command::Post(args) => post(client, json, args).await,
         Command::Read(args) => {
@@ -251,10 +266,12 @@ async fn post(client: &Client, json: bool, args: PostArgs) -> Result<(), CallErr
         body,
         create_topic: args.create_topic,
         idempotency_key: args.idempotency_key,
+        ack_only: args.ack_only,
     };
     call(client, json, Method::MessagesPost, &request, |r: &PostResponse| {
         let retry = if r.duplicate { " (already posted with this idempotency key)" } else { "" };
         println!("posted seq {} to #{} > {}{retry}", r.message.seq, r.message.channel, r.message.topic);
+        output::outcomes(r);
     })
     .await
 }

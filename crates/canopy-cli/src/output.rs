@@ -1,7 +1,7 @@
 //! Output: logging set-up, JSON printing, and the concise text forms.
 
 use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, Topic, TreeNode};
-use canopy_proto::api::ReadResponse;
+use canopy_proto::api::{BoardResponse, PostResponse, ReadResponse};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
 
@@ -143,4 +143,27 @@ pub fn activity(item: &ActivityItem, json: bool) {
     }
     let at = item.at.get(11..19).unwrap_or(&item.at);
     println!("{at} #{} {}", item.incarnation, item.summary);
+}
+
+/// Per-recipient outcomes of a post, then the counts.
+pub fn outcomes(r: &PostResponse) {
+    for o in &r.outcomes {
+        let outcome = serde_json::to_value(o.outcome).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        let reason = o.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+        println!("  {outcome:8} {}{reason}", o.recipient);
+    }
+    let c = &r.counts;
+    if c.steered + c.queued + c.woke + c.held + c.refused > 0 {
+        println!("  {} steered, {} woke, {} queued, {} held, {} refused", c.steered, c.woke, c.queued, c.held, c.refused);
+    }
+    if !r.unknown_mentions.is_empty() {
+        println!("  unknown mentions (no such account): {}", r.unknown_mentions.join(", "));
+    }
+}
+
+pub fn board(r: &BoardResponse) {
+    println!("#{} board", r.channel);
+    for m in &r.pins {
+        println!("  {}", message_line(m, false));
+    }
 }

@@ -10,6 +10,7 @@ pub mod mention;
 pub mod model;
 pub mod names;
 pub mod redact;
+pub mod render;
 pub mod tree;
 
 pub use error::{Error, ErrorCode};

@@ -258,6 +258,10 @@ pub struct RosterEntry {
     pub runner: Option<String>,
     pub harness: String,
     pub last_seen: Option<String>,
+    /// Messages waiting for its next turn start.
+    pub pending: u64,
+    /// Whether `pending` is past the configured cap (the operator has been told).
+    pub overflow: bool,
 }
 
 /// One stored activity item of a session: a normalised harness event, redacted and bounded.

@@ -16,9 +16,7 @@ pub fn new_token() -> std::io::Result<String> {
 
 /// `n` random bytes as lowercase hex.
 pub fn random_hex(n: usize) -> std::io::Result<String> {
-    let mut bytes = vec![0u8; n];
-    getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(format!("reading the OS random source: {e}")))?;
-    Ok(hex(&bytes))
+    canopy_sys::random_hex(n)
 }
 
 /// The hash the store keeps for a token.

@@ -24,6 +24,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub runner: RunnerConfig,
     pub sessions: SessionsConfig,
+    pub delivery: DeliveryConfig,
     /// Per-role defaults: which harness a new agent of the role runs, with which script.
     pub roles: BTreeMap<String, RoleConfig>,
 }
@@ -37,6 +38,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             runner: RunnerConfig::default(),
             sessions: SessionsConfig::default(),
+            delivery: DeliveryConfig::default(),
             roles: BTreeMap::from([
                 ("supervisor".to_owned(), scripted("supervisor.toml")),
                 ("manager".to_owned(), scripted("manager.toml")),
@@ -107,6 +109,46 @@ pub struct SessionsConfig {
 impl Default for SessionsConfig {
     fn default() -> SessionsConfig {
         SessionsConfig { stall_after: Duration::from_secs(600), activity_per_session: 1000 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeliveryConfig {
+    /// An idle agent is woken once no new message has arrived for this long...
+    #[serde(with = "humantime_serde")]
+    pub quiet_window: Duration,
+    /// ...or once this long has passed since the first one, whichever comes first.
+    #[serde(with = "humantime_serde")]
+    pub coalesce_cap: Duration,
+    /// Most messages injected at one turn start; the rest follow at the next.
+    pub batch: u32,
+    /// How often an idle session checks for pending messages without a doorbell.
+    #[serde(with = "humantime_serde")]
+    pub resync: Duration,
+    /// How long a post waits for a mid-turn steer to be accepted before falling back.
+    #[serde(with = "humantime_serde")]
+    pub steer_timeout: Duration,
+    /// Pending messages per agent above which the operator is told (nothing is dropped).
+    pub max_pending: u64,
+    /// Wakes between the same two agents within `loop_window` before further wakes are held.
+    pub loop_wakes: u32,
+    #[serde(with = "humantime_serde")]
+    pub loop_window: Duration,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> DeliveryConfig {
+        DeliveryConfig {
+            quiet_window: Duration::from_secs(2),
+            coalesce_cap: Duration::from_secs(30),
+            batch: 100,
+            resync: Duration::from_secs(5),
+            steer_timeout: Duration::from_secs(2),
+            max_pending: 1000,
+            loop_wakes: 10,
+            loop_window: Duration::from_secs(300),
+        }
     }
 }
 
@@ -249,6 +291,23 @@ impl Config {
             return Err(("runner.max_line_bytes", "must be at least 1024".into()));
         }
         positive("sessions.activity_per_session", self.sessions.activity_per_session as usize)?;
+        let delivery = &self.delivery;
+        for (key, value) in [
+            ("delivery.coalesce_cap", delivery.coalesce_cap),
+            ("delivery.resync", delivery.resync),
+            ("delivery.steer_timeout", delivery.steer_timeout),
+            ("delivery.loop_window", delivery.loop_window),
+        ] {
+            if value.is_zero() {
+                return Err((key, "must be longer than zero".into()));
+            }
+        }
+        if delivery.quiet_window > delivery.coalesce_cap {
+            return Err(("delivery.quiet_window", "must be at most delivery.coalesce_cap".into()));
+        }
+        positive("delivery.batch", delivery.batch as usize)?;
+        positive("delivery.max_pending", delivery.max_pending as usize)?;
+        positive("delivery.loop_wakes", delivery.loop_wakes as usize)?;
         Ok(())
     }
 }

@@ -118,6 +118,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         roles,
         secrets,
         data_dir: dir.root().to_owned(),
+        loops: Arc::default(),
     };
 
     // Serve the API in its own task, so it keeps answering while the runner shuts down.
@@ -153,6 +154,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
             loop {
                 tick.tick().await;
                 api.check_stalled().await;
+                api.check_mailboxes().await;
             }
         }
     });
@@ -236,6 +238,10 @@ pub fn runner_options(dir: &DataDir, config: &Config, api: ApiClient) -> std::io
             stop_grace: runner.stop_grace,
             max_line_bytes: runner.max_line_bytes,
             report_queue: 4096,
+            quiet_window: config.delivery.quiet_window,
+            coalesce_cap: config.delivery.coalesce_cap,
+            delivery_batch: config.delivery.batch,
+            delivery_resync: config.delivery.resync,
         },
     })
 }

@@ -37,6 +37,8 @@ pub struct Api {
     pub secrets: std::sync::Arc<Secrets>,
     /// Where relative script paths are read from.
     pub data_dir: std::path::PathBuf,
+    /// Wakes between pairs of agents (in memory: a restart forgets recent loops).
+    pub loops: std::sync::Arc<crate::delivery::LoopGuard>,
 }
 
 /// The daemon's credentials for runners and sessions.
@@ -72,6 +74,8 @@ impl Api {
             self.authenticate_runner(token)?;
             return match method {
                 Method::RunnersSync => ok(self.runners_sync(decode_request(payload)?).await?),
+                Method::DeliveriesPull => ok(self.deliveries_pull(decode_request(payload)?).await?),
+                Method::DeliveriesAck => ok(self.deliveries_ack(decode_request(payload)?).await?),
                 _ => ok(self.sessions_report(decode_request(payload)?).await?),
             };
         }
@@ -94,7 +98,14 @@ impl Api {
             Method::AgentsSetActivity => ok(self.set_activity(caller, decode_request(payload)?).await?),
             Method::Roster => ok(self.roster(decode_request(payload)?).await?),
             Method::ActivityRead => ok(self.activity_read(caller, decode_request(payload)?).await?),
-            Method::RunnersSync | Method::SessionsReport => {
+            Method::ChannelsSubscribe => ok(self.subscribe(caller, decode_request(payload)?, true).await?),
+            Method::ChannelsUnsubscribe => ok(self.subscribe(caller, decode_request(payload)?, false).await?),
+            Method::ChannelsOpenDirect => ok(self.open_direct(caller, decode_request(payload)?).await?),
+            Method::TopicsRename => ok(self.topics_rename(caller, decode_request(payload)?).await?),
+            Method::TopicsResolve => ok(self.topics_resolve(caller, decode_request(payload)?).await?),
+            Method::BoardPin => ok(self.board_pin(caller, decode_request(payload)?).await?),
+            Method::BoardList => ok(self.board_list(caller, decode_request(payload)?).await?),
+            Method::RunnersSync | Method::SessionsReport | Method::DeliveriesPull | Method::DeliveriesAck => {
                 Err(Error::Internal("runner methods are routed above".into()))
             }
         }
@@ -126,7 +137,7 @@ impl Api {
 
     /// Publishes committed messages as events (doorbells). A failed publish is logged: the
     /// message is committed and followers catch up from their cursors.
-    async fn publish_messages(&self, messages: Vec<canopy_core::Message>) {
+    pub(crate) async fn publish_messages(&self, messages: Vec<canopy_core::Message>) {
         for message in messages {
             let subject = self.subjects.message_event(message.channel.as_str());
             if let Err(e) = self.bus.publish(&subject, encode(&MessageEvent { message })).await {
@@ -246,6 +257,51 @@ impl Api {
         }
     }
 
+    async fn subscribe(&self, caller: Caller, req: ChannelRequest, join: bool) -> Result<canopy_core::Channel, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        self.store
+            .write(move |conn| {
+                if join { ops::subscribe_self(conn, &caller, &channel) } else { ops::unsubscribe_self(conn, &caller, &channel) }
+            })
+            .await
+    }
+
+    async fn open_direct(&self, caller: Caller, req: OpenDirectRequest) -> Result<canopy_core::Channel, Error> {
+        let peer = Handle::parse(&req.peer).map_err(|e| Error::name("peer", e))?;
+        self.store.write(move |conn| ops::open_direct(conn, &caller, &peer)).await
+    }
+
+    async fn topics_rename(&self, caller: Caller, req: TopicsRenameRequest) -> Result<Done, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let from = TopicName::parse(&req.topic).map_err(|e| Error::name("topic", e))?;
+        let to = TopicName::parse(&req.to).map_err(|e| Error::name("to", e))?;
+        self.store.write(move |conn| ops::rename_topic(conn, &caller, &channel, &from, &to)).await?;
+        Ok(Done {})
+    }
+
+    async fn topics_resolve(&self, caller: Caller, req: TopicsResolveRequest) -> Result<Done, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let topic = TopicName::parse(&req.topic).map_err(|e| Error::name("topic", e))?;
+        let resolved = req.resolved;
+        self.store.write(move |conn| ops::resolve_topic(conn, &caller, &channel, &topic, resolved)).await?;
+        Ok(Done {})
+    }
+
+    async fn board_pin(&self, caller: Caller, req: BoardPinRequest) -> Result<BoardResponse, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let name = channel.to_string();
+        let seq = req.seq;
+        let pins = self.store.write(move |conn| ops::pin(conn, &caller, &channel, seq)).await?;
+        Ok(BoardResponse { channel: name, pins })
+    }
+
+    async fn board_list(&self, caller: Caller, req: BoardListRequest) -> Result<BoardResponse, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let name = channel.to_string();
+        let pins = self.store.read(move |conn| ops::board(conn, &caller, &channel)).await?;
+        Ok(BoardResponse { channel: name, pins })
+    }
+
     async fn whoami(&self, caller: Caller, _: WhoamiRequest) -> Result<WhoamiResponse, Error> {
         self.store
             .read(move |conn| {
@@ -361,11 +417,30 @@ impl Api {
             body: req.body,
             create_topic: req.create_topic,
             idempotency_key: req.idempotency_key,
+            ack_only: req.ack_only,
         };
-        let (message, duplicate) = self.store.write(move |conn| ops::post(conn, &caller, &spec)).await?;
+        let ack_only = spec.ack_only;
+        let poster = caller.clone();
+        let posted = self.store.write(move |conn| ops::post(conn, &poster, &spec)).await?;
         // The message is committed; a lost event only delays followers, who resync.
-        self.publish_messages(vec![message.clone()]).await;
-        Ok(PostResponse { message, duplicate })
+        self.publish_messages(vec![posted.message.clone()]).await;
+        if posted.duplicate {
+            return Ok(PostResponse {
+                message: posted.message,
+                duplicate: true,
+                outcomes: Vec::new(),
+                counts: OutcomeCounts::default(),
+                unknown_mentions: Vec::new(),
+            });
+        }
+        let (outcomes, counts) = self.deliver(&caller, &posted, ack_only).await;
+        Ok(PostResponse {
+            unknown_mentions: posted.reach.unknown_mentions,
+            message: posted.message,
+            duplicate: false,
+            outcomes,
+            counts,
+        })
     }
 
     async fn read(&self, caller: Caller, req: ReadRequest) -> Result<ReadResponse, Error> {
@@ -437,7 +512,7 @@ fn ok<T: Serialize>(value: T) -> Result<Bytes, Error> {
 
 /// Serialises a value the daemon built. These types always serialise; the fallback
 /// keeps the daemon answering even if one day one does not.
-fn encode<T: Serialize>(value: &T) -> Bytes {
+pub(crate) fn encode<T: Serialize>(value: &T) -> Bytes {
     match serde_json::to_vec(value) {
         Ok(bytes) => Bytes::from(bytes),
         Err(e) => Bytes::from(format!(

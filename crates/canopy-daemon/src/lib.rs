@@ -9,6 +9,7 @@ pub mod auth;
 pub mod builtin;
 pub mod config;
 pub mod daemon;
+pub mod delivery;
 pub mod handlers;
 pub mod init;
 pub mod paths;

@@ -259,7 +259,7 @@ impl Session {
     }
 
     /// Stops the session: a shutdown line, `grace`, SIGTERM to its group, `grace`, SIGKILL.
-    pub async fn shutdown(self, grace: Duration) {
+    pub async fn shutdown(&self, grace: Duration) {
         let line = self.codec.lock().map(|mut c| c.encode_shutdown()).unwrap_or_default();
         let _ = self.write_line(line).await;
         let mut exited = self.exited.clone();

@@ -163,14 +163,59 @@ pub struct PostRequest {
     /// A retry with the same key (from the same sender) returns the first result.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// An acknowledgement only: recipients see it at their next turn, but it wakes no one.
+    #[serde(default)]
+    pub ack_only: bool,
+}
+
+/// What became of a post for one recipient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Injected into the recipient's running turn (it was @mentioned).
+    Steered,
+    /// Delivered at the start of the recipient's next turn (it is busy now).
+    Queued,
+    /// The recipient was idle; a turn starts for it.
+    Woke,
+    /// The recipient is offline (or its wake was held): delivered at its next start or turn.
+    Held,
+    /// The recipient cannot receive it.
+    Refused,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecipientOutcome {
+    pub recipient: String,
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// How many recipients got each outcome.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeCounts {
+    pub steered: u32,
+    pub queued: u32,
+    pub woke: u32,
+    pub held: u32,
+    pub refused: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostResponse {
     pub message: Message,
-    /// True when this was a retry and the stored message was returned.
+    /// True when this was a retry and the stored message was returned (no new deliveries).
     pub duplicate: bool,
+    /// Per recipient; for posts reaching more than 100 agents, only the mentioned ones and
+    /// those refused (the counts cover everyone).
+    pub outcomes: Vec<RecipientOutcome>,
+    pub counts: OutcomeCounts,
+    /// `@handles` in the body that name no account.
+    pub unknown_mentions: Vec<String>,
 }
 
 /// `messages.read`: a page of a channel's messages after a sequence, grouped by topic.
@@ -385,4 +430,133 @@ pub struct SessionsReportResponse {
     /// Reports applied; the rest were for stale incarnations and were ignored.
     pub applied: u32,
     pub ignored: u32,
+}
+
+/// `deliveries.pull` (runners): an agent's pending messages, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveriesPullRequest {
+    pub runner_id: String,
+    pub agent: String,
+    pub incarnation: u64,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveriesPullResponse {
+    pub messages: Vec<Message>,
+    /// Whether any of them may start a turn (not held by the loop guard, not acks only).
+    pub wake: bool,
+    /// All pending messages (the page may hold fewer).
+    pub total: u64,
+}
+
+/// `deliveries.ack` (runners): the harness accepted these messages at a turn start.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveriesAckRequest {
+    pub runner_id: String,
+    pub agent: String,
+    pub incarnation: u64,
+    pub seqs: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveriesAckResponse {
+    /// Cursors that moved (0 for a repeated acknowledgement).
+    pub moved: u32,
+}
+
+/// `channels.subscribe` / `channels.unsubscribe`: the caller joins or leaves a channel.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelRequest {
+    pub channel: String,
+}
+
+/// `channels.open_direct`: a two-party channel with a peer, the parent or a report.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenDirectRequest {
+    pub peer: String,
+}
+
+/// `topics.rename` (operators).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TopicsRenameRequest {
+    pub channel: String,
+    pub topic: String,
+    pub to: String,
+}
+
+/// `topics.resolve` (operators): mark a topic resolved, or open it again.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TopicsResolveRequest {
+    pub channel: String,
+    pub topic: String,
+    #[serde(default = "yes")]
+    pub resolved: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `board.pin`: pin a message of a channel to its board (a pointer, not a copy).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BoardPinRequest {
+    pub channel: String,
+    pub seq: u64,
+}
+
+/// `board.list`: a channel's pinned messages.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BoardListRequest {
+    pub channel: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BoardResponse {
+    pub channel: String,
+    pub pins: Vec<Message>,
+}
+
+/// Empty success.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Done {}
+
+/// On `canopy.<ws>.runner.<id>.deliver`: these agents have new messages.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverDoorbell {
+    pub agents: Vec<String>,
+}
+
+/// Request on `canopy.<ws>.runner.<id>.steer`: inject this message into the agent's turn.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SteerRequest {
+    pub agent: String,
+    pub incarnation: u64,
+    pub message: Message,
+}
+
+/// Reply to a steer request.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SteerReply {
+    pub steered: bool,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
 }

@@ -42,11 +42,24 @@ pub fn all() -> Vec<(String, Value)> {
             Method::ActivityRead => pair::<ActivityReadRequest, ActivityReadResponse>(*method),
             Method::RunnersSync => pair::<RunnersSyncRequest, RunnersSyncResponse>(*method),
             Method::SessionsReport => pair::<SessionsReportRequest, SessionsReportResponse>(*method),
+            Method::DeliveriesPull => pair::<DeliveriesPullRequest, DeliveriesPullResponse>(*method),
+            Method::DeliveriesAck => pair::<DeliveriesAckRequest, DeliveriesAckResponse>(*method),
+            Method::ChannelsSubscribe | Method::ChannelsUnsubscribe => {
+                pair::<ChannelRequest, canopy_core::Channel>(*method)
+            }
+            Method::ChannelsOpenDirect => pair::<OpenDirectRequest, canopy_core::Channel>(*method),
+            Method::TopicsRename => pair::<TopicsRenameRequest, Done>(*method),
+            Method::TopicsResolve => pair::<TopicsResolveRequest, Done>(*method),
+            Method::BoardPin => pair::<BoardPinRequest, BoardResponse>(*method),
+            Method::BoardList => pair::<BoardListRequest, BoardResponse>(*method),
         };
         out.extend(schemas);
     }
     out.push(("event.message.json".to_owned(), schema_for!(MessageEvent).to_value()));
     out.push(("event.activity.json".to_owned(), schema_for!(ActivityEvent).to_value()));
+    out.push(("runner.deliver.json".to_owned(), schema_for!(DeliverDoorbell).to_value()));
+    out.push(("runner.steer.request.json".to_owned(), schema_for!(SteerRequest).to_value()));
+    out.push(("runner.steer.reply.json".to_owned(), schema_for!(SteerReply).to_value()));
     out.push(("error.json".to_owned(), schema_for!(WireError).to_value()));
     out
 }

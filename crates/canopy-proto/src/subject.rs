@@ -29,6 +29,15 @@ pub enum Method {
     ActivityRead,
     RunnersSync,
     SessionsReport,
+    DeliveriesPull,
+    DeliveriesAck,
+    ChannelsSubscribe,
+    ChannelsUnsubscribe,
+    ChannelsOpenDirect,
+    TopicsRename,
+    TopicsResolve,
+    BoardPin,
+    BoardList,
 }
 
 impl Method {
@@ -53,6 +62,15 @@ impl Method {
         Method::ActivityRead,
         Method::RunnersSync,
         Method::SessionsReport,
+        Method::DeliveriesPull,
+        Method::DeliveriesAck,
+        Method::ChannelsSubscribe,
+        Method::ChannelsUnsubscribe,
+        Method::ChannelsOpenDirect,
+        Method::TopicsRename,
+        Method::TopicsResolve,
+        Method::BoardPin,
+        Method::BoardList,
     ];
 
     /// The subject suffix after `api.`.
@@ -77,6 +95,15 @@ impl Method {
             Method::ActivityRead => "activity.read",
             Method::RunnersSync => "runners.sync",
             Method::SessionsReport => "sessions.report",
+            Method::DeliveriesPull => "deliveries.pull",
+            Method::DeliveriesAck => "deliveries.ack",
+            Method::ChannelsSubscribe => "channels.subscribe",
+            Method::ChannelsUnsubscribe => "channels.unsubscribe",
+            Method::ChannelsOpenDirect => "channels.open_direct",
+            Method::TopicsRename => "topics.rename",
+            Method::TopicsResolve => "topics.resolve",
+            Method::BoardPin => "board.pin",
+            Method::BoardList => "board.list",
         }
     }
 
@@ -87,7 +114,7 @@ impl Method {
 
     /// Whether only runners (authenticated by the runner token) may call the method.
     pub fn is_runner_method(self) -> bool {
-        matches!(self, Method::RunnersSync | Method::SessionsReport)
+        matches!(self, Method::RunnersSync | Method::SessionsReport | Method::DeliveriesPull | Method::DeliveriesAck)
     }
 }
 
@@ -127,6 +154,16 @@ impl Subjects {
     /// `canopy.<ws>.evt.activity.<agent>`: published after each stored activity item.
     pub fn activity_event(&self, agent: &str) -> String {
         format!("{}.evt.activity.{agent}", self.prefix)
+    }
+
+    /// `canopy.<ws>.runner.<id>.deliver`: a doorbell naming agents with new messages.
+    pub fn runner_deliver(&self, runner_id: &str) -> String {
+        format!("{}.runner.{runner_id}.deliver", self.prefix)
+    }
+
+    /// `canopy.<ws>.runner.<id>.steer`: request/reply, inject a message into a running turn.
+    pub fn runner_steer(&self, runner_id: &str) -> String {
+        format!("{}.runner.{runner_id}.steer", self.prefix)
     }
 
     /// `canopy.<ws>.runner.poke`: a doorbell telling runners to sync now.

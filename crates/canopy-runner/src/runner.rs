@@ -8,7 +8,8 @@ use std::time::Duration;
 use canopy_bus::{ApiClient, CallError};
 use canopy_proto::Method;
 use canopy_proto::api::{
-    ReportedActivity, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionAssignment, SessionReport,
+    DeliverDoorbell, ReportedActivity, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionAssignment,
+    SessionReport, SteerReply, SteerRequest,
 };
 use canopy_tools::http::{HttpEndpoint, TokenCheck};
 use canopy_tools::{CanopyTools, TokenSource};
@@ -17,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::{self, SessionExit, SessionSlot};
+use crate::session::{self, SessionCommand, SessionExit, SessionSlot};
 
 /// Knobs from `canopy.toml` `[runner]`.
 #[derive(Debug, Clone)]
@@ -32,6 +33,14 @@ pub struct RunnerSettings {
     pub stop_grace: Duration,
     pub max_line_bytes: usize,
     pub report_queue: usize,
+    /// Turn-start delivery: wake an idle agent after this quiet time...
+    pub quiet_window: Duration,
+    /// ...or this long after the first doorbell, whichever comes first.
+    pub coalesce_cap: Duration,
+    /// Most messages injected at one turn start.
+    pub delivery_batch: u32,
+    /// How often an idle session looks for pending messages without a doorbell.
+    pub delivery_resync: Duration,
 }
 
 /// How to run a runner.
@@ -83,10 +92,16 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
     let check: TokenCheck = Arc::new(move |token| check_tokens.read().is_ok_and(|t| t.contains_key(token)));
     let tools = CanopyTools::new(options.api.clone(), TokenSource::Header);
     let endpoint = canopy_tools::http::serve(tools, check).await.map_err(RunnerError::Endpoint)?;
-    let pokes = options
+    let subscribe = |subject: String| {
+        let bus = options.api.bus.clone();
+        async move { bus.subscribe(&subject).await.map_err(|e| RunnerError::Subscribe(e.to_string())) }
+    };
+    let pokes = subscribe(options.api.subjects.runner_poke()).await?;
+    let doorbells = subscribe(options.api.subjects.runner_deliver(&id)).await?;
+    let steers = options
         .api
         .bus
-        .subscribe(&options.api.subjects.runner_poke())
+        .serve(&options.api.subjects.runner_steer(&id), &id)
         .await
         .map_err(|e| RunnerError::Subscribe(e.to_string()))?;
     let (reports, reporter) =
@@ -105,7 +120,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         stop: stop.clone(),
     };
     let task = tokio::spawn(async move {
-        actor.run(pokes).await;
+        actor.run(pokes, doorbells, steers).await;
         let _ = reporter.await;
     });
     tracing::info!(runner = %id, mcp = %mcp_url, "runner started");
@@ -134,7 +149,12 @@ struct RunnerActor {
 }
 
 impl RunnerActor {
-    async fn run(mut self, mut pokes: impl futures_util::Stream<Item = canopy_bus::Received> + Unpin) {
+    async fn run(
+        mut self,
+        mut pokes: impl futures_util::Stream<Item = canopy_bus::Received> + Unpin,
+        mut doorbells: impl futures_util::Stream<Item = canopy_bus::Received> + Unpin,
+        mut steers: impl futures_util::Stream<Item = canopy_bus::Incoming> + Unpin,
+    ) {
         let (exits_tx, mut exits) = mpsc::channel::<SessionExit>(64);
         let mut tick = tokio::time::interval(self.options.settings.sync_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -143,6 +163,8 @@ impl RunnerActor {
                 () = self.stop.cancelled() => break,
                 _ = tick.tick() => self.sync(&exits_tx).await,
                 Some(_) = pokes.next() => self.sync(&exits_tx).await,
+                Some(doorbell) = doorbells.next() => self.ring(&doorbell.payload),
+                Some(request) = steers.next() => self.steer(request),
                 Some(exit) = exits.recv() => {
                     self.on_exit(exit).await;
                     self.sync(&exits_tx).await;
@@ -208,6 +230,7 @@ impl RunnerActor {
             let slot = session::spawn(session::SessionContext {
                 assignment,
                 options: self.options.clone(),
+                runner_id: self.id.clone(),
                 mcp_url: self.endpoint.url.clone(),
                 reports: self.reports.clone(),
                 exits: exits.clone(),
@@ -261,6 +284,54 @@ impl RunnerActor {
             crash_loop,
         };
         let _ = self.reports.send(report).await;
+    }
+
+    /// Passes a delivery doorbell to the sessions it names.
+    fn ring(&self, payload: &[u8]) {
+        let Ok(doorbell) = serde_json::from_slice::<DeliverDoorbell>(payload) else {
+            tracing::warn!("an unreadable delivery doorbell");
+            return;
+        };
+        for agent in doorbell.agents {
+            if let Some(slot) = self.sessions.get(&agent)
+                && slot.commands.try_send(SessionCommand::Hint).is_err()
+            {
+                // The session's queue is full of hints already; its next delivery pulls anyway.
+                tracing::debug!(%agent, "session command queue full; doorbell folded");
+            }
+        }
+    }
+
+    /// Routes a steer request to its session and answers it without blocking the actor.
+    fn steer(&self, request: canopy_bus::Incoming) {
+        let bus = self.options.api.bus.clone();
+        let Some(reply_to) = request.reply.clone() else { return };
+        let parsed = serde_json::from_slice::<SteerRequest>(&request.payload);
+        let target = parsed.as_ref().ok().and_then(|r| {
+            self.sessions.get(&r.agent).filter(|s| s.incarnation == r.incarnation).map(|s| s.commands.clone())
+        });
+        tokio::spawn(async move {
+            let answer = match (parsed, target) {
+                (Err(e), _) => SteerReply { steered: false, turn_id: None, reason: Some(format!("bad steer request: {e}")) },
+                (Ok(_), None) => SteerReply {
+                    steered: false,
+                    turn_id: None,
+                    reason: Some("the session is not live on this runner".into()),
+                },
+                (Ok(request), Some(commands)) => {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let sent = commands.send(SessionCommand::Steer { message: request.message, reply: tx }).await;
+                    match (sent, rx.await) {
+                        (Ok(()), Ok(answer)) => answer,
+                        _ => SteerReply { steered: false, turn_id: None, reason: Some("the session ended".into()) },
+                    }
+                }
+            };
+            let payload = serde_json::to_vec(&answer).unwrap_or_default();
+            if let Err(e) = bus.publish(&reply_to, payload.into()).await {
+                tracing::debug!(error = %e, "answering a steer request failed");
+            }
+        });
     }
 
     fn forget_token(&self, token: &str) {

@@ -1,22 +1,47 @@
 //! One session: a task that owns a harness process for one (agent, incarnation).
 //!
-//! It launches the harness, gives it its first input (who it is and its charter), turns
-//! every harness event into a report (presence and activity), and on exit tells the
-//! runner whether the exit was asked for. Every report carries the incarnation, so the
-//! daemon ignores what a stale session says.
+//! It launches the harness, gives it its first input (who it is, its charter, and every
+//! message that waited while it was offline), turns every harness event into a report
+//! (presence and activity), and delivers messages: at the start of a turn when the agent
+//! is idle (after a quiet window or a cap, so a burst costs one turn), and mid-turn when
+//! the daemon asks for a steer. A delivery is acknowledged to the daemon only after the
+//! harness accepted it; the session drops messages it already injected, by message id.
+//! On exit it tells the runner whether the exit was asked for.
 
-use canopy_core::Presence;
-use canopy_harness::{HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SendMode, Session};
-use canopy_proto::api::{ReportedActivity, SessionAssignment, SessionReport};
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use canopy_bus::ApiClient;
+use canopy_core::{Message, Presence};
+use canopy_harness::{HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SendMode, SendOutcome, Session};
+use canopy_proto::Method;
+use canopy_proto::api::{
+    DeliveriesAckRequest, DeliveriesAckResponse, DeliveriesPullRequest, DeliveriesPullResponse, ReportedActivity,
+    SessionAssignment, SessionReport, SteerReply,
+};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::runner::RunnerOptions;
+
+/// Most message ids a session remembers for dropping duplicates.
+const REMEMBERED: usize = 10_000;
+
+/// What the runner can ask of a session.
+pub(crate) enum SessionCommand {
+    /// New messages may be pending (a doorbell).
+    Hint,
+    /// Inject this message into the running turn, and say whether it worked.
+    Steer { message: Message, reply: oneshot::Sender<SteerReply> },
+}
 
 /// What the runner keeps for a running session.
 pub(crate) struct SessionSlot {
     pub agent: String,
     pub incarnation: u64,
     pub token: String,
+    pub commands: mpsc::Sender<SessionCommand>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -47,6 +72,7 @@ pub(crate) struct SessionExit {
 pub(crate) struct SessionContext {
     pub assignment: SessionAssignment,
     pub options: RunnerOptions,
+    pub runner_id: String,
     pub mcp_url: String,
     pub reports: mpsc::Sender<SessionReport>,
     pub exits: mpsc::Sender<SessionExit>,
@@ -54,12 +80,13 @@ pub(crate) struct SessionContext {
 
 pub(crate) fn spawn(context: SessionContext) -> SessionSlot {
     let (stop_tx, stop_rx) = oneshot::channel();
+    let (commands, commands_rx) = mpsc::channel(256);
     let agent = context.assignment.agent.clone();
     let incarnation = context.assignment.incarnation;
     let token = context.assignment.token.clone();
     let span = tracing::info_span!("session", %agent, incarnation);
-    let task = tokio::spawn(tracing::Instrument::instrument(run(context, stop_rx), span));
-    SessionSlot { agent, incarnation, token, stop: Some(stop_tx), task }
+    let task = tokio::spawn(tracing::Instrument::instrument(run(context, stop_rx, commands_rx), span));
+    SessionSlot { agent, incarnation, token, commands, stop: Some(stop_tx), task }
 }
 
 struct Reporter {
@@ -124,10 +151,118 @@ impl Reporter {
     }
 }
 
-async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>) {
-    let SessionContext { assignment, options, mcp_url, reports, exits } = context;
+/// Talks to the daemon about this session's deliveries.
+#[derive(Clone)]
+struct Mailbox {
+    api: ApiClient,
+    token: String,
+    runner_id: String,
+    agent: String,
+    incarnation: u64,
+    batch: u32,
+}
+
+impl Mailbox {
+    async fn pull(&self) -> Option<DeliveriesPullResponse> {
+        let request = DeliveriesPullRequest {
+            runner_id: self.runner_id.clone(),
+            agent: self.agent.clone(),
+            incarnation: self.incarnation,
+            limit: Some(self.batch),
+        };
+        match self.api.call(Method::DeliveriesPull, &self.token, &request).await {
+            Ok(pending) => Some(pending),
+            Err(e) => {
+                tracing::debug!(error = %e, "pulling pending messages failed; retrying later");
+                None
+            }
+        }
+    }
+
+    /// Acknowledges injected messages, retrying briefly: an acknowledgement that never
+    /// arrives only means the messages come again and are dropped as duplicates.
+    async fn ack(&self, seqs: Vec<u64>) {
+        if seqs.is_empty() {
+            return;
+        }
+        let request = DeliveriesAckRequest {
+            runner_id: self.runner_id.clone(),
+            agent: self.agent.clone(),
+            incarnation: self.incarnation,
+            seqs,
+        };
+        for attempt in 0..5u32 {
+            match self.api.call::<_, DeliveriesAckResponse>(Method::DeliveriesAck, &self.token, &request).await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, attempt, "acknowledging a delivery failed");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Message ids this session already injected, bounded.
+#[derive(Default)]
+struct Seen {
+    ids: HashSet<u64>,
+    order: VecDeque<u64>,
+}
+
+impl Seen {
+    fn insert(&mut self, seq: u64) {
+        if self.ids.insert(seq) {
+            self.order.push_back(seq);
+            if self.order.len() > REMEMBERED
+                && let Some(old) = self.order.pop_front()
+            {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    fn contains(&self, seq: u64) -> bool {
+        self.ids.contains(&seq)
+    }
+}
+
+/// Renders messages fenced with a fresh random nonce no body contains.
+fn render(messages: &[Message], heading: &str) -> String {
+    canopy_core::render::render_fenced(messages, heading, || {
+        canopy_sys::random_hex(8).unwrap_or_else(|_| format!("{:x}", std::process::id()))
+    })
+}
+
+/// Where the input came from, for the harness (the scripted one matches rules on it).
+fn context_of(kind: &str, messages: &[Message]) -> InputContext {
+    let last = messages.last();
+    InputContext {
+        kind: kind.to_owned(),
+        sender: last.map(|m| m.sender.handle.to_string()),
+        channel: last.map(|m| m.channel.to_string()),
+        topic: last.map(|m| m.topic.to_string()),
+    }
+}
+
+/// A finished turn-start delivery, reported back to the session loop.
+struct Delivered {
+    /// Whether a turn started with it (otherwise the messages are still pending).
+    started: bool,
+}
+
+async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut commands: mpsc::Receiver<SessionCommand>) {
+    let SessionContext { assignment, options, runner_id, mcp_url, reports, exits } = context;
     let reporter = Reporter { agent: assignment.agent.clone(), incarnation: assignment.incarnation, tx: reports };
     let settings = &options.settings;
+    let mailbox = Mailbox {
+        api: options.api.clone(),
+        token: options.token.clone(),
+        runner_id,
+        agent: assignment.agent.clone(),
+        incarnation: assignment.incarnation,
+        batch: settings.delivery_batch,
+    };
     let exit = |requested: bool, reason: String| SessionExit {
         agent: assignment.agent.clone(),
         incarnation: assignment.incarnation,
@@ -172,7 +307,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>) {
         max_line_bytes: settings.max_line_bytes,
         ready_timeout: settings.ready_timeout,
     };
-    let (session, mut events) = match Session::launch(spec, 256).await {
+    let (session, mut events) = match Session::launch(spec, 1024).await {
         Ok(started) => started,
         Err(e) => {
             let reason = format!("the harness did not start: {e}");
@@ -181,6 +316,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>) {
             return;
         }
     };
+    let session = Arc::new(session);
     reporter
         .activity(
             "session_ready",
@@ -189,17 +325,44 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>) {
         )
         .await;
 
-    let first = start_input(&assignment);
-    let context = InputContext { kind: "start".into(), ..InputContext::default() };
+    // The first input: who the agent is, and everything that waited while it was offline.
+    let mut seen = Seen::default();
+    let waiting = mailbox.pull().await.map(|p| p.messages).unwrap_or_default();
+    let mut first = start_input(&assignment);
+    if !waiting.is_empty() {
+        first.push_str("\n\n");
+        first.push_str(&render(&waiting, "Messages that arrived while you were offline:"));
+    }
+    let context = context_of("start", &[]);
     match session.send(&format!("start-{}", assignment.incarnation), &first, &context, SendMode::NextTurn).await {
-        Ok(outcome) => tracing::debug!(?outcome, "first input delivered"),
+        Ok(SendOutcome::Started { .. }) => {
+            for m in &waiting {
+                seen.insert(m.seq);
+            }
+            mailbox.ack(waiting.iter().map(|m| m.seq).collect()).await;
+        }
+        Ok(outcome) => tracing::warn!(?outcome, "the first input was not taken"),
         Err(e) => tracing::warn!(error = %e, "the first input was not delivered"),
     }
 
     let mut stopping = false;
     let mut malformed = 0u64;
     let mut session = Some(session);
+    let mut turn: Option<String> = None;
+    // A doorbell window: (first hint, last hint) since the last delivery.
+    let mut hint: Option<(Instant, Instant)> = None;
+    let mut delivering = false;
+    let (delivered_tx, mut delivered_rx) = mpsc::channel::<Delivered>(4);
+    let mut resync = tokio::time::interval(settings.delivery_resync);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let seen = Arc::new(tokio::sync::Mutex::new(seen));
     loop {
+        let due = match hint {
+            Some((first, last)) if turn.is_none() && !delivering && !stopping => {
+                Some((last + settings.quiet_window).min(first + settings.coalesce_cap))
+            }
+            _ => None,
+        };
         tokio::select! {
             _ = &mut stop, if !stopping => {
                 stopping = true;
@@ -210,24 +373,143 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>) {
             }
             event = events.recv() => {
                 let Some(event) = event else { break };
-                if let HarnessEvent::Exited { .. } = event {
-                    let reason = event.summary();
-                    reporter.event(&event).await;
-                    if stopping {
-                        reporter.ended(format!("stopped ({reason})"), Presence::Offline).await;
+                match &event {
+                    HarnessEvent::Exited { .. } => {
+                        let reason = event.summary();
+                        reporter.event(&event).await;
+                        if stopping {
+                            reporter.ended(format!("stopped ({reason})"), Presence::Offline).await;
+                        }
+                        let _ = exits.send(exit(stopping, reason)).await;
+                        return;
                     }
-                    let _ = exits.send(exit(stopping, reason)).await;
-                    return;
-                }
-                if let HarnessEvent::Malformed { .. } = event {
-                    malformed += 1;
-                    tracing::warn!(malformed, "malformed harness output");
+                    HarnessEvent::TurnStarted { turn_id } => turn = Some(turn_id.clone()),
+                    HarnessEvent::TurnEnded { .. } => {
+                        turn = None;
+                        // Anything that arrived during the turn goes at the next one.
+                        let now = Instant::now();
+                        hint = Some(hint.map_or((now, now - settings.quiet_window), |h| h));
+                    }
+                    HarnessEvent::Malformed { .. } => {
+                        malformed += 1;
+                        tracing::warn!(malformed, "malformed harness output");
+                    }
+                    _ => {}
                 }
                 reporter.event(&event).await;
+            }
+            command = commands.recv() => match command {
+                Some(SessionCommand::Hint) => {
+                    let now = Instant::now();
+                    hint = Some(hint.map_or((now, now), |(first, _)| (first, now)));
+                }
+                Some(SessionCommand::Steer { message, reply }) => match (&session, &turn) {
+                    // Bound to the turn running now; the harness refuses it if that turn ends
+                    // first, and the daemon then rings for a turn-start delivery.
+                    (Some(session), Some(turn_id)) => {
+                        let (session, turn_id, seen) = (session.clone(), turn_id.clone(), seen.clone());
+                        tokio::spawn(async move {
+                            let _ = reply.send(steer(session, turn_id, message, &seen).await);
+                        });
+                    }
+                    _ => {
+                        let reason = Some("no turn is running".to_owned());
+                        let _ = reply.send(SteerReply { steered: false, turn_id: None, reason });
+                    }
+                },
+                None => {}
+            },
+            Some(done) = delivered_rx.recv() => {
+                delivering = false;
+                if !done.started {
+                    let now = Instant::now();
+                    hint = Some(hint.map_or((now, now), |h| h));
+                }
+            }
+            _ = resync.tick(), if turn.is_none() && !delivering && hint.is_none() => {
+                // Doorbells are at most once: look for pending messages now and then.
+                let now = Instant::now();
+                hint = Some((now, now - settings.quiet_window));
+            }
+            () = sleep_until(due) => {
+                hint = None;
+                if let Some(session) = &session {
+                    delivering = true;
+                    tokio::spawn(deliver(session.clone(), mailbox.clone(), seen.clone(), delivered_tx.clone()));
+                }
             }
         }
     }
     let _ = exits.send(exit(stopping, "the harness's event stream ended".into())).await;
+}
+
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Pulls pending messages and, if any may wake the agent, starts a turn with them.
+async fn deliver(
+    session: Arc<Session>,
+    mailbox: Mailbox,
+    seen: Arc<tokio::sync::Mutex<Seen>>,
+    done: mpsc::Sender<Delivered>,
+) {
+    let mut started = true;
+    if let Some(pending) = mailbox.pull().await {
+        let mut seen = seen.lock().await;
+        let (again, fresh): (Vec<Message>, Vec<Message>) =
+            pending.messages.into_iter().partition(|m| seen.contains(m.seq));
+        // Injected before (an acknowledgement was lost): acknowledge again, do not repeat.
+        mailbox.ack(again.iter().map(|m| m.seq).collect()).await;
+        if !fresh.is_empty() && pending.wake {
+            let text = render(&fresh, "New messages since your last turn:");
+            let context = context_of("message", &fresh);
+            let input_id = format!("deliver-{}", fresh.last().map_or(0, |m| m.seq));
+            match session.send(&input_id, &text, &context, SendMode::NextTurn).await {
+                Ok(SendOutcome::Started { .. }) => {
+                    for m in &fresh {
+                        seen.insert(m.seq);
+                    }
+                    mailbox.ack(fresh.iter().map(|m| m.seq).collect()).await;
+                }
+                Ok(outcome) => {
+                    tracing::debug!(?outcome, "a turn-start delivery was not taken; retrying");
+                    started = false;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "a turn-start delivery failed; retrying");
+                    started = false;
+                }
+            }
+        }
+    }
+    let _ = done.send(Delivered { started }).await;
+}
+
+/// Injects one message into the running turn.
+async fn steer(session: Arc<Session>, turn_id: String, message: Message, seen: &tokio::sync::Mutex<Seen>) -> SteerReply {
+    let seq = message.seq;
+    if seen.lock().await.contains(seq) {
+        return SteerReply { steered: true, turn_id: Some(turn_id), reason: Some("already injected".into()) };
+    }
+    let text = render(std::slice::from_ref(&message), "A message for you arrived while you were working:");
+    let context = context_of("message", std::slice::from_ref(&message));
+    match session.send(&format!("steer-{seq}"), &text, &context, SendMode::Steer { turn_id }).await {
+        Ok(SendOutcome::Steered { turn_id }) => {
+            seen.lock().await.insert(seq);
+            SteerReply { steered: true, turn_id: Some(turn_id), reason: None }
+        }
+        Ok(SendOutcome::FellBack { reason }) | Ok(SendOutcome::Refused { reason }) => {
+            SteerReply { steered: false, turn_id: None, reason: Some(reason) }
+        }
+        Ok(SendOutcome::Started { .. }) => {
+            SteerReply { steered: false, turn_id: None, reason: Some("the harness started a new turn".into()) }
+        }
+        Err(e) => SteerReply { steered: false, turn_id: None, reason: Some(e.to_string()) },
+    }
 }
 
 /// The first input of a session: who it is, and what its lane is for.

@@ -168,6 +168,9 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
     subscribe(conn, agent_id, home_id, true)?;
     subscribe_all(conn, "SELECT id FROM accounts WHERE kind = 'operator'", true, |account| (account, home_id))?;
     subscribe_all(conn, "SELECT id FROM channels WHERE kind = 'broadcast'", true, |channel| (agent_id, channel))?;
+    if let Some(parent_id) = parent_id {
+        crate::governance::link_parent(conn, agent_id, None, parent_id)?;
+    }
     audit(
         conn,
         actor_id,
@@ -213,6 +216,7 @@ pub fn reparent(conn: &Connection, caller: &Caller, handle: &Handle, parent: &Ha
     canopy_core::tree::check_reparent(handle, is_supervisor, parent, &ancestors)?;
     conn.execute("UPDATE accounts SET parent_id = ?1 WHERE id = ?2", params![parent_id, child.id])
         .map_err(sql("reparenting"))?;
+    crate::governance::link_parent(conn, child.id, child.parent_id, parent_id)?;
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
     audit(conn, Some(actor.id), "agents.reparent", handle.as_str(), &format!("parent={parent}"))?;
     account(conn, "handle", handle.as_str())

@@ -10,6 +10,8 @@
 
 mod accounts;
 mod channels;
+mod delivery;
+mod governance;
 mod messages;
 mod schema;
 mod sessions;
@@ -25,7 +27,8 @@ use rusqlite::{Connection, OpenFlags};
 
 pub use accounts::{AgentSpec, OperatorSpec};
 pub use channels::ChannelSpec;
-pub use messages::{Page, PostSpec};
+pub use delivery::{Pending, Reach, Recipient};
+pub use messages::{Page, PostSpec, Posted};
 pub use rusqlite::Connection as Conn;
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
 pub use workspace::InitSpec;
@@ -153,9 +156,12 @@ pub mod ops {
         account, children, create_agent, create_operator, list_agents, reparent, resolve_token, subscriptions, tree,
     };
     pub use crate::channels::{channel, create_channel, list_channels, list_topics};
+    pub use crate::delivery::{acknowledge, agent_id, overflowing, pending, record_held, record_injected};
+    pub use crate::governance::{board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unsubscribe_self};
     pub use crate::messages::{post, read_channel, sync};
     pub use crate::sessions::{
-        apply_reports, mark_stalled, read_activity, roster, roster_entry, set_activity, set_desired, sync_runner,
+        apply_reports, live_agent, mark_stalled, notice, read_activity, roster, roster_entry, set_activity, set_desired,
+        sync_runner,
     };
     pub use crate::workspace::{init, workspace};
 }

@@ -11,6 +11,7 @@ use canopy_core::{ChannelName, Error, Message, TopicName};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::channels::{is_subscribed, require_readable};
+use crate::delivery::{Reach, reach};
 use crate::views::{MESSAGE_SELECT, message_from_row, require_account, require_channel};
 use crate::{now_ms, sql};
 
@@ -22,6 +23,18 @@ pub struct PostSpec {
     pub body: String,
     pub create_topic: bool,
     pub idempotency_key: Option<String>,
+    /// An acknowledgement: delivered at the recipients' next turn, never waking anyone.
+    pub ack_only: bool,
+}
+
+/// A committed post and whom it reaches.
+#[derive(Debug, Clone)]
+pub struct Posted {
+    pub message: Message,
+    /// True when this was a retry of an earlier post with the same key.
+    pub duplicate: bool,
+    /// Empty for a duplicate: the first post already reached everyone.
+    pub reach: Reach,
 }
 
 /// A page of messages in sequence order.
@@ -33,8 +46,8 @@ pub struct Page {
     pub more: bool,
 }
 
-/// Commits a message. Returns it and whether it was already stored under its key.
-pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<(Message, bool), Error> {
+/// Commits a message and says whom it reaches.
+pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Posted, Error> {
     let sender = require_account(conn, "caller", caller.handle.as_str())?;
     if let Some(key) = &spec.idempotency_key
         && let Some(seq) = conn
@@ -44,7 +57,7 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<(Mess
     {
         let stored = message(conn, seq)?;
         if stored.channel == spec.channel && stored.topic == spec.topic && stored.body == spec.body {
-            return Ok((stored, true));
+            return Ok(Posted { message: stored, duplicate: true, reach: Reach::default() });
         }
         return Err(Error::ConflictOn {
             field: "idempotency_key",
@@ -83,9 +96,10 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<(Mess
         }
     };
 
-    let message =
-        insert_message(conn, channel_id, topic_id, sender.id, &spec.body, spec.idempotency_key.as_deref(), now)?;
-    Ok((message, false))
+    let key = spec.idempotency_key.as_deref();
+    let message = insert_message(conn, channel_id, topic_id, sender.id, &spec.body, key, spec.ack_only, now)?;
+    let reach = reach(conn, channel_id, sender.id, &message.mentions)?;
+    Ok(Posted { message, duplicate: false, reach })
 }
 
 /// A page of one channel (optionally one topic) after `after`, for a caller who may read it.
@@ -192,7 +206,7 @@ pub(crate) fn post_as_system(
             conn.last_insert_rowid()
         }
     };
-    insert_message(conn, channel_id, topic_id, system_id, body, None, now)
+    insert_message(conn, channel_id, topic_id, system_id, body, None, false, now)
 }
 
 /// Inserts a message and bumps its topic; returns the stored message.
@@ -203,16 +217,19 @@ fn insert_message(
     sender_id: i64,
     body: &str,
     idempotency_key: Option<&str>,
+    ack_only: bool,
     now: i64,
 ) -> Result<Message, Error> {
     let mentions = parse_mentions(body);
     let mentions_json =
         serde_json::to_string(&mentions).map_err(|e| Error::Internal(format!("encoding mentions: {e}")))?;
     conn.prepare_cached(
-        "INSERT INTO messages (channel_id, topic_id, sender_id, body, mentions, idempotency_key, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO messages (channel_id, topic_id, sender_id, body, mentions, idempotency_key, created_at, ack_only) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )
-    .and_then(|mut s| s.execute(params![channel_id, topic_id, sender_id, body, mentions_json, idempotency_key, now]))
+    .and_then(|mut s| {
+        s.execute(params![channel_id, topic_id, sender_id, body, mentions_json, idempotency_key, now, ack_only])
+    })
     .map_err(sql("inserting a message"))?;
     let seq = conn.last_insert_rowid();
     conn.prepare_cached(

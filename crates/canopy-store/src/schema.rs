@@ -135,6 +135,27 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX activity_agent ON activity(agent_id, incarnation, id);
     "#,
+    // 3: delivery (sparse per-message states), acknowledgement-only posts, pins,
+    // coordination channels, overflow notices.
+    r#"
+    CREATE TABLE deliveries (
+        agent_id  INTEGER NOT NULL REFERENCES accounts(id),
+        seq       INTEGER NOT NULL,
+        state     TEXT NOT NULL CHECK (state IN ('injected', 'held')),
+        at        INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, seq)
+    ) WITHOUT ROWID;
+    ALTER TABLE messages ADD COLUMN ack_only INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE pins (
+        channel_id  INTEGER NOT NULL REFERENCES channels(id),
+        seq         INTEGER NOT NULL REFERENCES messages(seq),
+        pinned_by   INTEGER NOT NULL REFERENCES accounts(id),
+        at          INTEGER NOT NULL,
+        PRIMARY KEY (channel_id, seq)
+    ) WITHOUT ROWID;
+    ALTER TABLE accounts ADD COLUMN coord_channel_id INTEGER REFERENCES channels(id);
+    ALTER TABLE presence ADD COLUMN overflow INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

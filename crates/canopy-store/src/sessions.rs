@@ -316,7 +316,10 @@ pub fn set_activity(conn: &Connection, caller: &Caller, text: &str) -> Result<Ro
 
 const ROSTER_SELECT: &str = "SELECT a.handle, a.display_name, COALESCE(a.role, ''), par.handle, \
      COALESCE(p.state, 'offline'), p.reason, p.activity, a.desired, COALESCE(p.incarnation, 0), s.runner_id, \
-     a.harness, p.last_seen, a.state FROM accounts a \
+     a.harness, p.last_seen, a.state, COALESCE(p.overflow, 0), \
+     (SELECT COUNT(*) FROM subscriptions sub JOIN messages m ON m.channel_id = sub.channel_id AND m.seq > sub.cursor \
+      WHERE sub.account_id = a.id AND m.sender_id != a.id AND NOT EXISTS (SELECT 1 FROM deliveries d \
+      WHERE d.agent_id = a.id AND d.seq = m.seq AND d.state = 'injected')) FROM accounts a \
      LEFT JOIN accounts par ON par.id = a.parent_id LEFT JOIN presence p ON p.agent_id = a.id \
      LEFT JOIN sessions s ON s.agent_id = a.id AND s.ended_at IS NULL";
 
@@ -336,6 +339,8 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
         runner: r.get(9)?,
         harness: r.get(10)?,
         last_seen: r.get::<_, Option<i64>>(11)?.map(rfc3339),
+        overflow: r.get(13)?,
+        pending: r.get::<_, i64>(14)? as u64,
     })
 }
 
@@ -487,8 +492,13 @@ pub(crate) fn set_presence(
     Ok(())
 }
 
+/// The agent id of a session that is live on `runner_id`, if it is.
+pub fn live_agent(conn: &Connection, agent: &str, incarnation: u64, runner_id: &str) -> Result<Option<i64>, Error> {
+    crate::delivery::live_session_agent(conn, agent, incarnation, runner_id)
+}
+
 /// Posts a notice from Canopy into an agent's home channel.
-fn notice(conn: &Connection, agent_id: i64, body: &str) -> Result<Message, Error> {
+pub fn notice(conn: &Connection, agent_id: i64, body: &str) -> Result<Message, Error> {
     let home: String = conn
         .prepare_cached("SELECT c.name FROM accounts a JOIN channels c ON c.id = a.home_channel_id WHERE a.id = ?1")
         .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))

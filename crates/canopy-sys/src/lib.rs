@@ -1,5 +1,6 @@
 //! The few OS calls Canopy needs that std does not offer, in one place: sending a signal to
-//! a process or process group, and asking the kernel to kill a child when its parent dies.
+//! a process or process group, asking the kernel to kill a child when its parent dies, and
+//! reading the OS random source.
 //!
 //! This is the only crate with `unsafe` code; each block states why it is sound. Does not
 //! decide when to signal anything: the supervisors that own the children do.
@@ -56,4 +57,11 @@ pub fn alive(pid: u32) -> bool {
         Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
         Err(_) => false,
     }
+}
+
+/// `n` bytes from the OS random source, as lowercase hex.
+pub fn random_hex(n: usize) -> std::io::Result<String> {
+    let mut bytes = vec![0u8; n];
+    getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(format!("reading the OS random source: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

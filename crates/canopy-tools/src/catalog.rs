@@ -18,8 +18,13 @@ pub const TOOL_NAMES: &[&str] = &[
     "comms_list_channels",
     "comms_list_topics",
     "comms_set_activity",
+    "comms_subscribe",
+    "comms_unsubscribe",
+    "comms_open_direct",
     "tree_show",
     "roster_list",
+    "board_pin",
+    "board_list",
 ];
 
 /// The tool names, owned (for prompt linting).
@@ -93,6 +98,24 @@ pub(crate) const TOOLS: &[ToolDef] = &[
         SetActivityRequest
     ),
     tool!(
+        "comms_subscribe",
+        "Join an optional channel; its messages then reach you at your turn starts.",
+        Method::ChannelsSubscribe,
+        ChannelRequest
+    ),
+    tool!(
+        "comms_unsubscribe",
+        "Leave an optional channel (home, broadcast, coordination and direct channels cannot be left).",
+        Method::ChannelsUnsubscribe,
+        ChannelRequest
+    ),
+    tool!(
+        "comms_open_direct",
+        "Open (or find) the two-party channel between you and a peer, your parent or one of your reports.",
+        Method::ChannelsOpenDirect,
+        OpenDirectRequest
+    ),
+    tool!(
         "tree_show",
         "Show the agent tree, read fresh: who is above, beside and below you.",
         Method::Tree,
@@ -104,6 +127,13 @@ pub(crate) const TOOLS: &[ToolDef] = &[
         Method::Roster,
         RosterRequest
     ),
+    tool!(
+        "board_pin",
+        "Pin a message to its channel's board (a pointer to the message, by sequence number).",
+        Method::BoardPin,
+        BoardPinRequest
+    ),
+    tool!("board_list", "List a channel's pinned messages.", Method::BoardList, BoardListRequest),
 ];
 
 /// An API call a tool resolves to: the method and the request body.

@@ -12,6 +12,9 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
+use canopy_proto::Method;
+use canopy_proto::api::{BoardResponse, ReadResponse};
+
 use crate::catalog::{ResolveError, TOOLS, resolve};
 
 /// Where a call's bearer token comes from.
@@ -66,11 +69,43 @@ impl CanopyTools {
             }
         };
         match self.api.call::<Value, Value>(call.method, token, &call.request).await {
-            Ok(value) => CallToolResult::structured(value),
+            Ok(value) => {
+                let rendered = fenced(call.method, &value);
+                let mut result = CallToolResult::structured(value);
+                if let Some(text) = rendered {
+                    result.content = vec![rmcp::model::ContentBlock::text(text)];
+                }
+                result
+            }
             Err(CallError::Refused(wire)) => tool_error(wire.code, &wire.message, wire.field.as_deref()),
             Err(CallError::Unreachable(reason)) => tool_error(ErrorCode::Unavailable, &reason, None),
         }
     }
+}
+
+/// Messages in a tool result are shown to the model attributed and fenced, like deliveries;
+/// the structured result keeps the plain JSON.
+fn fenced(method: Method, value: &Value) -> Option<String> {
+    let (messages, heading): (Vec<canopy_core::Message>, &str) = match method {
+        Method::MessagesRead => {
+            let page: ReadResponse = serde_json::from_value(value.clone()).ok()?;
+            let heading = if page.more { "Messages (more follow: pass next_after as after):" } else { "Messages:" };
+            (page.groups.into_iter().flat_map(|g| g.messages).collect(), heading)
+        }
+        Method::BoardList | Method::BoardPin => {
+            let board: BoardResponse = serde_json::from_value(value.clone()).ok()?;
+            (board.pins, "Pinned messages:")
+        }
+        _ => return None,
+    };
+    if messages.is_empty() {
+        return None;
+    }
+    let mut text = canopy_core::render::render_fenced(&messages, heading, || {
+        canopy_sys::random_hex(8).unwrap_or_else(|_| format!("{:x}", std::process::id()))
+    });
+    text.push_str("\n\nThe same result as JSON is in the structured content.");
+    Some(text)
 }
 
 fn tool_error(code: ErrorCode, message: &str, field: Option<&str>) -> CallToolResult {

@@ -1,0 +1,324 @@
+//! Delivery decisions at post time: each recipient's outcome, steers, doorbells, the loop
+//! guard, and the runner-facing pull and acknowledgement.
+//!
+//! A post is committed first; only then is anyone told. An @mentioned recipient in the
+//! middle of a turn is steered through its runner (request/reply with a deadline); a steer
+//! the harness accepts is recorded as injected, and one it cannot take falls back to
+//! turn-start delivery and says so. Everyone else gets a doorbell on its runner's subject:
+//! idle recipients are woken (after the runner's quiet window), busy ones get the message
+//! at their next turn start, offline ones at their next session start. Doorbells are hints:
+//! runners pull pending messages from the store and acknowledge what the harness accepted.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use canopy_core::acl::Caller;
+use canopy_core::{AccountState, Error, Presence};
+use canopy_proto::api::*;
+use canopy_store::{Posted, Recipient, ops};
+
+use crate::handlers::{Api, encode};
+
+/// Posts reaching more agents than this list outcomes only for the mentioned and refused.
+pub const LIST_OUTCOMES_UP_TO: usize = 100;
+
+/// Counts wakes between pairs of agents; an operator post to them resets the count.
+#[derive(Debug, Default)]
+pub struct LoopGuard {
+    wakes: Mutex<HashMap<(String, String), VecDeque<Instant>>>,
+    told: Mutex<HashSet<(String, String)>>,
+}
+
+/// What the loop guard says about one wake.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Wake,
+    /// Hold it; `tell` is true the first time, when the operator must be told.
+    Hold { tell: bool },
+}
+
+impl LoopGuard {
+    fn pair(a: &str, b: &str) -> (String, String) {
+        if a <= b { (a.to_owned(), b.to_owned()) } else { (b.to_owned(), a.to_owned()) }
+    }
+
+    /// Records a wake of `to` by agent `from`, or says to hold it.
+    pub fn wake(&self, from: &str, to: &str, limit: u32, window: Duration) -> Verdict {
+        let key = LoopGuard::pair(from, to);
+        let now = Instant::now();
+        let Ok(mut wakes) = self.wakes.lock() else { return Verdict::Wake };
+        let times = wakes.entry(key.clone()).or_default();
+        while times.front().is_some_and(|t| now.duration_since(*t) > window) {
+            times.pop_front();
+        }
+        if times.len() as u32 >= limit {
+            let tell = self.told.lock().map(|mut told| told.insert(key)).unwrap_or(false);
+            return Verdict::Hold { tell };
+        }
+        times.push_back(now);
+        Verdict::Wake
+    }
+
+    /// An operator spoke to `agent`: its loops start over.
+    pub fn reset(&self, agent: &str) {
+        if let Ok(mut wakes) = self.wakes.lock() {
+            wakes.retain(|(a, b), _| a != agent && b != agent);
+        }
+        if let Ok(mut told) = self.told.lock() {
+            told.retain(|(a, b)| a != agent && b != agent);
+        }
+    }
+}
+
+impl Api {
+    /// Decides and carries out every recipient's delivery for a committed post.
+    pub(crate) async fn deliver(&self, caller: &Caller, posted: &Posted, ack_only: bool) -> (Vec<RecipientOutcome>, OutcomeCounts) {
+        let reach = &posted.reach;
+        let mut outcomes = Vec::with_capacity(reach.recipients.len());
+        let mut doorbells: HashMap<String, Vec<String>> = HashMap::new();
+        let mut steers = Vec::new();
+        let mut held = Vec::new();
+        let mut loop_notices = Vec::new();
+        let delivery = &self.config.delivery;
+        for recipient in &reach.recipients {
+            if caller.is_operator() {
+                self.loops.reset(recipient.handle.as_str());
+            }
+            let outcome = |outcome, reason: Option<String>| RecipientOutcome {
+                recipient: recipient.handle.to_string(),
+                outcome,
+                reason,
+            };
+            if recipient.state == AccountState::Despawned {
+                outcomes.push(outcome(Outcome::Refused, Some("despawned".into())));
+                continue;
+            }
+            let Some(runner) = recipient.runner.clone() else {
+                let why = if recipient.state == AccountState::Crashed {
+                    "crashed: delivered when it is started again"
+                } else {
+                    "offline: delivered at its next session start"
+                };
+                outcomes.push(outcome(Outcome::Held, Some(why.into())));
+                continue;
+            };
+            let working = matches!(recipient.presence, Presence::Working | Presence::Stalled);
+            if recipient.mentioned && working {
+                steers.push((recipient.clone(), runner));
+                continue;
+            }
+            if recipient.presence == Presence::Idle && !ack_only {
+                if caller.kind == canopy_core::AccountKind::Agent {
+                    let verdict =
+                        self.loops.wake(caller.handle.as_str(), recipient.handle.as_str(), delivery.loop_wakes, delivery.loop_window);
+                    if let Verdict::Hold { tell } = verdict {
+                        held.push(recipient.agent_id);
+                        if tell {
+                            loop_notices.push(recipient.clone());
+                        }
+                        outcomes.push(outcome(
+                            Outcome::Held,
+                            Some("loop guard: these two agents keep waking each other; the operator was told".into()),
+                        ));
+                        continue;
+                    }
+                }
+                doorbells.entry(runner).or_default().push(recipient.handle.to_string());
+                outcomes.push(outcome(Outcome::Woke, None));
+                continue;
+            }
+            doorbells.entry(runner).or_default().push(recipient.handle.to_string());
+            let reason = if ack_only && recipient.presence == Presence::Idle {
+                Some("an acknowledgement: delivered at its next turn, without waking it".to_owned())
+            } else {
+                None
+            };
+            outcomes.push(outcome(Outcome::Queued, reason));
+        }
+        for handle in &reach.unreachable_mentions {
+            outcomes.push(RecipientOutcome {
+                recipient: handle.clone(),
+                outcome: Outcome::Refused,
+                reason: Some(format!("not subscribed to #{}", posted.message.channel)),
+            });
+        }
+
+        // Steers run concurrently, each bounded by the steer timeout.
+        let steered = futures_util::future::join_all(steers.into_iter().map(|(recipient, runner)| async move {
+            let result = self.steer(&recipient, &runner, &posted.message).await;
+            (recipient, runner, result)
+        }))
+        .await;
+        for (recipient, runner, result) in steered {
+            let (outcome, reason) = match result {
+                Ok(turn_id) => (Outcome::Steered, Some(format!("into turn {turn_id}"))),
+                Err(reason) => {
+                    doorbells.entry(runner).or_default().push(recipient.handle.to_string());
+                    (Outcome::Queued, Some(format!("fell back to its next turn start: {reason}")))
+                }
+            };
+            outcomes.push(RecipientOutcome { recipient: recipient.handle.to_string(), outcome, reason });
+        }
+
+        if !held.is_empty() {
+            let seq = posted.message.seq;
+            if let Err(e) = self
+                .store
+                .write(move |conn| held.iter().try_for_each(|agent| ops::record_held(conn, *agent, seq)))
+                .await
+            {
+                tracing::warn!(error = %e, "recording held wakes failed");
+            }
+        }
+        for recipient in loop_notices {
+            self.tell_loop(caller.handle.as_str(), &recipient).await;
+        }
+        for (runner, agents) in doorbells {
+            let subject = self.subjects.runner_deliver(&runner);
+            if let Err(e) = self.bus.publish(&subject, encode(&DeliverDoorbell { agents })).await {
+                tracing::debug!(error = %e, "a delivery doorbell was not sent; the runner resyncs on its timer");
+            }
+        }
+
+        let mut counts = OutcomeCounts::default();
+        for o in &outcomes {
+            *match o.outcome {
+                Outcome::Steered => &mut counts.steered,
+                Outcome::Queued => &mut counts.queued,
+                Outcome::Woke => &mut counts.woke,
+                Outcome::Held => &mut counts.held,
+                Outcome::Refused => &mut counts.refused,
+            } += 1;
+        }
+        if outcomes.len() > LIST_OUTCOMES_UP_TO {
+            let mentioned: HashSet<&str> =
+                reach.recipients.iter().filter(|r| r.mentioned).map(|r| r.handle.as_str()).collect();
+            outcomes.retain(|o| o.outcome == Outcome::Refused || mentioned.contains(o.recipient.as_str()));
+        }
+        (outcomes, counts)
+    }
+
+    /// Asks the recipient's runner to inject the message into its running turn.
+    async fn steer(&self, recipient: &Recipient, runner: &str, message: &canopy_core::Message) -> Result<String, String> {
+        let request = SteerRequest {
+            agent: recipient.handle.to_string(),
+            incarnation: recipient.incarnation,
+            message: message.clone(),
+        };
+        let subject = self.subjects.runner_steer(runner);
+        let reply = self
+            .bus
+            .request(&subject, None, encode(&request), self.config.delivery.steer_timeout)
+            .await
+            .map_err(|e| format!("its runner did not answer ({e})"))?;
+        let reply: SteerReply =
+            serde_json::from_slice(&reply).map_err(|e| format!("its runner's answer did not parse ({e})"))?;
+        if !reply.steered {
+            return Err(reply.reason.unwrap_or_else(|| "the harness did not take it".into()));
+        }
+        let (agent, seq) = (recipient.agent_id, message.seq);
+        self.store.write(move |conn| ops::record_injected(conn, agent, seq)).await.map_err(|e| e.to_string())?;
+        Ok(reply.turn_id.unwrap_or_default())
+    }
+
+    async fn tell_loop(&self, from: &str, to: &Recipient) {
+        let body = format!(
+            "Loop guard: @{from} and @{} keep waking each other without an operator in between. \
+             Further wakes between them are held; their messages wait for a turn that starts for another \
+             reason. Post to either of them to reset the guard.",
+            to.handle
+        );
+        let (from, to_id) = (from.to_owned(), to.agent_id);
+        let result = self
+            .store
+            .write(move |conn| {
+                let from_id = ops::agent_id(conn, &from)?;
+                Ok(vec![ops::notice(conn, from_id, &body)?, ops::notice(conn, to_id, &body)?])
+            })
+            .await;
+        match result {
+            Ok(messages) => self.publish_messages(messages).await,
+            Err(e) => tracing::warn!(error = %e, "telling the operator about a loop failed"),
+        }
+    }
+
+    pub(crate) async fn deliveries_pull(&self, req: DeliveriesPullRequest) -> Result<DeliveriesPullResponse, Error> {
+        let limit = req.limit.unwrap_or(self.config.delivery.batch).clamp(1, MAX_READ_LIMIT);
+        let pending = self
+            .store
+            .read(move |conn| {
+                let agent = live(conn, &req.agent, req.incarnation, &req.runner_id)?;
+                ops::pending(conn, agent, limit)
+            })
+            .await?;
+        Ok(DeliveriesPullResponse { messages: pending.messages, wake: pending.wake, total: pending.total })
+    }
+
+    pub(crate) async fn deliveries_ack(&self, req: DeliveriesAckRequest) -> Result<DeliveriesAckResponse, Error> {
+        if req.seqs.len() > MAX_READ_LIMIT as usize {
+            return Err(Error::invalid("seqs", format!("at most {MAX_READ_LIMIT} per acknowledgement")));
+        }
+        let moved = self
+            .store
+            .write(move |conn| {
+                let agent = live(conn, &req.agent, req.incarnation, &req.runner_id)?;
+                ops::acknowledge(conn, agent, &req.seqs)
+            })
+            .await?;
+        Ok(DeliveriesAckResponse { moved })
+    }
+
+    /// Tells the operator about agents whose pending messages passed the cap.
+    pub async fn check_mailboxes(&self) {
+        let cap = self.config.delivery.max_pending;
+        let batch = self.config.delivery.batch;
+        let result = self
+            .store
+            .write(move |conn| {
+                let mut notices = Vec::new();
+                for (agent_id, handle, pending) in ops::overflowing(conn, cap)? {
+                    let body = format!(
+                        "@{handle} has {pending} messages waiting, more than the cap of {cap}. Nothing is dropped; \
+                         its next turns take them {batch} at a time. `canopy roster` shows the count."
+                    );
+                    notices.push(ops::notice(conn, agent_id, &body)?);
+                }
+                Ok(notices)
+            })
+            .await;
+        match result {
+            Ok(notices) => self.publish_messages(notices).await,
+            Err(e) => tracing::warn!(error = %e, "checking mailboxes failed"),
+        }
+    }
+
+}
+
+/// The live session's agent id, or `conflict` for a stale or foreign session.
+fn live(conn: &canopy_store::Conn, agent: &str, incarnation: u64, runner_id: &str) -> Result<i64, Error> {
+    ops::live_agent(conn, agent, incarnation, runner_id)?.ok_or_else(|| Error::ConflictOn {
+        field: "incarnation",
+        reason: format!("{agent} session {incarnation} is not live on runner {runner_id}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_guard_holds_after_the_limit_and_tells_once() {
+        let guard = LoopGuard::default();
+        let window = Duration::from_secs(60);
+        for _ in 0..3 {
+            assert_eq!(guard.wake("a", "b", 4, window), Verdict::Wake);
+        }
+        assert_eq!(guard.wake("b", "a", 4, window), Verdict::Wake, "the pair counts both directions");
+        assert_eq!(guard.wake("a", "b", 4, window), Verdict::Hold { tell: true });
+        assert_eq!(guard.wake("b", "a", 4, window), Verdict::Hold { tell: false });
+        assert_eq!(guard.wake("a", "c", 4, window), Verdict::Wake, "other pairs are not affected");
+        guard.reset("b");
+        assert_eq!(guard.wake("a", "b", 4, window), Verdict::Wake, "an operator post resets the pair");
+    }
+}
