@@ -9,7 +9,9 @@ mod env;
 
 mod cli;
 mod crash;
+mod delivery;
 mod errors;
+mod governance;
 mod lifecycle;
 mod sessions;
 mod tail;

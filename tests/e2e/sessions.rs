@@ -11,14 +11,14 @@ use serde_json::Value;
 use crate::env::{TestEnv, alive, signal};
 
 /// Faster restarts and crash loops than the defaults, so tests finish quickly.
-const FAST: &[(&str, &str)] = &[
+pub const FAST: &[(&str, &str)] = &[
     ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
     ("restart_backoff_min = \"500ms\"", "restart_backoff_min = \"100ms\""),
     ("crash_loop_count = 5", "crash_loop_count = 3"),
 ];
 
 impl TestEnv {
-    fn roster_entry(&self, handle: &str) -> Value {
+    pub fn roster_entry(&self, handle: &str) -> Value {
         let roster = self.json(&["roster"]);
         roster["agents"].as_array().unwrap().iter().find(|a| a["handle"] == handle).cloned().unwrap_or(Value::Null)
     }
@@ -59,12 +59,12 @@ impl TestEnv {
         path.display().to_string()
     }
 
-    fn create_scripted(&self, handle: &str, script: &str) {
+    pub fn create_scripted(&self, handle: &str, script: &str) {
         let path = self.script(&format!("{handle}.toml"), script);
         self.json(&["agents", "create", "--handle", handle, "--name", handle, "--script", &path]);
     }
 
-    fn messages(&self, channel: &str) -> Vec<Value> {
+    pub fn messages(&self, channel: &str) -> Vec<Value> {
         let page = self.json(&["read", "--channel", channel, "--limit", "1000"]);
         page["groups"].as_array().unwrap().iter().flat_map(|g| g["messages"].as_array().unwrap().clone()).collect()
     }

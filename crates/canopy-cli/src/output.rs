@@ -148,13 +148,17 @@ pub fn activity(item: &ActivityItem, json: bool) {
 /// Per-recipient outcomes of a post, then the counts.
 pub fn outcomes(r: &PostResponse) {
     for o in &r.outcomes {
-        let outcome = serde_json::to_value(o.outcome).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        let outcome =
+            serde_json::to_value(o.outcome).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
         let reason = o.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
         println!("  {outcome:8} {}{reason}", o.recipient);
     }
     let c = &r.counts;
     if c.steered + c.queued + c.woke + c.held + c.refused > 0 {
-        println!("  {} steered, {} woke, {} queued, {} held, {} refused", c.steered, c.woke, c.queued, c.held, c.refused);
+        println!(
+            "  {} steered, {} woke, {} queued, {} held, {} refused",
+            c.steered, c.woke, c.queued, c.held, c.refused
+        );
     }
     if !r.unknown_mentions.is_empty() {
         println!("  unknown mentions (no such account): {}", r.unknown_mentions.join(", "));

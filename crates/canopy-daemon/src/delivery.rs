@@ -2,9 +2,10 @@
 //! guard, and the runner-facing pull and acknowledgement.
 //!
 //! A post is committed first; only then is anyone told. An @mentioned recipient in the
-//! middle of a turn is steered through its runner (request/reply with a deadline); a steer
-//! the harness accepts is recorded as injected, and one it cannot take falls back to
-//! turn-start delivery and says so. Everyone else gets a doorbell on its runner's subject:
+//! middle of a turn is steered through its runner (request/reply with a deadline): the
+//! outcome is `steered` once the harness took it for that turn, and the runner records the
+//! injection when the harness reports it at the next step boundary; a steer it cannot take
+//! falls back to turn-start delivery and says so. Everyone else gets a doorbell on its runner's subject:
 //! idle recipients are woken (after the runner's quiet window), busy ones get the message
 //! at their next turn start, offline ones at their next session start. Doorbells are hints:
 //! runners pull pending messages from the store and acknowledge what the harness accepted.
@@ -35,7 +36,9 @@ pub struct LoopGuard {
 pub enum Verdict {
     Wake,
     /// Hold it; `tell` is true the first time, when the operator must be told.
-    Hold { tell: bool },
+    Hold {
+        tell: bool,
+    },
 }
 
 impl LoopGuard {
@@ -73,7 +76,12 @@ impl LoopGuard {
 
 impl Api {
     /// Decides and carries out every recipient's delivery for a committed post.
-    pub(crate) async fn deliver(&self, caller: &Caller, posted: &Posted, ack_only: bool) -> (Vec<RecipientOutcome>, OutcomeCounts) {
+    pub(crate) async fn deliver(
+        &self,
+        caller: &Caller,
+        posted: &Posted,
+        ack_only: bool,
+    ) -> (Vec<RecipientOutcome>, OutcomeCounts) {
         let reach = &posted.reach;
         let mut outcomes = Vec::with_capacity(reach.recipients.len());
         let mut doorbells: HashMap<String, Vec<String>> = HashMap::new();
@@ -110,8 +118,12 @@ impl Api {
             }
             if recipient.presence == Presence::Idle && !ack_only {
                 if caller.kind == canopy_core::AccountKind::Agent {
-                    let verdict =
-                        self.loops.wake(caller.handle.as_str(), recipient.handle.as_str(), delivery.loop_wakes, delivery.loop_window);
+                    let verdict = self.loops.wake(
+                        caller.handle.as_str(),
+                        recipient.handle.as_str(),
+                        delivery.loop_wakes,
+                        delivery.loop_window,
+                    );
                     if let Verdict::Hold { tell } = verdict {
                         held.push(recipient.agent_id);
                         if tell {
@@ -200,11 +212,17 @@ impl Api {
     }
 
     /// Asks the recipient's runner to inject the message into its running turn.
-    async fn steer(&self, recipient: &Recipient, runner: &str, message: &canopy_core::Message) -> Result<String, String> {
+    async fn steer(
+        &self,
+        recipient: &Recipient,
+        runner: &str,
+        message: &canopy_core::Message,
+    ) -> Result<String, String> {
         let request = SteerRequest {
             agent: recipient.handle.to_string(),
             incarnation: recipient.incarnation,
             message: message.clone(),
+            not_after_ms: unix_ms() + self.config.delivery.steer_timeout.as_millis() as u64,
         };
         let subject = self.subjects.runner_steer(runner);
         let reply = self
@@ -217,8 +235,7 @@ impl Api {
         if !reply.steered {
             return Err(reply.reason.unwrap_or_else(|| "the harness did not take it".into()));
         }
-        let (agent, seq) = (recipient.agent_id, message.seq);
-        self.store.write(move |conn| ops::record_injected(conn, agent, seq)).await.map_err(|e| e.to_string())?;
+        // The runner acknowledges the injection itself once the harness reports it.
         Ok(reply.turn_id.unwrap_or_default())
     }
 
@@ -263,6 +280,10 @@ impl Api {
             .store
             .write(move |conn| {
                 let agent = live(conn, &req.agent, req.incarnation, &req.runner_id)?;
+                if req.steered {
+                    req.seqs.iter().try_for_each(|seq| ops::record_injected(conn, agent, *seq))?;
+                    return Ok(0);
+                }
                 ops::acknowledge(conn, agent, &req.seqs)
             })
             .await?;
@@ -292,7 +313,10 @@ impl Api {
             Err(e) => tracing::warn!(error = %e, "checking mailboxes failed"),
         }
     }
+}
 
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The live session's agent id, or `conflict` for a stale or foreign session.

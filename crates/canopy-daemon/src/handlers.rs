@@ -261,7 +261,11 @@ impl Api {
         let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
         self.store
             .write(move |conn| {
-                if join { ops::subscribe_self(conn, &caller, &channel) } else { ops::unsubscribe_self(conn, &caller, &channel) }
+                if join {
+                    ops::subscribe_self(conn, &caller, &channel)
+                } else {
+                    ops::unsubscribe_self(conn, &caller, &channel)
+                }
             })
             .await
     }

@@ -29,7 +29,8 @@ pub enum SendMode {
 pub enum SendOutcome {
     /// A turn started with it.
     Started { turn_id: String },
-    /// It was injected into the running turn.
+    /// The harness took it for the running turn; it is injected at the next step boundary
+    /// (a `SteerInjected` event follows, or `SteerDropped` if the turn is interrupted first).
     Steered { turn_id: String },
     /// It could not be steered (the turn ended, or the harness cannot steer): the caller
     /// delivers it at the next turn start instead.
@@ -113,6 +114,17 @@ pub enum HarnessEvent {
         id: String,
         detail: Value,
     },
+    /// A steer taken earlier was injected into the turn at `position`.
+    SteerInjected {
+        input_id: String,
+        turn_id: String,
+        position: u32,
+    },
+    /// A steer taken earlier was dropped before injection (its turn was interrupted).
+    SteerDropped {
+        input_id: String,
+        reason: String,
+    },
     /// A line the adapter could not read (counted; never fatal).
     Malformed {
         reason: String,
@@ -144,6 +156,8 @@ impl HarnessEvent {
             HarnessEvent::SubagentStarted { .. } => "subagent_started",
             HarnessEvent::SubagentProgress { .. } => "subagent_progress",
             HarnessEvent::SubagentEnded { .. } => "subagent_ended",
+            HarnessEvent::SteerInjected { .. } => "steer_injected",
+            HarnessEvent::SteerDropped { .. } => "steer_dropped",
             HarnessEvent::Malformed { .. } => "malformed",
             HarnessEvent::Exited { .. } => "exited",
         }
@@ -193,6 +207,10 @@ impl HarnessEvent {
             HarnessEvent::SubagentStarted { id, .. } => format!("subagent {id} started"),
             HarnessEvent::SubagentProgress { id, .. } => format!("subagent {id} progress"),
             HarnessEvent::SubagentEnded { id, .. } => format!("subagent {id} ended"),
+            HarnessEvent::SteerInjected { turn_id, position, .. } => {
+                format!("a message was steered into turn {turn_id} (input {position})")
+            }
+            HarnessEvent::SteerDropped { reason, .. } => format!("a steer was dropped: {reason}"),
             HarnessEvent::Malformed { reason } => format!("unreadable line from the harness: {reason}"),
             HarnessEvent::Exited { code, signal } => match (code, signal) {
                 (Some(code), _) => format!("session exited with code {code}"),

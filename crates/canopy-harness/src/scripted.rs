@@ -102,12 +102,18 @@ impl Codec for ScriptedCodec {
                 };
                 event(HarnessEvent::TurnEnded { turn_id, status })
             }
-            Output::SteerAccepted { id, turn_id, .. } => {
+            Output::SteerQueued { id, turn_id } => {
                 vec![Decoded::Ack { input_id: id, outcome: SendOutcome::Steered { turn_id } }]
             }
-            Output::SteerRejected { id, reason } => {
-                vec![Decoded::Ack { input_id: id, outcome: SendOutcome::FellBack { reason } }]
+            Output::SteerAccepted { id, turn_id, position } => {
+                event(HarnessEvent::SteerInjected { input_id: id, turn_id, position })
             }
+            // Before it was queued this answers the send; after, it tells the session the
+            // steer never reached the model.
+            Output::SteerRejected { id, reason } => vec![
+                Decoded::Ack { input_id: id.clone(), outcome: SendOutcome::FellBack { reason: reason.clone() } },
+                Decoded::Event(HarnessEvent::SteerDropped { input_id: id, reason }),
+            ],
             Output::PromptRejected { id, reason } => {
                 vec![Decoded::Ack { input_id: id, outcome: SendOutcome::Refused { reason } }]
             }

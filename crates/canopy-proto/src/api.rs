@@ -461,6 +461,10 @@ pub struct DeliveriesAckRequest {
     pub agent: String,
     pub incarnation: u64,
     pub seqs: Vec<u64>,
+    /// These were steered into a running turn (ahead of the cursor), not delivered at a
+    /// turn start: they are recorded one by one and the cursors stay.
+    #[serde(default)]
+    pub steered: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -548,6 +552,9 @@ pub struct SteerRequest {
     pub agent: String,
     pub incarnation: u64,
     pub message: Message,
+    /// Unix milliseconds after which the poster has stopped waiting (it reported a
+    /// fallback): a runner that sees the request later must not steer it.
+    pub not_after_ms: u64,
 }
 
 /// Reply to a steer request.

@@ -127,6 +127,10 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
     Ok(RunnerHandle { id, mcp_url, stop, task })
 }
 
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 fn random_suffix() -> u64 {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     (nanos as u64) ^ (u64::from(std::process::id()) << 32)
@@ -312,11 +316,18 @@ impl RunnerActor {
         });
         tokio::spawn(async move {
             let answer = match (parsed, target) {
-                (Err(e), _) => SteerReply { steered: false, turn_id: None, reason: Some(format!("bad steer request: {e}")) },
+                (Err(e), _) => {
+                    SteerReply { steered: false, turn_id: None, reason: Some(format!("bad steer request: {e}")) }
+                }
                 (Ok(_), None) => SteerReply {
                     steered: false,
                     turn_id: None,
                     reason: Some("the session is not live on this runner".into()),
+                },
+                (Ok(request), Some(_)) if unix_ms() > request.not_after_ms => SteerReply {
+                    steered: false,
+                    turn_id: None,
+                    reason: Some("the request arrived after the poster stopped waiting".into()),
                 },
                 (Ok(request), Some(commands)) => {
                     let (tx, rx) = tokio::sync::oneshot::channel();

@@ -182,6 +182,15 @@ impl Mailbox {
     /// Acknowledges injected messages, retrying briefly: an acknowledgement that never
     /// arrives only means the messages come again and are dropped as duplicates.
     async fn ack(&self, seqs: Vec<u64>) {
+        self.acknowledge(seqs, false).await;
+    }
+
+    /// Acknowledges messages steered into a running turn.
+    async fn ack_steered(&self, seq: u64) {
+        self.acknowledge(vec![seq], true).await;
+    }
+
+    async fn acknowledge(&self, seqs: Vec<u64>, steered: bool) {
         if seqs.is_empty() {
             return;
         }
@@ -190,6 +199,7 @@ impl Mailbox {
             agent: self.agent.clone(),
             incarnation: self.incarnation,
             seqs,
+            steered,
         };
         for attempt in 0..5u32 {
             match self.api.call::<_, DeliveriesAckResponse>(Method::DeliveriesAck, &self.token, &request).await {
@@ -390,6 +400,19 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                         let now = Instant::now();
                         hint = Some(hint.map_or((now, now - settings.quiet_window), |h| h));
                     }
+                    HarnessEvent::SteerInjected { input_id, .. } => {
+                        if let Some(seq) = input_id.strip_prefix("steer-").and_then(|s| s.parse().ok()) {
+                            // Seen before the turn ends, so a turn-start pull never repeats it.
+                            seen.lock().await.insert(seq);
+                            let mailbox = mailbox.clone();
+                            tokio::spawn(async move { mailbox.ack_steered(seq).await });
+                        }
+                    }
+                    HarnessEvent::SteerDropped { .. } => {
+                        // It never reached the model: it goes at the next turn start.
+                        let now = Instant::now();
+                        hint = Some(hint.map_or((now, now), |(first, _)| (first, now)));
+                    }
                     HarnessEvent::Malformed { .. } => {
                         malformed += 1;
                         tracing::warn!(malformed, "malformed harness output");
@@ -490,7 +513,12 @@ async fn deliver(
 }
 
 /// Injects one message into the running turn.
-async fn steer(session: Arc<Session>, turn_id: String, message: Message, seen: &tokio::sync::Mutex<Seen>) -> SteerReply {
+async fn steer(
+    session: Arc<Session>,
+    turn_id: String,
+    message: Message,
+    seen: &tokio::sync::Mutex<Seen>,
+) -> SteerReply {
     let seq = message.seq;
     if seen.lock().await.contains(seq) {
         return SteerReply { steered: true, turn_id: Some(turn_id), reason: Some("already injected".into()) };
@@ -498,10 +526,8 @@ async fn steer(session: Arc<Session>, turn_id: String, message: Message, seen: &
     let text = render(std::slice::from_ref(&message), "A message for you arrived while you were working:");
     let context = context_of("message", std::slice::from_ref(&message));
     match session.send(&format!("steer-{seq}"), &text, &context, SendMode::Steer { turn_id }).await {
-        Ok(SendOutcome::Steered { turn_id }) => {
-            seen.lock().await.insert(seq);
-            SteerReply { steered: true, turn_id: Some(turn_id), reason: None }
-        }
+        // Taken for the turn; `SteerInjected` follows at its next step boundary.
+        Ok(SendOutcome::Steered { turn_id }) => SteerReply { steered: true, turn_id: Some(turn_id), reason: None },
         Ok(SendOutcome::FellBack { reason }) | Ok(SendOutcome::Refused { reason }) => {
             SteerReply { steered: false, turn_id: None, reason: Some(reason) }
         }

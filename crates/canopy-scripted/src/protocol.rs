@@ -67,6 +67,10 @@ pub enum Output {
     ToolFinished { turn_id: String, call_id: String, name: String, is_error: bool, output: Value },
     /// The turn ended: status `completed`, `interrupted` or `failed`.
     TurnEnded { turn_id: String, status: String },
+    /// A steer was taken for the running turn (like Codex's `turn/steer` reply): it is
+    /// injected at the turn's next step boundary (`steer_accepted`), or rejected if the
+    /// turn is interrupted first (`steer_rejected`).
+    SteerQueued { id: String, turn_id: String },
     /// A steer was injected into the running turn, at `position` (inputs seen so far in it).
     SteerAccepted { id: String, turn_id: String, position: u32 },
     /// A steer could not be injected (no turn running, or a different one).

@@ -570,6 +570,7 @@ fn handle_mid_turn(out: &mut Emitter, turn: &mut Turn, event: Event) -> Result<(
         }
         Event::Input(Input::Steer { id, text, turn_id, meta }) => {
             if turn_id == turn.id && turn.stop.is_none() {
+                out.emit(&Output::SteerQueued { id: id.clone(), turn_id: turn_id.clone() })?;
                 turn.steers.push_back((id, TurnInput { text, meta }));
                 Ok(())
             } else if turn_id == turn.id {

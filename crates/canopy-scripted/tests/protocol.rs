@@ -112,6 +112,7 @@ async fn a_steer_during_a_sleep_is_injected_after_it_and_runs_first() {
     // During the sleep: a good steer waits, everything else is answered at once.
     h.send(steer("s1", "t1", "please stop")).await;
     h.send(steer("s2", "t9", "wrong turn")).await;
+    assert_eq!(h.next().await, Output::SteerQueued { id: "s1".into(), turn_id: "t1".into() });
     match h.next().await {
         Output::SteerRejected { id, reason } => {
             assert_eq!(id, "s2");
@@ -178,6 +179,8 @@ async fn a_steer_during_the_last_action_is_injected_before_the_turn_ends() {
     assert!(matches!(h.next().await, Output::ToolStarted { name, .. } if name == "sleep"));
     h.send(steer("s1", "t1", "stop it")).await;
     h.send(steer("s2", "t1", "and this")).await;
+    assert_eq!(h.next().await, Output::SteerQueued { id: "s1".into(), turn_id: "t1".into() });
+    assert_eq!(h.next().await, Output::SteerQueued { id: "s2".into(), turn_id: "t1".into() });
     assert!(matches!(h.next().await, Output::ToolFinished { name, .. } if name == "sleep"));
     assert_eq!(h.next().await, Output::SteerAccepted { id: "s1".into(), turn_id: "t1".into(), position: 1 });
     assert_eq!(h.next().await, Output::SteerAccepted { id: "s2".into(), turn_id: "t1".into(), position: 2 });
@@ -199,6 +202,7 @@ async fn an_abort_stops_the_turn_after_the_current_action() {
     assert!(matches!(h.next().await, Output::ToolStarted { .. }));
     h.send(steer("s1", "t1", "stop")).await;
     h.send(json!({"type": "abort"})).await;
+    assert_eq!(h.next().await, Output::SteerQueued { id: "s1".into(), turn_id: "t1".into() });
     // The sleep is never cut short; the waiting steer was never seen, so it is handed back.
     assert!(matches!(h.next().await, Output::ToolFinished { output, .. } if output == json!({"slept_ms": 1500})));
     assert!(matches!(h.next().await, Output::SteerRejected { id, .. } if id == "s1"));

@@ -93,7 +93,12 @@ pub struct Pending {
 }
 
 /// The live session's agent id, checking that (agent, incarnation) runs on `runner_id`.
-pub(crate) fn live_session_agent(conn: &Connection, agent: &str, incarnation: u64, runner_id: &str) -> Result<Option<i64>, Error> {
+pub(crate) fn live_session_agent(
+    conn: &Connection,
+    agent: &str,
+    incarnation: u64,
+    runner_id: &str,
+) -> Result<Option<i64>, Error> {
     conn.prepare_cached(
         "SELECT s.agent_id FROM sessions s JOIN accounts a ON a.id = s.agent_id \
          WHERE a.handle = ?1 AND s.incarnation = ?2 AND s.runner_id = ?3 AND s.ended_at IS NULL",
@@ -108,7 +113,11 @@ const PENDING_WHERE: &str = "FROM subscriptions sub JOIN messages m ON m.channel
 
 /// The oldest `limit` pending messages of an agent.
 pub fn pending(conn: &Connection, agent_id: i64, limit: u32) -> Result<Pending, Error> {
-    let select = MESSAGE_SELECT.replacen("FROM messages m", "FROM messages m JOIN subscriptions sub ON sub.channel_id = m.channel_id AND m.seq > sub.cursor", 1);
+    let select = MESSAGE_SELECT.replacen(
+        "FROM messages m",
+        "FROM messages m JOIN subscriptions sub ON sub.channel_id = m.channel_id AND m.seq > sub.cursor",
+        1,
+    );
     let messages: Vec<Message> = conn
         .prepare_cached(&format!(
             "{select} WHERE sub.account_id = ?1 AND m.sender_id != ?1 \
@@ -143,7 +152,9 @@ pub fn acknowledge(conn: &Connection, agent_id: i64, seqs: &[u64]) -> Result<u32
             .map_err(sql("finding an acknowledged message"))?;
         let Some(channel) = channel else { continue };
         moved += conn
-            .prepare_cached("UPDATE subscriptions SET cursor = ?1 WHERE account_id = ?2 AND channel_id = ?3 AND cursor < ?1")
+            .prepare_cached(
+                "UPDATE subscriptions SET cursor = ?1 WHERE account_id = ?2 AND channel_id = ?3 AND cursor < ?1",
+            )
             .and_then(|mut s| s.execute(params![*seq as i64, agent_id, channel]))
             .map_err(sql("advancing a cursor"))? as u32;
     }

@@ -50,8 +50,11 @@ pub fn unsubscribe_self(conn: &Connection, caller: &Caller, name: &ChannelName) 
                 .into(),
         }),
         Some(false) => {
-            conn.execute("DELETE FROM subscriptions WHERE account_id = ?1 AND channel_id = ?2", params![account.id, channel_id])
-                .map_err(sql("unsubscribing"))?;
+            conn.execute(
+                "DELETE FROM subscriptions WHERE account_id = ?1 AND channel_id = ?2",
+                params![account.id, channel_id],
+            )
+            .map_err(sql("unsubscribing"))?;
             channel(conn, name.as_str())
         }
     }
@@ -59,7 +62,12 @@ pub fn unsubscribe_self(conn: &Connection, caller: &Caller, name: &ChannelName) 
 
 /// Puts `child` in its parent's coordination channel (creating it) and leaves the old one.
 /// Runs in the transaction that writes the parent edge.
-pub(crate) fn link_parent(conn: &Connection, child_id: i64, old_parent: Option<i64>, new_parent: i64) -> Result<(), Error> {
+pub(crate) fn link_parent(
+    conn: &Connection,
+    child_id: i64,
+    old_parent: Option<i64>,
+    new_parent: i64,
+) -> Result<(), Error> {
     if let Some(old) = old_parent
         && old != new_parent
     {
@@ -67,8 +75,11 @@ pub(crate) fn link_parent(conn: &Connection, child_id: i64, old_parent: Option<i
             .query_row("SELECT coord_channel_id FROM accounts WHERE id = ?1", params![old], |r| r.get(0))
             .map_err(sql("reading a coordination channel"))?;
         if let Some(coord) = old_coord {
-            conn.execute("DELETE FROM subscriptions WHERE account_id = ?1 AND channel_id = ?2", params![child_id, coord])
-                .map_err(sql("leaving a coordination channel"))?;
+            conn.execute(
+                "DELETE FROM subscriptions WHERE account_id = ?1 AND channel_id = ?2",
+                params![child_id, coord],
+            )
+            .map_err(sql("leaving a coordination channel"))?;
         }
     }
     let coord = coordination_channel(conn, new_parent)?;
@@ -123,7 +134,8 @@ fn direct_between(conn: &Connection, a: i64, b: i64) -> Result<i64, Error> {
         .map_err(sql("naming a direct channel"))?;
     let mut sorted = handles.clone();
     sorted.sort();
-    let base: String = format!("dm-{}-{}", sorted[0], sorted[1]).chars().take(canopy_core::names::MAX_CHANNEL_LEN - 4).collect();
+    let base: String =
+        format!("dm-{}-{}", sorted[0], sorted[1]).chars().take(canopy_core::names::MAX_CHANNEL_LEN - 4).collect();
     let base = base.trim_end_matches('-').to_owned();
     let mut name = base.clone();
     let mut n = 2;
@@ -168,39 +180,71 @@ pub fn open_direct(conn: &Connection, caller: &Caller, peer: &Handle) -> Result<
         });
     }
     let id = direct_between(conn, me.id, other.id)?;
-    let name: String = conn.query_row("SELECT name FROM channels WHERE id = ?1", params![id], |r| r.get(0)).map_err(sql("naming a direct channel"))?;
+    let name: String = conn
+        .query_row("SELECT name FROM channels WHERE id = ?1", params![id], |r| r.get(0))
+        .map_err(sql("naming a direct channel"))?;
     channel(conn, &name)
 }
 
 /// Renames a topic (operators). Refuses a name already used in the channel.
-pub fn rename_topic(conn: &Connection, caller: &Caller, channel_name: &ChannelName, from: &TopicName, to: &TopicName) -> Result<(), Error> {
+pub fn rename_topic(
+    conn: &Connection,
+    caller: &Caller,
+    channel_name: &ChannelName,
+    from: &TopicName,
+    to: &TopicName,
+) -> Result<(), Error> {
     require_operator(caller, &format!("rename a topic in #{channel_name}"))?;
     let (channel_id, _) = require_channel(conn, "channel", channel_name.as_str())?;
     let taken: bool = conn
-        .query_row("SELECT EXISTS (SELECT 1 FROM topics WHERE channel_id = ?1 AND name = ?2)", params![channel_id, to.as_str()], |r| r.get(0))
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM topics WHERE channel_id = ?1 AND name = ?2)",
+            params![channel_id, to.as_str()],
+            |r| r.get(0),
+        )
         .map_err(sql("checking a topic name"))?;
     if taken {
         return Err(Error::AlreadyExists { field: "to", what: format!("topic {to:?} in #{channel_name}") });
     }
     let changed = conn
-        .execute("UPDATE topics SET name = ?1 WHERE channel_id = ?2 AND name = ?3", params![to.as_str(), channel_id, from.as_str()])
+        .execute(
+            "UPDATE topics SET name = ?1 WHERE channel_id = ?2 AND name = ?3",
+            params![to.as_str(), channel_id, from.as_str()],
+        )
         .map_err(sql("renaming a topic"))?;
     if changed == 0 {
-        return Err(Error::TopicNotFound { channel: channel_name.to_string(), topic: from.to_string(), existing: Vec::new() });
+        return Err(Error::TopicNotFound {
+            channel: channel_name.to_string(),
+            topic: from.to_string(),
+            existing: Vec::new(),
+        });
     }
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
     audit(conn, Some(actor.id), "topics.rename", &format!("#{channel_name} {from:?}"), &format!("to {to:?}"))
 }
 
 /// Marks a topic resolved or open again (operators).
-pub fn resolve_topic(conn: &Connection, caller: &Caller, channel_name: &ChannelName, topic: &TopicName, resolved: bool) -> Result<(), Error> {
+pub fn resolve_topic(
+    conn: &Connection,
+    caller: &Caller,
+    channel_name: &ChannelName,
+    topic: &TopicName,
+    resolved: bool,
+) -> Result<(), Error> {
     require_operator(caller, &format!("resolve a topic in #{channel_name}"))?;
     let (channel_id, _) = require_channel(conn, "channel", channel_name.as_str())?;
     let changed = conn
-        .execute("UPDATE topics SET resolved = ?1 WHERE channel_id = ?2 AND name = ?3", params![resolved, channel_id, topic.as_str()])
+        .execute(
+            "UPDATE topics SET resolved = ?1 WHERE channel_id = ?2 AND name = ?3",
+            params![resolved, channel_id, topic.as_str()],
+        )
         .map_err(sql("resolving a topic"))?;
     if changed == 0 {
-        return Err(Error::TopicNotFound { channel: channel_name.to_string(), topic: topic.to_string(), existing: Vec::new() });
+        return Err(Error::TopicNotFound {
+            channel: channel_name.to_string(),
+            topic: topic.to_string(),
+            existing: Vec::new(),
+        });
     }
     Ok(())
 }
@@ -219,7 +263,10 @@ pub fn pin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: 
     match message_channel {
         None => return Err(Error::invalid("seq", format!("there is no message {seq}"))),
         Some(c) if c != channel_id => {
-            return Err(Error::invalid("seq", format!("message {seq} is not in #{channel_name}; pins point into their own channel")));
+            return Err(Error::invalid(
+                "seq",
+                format!("message {seq} is not in #{channel_name}; pins point into their own channel"),
+            ));
         }
         Some(_) => {}
     }

@@ -157,11 +157,13 @@ pub mod ops {
     };
     pub use crate::channels::{channel, create_channel, list_channels, list_topics};
     pub use crate::delivery::{acknowledge, agent_id, overflowing, pending, record_held, record_injected};
-    pub use crate::governance::{board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unsubscribe_self};
+    pub use crate::governance::{
+        board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unsubscribe_self,
+    };
     pub use crate::messages::{post, read_channel, sync};
     pub use crate::sessions::{
-        apply_reports, live_agent, mark_stalled, notice, read_activity, roster, roster_entry, set_activity, set_desired,
-        sync_runner,
+        apply_reports, live_agent, mark_stalled, notice, read_activity, roster, roster_entry, set_activity,
+        set_desired, sync_runner,
     };
     pub use crate::workspace::{init, workspace};
 }

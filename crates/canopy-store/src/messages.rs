@@ -96,8 +96,15 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Poste
         }
     };
 
-    let key = spec.idempotency_key.as_deref();
-    let message = insert_message(conn, channel_id, topic_id, sender.id, &spec.body, key, spec.ack_only, now)?;
+    let new = NewMessage {
+        channel_id,
+        topic_id,
+        sender_id: sender.id,
+        body: &spec.body,
+        idempotency_key: spec.idempotency_key.as_deref(),
+        ack_only: spec.ack_only,
+    };
+    let message = insert_message(conn, new, now)?;
     let reach = reach(conn, channel_id, sender.id, &message.mentions)?;
     Ok(Posted { message, duplicate: false, reach })
 }
@@ -206,20 +213,23 @@ pub(crate) fn post_as_system(
             conn.last_insert_rowid()
         }
     };
-    insert_message(conn, channel_id, topic_id, system_id, body, None, false, now)
+    let new = NewMessage { channel_id, topic_id, sender_id: system_id, body, idempotency_key: None, ack_only: false };
+    insert_message(conn, new, now)
 }
 
-/// Inserts a message and bumps its topic; returns the stored message.
-fn insert_message(
-    conn: &Connection,
+/// A message row to insert.
+struct NewMessage<'a> {
     channel_id: i64,
     topic_id: i64,
     sender_id: i64,
-    body: &str,
-    idempotency_key: Option<&str>,
+    body: &'a str,
+    idempotency_key: Option<&'a str>,
     ack_only: bool,
-    now: i64,
-) -> Result<Message, Error> {
+}
+
+/// Inserts a message and bumps its topic; returns the stored message.
+fn insert_message(conn: &Connection, new: NewMessage<'_>, now: i64) -> Result<Message, Error> {
+    let NewMessage { channel_id, topic_id, sender_id, body, idempotency_key, ack_only } = new;
     let mentions = parse_mentions(body);
     let mentions_json =
         serde_json::to_string(&mentions).map_err(|e| Error::Internal(format!("encoding mentions: {e}")))?;

@@ -27,6 +27,7 @@ fn post_spec(channel: &str, topic: &str, body: &str) -> PostSpec {
         body: body.into(),
         create_topic: true,
         idempotency_key: None,
+        ack_only: false,
     }
 }
 
@@ -144,13 +145,13 @@ async fn idempotency_keys_are_scoped_to_their_sender() {
             store.write(move |c| ops::post(c, &caller, &spec)).await
         }
     };
-    let (first, first_dup) = keyed(operator(), "announcements").await.unwrap();
-    let (again, dup) = keyed(operator(), "announcements").await.unwrap();
-    assert!(!first_dup && dup);
-    assert_eq!(first.seq, again.seq);
-    let (other, other_dup) = keyed(agent("supervisor"), "announcements").await.unwrap();
-    assert!(!other_dup);
-    assert_ne!(other.seq, first.seq, "another sender's key is its own");
+    let first = keyed(operator(), "announcements").await.unwrap();
+    let again = keyed(operator(), "announcements").await.unwrap();
+    assert!(!first.duplicate && again.duplicate);
+    assert_eq!(first.message.seq, again.message.seq);
+    let other = keyed(agent("supervisor"), "announcements").await.unwrap();
+    assert!(!other.duplicate);
+    assert_ne!(other.message.seq, first.message.seq, "another sender's key is its own");
 }
 
 #[tokio::test]
@@ -214,4 +215,70 @@ async fn reopening_a_store_keeps_everything_and_migrations_are_idempotent() {
         })
         .await;
     assert_eq!(again.err().map(|e| e.code()), Some(ErrorCode::Conflict));
+}
+
+#[tokio::test]
+async fn a_broadcast_writes_one_row_and_reaches_every_agent_through_cursors() {
+    let (_dir, store) = workspace().await;
+    let posted =
+        store.write(|c| ops::post(c, &agent("supervisor"), &post_spec("announcements", "t", "all"))).await.unwrap();
+    let reached: Vec<&str> = posted.reach.recipients.iter().map(|r| r.handle.as_str()).collect();
+    assert_eq!(reached, ["ci-manager", "docs-manager"], "every agent but the sender");
+    for handle in ["ci-manager", "docs-manager"] {
+        let pending = store
+            .read(move |c| {
+                let id = ops::agent_id(c, handle)?;
+                ops::pending(c, id, 10)
+            })
+            .await
+            .unwrap();
+        assert_eq!(pending.messages.len(), 1, "{handle}");
+        assert!(pending.wake);
+    }
+    // Acknowledging moves the cursor; the message is no longer pending, and a repeat is a no-op.
+    let seq = posted.message.seq;
+    let moved = store
+        .write(move |c| {
+            let id = ops::agent_id(c, "ci-manager")?;
+            Ok((ops::acknowledge(c, id, &[seq])?, ops::acknowledge(c, id, &[seq])?, ops::pending(c, id, 10)?))
+        })
+        .await
+        .unwrap();
+    assert_eq!((moved.0, moved.1, moved.2.messages.len()), (1, 0, 0));
+}
+
+#[tokio::test]
+async fn steered_and_held_messages_are_tracked_one_by_one() {
+    let (_dir, store) = workspace().await;
+    let one = store.write(|c| ops::post(c, &operator(), &post_spec("home-ci-manager", "t", "one"))).await.unwrap();
+    let two = store.write(|c| ops::post(c, &operator(), &post_spec("home-ci-manager", "t", "two"))).await.unwrap();
+    let (s1, s2) = (one.message.seq, two.message.seq);
+    let pending = store
+        .write(move |c| {
+            let id = ops::agent_id(c, "ci-manager")?;
+            ops::record_injected(c, id, s2)?;
+            ops::record_held(c, id, s1)?;
+            ops::pending(c, id, 10)
+        })
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = pending.messages.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies, ["one"], "a steered message is not delivered again");
+    assert!(!pending.wake, "a held message does not wake the agent");
+}
+
+#[tokio::test]
+async fn mandatory_subscriptions_cannot_be_left_and_pins_stay_in_their_channel() {
+    let (_dir, store) = workspace().await;
+    let announcements = ChannelName::parse("announcements").unwrap();
+    let left = store.write(move |c| ops::unsubscribe_self(c, &agent("ci-manager"), &announcements)).await;
+    assert_eq!(left.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
+    let home = ChannelName::parse("home-docs-manager").unwrap();
+    let joined = store.write(move |c| ops::subscribe_self(c, &agent("ci-manager"), &home)).await;
+    assert_eq!(joined.err().map(|e| e.code()), Some(ErrorCode::Forbidden), "another agent's home is not optional");
+    let elsewhere = store.write(|c| ops::post(c, &operator(), &post_spec("home-ci-manager", "t", "x"))).await.unwrap();
+    let seq = elsewhere.message.seq;
+    let announcements = ChannelName::parse("announcements").unwrap();
+    let pinned = store.write(move |c| ops::pin(c, &operator(), &announcements, seq)).await;
+    assert_eq!(pinned.err().map(|e| e.code()), Some(ErrorCode::InvalidArgument));
 }

@@ -7,7 +7,7 @@
 
 use tokio::process::Command;
 
-pub use libc::{SIGKILL, SIGTERM};
+pub use libc::{SIGCONT, SIGKILL, SIGSTOP, SIGTERM};
 
 /// Sends `signal` to process `pid`. A stale pid only yields ESRCH, which is ignored.
 pub fn signal(pid: u32, signal: libc::c_int) {
