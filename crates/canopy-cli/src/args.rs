@@ -80,6 +80,13 @@ pub enum Command {
     /// Serve the native tools over MCP on stdio for one session's token (for harnesses
     /// that only speak stdio).
     Mcp(McpArgs),
+    /// Measure delivery performance beside raw NATS and SQLite baselines, on a temporary
+    /// workspace (build with --release for meaningful numbers).
+    Bench {
+        /// Smaller counts (about half a minute).
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -32,6 +32,7 @@ pub async fn run(cli: Cli) -> u8 {
         }
         Command::Runner(args) => runner(&dir, json, &args).await,
         Command::Mcp(args) => mcp(&dir, json, &args).await,
+        Command::Bench { quick } => bench(json, quick).await,
         command => match Client::connect(&dir).await {
             Ok(client) => api_command(&client, json, command).await,
             Err(e) => fail(json, &e),
@@ -224,7 +225,12 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             call(client, json, Method::MessagesRead, &request, output::read).await
         }
         Command::Tail(args) => tail(client, json, args).await,
-        Command::Init(_) | Command::Daemon(_) | Command::Up { .. } | Command::Runner(_) | Command::Mcp(_) => Ok(()),
+        Command::Init(_)
+        | Command::Daemon(_)
+        | Command::Up { .. }
+        | Command::Runner(_)
+        | Command::Mcp(_)
+        | Command::Bench { .. } => Ok(()),
     };
     match result {
         Ok(()) => 0,
@@ -431,6 +437,21 @@ async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
     shutdown_signal().await;
     handle.shutdown().await;
     0
+}
+
+/// Runs the benchmark and prints each figure beside its baseline.
+async fn bench(json: bool, quick: bool) -> u8 {
+    match canopy_bench::run(canopy_bench::Options { quick }).await {
+        Ok(figures) => {
+            if json {
+                output::json(&figures);
+            } else {
+                print!("{}", canopy_bench::table(&figures));
+            }
+            0
+        }
+        Err(e) => fail(json, &CallError::Unreachable(format!("benchmark failed: {e}"))),
+    }
 }
 
 /// Serves the native tools on stdio with one session token.

@@ -8,7 +8,12 @@ use tracing_subscriber::EnvFilter;
 use crate::args::{Cli, Command, LogFormat};
 
 pub fn init_logging(cli: &Cli) {
-    let default = if matches!(cli.command, Command::Daemon(_) | Command::Up { .. }) { "info" } else { "warn" };
+    // rmcp logs every MCP session at info; Canopy's own activity covers what matters.
+    let default = if matches!(cli.command, Command::Daemon(_) | Command::Up { .. } | Command::Runner(_)) {
+        "info,rmcp=warn"
+    } else {
+        "warn"
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match cli.log_format {

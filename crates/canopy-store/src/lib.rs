@@ -170,3 +170,49 @@ pub mod ops {
 
 #[cfg(test)]
 mod tests;
+
+/// Raw baselines for `canopy bench`: the cheapest durable write this store can do, so a
+/// benchmark can print Canopy's figures beside what SQLite alone costs on the same machine.
+pub mod bench {
+    use canopy_core::Error;
+
+    use crate::{Store, sql};
+
+    /// Creates the baseline table (idempotent).
+    pub async fn prepare(store: &Store) -> Result<(), Error> {
+        store
+            .write(|c| {
+                c.execute_batch("CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+                    .map_err(sql("creating the baseline table"))
+            })
+            .await
+    }
+
+    /// Inserts one row through the writer (group commit), as a post would.
+    pub async fn insert(store: &Store, body: Vec<u8>) -> Result<(), Error> {
+        store
+            .write(move |c| {
+                c.prepare_cached("INSERT INTO bench_raw (body) VALUES (?1)")
+                    .and_then(|mut s| s.execute([body]))
+                    .map(|_| ())
+                    .map_err(sql("inserting a baseline row"))
+            })
+            .await
+    }
+
+    /// Rows in every table Canopy writes, for "rows written per broadcast".
+    pub async fn row_count(store: &Store) -> Result<u64, Error> {
+        store
+            .read(|c| {
+                let tables = [
+                    "messages", "topics", "deliveries", "subscriptions", "activity", "presence", "sessions", "audit",
+                    "pins", "channels", "accounts",
+                ];
+                let query = tables.iter().map(|t| format!("(SELECT COUNT(*) FROM {t})")).collect::<Vec<_>>().join(" + ");
+                c.query_row(&format!("SELECT {query}"), [], |r| r.get::<_, i64>(0))
+                    .map(|n| n as u64)
+                    .map_err(sql("counting rows"))
+            })
+            .await
+    }
+}

@@ -1,0 +1,261 @@
+//! `canopy bench`: the figures of DESIGN section 11 for delivery, each printed beside its
+//! raw baseline measured in the same run on the same machine (these machines are noisy;
+//! ratios hold, absolute times do not).
+//!
+//! Everything is real: a private `nats-server`, the daemon on a temporary data directory,
+//! SQLite files, and for steers a runner with a scripted harness session. The baselines use
+//! the same server and the same store writer with nothing of Canopy around them: a NATS
+//! echo, a NATS request that commits one row and replies, and a plain NATS publish burst.
+//! Does not touch any existing workspace.
+
+mod setup;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use canopy_proto::Method;
+use canopy_proto::api::*;
+use futures_util::StreamExt;
+use serde::Serialize;
+
+pub use setup::Bench;
+
+/// How big a run is.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Smaller counts, for CI and a first look (about half a minute).
+    pub quick: bool,
+}
+
+/// One measured figure beside its baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub figure: String,
+    pub value: f64,
+    pub unit: String,
+    pub baseline: f64,
+    pub baseline_name: String,
+    /// For throughput, value / baseline (higher is better); for times, value / baseline
+    /// (lower is better). `target` says which.
+    pub ratio: f64,
+    pub target: String,
+    pub met: bool,
+    /// Extra facts (rows written, counts).
+    pub note: String,
+}
+
+/// Runs every figure.
+pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
+    let bench = Bench::start().await?;
+    let mut figures = Vec::new();
+    eprintln!("bench: post throughput...");
+    figures.push(post_throughput(&bench, options).await?);
+    eprintln!("bench: post-to-steer latency...");
+    figures.extend(steer_latency(&bench, options).await?);
+    let sizes: &[usize] = if options.quick { &[1_000] } else { &[1_000, 10_000] };
+    for &agents in sizes {
+        eprintln!("bench: broadcast to {agents} agents...");
+        figures.push(broadcast(&bench, agents).await?);
+    }
+    bench.stop().await;
+    Ok(figures)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+/// Durable posts with 64 concurrent posters, one recipient each, against NATS request +
+/// SQLite commit + reply.
+async fn post_throughput(bench: &Bench, options: Options) -> Result<Figure, String> {
+    const POSTERS: usize = 64;
+    let total = if options.quick { 3_200 } else { 32_000 };
+    // Offline recipients: the figure is the durable post path, not 64 harness processes.
+    let homes = bench.create_agents("poster-target", POSTERS, true).await?;
+
+    let raw = bench.raw_commit_throughput(POSTERS, total).await?;
+
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..POSTERS)
+        .map(|i| {
+            let api = bench.api.clone();
+            let token = bench.operator.clone();
+            let channel = homes[i].clone();
+            tokio::spawn(async move {
+                for n in 0..total / POSTERS {
+                    let request = PostRequest {
+                        channel: channel.clone(),
+                        topic: "bench".into(),
+                        body: format!("message {n} from poster {i}: {}", "x".repeat(200)),
+                        create_topic: true,
+                        idempotency_key: None,
+                        ack_only: false,
+                    };
+                    api.call::<_, PostResponse>(Method::MessagesPost, &token, &request)
+                        .await
+                        .map_err(|e| format!("posting: {e}"))?;
+                }
+                Ok::<_, String>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.map_err(|e| e.to_string())??;
+    }
+    let rate = total as f64 / started.elapsed().as_secs_f64();
+    let ratio = rate / raw;
+    Ok(Figure {
+        figure: "post throughput, durable, 64 concurrent posters, one recipient each".into(),
+        value: rate,
+        unit: "posts/s".into(),
+        baseline: raw,
+        baseline_name: "raw NATS request + SQLite commit + reply, 64 concurrent (req/s)".into(),
+        ratio,
+        target: ">= 0.7x baseline".into(),
+        met: ratio >= 0.7,
+        note: format!("{total} posts"),
+    })
+}
+
+/// Mention committed to steer accepted by the harness, against a NATS round trip.
+async fn steer_latency(bench: &Bench, options: Options) -> Result<Vec<Figure>, String> {
+    let samples = if options.quick { 200 } else { 1_000 };
+    let raw = bench.raw_round_trips(samples).await?;
+    let runner = bench.start_runner().await?;
+    bench.create_sleeper("steer-target").await?;
+    let mut latencies = Vec::with_capacity(samples);
+    for n in 0..samples {
+        let request = PostRequest {
+            channel: "home-steer-target".into(),
+            topic: "steers".into(),
+            body: format!("@steer-target ping {n}"),
+            create_topic: true,
+            idempotency_key: None,
+            ack_only: false,
+        };
+        let started = Instant::now();
+        let posted: PostResponse =
+            bench.api.call(Method::MessagesPost, &bench.operator, &request).await.map_err(|e| format!("posting: {e}"))?;
+        let elapsed = started.elapsed();
+        if posted.counts.steered != 1 {
+            return Err(format!("a mention was not steered: {:?}", posted.outcomes));
+        }
+        latencies.push(elapsed);
+    }
+    runner.shutdown().await;
+    latencies.sort();
+    let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+    let (raw50, raw99) = (percentile(&raw, 0.5), percentile(&raw, 0.99));
+    let micros = |d: Duration| d.as_secs_f64() * 1e6;
+    let p99_ratio = micros(p99) / micros(raw99);
+    Ok(vec![
+        Figure {
+            figure: "post-to-steer latency p50 (post round trip: commit, steer to the runner, harness takes it)".into(),
+            value: micros(p50),
+            unit: "us".into(),
+            baseline: micros(raw50),
+            baseline_name: "raw NATS request round trip p50 (us)".into(),
+            ratio: micros(p50) / micros(raw50),
+            target: "(reported; the target is on p99)".into(),
+            met: true,
+            note: format!("{samples} steers"),
+        },
+        Figure {
+            figure: "post-to-steer latency p99".into(),
+            value: micros(p99),
+            unit: "us".into(),
+            baseline: micros(raw99),
+            baseline_name: "raw NATS request round trip p99 (us)".into(),
+            ratio: p99_ratio,
+            target: "<= 5x baseline p99".into(),
+            met: p99_ratio <= 5.0,
+            note: format!("{samples} steers"),
+        },
+    ])
+}
+
+/// A broadcast to `agents` online agents: commit until every one's runner is notified.
+async fn broadcast(bench: &Bench, agents: usize) -> Result<Figure, String> {
+    let existing = bench.agent_count().await?;
+    if existing < agents {
+        bench.create_agents("listener", agents - existing, false).await?;
+    }
+    let online = bench.fake_runner_sync(agents as u32 * 2).await?;
+    let raw = bench.raw_publish_burst(online).await?;
+
+    let mut doorbells = bench
+        .api
+        .bus
+        .subscribe(&bench.api.subjects.runner_deliver(setup::FAKE_RUNNER))
+        .await
+        .map_err(|e| e.to_string())?;
+    bench.api.bus.flush().await.map_err(|e| e.to_string())?;
+    let before = bench.row_count().await?;
+    let request = PostRequest {
+        channel: "announcements".into(),
+        topic: format!("broadcast to {agents}"),
+        body: "all hands".into(),
+        create_topic: true,
+        idempotency_key: None,
+        ack_only: false,
+    };
+    let started = Instant::now();
+    let posted: PostResponse =
+        bench.api.call(Method::MessagesPost, &bench.operator, &request).await.map_err(|e| format!("posting: {e}"))?;
+    let mut notified = 0usize;
+    while notified < online {
+        let next = tokio::time::timeout(Duration::from_secs(30), doorbells.next())
+            .await
+            .map_err(|_| format!("only {notified} of {online} agents were notified"))?;
+        let Some(doorbell) = next else { break };
+        let doorbell: DeliverDoorbell = serde_json::from_slice(&doorbell.payload).map_err(|e| e.to_string())?;
+        notified += doorbell.agents.len();
+    }
+    let elapsed = started.elapsed();
+    let rows = bench.row_count().await?.saturating_sub(before);
+    let ms = elapsed.as_secs_f64() * 1e3;
+    let (target, met) = if agents >= 10_000 { ("< 50 ms".to_owned(), ms < 50.0) } else { ("(reported)".to_owned(), true) };
+    Ok(Figure {
+        figure: format!("broadcast to {agents} agents: commit until every online agent's runner is notified"),
+        value: ms,
+        unit: "ms".into(),
+        baseline: raw.as_secs_f64() * 1e3,
+        baseline_name: format!("raw NATS publish of {online} messages, all received (ms)"),
+        ratio: ms / (raw.as_secs_f64() * 1e3),
+        target,
+        met,
+        note: format!(
+            "{rows} rows added for the broadcast (plus its topic's activity update); {} recipients ({} queued)",
+            online, posted.counts.queued
+        ),
+    })
+}
+
+/// The table printed by `canopy bench`.
+pub fn table(figures: &[Figure]) -> String {
+    let mut out = String::new();
+    for f in figures {
+        out.push_str(&format!(
+            "{}\n  value    {:.1} {}\n  baseline {:.1}  [{}]\n  ratio    {:.2}   target {}   {}\n  note     {}\n",
+            f.figure,
+            f.value,
+            f.unit,
+            f.baseline,
+            f.baseline_name,
+            f.ratio,
+            f.target,
+            if f.met { "met" } else { "NOT MET" },
+            f.note
+        ));
+    }
+    out
+}
+
+/// Payload for the raw baselines: the size of a typical post.
+pub(crate) fn payload(n: usize) -> Bytes {
+    Bytes::from(vec![b'x'; n])
+}

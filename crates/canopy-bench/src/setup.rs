@@ -1,0 +1,285 @@
+//! The benchmark's world: a temporary workspace, a private nats-server, the daemon in this
+//! process, and the raw baselines (NATS echo, NATS + SQLite commit, NATS publish burst).
+
+use std::time::{Duration, Instant};
+
+use canopy_bus::{ApiClient, Bus, ManagedNats, NatsServerConfig, find_nats_server};
+use canopy_daemon::{Config, DataDir, InitOptions};
+use canopy_proto::api::*;
+use canopy_proto::{Method, Subjects};
+use canopy_store::Store;
+use futures_util::StreamExt;
+use tokio::sync::oneshot;
+
+use crate::payload;
+
+/// The runner id the broadcast figure registers, so sessions exist without processes.
+pub const FAKE_RUNNER: &str = "bench-fake-runner";
+
+pub struct Bench {
+    pub api: ApiClient,
+    pub operator: String,
+    runner_token: String,
+    data: DataDir,
+    config: Config,
+    nats: ManagedNats,
+    daemon: tokio::task::JoinHandle<Result<(), canopy_daemon::DaemonError>>,
+    stop: oneshot::Sender<()>,
+    raw: Store,
+    reader: Store,
+    _dir: tempfile::TempDir,
+}
+
+impl Bench {
+    pub async fn start() -> Result<Bench, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("creating a temporary directory: {e}"))?;
+        let data = DataDir::new(dir.path().join("data"));
+        let options = InitOptions { mission: "benchmark".into(), operator: "bench".into(), name: "bench".into() };
+        canopy_daemon::init(&data, &options).await.map_err(|e| e.to_string())?;
+        // No embedded runner (the figures start what they need); quick runner expiry so the
+        // broadcast figure's stand-in runner takes every session.
+        let text = std::fs::read_to_string(data.config()).map_err(|e| e.to_string())?;
+        let text = text
+            .replace("embedded = true", "embedded = false")
+            .replace("sync_interval = \"2s\"", "sync_interval = \"200ms\"")
+            .replace("runner_ttl = \"10s\"", "runner_ttl = \"1s\"")
+            .replace("capacity = 1000", "capacity = 100000");
+        std::fs::write(data.config(), text).map_err(|e| e.to_string())?;
+        let config = Config::load(&data.config()).map_err(|e| e.to_string())?;
+
+        let nats = ManagedNats::start(NatsServerConfig {
+            bin: find_nats_server().map_err(|e| e.to_string())?,
+            dir: dir.path().join("nats"),
+            token: None,
+            restart_min: Duration::from_millis(100),
+            restart_max: Duration::from_secs(1),
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let daemon_options = canopy_daemon::DaemonOptions { dir: data.clone(), nats_url: Some(nats.url().to_owned()) };
+        let daemon = tokio::spawn(canopy_daemon::run(daemon_options, async move {
+            let _ = stopped.await;
+        }));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let info = loop {
+            if let Ok(info) = canopy_daemon::read_connection_info(&data) {
+                break info;
+            }
+            if Instant::now() > deadline {
+                return Err("the daemon did not start".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let bus = Bus::connect(nats.url(), None, "canopy-bench", false).await.map_err(|e| e.to_string())?;
+        let api = ApiClient::new(bus, Subjects::new(&info.workspace_id), Duration::from_secs(30));
+        let read = |path: std::path::PathBuf| {
+            std::fs::read_to_string(&path).map(|t| t.trim().to_owned()).map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let raw = Store::open(&dir.path().join("raw.db"), 4096).map_err(|e| e.to_string())?;
+        canopy_store::bench::prepare(&raw).await.map_err(|e| e.to_string())?;
+        let reader = Store::open(&data.db(), 16).map_err(|e| e.to_string())?;
+        Ok(Bench {
+            operator: read(data.operator_token())?,
+            runner_token: read(data.runner_token())?,
+            api,
+            data,
+            config,
+            nats,
+            daemon,
+            stop,
+            raw,
+            reader,
+            _dir: dir,
+        })
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.daemon.await;
+        self.raw.close().await;
+        self.reader.close().await;
+        self.nats.shutdown().await;
+    }
+
+    /// Creates `n` agents `<prefix>-<i>` (32 requests at a time); returns their home channels.
+    /// With `stopped`, their sessions are stopped at once, so no runner starts them.
+    pub async fn create_agents(&self, prefix: &str, n: usize, stopped: bool) -> Result<Vec<String>, String> {
+        let start = self.agent_count().await?;
+        let handles: Vec<String> = (0..n).map(|i| format!("{prefix}-{}", start + i)).collect();
+        let results = futures_util::stream::iter(handles.iter().cloned())
+            .map(|handle| async move {
+                let request = AgentsCreateRequest {
+                    handle: handle.clone(),
+                    name: handle.clone(),
+                    role: "manager".into(),
+                    parent: None,
+                    charter: String::new(),
+                    harness: None,
+                    script: None,
+                };
+                let account: canopy_core::Account = self
+                    .api
+                    .call(Method::AgentsCreate, &self.operator, &request)
+                    .await
+                    .map_err(|e| format!("creating {handle}: {e}"))?;
+                if stopped {
+                    let stop = AgentsStartStopRequest { handle: handle.clone() };
+                    self.api
+                        .call::<_, canopy_core::RosterEntry>(Method::AgentsStop, &self.operator, &stop)
+                        .await
+                        .map_err(|e| format!("stopping {handle}: {e}"))?;
+                }
+                Ok(account.home_channel.map(|c| c.to_string()).unwrap_or_default())
+            })
+            .buffered(32)
+            .collect::<Vec<_>>()
+            .await;
+        results.into_iter().collect()
+    }
+
+    pub async fn agent_count(&self) -> Result<usize, String> {
+        let list: AgentsListResponse =
+            self.api.call(Method::AgentsList, &self.operator, &AgentsListRequest {}).await.map_err(|e| e.to_string())?;
+        Ok(list.agents.len())
+    }
+
+    /// An agent whose session sits in a long "tool call", so mentions are steered.
+    pub async fn create_sleeper(&self, handle: &str) -> Result<(), String> {
+        let request = AgentsCreateRequest {
+            handle: handle.into(),
+            name: handle.into(),
+            role: "manager".into(),
+            parent: None,
+            charter: String::new(),
+            harness: Some("scripted".into()),
+            script: Some(ScriptSource { name: "sleeper.toml".into(), text: "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ sleep = \"1h\" }]\n".into() }),
+        };
+        self.api
+            .call::<_, canopy_core::Account>(Method::AgentsCreate, &self.operator, &request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let roster: RosterResponse =
+                self.api.call(Method::Roster, &self.operator, &RosterRequest {}).await.map_err(|e| e.to_string())?;
+            if roster.agents.iter().any(|a| a.handle.as_str() == handle && a.presence == canopy_core::Presence::Working) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{handle}'s session never started working"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A real runner in this process (harness: this binary's `harness-scripted`).
+    pub async fn start_runner(&self) -> Result<canopy_runner::RunnerHandle, String> {
+        let options = canopy_daemon::daemon::runner_options(&self.data, &self.config, self.api.clone())
+            .map_err(|e| e.to_string())?;
+        canopy_runner::spawn(options).await.map_err(|e| e.to_string())
+    }
+
+    /// Registers the stand-in runner once every real runner has expired; returns how many
+    /// sessions (online agents) it holds.
+    pub async fn fake_runner_sync(&self, capacity: u32) -> Result<usize, String> {
+        tokio::time::sleep(self.config.runner.runner_ttl + Duration::from_millis(300)).await;
+        let request = RunnersSyncRequest {
+            runner_id: FAKE_RUNNER.into(),
+            name: "benchmark stand-in".into(),
+            mcp_url: "http://127.0.0.1:1/mcp".into(),
+            capacity,
+            running: Vec::new(),
+        };
+        let response: RunnersSyncResponse =
+            self.api.call(Method::RunnersSync, &self.runner_token, &request).await.map_err(|e| e.to_string())?;
+        Ok(response.sessions.len())
+    }
+
+    pub async fn row_count(&self) -> Result<u64, String> {
+        canopy_store::bench::row_count(&self.reader).await.map_err(|e| e.to_string())
+    }
+
+    /// Sequential NATS request round trips to an echo responder.
+    pub async fn raw_round_trips(&self, samples: usize) -> Result<Vec<std::time::Duration>, String> {
+        let bus = self.api.bus.clone();
+        let mut echo = bus.serve("bench.echo", "bench").await.map_err(|e| e.to_string())?;
+        let responder = bus.clone();
+        let server = tokio::spawn(async move {
+            while let Some(request) = echo.next().await {
+                if let Some(reply) = request.reply {
+                    let _ = responder.publish(&reply, request.payload).await;
+                }
+            }
+        });
+        bus.flush().await.map_err(|e| e.to_string())?;
+        let mut times = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let started = Instant::now();
+            bus.request("bench.echo", None, payload(300), Duration::from_secs(5)).await.map_err(|e| e.to_string())?;
+            times.push(started.elapsed());
+        }
+        server.abort();
+        times.sort();
+        Ok(times)
+    }
+
+    /// NATS requests that each commit one row through the store's writer, then reply.
+    pub async fn raw_commit_throughput(&self, concurrency: usize, total: usize) -> Result<f64, String> {
+        let bus = self.api.bus.clone();
+        let mut requests = bus.serve("bench.commit", "bench").await.map_err(|e| e.to_string())?;
+        let (responder, store) = (bus.clone(), self.raw.clone());
+        let server = tokio::spawn(async move {
+            while let Some(request) = requests.next().await {
+                let (responder, store) = (responder.clone(), store.clone());
+                tokio::spawn(async move {
+                    let _ = canopy_store::bench::insert(&store, request.payload.to_vec()).await;
+                    if let Some(reply) = request.reply {
+                        let _ = responder.publish(&reply, bytes::Bytes::from_static(b"{}")).await;
+                    }
+                });
+            }
+        });
+        bus.flush().await.map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let clients: Vec<_> = (0..concurrency)
+            .map(|_| {
+                let bus = bus.clone();
+                tokio::spawn(async move {
+                    for _ in 0..total / concurrency {
+                        bus.request("bench.commit", None, payload(300), Duration::from_secs(10))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                    Ok::<_, String>(())
+                })
+            })
+            .collect();
+        for client in clients {
+            client.await.map_err(|e| e.to_string())??;
+        }
+        let rate = total as f64 / started.elapsed().as_secs_f64();
+        server.abort();
+        Ok(rate)
+    }
+
+    /// Publishes `count` messages and waits until a subscriber has all of them.
+    pub async fn raw_publish_burst(&self, count: usize) -> Result<std::time::Duration, String> {
+        let bus = self.api.bus.clone();
+        let mut sub = bus.subscribe("bench.burst").await.map_err(|e| e.to_string())?;
+        bus.flush().await.map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        for _ in 0..count {
+            bus.publish("bench.burst", payload(64)).await.map_err(|e| e.to_string())?;
+        }
+        bus.flush().await.map_err(|e| e.to_string())?;
+        let mut received = 0;
+        while received < count {
+            match tokio::time::timeout(Duration::from_secs(10), sub.next()).await {
+                Ok(Some(_)) => received += 1,
+                _ => return Err(format!("the raw burst lost messages ({received} of {count})")),
+            }
+        }
+        Ok(started.elapsed())
+    }
+}
