@@ -139,8 +139,11 @@ impl Bench {
     }
 
     pub async fn agent_count(&self) -> Result<usize, String> {
-        let list: AgentsListResponse =
-            self.api.call(Method::AgentsList, &self.operator, &AgentsListRequest {}).await.map_err(|e| e.to_string())?;
+        let list: AgentsListResponse = self
+            .api
+            .call(Method::AgentsList, &self.operator, &AgentsListRequest {})
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(list.agents.len())
     }
 
@@ -153,7 +156,10 @@ impl Bench {
             parent: None,
             charter: String::new(),
             harness: Some("scripted".into()),
-            script: Some(ScriptSource { name: "sleeper.toml".into(), text: "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ sleep = \"1h\" }]\n".into() }),
+            script: Some(ScriptSource {
+                name: "sleeper.toml".into(),
+                text: "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ sleep = \"1h\" }]\n".into(),
+            }),
         };
         self.api
             .call::<_, canopy_core::Account>(Method::AgentsCreate, &self.operator, &request)
@@ -163,7 +169,8 @@ impl Bench {
         loop {
             let roster: RosterResponse =
                 self.api.call(Method::Roster, &self.operator, &RosterRequest {}).await.map_err(|e| e.to_string())?;
-            if roster.agents.iter().any(|a| a.handle.as_str() == handle && a.presence == canopy_core::Presence::Working) {
+            if roster.agents.iter().any(|a| a.handle.as_str() == handle && a.presence == canopy_core::Presence::Working)
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -184,16 +191,26 @@ impl Bench {
     /// sessions (online agents) it holds.
     pub async fn fake_runner_sync(&self, capacity: u32) -> Result<usize, String> {
         tokio::time::sleep(self.config.runner.runner_ttl + Duration::from_millis(300)).await;
-        let request = RunnersSyncRequest {
-            runner_id: FAKE_RUNNER.into(),
-            name: "benchmark stand-in".into(),
-            mcp_url: "http://127.0.0.1:1/mcp".into(),
-            capacity,
-            running: Vec::new(),
-        };
-        let response: RunnersSyncResponse =
-            self.api.call(Method::RunnersSync, &self.runner_token, &request).await.map_err(|e| e.to_string())?;
-        Ok(response.sessions.len())
+        // Sync like a runner that starts everything it is given, until nothing waits.
+        let mut running: Vec<RunningSession> = Vec::new();
+        loop {
+            let request = RunnersSyncRequest {
+                runner_id: FAKE_RUNNER.into(),
+                name: "benchmark stand-in".into(),
+                mcp_url: "http://127.0.0.1:1/mcp".into(),
+                capacity,
+                running: running.clone(),
+            };
+            let response: RunnersSyncResponse =
+                self.api.call(Method::RunnersSync, &self.runner_token, &request).await.map_err(|e| e.to_string())?;
+            running = response.keep;
+            running.extend(
+                response.start.into_iter().map(|s| RunningSession { agent: s.agent, incarnation: s.incarnation }),
+            );
+            if !response.more {
+                return Ok(running.len());
+            }
+        }
     }
 
     pub async fn row_count(&self) -> Result<u64, String> {

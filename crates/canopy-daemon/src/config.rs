@@ -131,6 +131,10 @@ pub struct DeliveryConfig {
     pub steer_timeout: Duration,
     /// Pending messages per agent above which the operator is told (nothing is dropped).
     pub max_pending: u64,
+    /// Messages still undelivered after this long expire (the agent's cursor moves past
+    /// them) and the operator is told how many in the agent's home channel.
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
     /// Wakes between the same two agents within `loop_window` before further wakes are held.
     pub loop_wakes: u32,
     #[serde(with = "humantime_serde")]
@@ -146,6 +150,7 @@ impl Default for DeliveryConfig {
             resync: Duration::from_secs(5),
             steer_timeout: Duration::from_secs(2),
             max_pending: 1000,
+            retention: Duration::from_secs(7 * 24 * 3600),
             loop_wakes: 10,
             loop_window: Duration::from_secs(300),
         }
@@ -297,6 +302,7 @@ impl Config {
             ("delivery.resync", delivery.resync),
             ("delivery.steer_timeout", delivery.steer_timeout),
             ("delivery.loop_window", delivery.loop_window),
+            ("delivery.retention", delivery.retention),
         ] {
             if value.is_zero() {
                 return Err((key, "must be longer than zero".into()));

@@ -119,6 +119,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         secrets,
         data_dir: dir.root().to_owned(),
         loops: Arc::default(),
+        operators: Arc::default(),
     };
 
     // Serve the API in its own task, so it keeps answering while the runner shuts down.

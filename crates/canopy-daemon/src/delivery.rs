@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use canopy_core::acl::Caller;
 use canopy_core::{AccountState, Error, Presence};
 use canopy_proto::api::*;
-use canopy_store::{Posted, Recipient, ops};
+use canopy_store::{Reach, Recipient, ops};
 
 use crate::handlers::{Api, encode};
 
@@ -79,10 +79,11 @@ impl Api {
     pub(crate) async fn deliver(
         &self,
         caller: &Caller,
-        posted: &Posted,
+        message: &canopy_core::Message,
+        reach: &Reach,
         ack_only: bool,
+        committed_us: u64,
     ) -> (Vec<RecipientOutcome>, OutcomeCounts) {
-        let reach = &posted.reach;
         let mut outcomes = Vec::with_capacity(reach.recipients.len());
         let mut doorbells: HashMap<String, Vec<String>> = HashMap::new();
         let mut steers = Vec::new();
@@ -97,6 +98,7 @@ impl Api {
                 recipient: recipient.handle.to_string(),
                 outcome,
                 reason,
+                steer_latency_us: None,
             };
             if recipient.state == AccountState::Despawned {
                 outcomes.push(outcome(Outcome::Refused, Some("despawned".into())));
@@ -152,29 +154,39 @@ impl Api {
             outcomes.push(RecipientOutcome {
                 recipient: handle.clone(),
                 outcome: Outcome::Refused,
-                reason: Some(format!("not subscribed to #{}", posted.message.channel)),
+                reason: Some(format!("not subscribed to #{}", message.channel)),
+                steer_latency_us: None,
             });
         }
 
         // Steers run concurrently, each bounded by the steer timeout.
         let steered = futures_util::future::join_all(steers.into_iter().map(|(recipient, runner)| async move {
-            let result = self.steer(&recipient, &runner, &posted.message).await;
+            let result = self.steer(&recipient, &runner, message).await;
             (recipient, runner, result)
         }))
         .await;
         for (recipient, runner, result) in steered {
-            let (outcome, reason) = match result {
-                Ok(turn_id) => (Outcome::Steered, Some(format!("into turn {turn_id}"))),
+            let (outcome, reason, latency) = match result {
+                Ok((turn_id, written_at_us)) => (
+                    Outcome::Steered,
+                    Some(format!("into turn {turn_id}")),
+                    written_at_us.map(|w| w.saturating_sub(committed_us)),
+                ),
                 Err(reason) => {
                     doorbells.entry(runner).or_default().push(recipient.handle.to_string());
-                    (Outcome::Queued, Some(format!("fell back to its next turn start: {reason}")))
+                    (Outcome::Queued, Some(format!("fell back to its next turn start: {reason}")), None)
                 }
             };
-            outcomes.push(RecipientOutcome { recipient: recipient.handle.to_string(), outcome, reason });
+            outcomes.push(RecipientOutcome {
+                recipient: recipient.handle.to_string(),
+                outcome,
+                reason,
+                steer_latency_us: latency,
+            });
         }
 
         if !held.is_empty() {
-            let seq = posted.message.seq;
+            let seq = message.seq;
             if let Err(e) = self
                 .store
                 .write(move |conn| held.iter().try_for_each(|agent| ops::record_held(conn, *agent, seq)))
@@ -217,7 +229,7 @@ impl Api {
         recipient: &Recipient,
         runner: &str,
         message: &canopy_core::Message,
-    ) -> Result<String, String> {
+    ) -> Result<(String, Option<u64>), String> {
         let request = SteerRequest {
             agent: recipient.handle.to_string(),
             incarnation: recipient.incarnation,
@@ -236,7 +248,7 @@ impl Api {
             return Err(reply.reason.unwrap_or_else(|| "the harness did not take it".into()));
         }
         // The runner acknowledges the injection itself once the harness reports it.
-        Ok(reply.turn_id.unwrap_or_default())
+        Ok((reply.turn_id.unwrap_or_default(), reply.written_at_us))
     }
 
     async fn tell_loop(&self, from: &str, to: &Recipient) {
@@ -294,10 +306,20 @@ impl Api {
     pub async fn check_mailboxes(&self) {
         let cap = self.config.delivery.max_pending;
         let batch = self.config.delivery.batch;
+        let retention = self.config.delivery.retention;
         let result = self
             .store
             .write(move |conn| {
                 let mut notices = Vec::new();
+                let cutoff = unix_ms() as i64 - retention.as_millis() as i64;
+                for (agent_id, handle, missed) in ops::expire(conn, cutoff)? {
+                    let body = format!(
+                        "@{handle} never received {missed} messages older than the retention period ({}); \
+                         they expired undelivered. They are still in their channels' history.",
+                        humantime::format_duration(retention)
+                    );
+                    notices.push(ops::notice(conn, agent_id, &body)?);
+                }
                 for (agent_id, handle, pending) in ops::overflowing(conn, cap)? {
                     let body = format!(
                         "@{handle} has {pending} messages waiting, more than the cap of {cap}. Nothing is dropped; \
@@ -316,7 +338,12 @@ impl Api {
 }
 
 fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    unix_us() / 1000
+}
+
+/// Unix microseconds, the clock steer latencies are measured on.
+pub(crate) fn unix_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
 /// The live session's agent id, or `conflict` for a stale or foreign session.

@@ -39,6 +39,10 @@ pub struct Api {
     pub data_dir: std::path::PathBuf,
     /// Wakes between pairs of agents (in memory: a restart forgets recent loops).
     pub loops: std::sync::Arc<crate::delivery::LoopGuard>,
+    /// Operator token hash -> caller. Operator tokens never change while the daemon runs,
+    /// so they are resolved once; session tokens are checked against the store every time,
+    /// because they die with their session.
+    pub operators: std::sync::Arc<dashmap::DashMap<String, Caller>>,
 }
 
 /// The daemon's credentials for runners and sessions.
@@ -114,10 +118,19 @@ impl Api {
     async fn authenticate(&self, token: Option<&str>) -> Result<Caller, Error> {
         let token = token.ok_or_else(|| Error::Unauthenticated("the request has no Canopy-Token header".into()))?;
         let hash = token_hash(token);
-        self.store
-            .read(move |conn| ops::resolve_token(conn, &hash))
+        if let Some(caller) = self.operators.get(&hash) {
+            return Ok(caller.clone());
+        }
+        let key = hash.clone();
+        let caller = self
+            .store
+            .read(move |conn| ops::resolve_token(conn, &key))
             .await?
-            .ok_or_else(|| Error::Unauthenticated("the token is not known to this workspace".into()))
+            .ok_or_else(|| Error::Unauthenticated("the token is not known to this workspace".into()))?;
+        if caller.is_operator() {
+            self.operators.insert(hash, caller.clone());
+        }
+        Ok(caller)
     }
 
     fn authenticate_runner(&self, token: Option<&str>) -> Result<(), Error> {
@@ -182,6 +195,7 @@ impl Api {
         if req.runner_id.is_empty() || req.runner_id.len() > 128 {
             return Err(Error::invalid("runner_id", "must be 1 to 128 bytes"));
         }
+        let running = req.running;
         let beat = RunnerHeartbeat {
             runner_id: req.runner_id,
             name: bounded_text("name", req.name, 128)?,
@@ -199,8 +213,18 @@ impl Api {
                 ops::sync_runner(conn, &beat, &hash_for)
             })
             .await?;
-        let sessions = live
+        let running: std::collections::HashSet<(String, u64)> =
+            running.into_iter().map(|r| (r.agent, r.incarnation)).collect();
+        let (keep, fresh): (Vec<_>, Vec<_>) =
+            live.into_iter().partition(|s| running.contains(&(s.agent.to_string(), s.incarnation)));
+        let more = fresh.len() > SYNC_START_BATCH;
+        let keep = keep
             .into_iter()
+            .map(|s| RunningSession { agent: s.agent.to_string(), incarnation: s.incarnation })
+            .collect();
+        let start = fresh
+            .into_iter()
+            .take(SYNC_START_BATCH)
             .map(|s| SessionAssignment {
                 token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
                 system_prompt: crate::builtin::system_prompt(s.role.as_str()).to_owned(),
@@ -214,7 +238,7 @@ impl Api {
                 charter: s.charter,
             })
             .collect();
-        Ok(RunnersSyncResponse { sessions })
+        Ok(RunnersSyncResponse { keep, start, more })
     }
 
     async fn sessions_report(&self, req: SessionsReportRequest) -> Result<SessionsReportResponse, Error> {
@@ -426,6 +450,7 @@ impl Api {
         let ack_only = spec.ack_only;
         let poster = caller.clone();
         let posted = self.store.write(move |conn| ops::post(conn, &poster, &spec)).await?;
+        let committed_us = crate::delivery::unix_us();
         // The message is committed; a lost event only delays followers, who resync.
         self.publish_messages(vec![posted.message.clone()]).await;
         if posted.duplicate {
@@ -437,9 +462,11 @@ impl Api {
                 unknown_mentions: Vec::new(),
             });
         }
-        let (outcomes, counts) = self.deliver(&caller, &posted, ack_only).await;
+        let (channel_id, sender_id, mentions) = (posted.channel_id, posted.sender_id, posted.message.mentions.clone());
+        let reach = self.store.read(move |conn| ops::reach(conn, channel_id, sender_id, &mentions)).await?;
+        let (outcomes, counts) = self.deliver(&caller, &posted.message, &reach, ack_only, committed_us).await;
         Ok(PostResponse {
-            unknown_mentions: posted.reach.unknown_mentions,
+            unknown_mentions: reach.unknown_mentions,
             message: posted.message,
             duplicate: false,
             outcomes,

@@ -191,6 +191,10 @@ pub struct RecipientOutcome {
     pub outcome: Outcome,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For a steer: microseconds from the message's commit until its line was written to
+    /// the recipient's harness (wall clocks of daemon and runner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steer_latency_us: Option<u64>,
 }
 
 /// How many recipients got each outcome.
@@ -378,9 +382,17 @@ pub struct SessionAssignment {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunnersSyncResponse {
-    /// Every session this runner should be hosting now; anything else it runs must stop.
-    pub sessions: Vec<SessionAssignment>,
+    /// Sessions the runner reported running that it should keep. Anything else it runs
+    /// that is neither here nor in `start` must stop.
+    pub keep: Vec<RunningSession>,
+    /// Sessions to start, with everything needed (at most `SYNC_START_BATCH` per sync).
+    pub start: Vec<SessionAssignment>,
+    /// More sessions wait to be started: sync again at once.
+    pub more: bool,
 }
+
+/// Most sessions handed to a runner to start in one sync (keeps replies small).
+pub const SYNC_START_BATCH: usize = 100;
 
 /// One thing that happened in a session, as a runner reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -566,4 +578,7 @@ pub struct SteerReply {
     pub turn_id: Option<String>,
     #[serde(default)]
     pub reason: Option<String>,
+    /// Unix microseconds when the steer's line was written to the harness.
+    #[serde(default)]
+    pub written_at_us: Option<u64>,
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use canopy_bus::{ApiClient, CallError};
 use canopy_proto::Method;
 use canopy_proto::api::{
-    DeliverDoorbell, ReportedActivity, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionAssignment,
-    SessionReport, SteerReply, SteerRequest,
+    DeliverDoorbell, ReportedActivity, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionReport,
+    SteerReply, SteerRequest,
 };
 use canopy_tools::http::{HttpEndpoint, TokenCheck};
 use canopy_tools::{CanopyTools, TokenSource};
@@ -118,6 +118,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         crashes: HashMap::new(),
         not_before: HashMap::new(),
         stop: stop.clone(),
+        resync_now: false,
     };
     let task = tokio::spawn(async move {
         actor.run(pokes, doorbells, steers).await;
@@ -150,6 +151,8 @@ struct RunnerActor {
     /// agent -> earliest restart time (backoff after a crash).
     not_before: HashMap<String, Instant>,
     stop: CancellationToken,
+    /// Set when the last sync said more sessions wait to be started.
+    resync_now: bool,
 }
 
 impl RunnerActor {
@@ -166,6 +169,10 @@ impl RunnerActor {
             tokio::select! {
                 () = self.stop.cancelled() => break,
                 _ = tick.tick() => self.sync(&exits_tx).await,
+                () = std::future::ready(()), if self.resync_now => {
+                    self.resync_now = false;
+                    self.sync(&exits_tx).await;
+                }
                 Some(_) = pokes.next() => self.sync(&exits_tx).await,
                 Some(doorbell) = doorbells.next() => self.ring(&doorbell.payload),
                 Some(request) = steers.next() => self.steer(request),
@@ -205,12 +212,16 @@ impl RunnerActor {
                     return;
                 }
             };
-        let wanted: HashMap<&str, &SessionAssignment> =
-            assigned.sessions.iter().map(|a| (a.agent.as_str(), a)).collect();
+        let wanted: HashMap<&str, u64> = assigned
+            .keep
+            .iter()
+            .map(|k| (k.agent.as_str(), k.incarnation))
+            .chain(assigned.start.iter().map(|a| (a.agent.as_str(), a.incarnation)))
+            .collect();
         let unwanted: Vec<String> = self
             .sessions
             .iter()
-            .filter(|(agent, slot)| wanted.get(agent.as_str()).is_none_or(|a| a.incarnation != slot.incarnation))
+            .filter(|(agent, slot)| wanted.get(agent.as_str()) != Some(&slot.incarnation))
             .map(|(agent, _)| agent.clone())
             .collect();
         for agent in unwanted {
@@ -221,7 +232,11 @@ impl RunnerActor {
             }
         }
         let now = Instant::now();
-        for assignment in assigned.sessions {
+        if assigned.more {
+            // More sessions wait; the next tick comes at once.
+            self.resync_now = true;
+        }
+        for assignment in assigned.start {
             if self.sessions.contains_key(&assignment.agent) {
                 continue;
             }
@@ -316,25 +331,35 @@ impl RunnerActor {
         });
         tokio::spawn(async move {
             let answer = match (parsed, target) {
-                (Err(e), _) => {
-                    SteerReply { steered: false, turn_id: None, reason: Some(format!("bad steer request: {e}")) }
-                }
+                (Err(e), _) => SteerReply {
+                    steered: false,
+                    turn_id: None,
+                    reason: Some(format!("bad steer request: {e}")),
+                    written_at_us: None,
+                },
                 (Ok(_), None) => SteerReply {
                     steered: false,
                     turn_id: None,
                     reason: Some("the session is not live on this runner".into()),
+                    written_at_us: None,
                 },
                 (Ok(request), Some(_)) if unix_ms() > request.not_after_ms => SteerReply {
                     steered: false,
                     turn_id: None,
                     reason: Some("the request arrived after the poster stopped waiting".into()),
+                    written_at_us: None,
                 },
                 (Ok(request), Some(commands)) => {
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     let sent = commands.send(SessionCommand::Steer { message: request.message, reply: tx }).await;
                     match (sent, rx.await) {
                         (Ok(()), Ok(answer)) => answer,
-                        _ => SteerReply { steered: false, turn_id: None, reason: Some("the session ended".into()) },
+                        _ => SteerReply {
+                            steered: false,
+                            turn_id: None,
+                            reason: Some("the session ended".into()),
+                            written_at_us: None,
+                        },
                     }
                 }
             };

@@ -437,7 +437,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                     }
                     _ => {
                         let reason = Some("no turn is running".to_owned());
-                        let _ = reply.send(SteerReply { steered: false, turn_id: None, reason });
+                        let _ = reply.send(SteerReply { steered: false, turn_id: None, reason, written_at_us: None });
                     }
                 },
                 None => {}
@@ -521,20 +521,28 @@ async fn steer(
 ) -> SteerReply {
     let seq = message.seq;
     if seen.lock().await.contains(seq) {
-        return SteerReply { steered: true, turn_id: Some(turn_id), reason: Some("already injected".into()) };
+        let reason = Some("already injected".into());
+        return SteerReply { steered: true, turn_id: Some(turn_id), reason, written_at_us: None };
     }
     let text = render(std::slice::from_ref(&message), "A message for you arrived while you were working:");
     let context = context_of("message", std::slice::from_ref(&message));
+    let written_at_us =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
     match session.send(&format!("steer-{seq}"), &text, &context, SendMode::Steer { turn_id }).await {
         // Taken for the turn; `SteerInjected` follows at its next step boundary.
-        Ok(SendOutcome::Steered { turn_id }) => SteerReply { steered: true, turn_id: Some(turn_id), reason: None },
+        Ok(SendOutcome::Steered { turn_id }) => {
+            SteerReply { steered: true, turn_id: Some(turn_id), reason: None, written_at_us: Some(written_at_us) }
+        }
         Ok(SendOutcome::FellBack { reason }) | Ok(SendOutcome::Refused { reason }) => {
-            SteerReply { steered: false, turn_id: None, reason: Some(reason) }
+            SteerReply { steered: false, turn_id: None, reason: Some(reason), written_at_us: None }
         }
-        Ok(SendOutcome::Started { .. }) => {
-            SteerReply { steered: false, turn_id: None, reason: Some("the harness started a new turn".into()) }
-        }
-        Err(e) => SteerReply { steered: false, turn_id: None, reason: Some(e.to_string()) },
+        Ok(SendOutcome::Started { .. }) => SteerReply {
+            steered: false,
+            turn_id: None,
+            reason: Some("the harness started a new turn".into()),
+            written_at_us: None,
+        },
+        Err(e) => SteerReply { steered: false, turn_id: None, reason: Some(e.to_string()), written_at_us: None },
     }
 }
 

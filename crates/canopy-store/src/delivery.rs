@@ -38,7 +38,7 @@ pub struct Reach {
 }
 
 /// Every agent subscribed to `channel_id` except the sender, with its live state.
-pub(crate) fn reach(conn: &Connection, channel_id: i64, sender_id: i64, mentions: &[Handle]) -> Result<Reach, Error> {
+pub fn reach(conn: &Connection, channel_id: i64, sender_id: i64, mentions: &[Handle]) -> Result<Reach, Error> {
     let recipients: Vec<Recipient> = conn
         .prepare_cached(
             "SELECT a.id, a.handle, a.state, COALESCE(p.state, 'offline'), s.runner_id, COALESCE(s.incarnation, 0) \
@@ -222,4 +222,36 @@ pub fn overflowing(conn: &Connection, cap: u64) -> Result<Vec<(i64, String, u64)
         }
     }
     Ok(newly)
+}
+
+/// Moves cursors past pending messages older than `cutoff_ms` (the retention period) and
+/// returns, per agent, how many it never received, so the operator can be told.
+pub fn expire(conn: &Connection, cutoff_ms: i64) -> Result<Vec<(i64, String, u64)>, Error> {
+    let stale: Vec<(i64, String, i64, i64, i64)> = conn
+        .prepare_cached(
+            "SELECT sub.account_id, a.handle, sub.channel_id, MAX(m.seq), \
+             SUM(CASE WHEN m.sender_id != sub.account_id AND NOT EXISTS (SELECT 1 FROM deliveries d \
+                 WHERE d.agent_id = sub.account_id AND d.seq = m.seq AND d.state = 'injected') THEN 1 ELSE 0 END) \
+             FROM subscriptions sub JOIN accounts a ON a.id = sub.account_id \
+             JOIN messages m ON m.channel_id = sub.channel_id AND m.seq > sub.cursor \
+             WHERE a.kind = 'agent' AND m.created_at < ?1 GROUP BY sub.account_id, sub.channel_id",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![cutoff_ms], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?.collect()
+        })
+        .map_err(sql("finding expired messages"))?;
+    let mut per_agent: Vec<(i64, String, u64)> = Vec::new();
+    for (agent_id, handle, channel_id, max_seq, missed) in stale {
+        conn.execute(
+            "UPDATE subscriptions SET cursor = ?1 WHERE account_id = ?2 AND channel_id = ?3 AND cursor < ?1",
+            params![max_seq, agent_id, channel_id],
+        )
+        .map_err(sql("expiring messages"))?;
+        match per_agent.iter_mut().find(|(id, _, _)| *id == agent_id) {
+            Some(entry) => entry.2 += missed as u64,
+            None => per_agent.push((agent_id, handle, missed as u64)),
+        }
+    }
+    per_agent.retain(|(_, _, missed)| *missed > 0);
+    Ok(per_agent)
 }

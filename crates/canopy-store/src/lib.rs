@@ -58,7 +58,11 @@ impl Store {
         let conn = open_connection(path, false)?;
         schema::migrate(&conn)?;
         let writer = writer::spawn(conn, queue_capacity)?;
-        let readers = Arc::new(ReadPool { path: path.to_owned(), idle: Mutex::new(Vec::new()) });
+        let readers = Arc::new(ReadPool {
+            path: path.to_owned(),
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(tokio::sync::Semaphore::new(ReadPool::MAX)),
+        });
         Ok(Store { writer, readers })
     }
 
@@ -79,9 +83,20 @@ impl Store {
         F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
     {
         let readers = self.readers.clone();
-        tokio::task::spawn_blocking(move || readers.with(query))
+        // Bound concurrent reads to the pool, so connections are reused, never churned.
+        let permit = readers
+            .permits
+            .clone()
+            .acquire_owned()
             .await
-            .map_err(|e| Error::Internal(format!("store read task failed: {e}")))?
+            .map_err(|_| Error::Unavailable("the store is shut down".into()))?;
+        tokio::task::spawn_blocking(move || {
+            let result = readers.with(query);
+            drop(permit);
+            result
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("store read task failed: {e}")))?
     }
 
     /// Stops the writer after the queued writes are done and waits for its thread.
@@ -94,11 +109,13 @@ impl Store {
 struct ReadPool {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
+    /// One permit per connection: at most `MAX` reads run at once; others wait their turn.
+    permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl ReadPool {
-    /// Most idle read connections kept; more may be open at once under load.
-    const KEEP: usize = 8;
+    /// Most read connections, and most reads at once.
+    const MAX: usize = 16;
 
     fn with<T>(&self, query: impl FnOnce(&Connection) -> Result<T, Error>) -> Result<T, Error> {
         let pooled = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
@@ -108,7 +125,7 @@ impl ReadPool {
         };
         let result = query(&conn);
         if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < Self::KEEP
+            && idle.len() < Self::MAX
         {
             idle.push(conn);
         }
@@ -156,7 +173,9 @@ pub mod ops {
         account, children, create_agent, create_operator, list_agents, reparent, resolve_token, subscriptions, tree,
     };
     pub use crate::channels::{channel, create_channel, list_channels, list_topics};
-    pub use crate::delivery::{acknowledge, agent_id, overflowing, pending, record_held, record_injected};
+    pub use crate::delivery::{
+        acknowledge, agent_id, expire, overflowing, pending, reach, record_held, record_injected,
+    };
     pub use crate::governance::{
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unsubscribe_self,
     };
@@ -205,10 +224,20 @@ pub mod bench {
         store
             .read(|c| {
                 let tables = [
-                    "messages", "topics", "deliveries", "subscriptions", "activity", "presence", "sessions", "audit",
-                    "pins", "channels", "accounts",
+                    "messages",
+                    "topics",
+                    "deliveries",
+                    "subscriptions",
+                    "activity",
+                    "presence",
+                    "sessions",
+                    "audit",
+                    "pins",
+                    "channels",
+                    "accounts",
                 ];
-                let query = tables.iter().map(|t| format!("(SELECT COUNT(*) FROM {t})")).collect::<Vec<_>>().join(" + ");
+                let query =
+                    tables.iter().map(|t| format!("(SELECT COUNT(*) FROM {t})")).collect::<Vec<_>>().join(" + ");
                 c.query_row(&format!("SELECT {query}"), [], |r| r.get::<_, i64>(0))
                     .map(|n| n as u64)
                     .map_err(sql("counting rows"))

@@ -7,13 +7,12 @@
 
 use canopy_core::acl::{Caller, may_post};
 use canopy_core::mention::parse_mentions;
-use canopy_core::{ChannelName, Error, Message, TopicName};
+use canopy_core::{AccountKind, ChannelName, Error, Handle, Message, Sender, TopicName};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::channels::{is_subscribed, require_readable};
-use crate::delivery::{Reach, reach};
-use crate::views::{MESSAGE_SELECT, message_from_row, require_account, require_channel};
-use crate::{now_ms, sql};
+use crate::views::{MESSAGE_SELECT, channel_for_post, message_from_row, require_account, require_channel};
+use crate::{now_ms, rfc3339, sql};
 
 /// A message to commit. Names are parsed and the body's size checked by the caller.
 #[derive(Debug, Clone)]
@@ -33,8 +32,9 @@ pub struct Posted {
     pub message: Message,
     /// True when this was a retry of an earlier post with the same key.
     pub duplicate: bool,
-    /// Empty for a duplicate: the first post already reached everyone.
-    pub reach: Reach,
+    /// For `delivery::reach`, read after the commit (off the writer's hot path).
+    pub channel_id: i64,
+    pub sender_id: i64,
 }
 
 /// A page of messages in sequence order.
@@ -46,7 +46,8 @@ pub struct Page {
     pub more: bool,
 }
 
-/// Commits a message and says whom it reaches.
+/// Commits a message. Whom it reaches is read afterwards (`delivery::reach`), so the
+/// writer's transaction holds only what must be atomic with the insert.
 pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Posted, Error> {
     let sender = require_account(conn, "caller", caller.handle.as_str())?;
     if let Some(key) = &spec.idempotency_key
@@ -57,7 +58,7 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Poste
     {
         let stored = message(conn, seq)?;
         if stored.channel == spec.channel && stored.topic == spec.topic && stored.body == spec.body {
-            return Ok(Posted { message: stored, duplicate: true, reach: Reach::default() });
+            return Ok(Posted { message: stored, duplicate: true, channel_id: 0, sender_id: sender.id });
         }
         return Err(Error::ConflictOn {
             field: "idempotency_key",
@@ -68,8 +69,8 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Poste
         });
     }
 
-    let (channel_id, channel) = require_channel(conn, "channel", spec.channel.as_str())?;
-    let subscribed = is_subscribed(conn, sender.id, channel_id)?;
+    let (channel_id, channel) = channel_for_post(conn, spec.channel.as_str())?;
+    let subscribed = caller.is_operator() || is_subscribed(conn, sender.id, channel_id)?;
     may_post(caller, &channel, subscribed)?;
 
     let now = now_ms();
@@ -98,15 +99,17 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Poste
 
     let new = NewMessage {
         channel_id,
+        channel: &spec.channel,
         topic_id,
+        topic: &spec.topic,
         sender_id: sender.id,
+        sender: Sender { handle: sender.handle.clone(), kind: sender.kind, role: sender.role.clone() },
         body: &spec.body,
         idempotency_key: spec.idempotency_key.as_deref(),
         ack_only: spec.ack_only,
     };
     let message = insert_message(conn, new, now)?;
-    let reach = reach(conn, channel_id, sender.id, &message.mentions)?;
-    Ok(Posted { message, duplicate: false, reach })
+    Ok(Posted { message, duplicate: false, channel_id, sender_id: sender.id })
 }
 
 /// A page of one channel (optionally one topic) after `after`, for a caller who may read it.
@@ -213,15 +216,29 @@ pub(crate) fn post_as_system(
             conn.last_insert_rowid()
         }
     };
-    let new = NewMessage { channel_id, topic_id, sender_id: system_id, body, idempotency_key: None, ack_only: false };
+    let sender = Sender { handle: Handle::from_trusted("canopy".into()), kind: AccountKind::System, role: None };
+    let new = NewMessage {
+        channel_id,
+        channel,
+        topic_id,
+        topic,
+        sender_id: system_id,
+        sender,
+        body,
+        idempotency_key: None,
+        ack_only: false,
+    };
     insert_message(conn, new, now)
 }
 
 /// A message row to insert.
 struct NewMessage<'a> {
     channel_id: i64,
+    channel: &'a ChannelName,
     topic_id: i64,
+    topic: &'a TopicName,
     sender_id: i64,
+    sender: Sender,
     body: &'a str,
     idempotency_key: Option<&'a str>,
     ack_only: bool,
@@ -229,7 +246,7 @@ struct NewMessage<'a> {
 
 /// Inserts a message and bumps its topic; returns the stored message.
 fn insert_message(conn: &Connection, new: NewMessage<'_>, now: i64) -> Result<Message, Error> {
-    let NewMessage { channel_id, topic_id, sender_id, body, idempotency_key, ack_only } = new;
+    let NewMessage { channel_id, channel, topic_id, topic, sender_id, sender, body, idempotency_key, ack_only } = new;
     let mentions = parse_mentions(body);
     let mentions_json =
         serde_json::to_string(&mentions).map_err(|e| Error::Internal(format!("encoding mentions: {e}")))?;
@@ -247,5 +264,14 @@ fn insert_message(conn: &Connection, new: NewMessage<'_>, now: i64) -> Result<Me
     )
     .and_then(|mut s| s.execute(params![seq, now, topic_id]))
     .map_err(sql("updating a topic"))?;
-    message(conn, seq)
+    // Built from what is known rather than read back: this is the hot path of every post.
+    Ok(Message {
+        seq: seq as u64,
+        channel: channel.clone(),
+        topic: topic.clone(),
+        sender,
+        body: body.to_owned(),
+        mentions,
+        created_at: rfc3339(now),
+    })
 }

@@ -222,7 +222,9 @@ async fn a_broadcast_writes_one_row_and_reaches_every_agent_through_cursors() {
     let (_dir, store) = workspace().await;
     let posted =
         store.write(|c| ops::post(c, &agent("supervisor"), &post_spec("announcements", "t", "all"))).await.unwrap();
-    let reached: Vec<&str> = posted.reach.recipients.iter().map(|r| r.handle.as_str()).collect();
+    let (channel_id, sender_id) = (posted.channel_id, posted.sender_id);
+    let reach = store.read(move |c| ops::reach(c, channel_id, sender_id, &[])).await.unwrap();
+    let reached: Vec<&str> = reach.recipients.iter().map(|r| r.handle.as_str()).collect();
     assert_eq!(reached, ["ci-manager", "docs-manager"], "every agent but the sender");
     for handle in ["ci-manager", "docs-manager"] {
         let pending = store

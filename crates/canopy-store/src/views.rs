@@ -64,6 +64,52 @@ pub(crate) fn parse_enum<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Opti
     })
 }
 
+/// A channel's id and the parts of its view that decide who may post (no counts).
+pub(crate) fn channel_for_post(conn: &Connection, name: &str) -> Result<(i64, Channel), Error> {
+    let row = conn
+        .prepare_cached(
+            "SELECT c.id, c.name, c.kind, c.post_policy, c.subscription_policy, o.handle, c.created_at \
+             FROM channels c LEFT JOIN accounts o ON o.id = c.owner_id WHERE c.name = ?1",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![name], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    Channel {
+                        name: ChannelName::from_trusted(row.get(1)?),
+                        kind: parse_enum(row, 2, ChannelKind::parse)?,
+                        post_policy: parse_enum(row, 3, PostPolicy::parse)?,
+                        subscription_policy: parse_enum(row, 4, SubscriptionPolicy::parse)?,
+                        owner: row.get::<_, Option<String>>(5)?.map(Handle::from_trusted),
+                        posters: Vec::new(),
+                        created_at: rfc3339(row.get(6)?),
+                        subscribers: 0,
+                        last_seq: 0,
+                    },
+                ))
+            })
+            .optional()
+        })
+        .map_err(sql("reading a channel"))?;
+    let (id, mut channel) = row.ok_or_else(|| Error::ChannelNotFound { field: "channel", channel: name.to_owned() })?;
+    if channel.post_policy == PostPolicy::Restricted {
+        channel.posters = posters(conn, id)?;
+    }
+    Ok((id, channel))
+}
+
+fn posters(conn: &Connection, channel_id: i64) -> Result<Vec<Handle>, Error> {
+    conn.prepare_cached(
+        "SELECT a.handle FROM channel_posters p JOIN accounts a ON a.id = p.account_id \
+         WHERE p.channel_id = ?1 ORDER BY a.handle",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![channel_id], |r| r.get::<_, String>(0).map(Handle::from_trusted))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+    })
+    .map_err(sql("reading a channel's posters"))
+}
+
 /// A channel's id and its full view.
 pub(crate) fn load_channel(conn: &Connection, name: &str) -> Result<Option<(i64, Channel)>, Error> {
     let row = conn
@@ -94,16 +140,7 @@ pub(crate) fn load_channel(conn: &Connection, name: &str) -> Result<Option<(i64,
         })
         .map_err(sql("reading a channel"))?;
     let Some((id, mut channel)) = row else { return Ok(None) };
-    channel.posters = conn
-        .prepare_cached(
-            "SELECT a.handle FROM channel_posters p JOIN accounts a ON a.id = p.account_id \
-             WHERE p.channel_id = ?1 ORDER BY a.handle",
-        )
-        .and_then(|mut s| {
-            s.query_map(params![id], |r| r.get::<_, String>(0).map(Handle::from_trusted))?
-                .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(sql("reading a channel's posters"))?;
+    channel.posters = posters(conn, id)?;
     Ok(Some((id, channel)))
 }
 
