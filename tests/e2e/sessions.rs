@@ -412,6 +412,14 @@ fn mcp_over_stdio_serves_the_same_tools_bound_to_its_token() {
     let bad: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(bad["result"]["isError"], true, "{bad}");
     assert_eq!(bad["result"]["structuredContent"]["error"]["code"], "invalid_argument", "{bad}");
+    // Messages in a tool result are shown attributed and fenced, like deliveries.
+    request(serde_json::json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "comms_list_messages", "arguments": {"channel": "home-stdio-user"}}}));
+    let listed: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let text = listed["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("from @stdio-user (manager) in #home-stdio-user > stdio"), "{listed}");
+    assert!(text.contains("end of message"), "{listed}");
+    assert_eq!(listed["result"]["structuredContent"]["groups"][0]["topic"], "stdio", "{listed}");
     drop(stdin);
     let _ = crate::env::wait_timeout(&mut proxy, Duration::from_secs(10));
 }

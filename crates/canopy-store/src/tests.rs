@@ -284,3 +284,22 @@ async fn mandatory_subscriptions_cannot_be_left_and_pins_stay_in_their_channel()
     let pinned = store.write(move |c| ops::pin(c, &operator(), &announcements, seq)).await;
     assert_eq!(pinned.err().map(|e| e.code()), Some(ErrorCode::InvalidArgument));
 }
+
+#[tokio::test]
+async fn pending_messages_past_retention_expire_and_are_counted() {
+    let (_dir, store) = workspace().await;
+    store.write(|c| ops::post(c, &operator(), &post_spec("home-ci-manager", "t", "old"))).await.unwrap();
+    // Everything posted so far is older than a cutoff in the future.
+    let cutoff = crate::now_ms() + 1_000;
+    let expired = store.write(move |c| ops::expire(c, cutoff)).await.unwrap();
+    let missed: Vec<(&str, u64)> = expired.iter().map(|(_, h, n)| (h.as_str(), *n)).collect();
+    assert_eq!(missed, [("ci-manager", 1)]);
+    let pending = store
+        .read(|c| {
+            let id = ops::agent_id(c, "ci-manager")?;
+            ops::pending(c, id, 10)
+        })
+        .await
+        .unwrap();
+    assert!(pending.messages.is_empty());
+}

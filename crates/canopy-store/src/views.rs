@@ -64,34 +64,38 @@ pub(crate) fn parse_enum<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Opti
     })
 }
 
+/// A channel's id and its view without counts or posters.
+fn channel_row(conn: &Connection, name: &str) -> Result<Option<(i64, Channel)>, Error> {
+    conn.prepare_cached(
+        "SELECT c.id, c.name, c.kind, c.post_policy, c.subscription_policy, o.handle, c.created_at \
+         FROM channels c LEFT JOIN accounts o ON o.id = c.owner_id WHERE c.name = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![name], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                Channel {
+                    name: ChannelName::from_trusted(row.get(1)?),
+                    kind: parse_enum(row, 2, ChannelKind::parse)?,
+                    post_policy: parse_enum(row, 3, PostPolicy::parse)?,
+                    subscription_policy: parse_enum(row, 4, SubscriptionPolicy::parse)?,
+                    owner: row.get::<_, Option<String>>(5)?.map(Handle::from_trusted),
+                    posters: Vec::new(),
+                    created_at: rfc3339(row.get(6)?),
+                    subscribers: 0,
+                    last_seq: 0,
+                },
+            ))
+        })
+        .optional()
+    })
+    .map_err(sql("reading a channel"))
+}
+
 /// A channel's id and the parts of its view that decide who may post (no counts).
 pub(crate) fn channel_for_post(conn: &Connection, name: &str) -> Result<(i64, Channel), Error> {
-    let row = conn
-        .prepare_cached(
-            "SELECT c.id, c.name, c.kind, c.post_policy, c.subscription_policy, o.handle, c.created_at \
-             FROM channels c LEFT JOIN accounts o ON o.id = c.owner_id WHERE c.name = ?1",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![name], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    Channel {
-                        name: ChannelName::from_trusted(row.get(1)?),
-                        kind: parse_enum(row, 2, ChannelKind::parse)?,
-                        post_policy: parse_enum(row, 3, PostPolicy::parse)?,
-                        subscription_policy: parse_enum(row, 4, SubscriptionPolicy::parse)?,
-                        owner: row.get::<_, Option<String>>(5)?.map(Handle::from_trusted),
-                        posters: Vec::new(),
-                        created_at: rfc3339(row.get(6)?),
-                        subscribers: 0,
-                        last_seq: 0,
-                    },
-                ))
-            })
-            .optional()
-        })
-        .map_err(sql("reading a channel"))?;
-    let (id, mut channel) = row.ok_or_else(|| Error::ChannelNotFound { field: "channel", channel: name.to_owned() })?;
+    let (id, mut channel) = channel_row(conn, name)?
+        .ok_or_else(|| Error::ChannelNotFound { field: "channel", channel: name.to_owned() })?;
     if channel.post_policy == PostPolicy::Restricted {
         channel.posters = posters(conn, id)?;
     }
@@ -112,34 +116,16 @@ fn posters(conn: &Connection, channel_id: i64) -> Result<Vec<Handle>, Error> {
 
 /// A channel's id and its full view.
 pub(crate) fn load_channel(conn: &Connection, name: &str) -> Result<Option<(i64, Channel)>, Error> {
-    let row = conn
+    let Some((id, mut channel)) = channel_row(conn, name)? else { return Ok(None) };
+    let (subscribers, last_seq): (i64, i64) = conn
         .prepare_cached(
-            "SELECT c.id, c.name, c.kind, c.post_policy, c.subscription_policy, o.handle, c.created_at, \
-             (SELECT COUNT(*) FROM subscriptions s WHERE s.channel_id = c.id), \
-             (SELECT COALESCE(MAX(seq), 0) FROM messages m WHERE m.channel_id = c.id) \
-             FROM channels c LEFT JOIN accounts o ON o.id = c.owner_id WHERE c.name = ?1",
+            "SELECT (SELECT COUNT(*) FROM subscriptions s WHERE s.channel_id = ?1), \
+             (SELECT COALESCE(MAX(seq), 0) FROM messages m WHERE m.channel_id = ?1)",
         )
-        .and_then(|mut s| {
-            s.query_row(params![name], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    Channel {
-                        name: ChannelName::from_trusted(row.get(1)?),
-                        kind: parse_enum(row, 2, ChannelKind::parse)?,
-                        post_policy: parse_enum(row, 3, PostPolicy::parse)?,
-                        subscription_policy: parse_enum(row, 4, SubscriptionPolicy::parse)?,
-                        owner: row.get::<_, Option<String>>(5)?.map(Handle::from_trusted),
-                        posters: Vec::new(),
-                        created_at: rfc3339(row.get(6)?),
-                        subscribers: row.get::<_, i64>(7)? as u64,
-                        last_seq: row.get::<_, i64>(8)? as u64,
-                    },
-                ))
-            })
-            .optional()
-        })
-        .map_err(sql("reading a channel"))?;
-    let Some((id, mut channel)) = row else { return Ok(None) };
+        .and_then(|mut s| s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?))))
+        .map_err(sql("counting a channel"))?;
+    channel.subscribers = subscribers as u64;
+    channel.last_seq = last_seq as u64;
     channel.posters = posters(conn, id)?;
     Ok(Some((id, channel)))
 }
