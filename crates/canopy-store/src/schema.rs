@@ -56,7 +56,7 @@ const MIGRATIONS: &[&str] = &[
         resolved          INTEGER NOT NULL DEFAULT 0,
         UNIQUE (channel_id, name)
     );
-    CREATE INDEX topics_activity ON topics(channel_id, last_seq DESC);
+    -- No index on activity: a channel has few topics, and every post would pay to keep it.
     CREATE TABLE messages (
         seq              INTEGER PRIMARY KEY AUTOINCREMENT,
         channel_id       INTEGER NOT NULL REFERENCES channels(id),
@@ -65,9 +65,11 @@ const MIGRATIONS: &[&str] = &[
         body             TEXT NOT NULL,
         mentions         TEXT NOT NULL DEFAULT '[]',
         idempotency_key  TEXT,
-        created_at       INTEGER NOT NULL,
-        UNIQUE (sender_id, idempotency_key)
+        created_at       INTEGER NOT NULL
     );
+    -- Partial: most posts carry no key, and should not pay for an index entry.
+    CREATE UNIQUE INDEX messages_idempotency ON messages(sender_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
     CREATE INDEX messages_channel ON messages(channel_id, seq);
     CREATE INDEX messages_topic ON messages(topic_id, seq);
     CREATE TABLE subscriptions (

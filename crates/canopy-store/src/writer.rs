@@ -113,24 +113,27 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Work>) -> (Result<(), Error>
             return (Err(Error::Unavailable(format!("starting a write transaction: {e}"))), finishes);
         }
     };
+    // Cached statements: these run twice per job, so parsing them each time shows up.
+    let run = |sql: &str| tx.prepare_cached(sql).and_then(|mut s| s.execute([])).map(|_| ());
+    let rollback = || run("ROLLBACK TO job").and_then(|()| run("RELEASE job"));
     for job in batch.drain(..) {
-        if let Err(e) = tx.execute_batch("SAVEPOINT job") {
+        if let Err(e) = run("SAVEPOINT job") {
             tracing::error!(error = %e, "could not open a savepoint; refusing the write");
             continue;
         }
         match catch_unwind(AssertUnwindSafe(|| job(&tx))) {
             Ok((true, finish)) => {
-                let _ = tx.execute_batch("RELEASE job");
+                let _ = run("RELEASE job");
                 finishes.push(finish);
             }
             Ok((false, finish)) => {
-                let _ = tx.execute_batch("ROLLBACK TO job; RELEASE job");
+                let _ = rollback();
                 finishes.push(finish);
             }
             Err(_) => {
                 // The job's finish was dropped with it, so its caller gets `Internal`.
                 tracing::error!("a store write panicked; its changes were rolled back");
-                let _ = tx.execute_batch("ROLLBACK TO job; RELEASE job");
+                let _ = rollback();
             }
         }
     }
