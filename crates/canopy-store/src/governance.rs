@@ -118,9 +118,9 @@ fn coordination_channel(conn: &Connection, manager_id: i64) -> Result<i64, Error
 fn direct_between(conn: &Connection, a: i64, b: i64) -> Result<i64, Error> {
     let existing: Option<i64> = conn
         .prepare_cached(
-            "SELECT c.id FROM channels c WHERE c.kind = 'direct' \
-             AND EXISTS (SELECT 1 FROM channel_posters p WHERE p.channel_id = c.id AND p.account_id = ?1) \
-             AND EXISTS (SELECT 1 FROM channel_posters p WHERE p.channel_id = c.id AND p.account_id = ?2)",
+            "SELECT c.id FROM channel_posters a JOIN channel_posters b ON b.channel_id = a.channel_id \
+             JOIN channels c ON c.id = a.channel_id \
+             WHERE a.account_id = ?1 AND b.account_id = ?2 AND c.kind = 'direct' LIMIT 1",
         )
         .and_then(|mut s| s.query_row(params![a, b], |r| r.get(0)).optional())
         .map_err(sql("finding a direct channel"))?;

@@ -156,6 +156,7 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (channel_id, seq)
     ) WITHOUT ROWID;
     ALTER TABLE accounts ADD COLUMN coord_channel_id INTEGER REFERENCES channels(id);
+    CREATE INDEX channel_posters_account ON channel_posters(account_id);
     ALTER TABLE presence ADD COLUMN overflow INTEGER NOT NULL DEFAULT 0;
     "#,
 ];
