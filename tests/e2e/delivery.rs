@@ -139,20 +139,21 @@ fn a_steer_that_cannot_land_falls_back_to_the_next_turn_start() {
         &[QUICK, &[("embedded = true", "embedded = false"), ("steer_timeout = \"2s\"", "steer_timeout = \"300ms\"")]]
             .concat(),
     );
-    let mut runner = env
-        .command(&["runner", "--nats-url", &env.nats_url()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = crate::env::Guarded(
+        env.command(&["runner", "--nats-url", &env.nats_url()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     env.create_scripted("beta", "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ sleep = \"2s\" }]\n");
     crate::assert_eventually!(env.roster_entry("beta")["presence"] == "working", "beta never started working");
-    signal(runner.id(), canopy_sys::SIGSTOP);
+    signal(runner.0.id(), canopy_sys::SIGSTOP);
     let posted =
         env.json(&["post", "--channel", "home-beta", "--topic", "t", "--create-topic", "@beta are you there?"]);
     // The runner wakes while beta's turn still runs: the late steer must not land in it.
-    signal(runner.id(), canopy_sys::SIGCONT);
+    signal(runner.0.id(), canopy_sys::SIGCONT);
     let outcome = &posted["outcomes"][0];
     assert_eq!(outcome["recipient"], "beta");
     assert_eq!(outcome["outcome"], "queued", "{posted}");
@@ -166,8 +167,8 @@ fn a_steer_that_cannot_land_falls_back_to_the_next_turn_start() {
     assert_eq!(input["position"], 0, "delivered at a turn start: {input}");
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(inputs_containing(&env, "beta", "are you there?").len(), 1);
-    signal(runner.id(), canopy_sys::SIGTERM);
-    let _ = crate::env::wait_timeout(&mut runner, Duration::from_secs(15));
+    signal(runner.0.id(), canopy_sys::SIGTERM);
+    let _ = crate::env::wait_timeout(&mut runner.0, Duration::from_secs(15));
 }
 
 #[test]

@@ -235,6 +235,16 @@ impl Drop for TestEnv {
     }
 }
 
+/// A child process that is killed (and reaped) when the test ends, even when it fails.
+pub struct Guarded(pub Child);
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }

@@ -38,7 +38,7 @@ impl TestEnv {
             .map(|p| p as u32)
     }
 
-    fn wait_harness_pid(&self, handle: &str, incarnation: u64) -> u32 {
+    pub fn wait_harness_pid(&self, handle: &str, incarnation: u64) -> u32 {
         let deadline = std::time::Instant::now() + Duration::from_secs(15);
         loop {
             if let Some(pid) = self.harness_pid(handle, incarnation) {
@@ -342,14 +342,15 @@ fn a_bad_script_fails_agents_create_with_its_file_and_line() {
 #[test]
 fn two_runners_share_one_daemon_and_tools_work_through_each() {
     let env = TestEnv::started_with(FAST);
-    let mut second = env
-        .command(&["runner", "--nats-url", &env.nats_url()])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(env.dir.path().join("runner2.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut second = crate::env::Guarded(
+        env.command(&["runner", "--nats-url", &env.nats_url()])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(env.dir.path().join("runner2.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     // Let the second runner register before agents appear, so placement can use it.
     std::thread::sleep(Duration::from_millis(1000));
     for handle in ["a1", "a2", "a3", "a4"] {
@@ -369,8 +370,8 @@ fn two_runners_share_one_daemon_and_tools_work_through_each() {
         .filter_map(|a| a["runner"].as_str().map(str::to_owned))
         .collect();
     assert_eq!(runners.len(), 2, "sessions were not spread over both runners: {runners:?}");
-    signal(second.id(), canopy_sys::SIGTERM);
-    let _ = crate::env::wait_timeout(&mut second, Duration::from_secs(15));
+    signal(second.0.id(), canopy_sys::SIGTERM);
+    let _ = crate::env::wait_timeout(&mut second.0, Duration::from_secs(15));
 }
 
 #[test]

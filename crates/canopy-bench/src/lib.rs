@@ -8,7 +8,7 @@
 //! echo, a NATS request that commits one row and replies, and a plain NATS publish burst.
 //! Does not touch any existing workspace.
 
-mod setup;
+pub mod setup;
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use canopy_proto::api::*;
 use futures_util::StreamExt;
 use serde::Serialize;
 
-pub use setup::Bench;
+pub use setup::Sandbox;
 
 /// How big a run is.
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +46,7 @@ pub struct Figure {
 
 /// Runs every figure.
 pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
-    let bench = Bench::start().await?;
+    let bench = Sandbox::for_bench().await?;
     let mut figures = Vec::new();
     eprintln!("bench: post throughput...");
     figures.push(post_throughput(&bench, options).await?);
@@ -71,7 +71,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 /// Durable posts with 64 concurrent posters, one recipient each, against NATS request +
 /// SQLite commit + reply.
-async fn post_throughput(bench: &Bench, options: Options) -> Result<Figure, String> {
+async fn post_throughput(bench: &Sandbox, options: Options) -> Result<Figure, String> {
     const POSTERS: usize = 64;
     let total = if options.quick { 3_200 } else { 32_000 };
     // Offline recipients: the figure is the durable post path, not 64 harness processes.
@@ -122,7 +122,7 @@ async fn post_throughput(bench: &Bench, options: Options) -> Result<Figure, Stri
 }
 
 /// Mention committed to steer accepted by the harness, against a NATS round trip.
-async fn steer_latency(bench: &Bench, options: Options) -> Result<Vec<Figure>, String> {
+async fn steer_latency(bench: &Sandbox, options: Options) -> Result<Vec<Figure>, String> {
     let samples = if options.quick { 200 } else { 1_000 };
     let raw = bench.raw_round_trips(samples).await?;
     let runner = bench.start_runner().await?;
@@ -190,7 +190,7 @@ async fn steer_latency(bench: &Bench, options: Options) -> Result<Vec<Figure>, S
 }
 
 /// A broadcast to `agents` online agents: commit until every one's runner is notified.
-async fn broadcast(bench: &Bench, agents: usize) -> Result<Figure, String> {
+async fn broadcast(bench: &Sandbox, agents: usize) -> Result<Figure, String> {
     let existing = bench.agent_count().await?;
     if existing < agents {
         bench.create_agents("listener", agents - existing, false).await?;

@@ -1,5 +1,6 @@
-//! The benchmark's world: a temporary workspace, a private nats-server, the daemon in this
-//! process, and the raw baselines (NATS echo, NATS + SQLite commit, NATS publish burst).
+//! A sandbox: a temporary workspace, a private nats-server and the daemon in this process,
+//! torn down by `stop`. The benchmark and `canopy demo` run in one; the raw baselines of the
+//! benchmark (NATS echo, NATS + SQLite commit, NATS publish burst) live here too.
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use crate::payload;
 /// The runner id the broadcast figure registers, so sessions exist without processes.
 pub const FAKE_RUNNER: &str = "bench-fake-runner";
 
-pub struct Bench {
+pub struct Sandbox {
     pub api: ApiClient,
     pub operator: String,
     runner_token: String,
@@ -30,20 +31,28 @@ pub struct Bench {
     _dir: tempfile::TempDir,
 }
 
-impl Bench {
-    pub async fn start() -> Result<Bench, String> {
+impl Sandbox {
+    /// A sandbox for the benchmark: no embedded runner, quick runner expiry.
+    pub async fn for_bench() -> Result<Sandbox, String> {
+        Sandbox::start(&[
+            ("embedded = true", "embedded = false"),
+            ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
+            ("runner_ttl = \"10s\"", "runner_ttl = \"1s\""),
+            ("capacity = 1000", "capacity = 100000"),
+        ])
+        .await
+    }
+
+    /// A sandbox whose `canopy.toml` differs from the defaults by `edits` (from, to).
+    pub async fn start(edits: &[(&str, &str)]) -> Result<Sandbox, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("creating a temporary directory: {e}"))?;
         let data = DataDir::new(dir.path().join("data"));
         let options = InitOptions { mission: "benchmark".into(), operator: "bench".into(), name: "bench".into() };
         canopy_daemon::init(&data, &options).await.map_err(|e| e.to_string())?;
-        // No embedded runner (the figures start what they need); quick runner expiry so the
-        // broadcast figure's stand-in runner takes every session.
-        let text = std::fs::read_to_string(data.config()).map_err(|e| e.to_string())?;
-        let text = text
-            .replace("embedded = true", "embedded = false")
-            .replace("sync_interval = \"2s\"", "sync_interval = \"200ms\"")
-            .replace("runner_ttl = \"10s\"", "runner_ttl = \"1s\"")
-            .replace("capacity = 1000", "capacity = 100000");
+        let mut text = std::fs::read_to_string(data.config()).map_err(|e| e.to_string())?;
+        for (from, to) in edits {
+            text = text.replacen(from, to, 1);
+        }
         std::fs::write(data.config(), text).map_err(|e| e.to_string())?;
         let config = Config::load(&data.config()).map_err(|e| e.to_string())?;
 
@@ -79,7 +88,7 @@ impl Bench {
         let raw = Store::open(&dir.path().join("raw.db"), 4096).map_err(|e| e.to_string())?;
         canopy_store::bench::prepare(&raw).await.map_err(|e| e.to_string())?;
         let reader = Store::open(&data.db(), 16).map_err(|e| e.to_string())?;
-        Ok(Bench {
+        Ok(Sandbox {
             operator: read(data.operator_token())?,
             runner_token: read(data.runner_token())?,
             api,
@@ -92,6 +101,11 @@ impl Bench {
             reader,
             _dir: dir,
         })
+    }
+
+    /// The workspace's data directory.
+    pub fn data(&self) -> &DataDir {
+        &self.data
     }
 
     pub async fn stop(self) {

@@ -80,6 +80,32 @@ pub enum Command {
     /// Serve the native tools over MCP on stdio for one session's token (for harnesses
     /// that only speak stdio).
     Mcp(McpArgs),
+    /// Play the three flows of the product on a temporary workspace, narrated.
+    Demo {
+        /// Approve the spawn request automatically instead of asking at the terminal.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Approve a pending spawn request.
+    Approve { id: String },
+    /// Deny a pending spawn request.
+    Deny {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Spawn requests, newest first.
+    Requests {
+        /// pending, approved, spawned, failed, denied, expired or cancelled.
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// The audit log, newest first.
+    Audit {
+        /// Only entries newer than this (humantime: 1h, 2days).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<std::time::Duration>,
+    },
     /// Measure delivery performance beside raw NATS and SQLite baselines, on a temporary
     /// workspace (build with --release for meaningful numbers).
     Bench {
@@ -189,6 +215,8 @@ pub enum AgentsCommand {
     Start { handle: String },
     /// Stop an agent's session; it stays stopped until `start`.
     Stop { handle: String },
+    /// Despawn an agent and its subtree: sessions stop, history stays.
+    Despawn { handle: String },
     /// Move an agent under another parent.
     Reparent {
         handle: String,

@@ -33,6 +33,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Runner(args) => runner(&dir, json, &args).await,
         Command::Mcp(args) => mcp(&dir, json, &args).await,
         Command::Bench { quick } => bench(json, quick).await,
+        Command::Demo { yes } => crate::demo::run(yes).await,
         command => match Client::connect(&dir).await {
             Ok(client) => api_command(&client, json, command).await,
             Err(e) => fail(json, &e),
@@ -143,6 +144,49 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         Command::Agents(AgentsCommand::Stop { handle }) => {
             call(client, json, Method::AgentsStop, &AgentsStartStopRequest { handle }, output::roster_line).await
         }
+        Command::Agents(AgentsCommand::Despawn { handle }) => {
+            call(client, json, Method::AgentsDespawn, &AgentsDespawnRequest { handle }, |r: &AgentsDespawnResponse| {
+                println!("despawned {}", r.despawned.join(", "))
+            })
+            .await
+        }
+        Command::Approve { id } => {
+            let request = SpawnDecideRequest { id, approve: true, reason: None };
+            call(client, json, Method::SpawnDecide, &request, output::spawn_request).await
+        }
+        Command::Deny { id, reason } => {
+            let request = SpawnDecideRequest { id, approve: false, reason: Some(reason) };
+            call(client, json, Method::SpawnDecide, &request, output::spawn_request).await
+        }
+        Command::Requests { state } => {
+            let state = match state.as_deref().map(|s| canopy_core::SpawnState::parse(s).ok_or(s)) {
+                None => None,
+                Some(Ok(state)) => Some(state),
+                Some(Err(bad)) => {
+                    let message = format!("unknown state {bad:?}; one of {}", canopy_core::SpawnState::expected());
+                    let wire = canopy_proto::WireError {
+                        code: ErrorCode::InvalidArgument,
+                        message,
+                        field: Some("state".into()),
+                    };
+                    return fail(json, &CallError::Refused(wire));
+                }
+            };
+            call(client, json, Method::SpawnList, &SpawnListRequest { state }, |r: &SpawnListResponse| {
+                r.requests.iter().for_each(output::spawn_request)
+            })
+            .await
+        }
+        Command::Audit { since } => {
+            let request = AuditListRequest { since_secs: since.map(|d| d.as_secs()) };
+            call(client, json, Method::AuditList, &request, |r: &AuditListResponse| {
+                for e in &r.entries {
+                    let actor = e.actor.as_ref().map_or("canopy".to_owned(), ToString::to_string);
+                    println!("{} {actor:12} {:24} {} {}", e.at, e.action, e.target, e.detail);
+                }
+            })
+            .await
+        }
         Command::Roster => {
             call(client, json, Method::Roster, &RosterRequest {}, |r: &RosterResponse| output::roster(&r.agents)).await
         }
@@ -230,7 +274,8 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         | Command::Up { .. }
         | Command::Runner(_)
         | Command::Mcp(_)
-        | Command::Bench { .. } => Ok(()),
+        | Command::Bench { .. }
+        | Command::Demo { .. } => Ok(()),
     };
     match result {
         Ok(()) => 0,

@@ -8,6 +8,7 @@
 mod args;
 mod client;
 mod commands;
+mod demo;
 mod output;
 
 use std::process::ExitCode;

@@ -1,6 +1,6 @@
 //! Output: logging set-up, JSON printing, and the concise text forms.
 
-use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, Topic, TreeNode};
+use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, SpawnRequest, Topic, TreeNode};
 use canopy_proto::api::{BoardResponse, PostResponse, ReadResponse};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
@@ -175,4 +175,17 @@ pub fn board(r: &BoardResponse) {
     for m in &r.pins {
         println!("  {}", message_line(m, false));
     }
+}
+
+pub fn spawn_request(r: &SpawnRequest) {
+    let note = r.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+    println!(
+        "{} {:9} {} asks for @{} ({}, {}){note}",
+        r.id,
+        r.state.to_string(),
+        r.requester,
+        r.handle,
+        r.display_name,
+        r.role
+    );
 }

@@ -282,3 +282,58 @@ pub struct ActivityItem {
     /// The redacted event details, bounded in size.
     pub detail: serde_json::Value,
 }
+
+/// Where a spawn request is (DESIGN section 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SpawnState {
+    Pending,
+    Approved,
+    Spawned,
+    Failed,
+    Denied,
+    Expired,
+    Cancelled,
+}
+string_enum!(SpawnState {
+    Pending => "pending",
+    Approved => "approved",
+    Spawned => "spawned",
+    Failed => "failed",
+    Denied => "denied",
+    Expired => "expired",
+    Cancelled => "cancelled",
+});
+
+/// A request for a child Manager, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnRequest {
+    /// `req-<n>`.
+    pub id: String,
+    pub requester: Handle,
+    pub handle: Handle,
+    pub display_name: String,
+    pub role: RoleName,
+    pub charter: String,
+    pub reason: String,
+    pub state: SpawnState,
+    pub decided_by: Option<Handle>,
+    /// The denial reason, or why a spawn failed.
+    pub note: Option<String>,
+    pub created_at: String,
+    pub decided_at: Option<String>,
+    pub expires_at: String,
+}
+
+/// One line of the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuditEntry {
+    pub id: u64,
+    pub at: String,
+    pub actor: Option<Handle>,
+    pub action: String,
+    pub target: String,
+    pub detail: String,
+}

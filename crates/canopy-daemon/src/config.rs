@@ -25,6 +25,7 @@ pub struct Config {
     pub runner: RunnerConfig,
     pub sessions: SessionsConfig,
     pub delivery: DeliveryConfig,
+    pub policy: PolicyConfig,
     /// Per-role defaults: which harness a new agent of the role runs, with which script.
     pub roles: BTreeMap<String, RoleConfig>,
 }
@@ -39,6 +40,7 @@ impl Default for Config {
             runner: RunnerConfig::default(),
             sessions: SessionsConfig::default(),
             delivery: DeliveryConfig::default(),
+            policy: PolicyConfig::default(),
             roles: BTreeMap::from([
                 ("supervisor".to_owned(), scripted("supervisor.toml")),
                 ("manager".to_owned(), scripted("manager.toml")),
@@ -153,6 +155,34 @@ impl Default for DeliveryConfig {
             retention: Duration::from_secs(7 * 24 * 3600),
             loop_wakes: 10,
             loop_window: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// Deepest a child may sit (the Supervisor is depth 1).
+    pub max_depth: u32,
+    /// Most children (and pending requests) one Manager may have.
+    pub max_children: u32,
+    /// Most live agents in the workspace.
+    pub max_agents: u32,
+    /// Most pending spawn requests one requester may have.
+    pub max_pending_requests: u32,
+    /// A spawn request nobody answers expires after this long.
+    #[serde(with = "humantime_serde")]
+    pub request_ttl: Duration,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> PolicyConfig {
+        PolicyConfig {
+            max_depth: 5,
+            max_children: 8,
+            max_agents: 100,
+            max_pending_requests: 3,
+            request_ttl: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -314,6 +344,16 @@ impl Config {
         positive("delivery.batch", delivery.batch as usize)?;
         positive("delivery.max_pending", delivery.max_pending as usize)?;
         positive("delivery.loop_wakes", delivery.loop_wakes as usize)?;
+        let policy = &self.policy;
+        if policy.max_depth < 2 {
+            return Err(("policy.max_depth", "must be at least 2 (the Supervisor and one level)".into()));
+        }
+        positive("policy.max_children", policy.max_children as usize)?;
+        positive("policy.max_agents", policy.max_agents as usize)?;
+        positive("policy.max_pending_requests", policy.max_pending_requests as usize)?;
+        if policy.request_ttl.is_zero() {
+            return Err(("policy.request_ttl", "must be longer than zero".into()));
+        }
         Ok(())
     }
 }

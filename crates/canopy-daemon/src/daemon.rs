@@ -156,6 +156,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
                 tick.tick().await;
                 api.check_stalled().await;
                 api.check_mailboxes().await;
+                api.check_requests().await;
             }
         }
     });

@@ -109,6 +109,12 @@ impl Api {
             Method::TopicsResolve => ok(self.topics_resolve(caller, decode_request(payload)?).await?),
             Method::BoardPin => ok(self.board_pin(caller, decode_request(payload)?).await?),
             Method::BoardList => ok(self.board_list(caller, decode_request(payload)?).await?),
+            Method::SpawnRequest => ok(self.spawn_request(caller, decode_request(payload)?).await?),
+            Method::SpawnDecide => ok(self.spawn_decide(caller, decode_request(payload)?).await?),
+            Method::SpawnCancel => ok(self.spawn_cancel(caller, decode_request(payload)?).await?),
+            Method::SpawnList => ok(self.spawn_list(decode_request(payload)?).await?),
+            Method::AgentsDespawn => ok(self.despawn(caller, decode_request(payload)?).await?),
+            Method::AuditList => ok(self.audit_list(caller, decode_request(payload)?).await?),
             Method::RunnersSync | Method::SessionsReport | Method::DeliveriesPull | Method::DeliveriesAck => {
                 Err(Error::Internal("runner methods are routed above".into()))
             }
@@ -465,6 +471,7 @@ impl Api {
         let (channel_id, sender_id, mentions) = (posted.channel_id, posted.sender_id, posted.message.mentions.clone());
         let reach = self.store.read(move |conn| ops::reach(conn, channel_id, sender_id, &mentions)).await?;
         let (outcomes, counts) = self.deliver(&caller, &posted.message, &reach, ack_only, committed_us).await;
+        self.reply_decision(&caller, &posted.message).await;
         Ok(PostResponse {
             unknown_mentions: reach.unknown_mentions,
             message: posted.message,

@@ -10,6 +10,7 @@ pub mod builtin;
 pub mod config;
 pub mod daemon;
 pub mod delivery;
+pub mod gate;
 pub mod handlers;
 pub mod init;
 pub mod paths;

@@ -5,8 +5,8 @@
 //! Responses reuse the model types from `canopy-core`.
 
 use canopy_core::{
-    Account, ActivityItem, Channel, ChannelKind, Message, PostPolicy, Presence, RosterEntry, Subscription, Topic,
-    TopicName, TreeNode, Workspace,
+    Account, ActivityItem, AuditEntry, Channel, ChannelKind, Message, PostPolicy, Presence, RosterEntry, SpawnRequest,
+    SpawnState, Subscription, Topic, TopicName, TreeNode, Workspace,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -581,4 +581,82 @@ pub struct SteerReply {
     /// Unix microseconds when the steer's line was written to the harness.
     #[serde(default)]
     pub written_at_us: Option<u64>,
+}
+
+/// `spawn.request` (agents): ask the operator for a child Manager. Returns at once.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnRequestRequest {
+    pub handle: String,
+    /// Display name, e.g. `Flaky Tests Manager` (name Managers by function).
+    pub name: String,
+    #[serde(default = "default_role")]
+    pub role: String,
+    /// What the child's lane is for.
+    pub charter: String,
+    /// Why a new Manager is needed now.
+    pub reason: String,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+/// `spawn.decide` (operators): approve or deny a pending request.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnDecideRequest {
+    /// `req-<n>`.
+    pub id: String,
+    pub approve: bool,
+    /// Why, for a denial.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `spawn.cancel` (the requester): withdraw a pending request.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnCancelRequest {
+    pub id: String,
+}
+
+/// `spawn.list`: requests, newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnListRequest {
+    #[serde(default)]
+    pub state: Option<SpawnState>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnListResponse {
+    pub requests: Vec<SpawnRequest>,
+}
+
+/// `agents.despawn`: despawn an agent and its subtree (agents: only their descendants).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsDespawnRequest {
+    pub handle: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsDespawnResponse {
+    pub despawned: Vec<String>,
+}
+
+/// `audit.list` (operators): the audit log since a time.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuditListRequest {
+    /// Only entries newer than this many seconds ago (all when absent).
+    #[serde(default)]
+    pub since_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuditListResponse {
+    pub entries: Vec<AuditEntry>,
 }

@@ -52,6 +52,12 @@ pub fn all() -> Vec<(String, Value)> {
             Method::TopicsResolve => pair::<TopicsResolveRequest, Done>(*method),
             Method::BoardPin => pair::<BoardPinRequest, BoardResponse>(*method),
             Method::BoardList => pair::<BoardListRequest, BoardResponse>(*method),
+            Method::SpawnRequest => pair::<SpawnRequestRequest, canopy_core::SpawnRequest>(*method),
+            Method::SpawnDecide => pair::<SpawnDecideRequest, canopy_core::SpawnRequest>(*method),
+            Method::SpawnCancel => pair::<SpawnCancelRequest, canopy_core::SpawnRequest>(*method),
+            Method::SpawnList => pair::<SpawnListRequest, SpawnListResponse>(*method),
+            Method::AgentsDespawn => pair::<AgentsDespawnRequest, AgentsDespawnResponse>(*method),
+            Method::AuditList => pair::<AuditListRequest, AuditListResponse>(*method),
         };
         out.extend(schemas);
     }

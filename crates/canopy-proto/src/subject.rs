@@ -38,6 +38,12 @@ pub enum Method {
     TopicsResolve,
     BoardPin,
     BoardList,
+    SpawnRequest,
+    SpawnDecide,
+    SpawnCancel,
+    SpawnList,
+    AgentsDespawn,
+    AuditList,
 }
 
 impl Method {
@@ -71,6 +77,12 @@ impl Method {
         Method::TopicsResolve,
         Method::BoardPin,
         Method::BoardList,
+        Method::SpawnRequest,
+        Method::SpawnDecide,
+        Method::SpawnCancel,
+        Method::SpawnList,
+        Method::AgentsDespawn,
+        Method::AuditList,
     ];
 
     /// The subject suffix after `api.`.
@@ -104,6 +116,12 @@ impl Method {
             Method::TopicsResolve => "topics.resolve",
             Method::BoardPin => "board.pin",
             Method::BoardList => "board.list",
+            Method::SpawnRequest => "spawn.request",
+            Method::SpawnDecide => "spawn.decide",
+            Method::SpawnCancel => "spawn.cancel",
+            Method::SpawnList => "spawn.list",
+            Method::AgentsDespawn => "agents.despawn",
+            Method::AuditList => "audit.list",
         }
     }
 

@@ -15,6 +15,7 @@ mod governance;
 mod messages;
 mod schema;
 mod sessions;
+mod spawn;
 mod views;
 mod workspace;
 mod writer;
@@ -31,6 +32,7 @@ pub use delivery::{Pending, Reach, Recipient};
 pub use messages::{Page, PostSpec, Posted};
 pub use rusqlite::Connection as Conn;
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
+pub use spawn::{Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
 pub use workspace::InitSpec;
 
 /// File name of the database inside the data directory.
@@ -183,6 +185,9 @@ pub mod ops {
     pub use crate::sessions::{
         apply_reports, live_agent, mark_stalled, notice, read_activity, roster, roster_entry, set_activity,
         set_desired, sync_runner,
+    };
+    pub use crate::spawn::{
+        audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns, request_spawn,
     };
     pub use crate::workspace::{init, workspace};
 }

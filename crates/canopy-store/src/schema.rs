@@ -159,6 +159,29 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX channel_posters_account ON channel_posters(account_id);
     ALTER TABLE presence ADD COLUMN overflow INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 4: spawn requests.
+    r#"
+    CREATE TABLE spawn_requests (
+        id               INTEGER PRIMARY KEY,
+        requester_id     INTEGER NOT NULL REFERENCES accounts(id),
+        handle           TEXT NOT NULL,
+        display_name     TEXT NOT NULL,
+        role             TEXT NOT NULL,
+        charter          TEXT NOT NULL,
+        reason           TEXT NOT NULL,
+        idempotency_key  TEXT,
+        state            TEXT NOT NULL,
+        decided_by       INTEGER REFERENCES accounts(id),
+        decision_note    TEXT,
+        child_id         INTEGER REFERENCES accounts(id),
+        created_at       INTEGER NOT NULL,
+        decided_at       INTEGER,
+        expires_at       INTEGER NOT NULL
+    );
+    CREATE UNIQUE INDEX spawn_requests_key ON spawn_requests(requester_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
+    CREATE INDEX spawn_requests_state ON spawn_requests(state, expires_at);
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

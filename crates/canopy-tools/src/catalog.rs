@@ -25,6 +25,9 @@ pub const TOOL_NAMES: &[&str] = &[
     "roster_list",
     "board_pin",
     "board_list",
+    "agents_spawn_peer",
+    "agents_cancel_spawn",
+    "agents_despawn_peer",
 ];
 
 /// The tool names, owned (for prompt linting).
@@ -134,6 +137,24 @@ pub(crate) const TOOLS: &[ToolDef] = &[
         BoardPinRequest
     ),
     tool!("board_list", "List a channel's pinned messages.", Method::BoardList, BoardListRequest),
+    tool!(
+        "agents_spawn_peer",
+        "Ask the operator for a new child Manager. Returns at once with the request id and state pending; the operator's answer arrives as a message at a later turn.",
+        Method::SpawnRequest,
+        SpawnRequestRequest
+    ),
+    tool!(
+        "agents_cancel_spawn",
+        "Withdraw one of your own pending spawn requests (by its id, req-N).",
+        Method::SpawnCancel,
+        SpawnCancelRequest
+    ),
+    tool!(
+        "agents_despawn_peer",
+        "Despawn one of your descendants (and its subtree); its session stops and its history stays.",
+        Method::AgentsDespawn,
+        AgentsDespawnRequest
+    ),
 ];
 
 /// An API call a tool resolves to: the method and the request body.

@@ -1,0 +1,187 @@
+//! The spawn-approval gate's handlers: requests, decisions (by command or by an operator's
+//! reply in the request's topic), cancellation, expiry, despawn and the audit log.
+//!
+//! Only an operator's credential decides. An agent's attempt (the API, the tool, or posting
+//! `approve` in the topic) is refused, audited, and told to the operators in the requester's
+//! home channel; the refusal record commits even though the attempt fails.
+
+use std::time::Duration;
+
+use canopy_core::acl::{Caller, require_operator};
+use canopy_core::{Error, Handle, Message, RoleName, SpawnRequest};
+use canopy_proto::api::*;
+use canopy_store::{SpawnPolicy, SpawnSpec, ops, parse_request_id};
+
+use crate::handlers::{Api, MAX_CHARTER, MAX_IDEMPOTENCY_KEY};
+
+impl Api {
+    fn policy(&self) -> SpawnPolicy {
+        let p = &self.config.policy;
+        SpawnPolicy {
+            max_depth: p.max_depth,
+            max_children: p.max_children,
+            max_agents: p.max_agents,
+            max_pending_per_requester: p.max_pending_requests,
+            ttl_ms: p.request_ttl.as_millis() as i64,
+        }
+    }
+
+    pub(crate) async fn spawn_request(&self, caller: Caller, req: SpawnRequestRequest) -> Result<SpawnRequest, Error> {
+        let text = |field: &'static str, value: String, max: usize| {
+            if value.trim().is_empty() {
+                Err(Error::invalid(field, "must not be empty"))
+            } else if value.len() > max {
+                Err(Error::TooLarge { field, len: value.len(), max })
+            } else {
+                Ok(value)
+            }
+        };
+        if let Some(key) = &req.idempotency_key
+            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || !key.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(Error::invalid("idempotency_key", "must be 1 to 128 printable ASCII characters"));
+        }
+        let spec = SpawnSpec {
+            handle: Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?,
+            display_name: text("name", req.name, 128)?,
+            role: RoleName::parse(&req.role).map_err(|e| Error::name("role", e))?,
+            charter: text("charter", req.charter, MAX_CHARTER)?,
+            reason: text("reason", req.reason, 4096)?,
+            idempotency_key: req.idempotency_key,
+        };
+        let policy = self.policy();
+        let (request, notice) = self.store.write(move |conn| ops::request_spawn(conn, &caller, &spec, &policy)).await?;
+        self.deliver_notices(notice.into_iter().collect()).await;
+        Ok(request)
+    }
+
+    pub(crate) async fn spawn_decide(&self, caller: Caller, req: SpawnDecideRequest) -> Result<SpawnRequest, Error> {
+        let id = parse_request_id(&req.id)?;
+        self.decide(caller, id, req.approve, req.reason).await
+    }
+
+    /// Decides a request; the child (on approval) gets its role's session defaults.
+    async fn decide(
+        &self,
+        caller: Caller,
+        id: i64,
+        approve: bool,
+        note: Option<String>,
+    ) -> Result<SpawnRequest, Error> {
+        let note = note.map(|n| canopy_core::redact::cut(n.trim(), 1000)).filter(|n| !n.is_empty());
+        let roles = self.roles.clone();
+        let decided = self
+            .store
+            .write(move |conn| {
+                let role = ops::list_spawns(conn, None)?
+                    .into_iter()
+                    .find(|r| r.id == format!("req-{id}"))
+                    .map(|r| r.role.to_string())
+                    .unwrap_or_else(|| "manager".into());
+                let defaults = roles.for_role(&role);
+                ops::decide_spawn(conn, &caller, id, approve, note, (defaults.harness, defaults.script))
+            })
+            .await?;
+        self.deliver_notices(decided.notices).await;
+        self.poke_runners().await;
+        match decided.refused {
+            Some(error) => Err(error),
+            None => Ok(decided.request),
+        }
+    }
+
+    pub(crate) async fn spawn_cancel(&self, caller: Caller, req: SpawnCancelRequest) -> Result<SpawnRequest, Error> {
+        let id = parse_request_id(&req.id)?;
+        let (request, notice) = self.store.write(move |conn| ops::cancel_spawn(conn, &caller, id)).await?;
+        self.deliver_notices(vec![notice]).await;
+        Ok(request)
+    }
+
+    pub(crate) async fn spawn_list(&self, req: SpawnListRequest) -> Result<SpawnListResponse, Error> {
+        let state = req.state;
+        Ok(SpawnListResponse { requests: self.store.read(move |conn| ops::list_spawns(conn, state)).await? })
+    }
+
+    pub(crate) async fn despawn(
+        &self,
+        caller: Caller,
+        req: AgentsDespawnRequest,
+    ) -> Result<AgentsDespawnResponse, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let (despawned, notice) = self.store.write(move |conn| ops::despawn(conn, &caller, &handle)).await?;
+        self.deliver_notices(notice.into_iter().collect()).await;
+        self.poke_runners().await;
+        Ok(AgentsDespawnResponse { despawned: despawned.into_iter().map(|h| h.to_string()).collect() })
+    }
+
+    pub(crate) async fn audit_list(&self, caller: Caller, req: AuditListRequest) -> Result<AuditListResponse, Error> {
+        require_operator(&caller, "read the audit log")?;
+        let since = match req.since_secs {
+            Some(secs) => {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                now.saturating_sub(Duration::from_secs(secs)).as_millis() as i64
+            }
+            None => 0,
+        };
+        Ok(AuditListResponse { entries: self.store.read(move |conn| ops::audit_log(conn, since)).await? })
+    }
+
+    /// A post in a `spawn: <handle>` topic that reads as a decision: an operator's reply
+    /// decides the request; an agent's is refused and audited. Returns whether it was one.
+    pub(crate) async fn reply_decision(&self, caller: &Caller, message: &Message) {
+        let Some(handle) = message.topic.as_str().strip_prefix("spawn: ") else { return };
+        if !message.channel.as_str().starts_with("home-") {
+            return;
+        }
+        let body = message.body.trim();
+        let (approve, note) = match body.split_once(char::is_whitespace) {
+            _ if body.eq_ignore_ascii_case("approve") => (true, None),
+            Some((word, rest)) if word.eq_ignore_ascii_case("deny") => (false, Some(rest.trim().to_owned())),
+            None if body.eq_ignore_ascii_case("deny") => (false, None),
+            _ => return,
+        };
+        let handle = handle.to_owned();
+        let pending = self
+            .store
+            .read(move |conn| {
+                Ok(ops::list_spawns(conn, Some(canopy_core::SpawnState::Pending))?
+                    .into_iter()
+                    .find(|r| r.handle.as_str() == handle))
+            })
+            .await;
+        let Ok(Some(request)) = pending else { return };
+        let Ok(id) = parse_request_id(&request.id) else { return };
+        if let Err(e) = self.decide(caller.clone(), id, approve, note).await {
+            tracing::info!(error = %e, request = %request.id, "a reply in a spawn topic did not decide it");
+        }
+    }
+
+    /// Expires unanswered requests and tells their requesters.
+    pub async fn check_requests(&self) {
+        match self.store.write(ops::expire_spawns).await {
+            Ok(notices) => self.deliver_notices(notices).await,
+            Err(e) => tracing::warn!(error = %e, "expiring spawn requests failed"),
+        }
+    }
+
+    /// Publishes Canopy's notices and wakes their recipients like any post.
+    pub(crate) async fn deliver_notices(&self, notices: Vec<Message>) {
+        for message in notices {
+            self.publish_messages(vec![message.clone()]).await;
+            let channel = message.channel.clone();
+            let reach = self
+                .store
+                .read(move |conn| {
+                    let (channel_id, sender) = ops::channel_and_system(conn, &channel)?;
+                    ops::reach(conn, channel_id, sender, &[])
+                })
+                .await;
+            if let Ok(reach) = reach {
+                let system =
+                    Caller { handle: Handle::from_trusted("canopy".into()), kind: canopy_core::AccountKind::System };
+                let now = crate::delivery::unix_us();
+                self.deliver(&system, &message, &reach, false, now).await;
+            }
+        }
+    }
+}

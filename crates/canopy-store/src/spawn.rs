@@ -1,0 +1,527 @@
+//! The spawn-approval gate: requests for child Managers, their decisions, despawn, audit.
+//!
+//! A request is checked against policy before anyone sees it, then posted by Canopy in the
+//! requester's home channel under `spawn: <handle>`, mentioning the operators. Only an
+//! operator's decision moves it: every transition is one transaction that checks the
+//! current state, so approving twice spawns once and a concurrent approve and deny have one
+//! winner. An agent's attempt to decide is refused, audited, and told to the operators, and
+//! that record commits even though the attempt fails. Approval creates the child (with its
+//! home, coordination and direct channels) in the same transaction.
+
+use canopy_core::acl::Caller;
+use canopy_core::{
+    AccountKind, AccountState, AuditEntry, ChannelName, Error, Handle, Message, RoleName, SpawnRequest, SpawnState,
+    TopicName,
+};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::accounts::{AgentSpec, insert_agent};
+use crate::messages::post_as_system;
+use crate::schema::audit;
+use crate::sessions::set_presence;
+use crate::views::{parse_enum, require_account};
+use crate::{now_ms, rfc3339, sql};
+
+/// Limits checked before a request reaches the operator (`canopy.toml` `[policy]`).
+#[derive(Debug, Clone)]
+pub struct SpawnPolicy {
+    pub max_depth: u32,
+    pub max_children: u32,
+    pub max_agents: u32,
+    pub max_pending_per_requester: u32,
+    pub ttl_ms: i64,
+}
+
+/// What an agent asks for.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    pub handle: Handle,
+    pub display_name: String,
+    pub role: RoleName,
+    pub charter: String,
+    pub reason: String,
+    pub idempotency_key: Option<String>,
+}
+
+/// A decision's result: the request, the messages to publish, and, for a refused attempt,
+/// the error to return once the audit record has committed.
+#[derive(Debug)]
+pub struct Decided {
+    pub request: SpawnRequest,
+    pub notices: Vec<Message>,
+    pub refused: Option<Error>,
+}
+
+const SELECT: &str = "SELECT r.id, q.handle, r.handle, r.display_name, r.role, r.charter, r.reason, r.state, \
+     d.handle, r.decision_note, r.created_at, r.decided_at, r.expires_at FROM spawn_requests r \
+     JOIN accounts q ON q.id = r.requester_id LEFT JOIN accounts d ON d.id = r.decided_by";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpawnRequest> {
+    Ok(SpawnRequest {
+        id: format!("req-{}", r.get::<_, i64>(0)?),
+        requester: Handle::from_trusted(r.get(1)?),
+        handle: Handle::from_trusted(r.get(2)?),
+        display_name: r.get(3)?,
+        role: RoleName::from_trusted(r.get(4)?),
+        charter: r.get(5)?,
+        reason: r.get(6)?,
+        state: parse_enum(r, 7, SpawnState::parse)?,
+        decided_by: r.get::<_, Option<String>>(8)?.map(Handle::from_trusted),
+        note: r.get(9)?,
+        created_at: rfc3339(r.get(10)?),
+        decided_at: r.get::<_, Option<i64>>(11)?.map(rfc3339),
+        expires_at: rfc3339(r.get(12)?),
+    })
+}
+
+/// Parses `req-<n>`.
+pub fn parse_id(id: &str) -> Result<i64, Error> {
+    id.strip_prefix("req-")
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| Error::invalid("id", format!("{id:?} is not a request id like req-12")))
+}
+
+fn load(conn: &Connection, id: i64) -> Result<SpawnRequest, Error> {
+    conn.prepare_cached(&format!("{SELECT} WHERE r.id = ?1"))
+        .and_then(|mut s| s.query_row(params![id], from_row).optional())
+        .map_err(sql("reading a spawn request"))?
+        .ok_or_else(|| Error::invalid("id", format!("req-{id} does not exist")))
+}
+
+fn count(conn: &Connection, query: &str, id: i64) -> Result<u32, Error> {
+    conn.query_row(query, params![id], |r| r.get::<_, i64>(0)).map(|n| n as u32).map_err(sql("checking a limit"))
+}
+
+/// Records a request from an agent (after the policy), and posts it for the operator.
+pub fn request_spawn(
+    conn: &Connection,
+    caller: &Caller,
+    spec: &SpawnSpec,
+    policy: &SpawnPolicy,
+) -> Result<(SpawnRequest, Option<Message>), Error> {
+    if caller.kind != AccountKind::Agent {
+        return Err(Error::invalid("caller", "operators create agents directly with `canopy agents create`"));
+    }
+    let requester = require_account(conn, "caller", caller.handle.as_str())?;
+    if let Some(key) = &spec.idempotency_key {
+        let existing: Option<i64> = conn
+            .query_row(
+                "SELECT id FROM spawn_requests WHERE requester_id = ?1 AND idempotency_key = ?2",
+                params![requester.id, key],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql("looking up an idempotency key"))?;
+        if let Some(id) = existing {
+            return Ok((load(conn, id)?, None));
+        }
+    }
+    let limit = |what: String, advice: &str| Err(Error::LimitExceeded(format!("{what}; {advice}")));
+    if spec.role.is_supervisor() {
+        return Err(Error::Forbidden { action: "request a Supervisor".into(), reason: "there is exactly one".into() });
+    }
+    if crate::views::account_ref(conn, spec.handle.as_str())?.is_some() {
+        return Err(Error::AlreadyExists { field: "handle", what: format!("an account with handle {}", spec.handle) });
+    }
+    let taken: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM spawn_requests WHERE handle = ?1 AND state IN ('pending', 'approved'))",
+            params![spec.handle.as_str()],
+            |r| r.get(0),
+        )
+        .map_err(sql("checking a handle"))?;
+    if taken {
+        return Err(Error::ConflictOn {
+            field: "handle",
+            reason: format!("a pending request already asks for {}", spec.handle),
+        });
+    }
+    let depth = {
+        let mut depth = 1u32;
+        let mut next = requester.parent_id;
+        while let Some(id) = next {
+            depth += 1;
+            next = crate::views::account_ref_by_id(conn, id)?.and_then(|a| a.parent_id);
+            if depth > 10_000 {
+                break;
+            }
+        }
+        depth
+    };
+    if depth + 1 > policy.max_depth {
+        return limit(
+            format!(
+                "limit policy.max_depth: the child would sit at depth {} and the maximum is {}",
+                depth + 1,
+                policy.max_depth
+            ),
+            "ask a Manager higher in the tree to take the lane, or ask the operator to raise the limit",
+        );
+    }
+    let children = count(
+        conn,
+        "SELECT (SELECT COUNT(*) FROM accounts WHERE parent_id = ?1 AND state != 'despawned') + \
+         (SELECT COUNT(*) FROM spawn_requests WHERE requester_id = ?1 AND state = 'pending')",
+        requester.id,
+    )?;
+    if children >= policy.max_children {
+        return limit(
+            format!(
+                "limit policy.max_children: {} already has {children} children or pending requests (maximum {})",
+                caller.handle, policy.max_children
+            ),
+            "despawn a child you no longer need, or ask the operator to raise the limit",
+        );
+    }
+    let live: u32 = conn
+        .query_row("SELECT COUNT(*) FROM accounts WHERE kind = 'agent' AND state != 'despawned'", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map(|n| n as u32)
+        .map_err(sql("counting agents"))?;
+    if live >= policy.max_agents {
+        return limit(
+            format!("limit policy.max_agents: the workspace has {live} live agents (maximum {})", policy.max_agents),
+            "ask the operator to despawn idle agents or raise the limit",
+        );
+    }
+    let pending =
+        count(conn, "SELECT COUNT(*) FROM spawn_requests WHERE requester_id = ?1 AND state = 'pending'", requester.id)?;
+    if pending >= policy.max_pending_per_requester {
+        return limit(
+            format!(
+                "limit policy.max_pending_requests: {} has {pending} requests waiting (maximum {})",
+                caller.handle, policy.max_pending_per_requester
+            ),
+            "wait for the operator to answer, or cancel one",
+        );
+    }
+    let now = now_ms();
+    conn.execute(
+        "INSERT INTO spawn_requests (requester_id, handle, display_name, role, charter, reason, idempotency_key, state, \
+         created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9)",
+        params![
+            requester.id,
+            spec.handle.as_str(),
+            spec.display_name,
+            spec.role.as_str(),
+            spec.charter,
+            spec.reason,
+            spec.idempotency_key,
+            now,
+            now + policy.ttl_ms
+        ],
+    )
+    .map_err(sql("recording a spawn request"))?;
+    let request = load(conn, conn.last_insert_rowid())?;
+    audit(
+        conn,
+        Some(requester.id),
+        "spawn.request",
+        &request.id,
+        &format!("handle={} role={}", spec.handle, spec.role),
+    )?;
+    let operators: Vec<String> = conn
+        .prepare_cached("SELECT handle FROM accounts WHERE kind = 'operator' ORDER BY handle")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .map_err(sql("listing operators"))?;
+    let body = format!(
+        "{mentions} {requester} asks to spawn a child {role}: @{handle} ({name}). Request {id}, expires {expires}.\n\
+         Charter: {charter}\nReason: {reason}\n\
+         To answer: `canopy approve {id}` or `canopy deny {id} --reason TEXT`, or reply `approve` or `deny <reason>` in this topic.",
+        mentions = operators.iter().map(|o| format!("@{o}")).collect::<Vec<_>>().join(" "),
+        requester = caller.handle,
+        role = spec.role,
+        handle = spec.handle,
+        name = spec.display_name,
+        id = request.id,
+        expires = request.expires_at,
+        charter = spec.charter,
+        reason = spec.reason,
+    );
+    let notice = post_to_requester(conn, requester.id, &spec.handle, &body)?;
+    Ok((request, Some(notice)))
+}
+
+/// Posts in the requester's home channel, topic `spawn: <handle>`.
+fn post_to_requester(conn: &Connection, requester_id: i64, handle: &Handle, body: &str) -> Result<Message, Error> {
+    let home: String = conn
+        .query_row(
+            "SELECT c.name FROM accounts a JOIN channels c ON c.id = a.home_channel_id WHERE a.id = ?1",
+            params![requester_id],
+            |r| r.get(0),
+        )
+        .map_err(sql("finding a home channel"))?;
+    post_as_system(conn, &ChannelName::from_trusted(home), &spawn_topic(handle), body)
+}
+
+/// The topic a request is discussed in.
+pub fn spawn_topic(handle: &Handle) -> TopicName {
+    TopicName::from_trusted(format!("spawn: {handle}"))
+}
+
+/// An operator's decision (or an agent's refused attempt at one).
+pub fn decide_spawn(
+    conn: &Connection,
+    caller: &Caller,
+    id: i64,
+    approve: bool,
+    note: Option<String>,
+    session: (String, Option<(String, String)>),
+) -> Result<Decided, Error> {
+    let mut request = load(conn, id)?;
+    let actor = require_account(conn, "caller", caller.handle.as_str())?;
+    let verb = if approve { "approve" } else { "deny" };
+    if !caller.is_operator() {
+        // Refused, but the attempt is on record and the operators hear of it.
+        audit(conn, Some(actor.id), &format!("spawn.{verb}.refused"), &request.id, "an agent tried to decide")?;
+        let requester = require_account(conn, "requester", request.requester.as_str())?;
+        let body = format!(
+            "@{} tried to {verb} {} ({}). Only an operator can decide a spawn request; nothing changed.",
+            caller.handle, request.id, request.handle
+        );
+        let notice = post_to_requester(conn, requester.id, &request.handle, &body)?;
+        let error = Error::Forbidden {
+            action: format!("{verb} {}", request.id),
+            reason: "only an operator can decide a spawn request".into(),
+        };
+        return Ok(Decided { request, notices: vec![notice], refused: Some(error) });
+    }
+    let now = now_ms();
+    if request.state == SpawnState::Pending && expired(conn, id, now)? {
+        request = load(conn, id)?;
+    }
+    if request.state != SpawnState::Pending {
+        return Err(Error::ConflictOn {
+            field: "id",
+            reason: format!("{} is {}, not pending; nothing changed", request.id, request.state),
+        });
+    }
+    let requester = require_account(conn, "requester", request.requester.as_str())?;
+    let (state, body) = if approve {
+        conn.execute("SAVEPOINT spawn", []).map_err(sql("starting a spawn"))?;
+        let spec = AgentSpec {
+            handle: request.handle.clone(),
+            display_name: request.display_name.clone(),
+            role: request.role.clone(),
+            parent: Some(request.requester.clone()),
+            charter: request.charter.clone(),
+            harness: session.0,
+            script: session.1,
+        };
+        match insert_agent(conn, Some(actor.id), &spec) {
+            Ok(_) => {
+                conn.execute("RELEASE spawn", []).map_err(sql("finishing a spawn"))?;
+                (
+                    SpawnState::Spawned,
+                    format!(
+                        "Approved by {}: @{} ({}) is spawned as your report and starts with its charter. Request {}.",
+                        caller.handle, request.handle, request.display_name, request.id
+                    ),
+                )
+            }
+            Err(e) => {
+                conn.execute_batch("ROLLBACK TO spawn; RELEASE spawn").map_err(sql("undoing a spawn"))?;
+                (
+                    SpawnState::Failed,
+                    format!(
+                        "Approved by {}, but spawning @{} failed: {e}. Request {}.",
+                        caller.handle, request.handle, request.id
+                    ),
+                )
+            }
+        }
+    } else {
+        let why = note.clone().unwrap_or_else(|| "no reason given".into());
+        (
+            SpawnState::Denied,
+            format!("Denied by {}: {why}. Request {} for @{}.", caller.handle, request.id, request.handle),
+        )
+    };
+    let failure = (state == SpawnState::Failed).then(|| body.clone());
+    conn.execute(
+        "UPDATE spawn_requests SET state = ?1, decided_by = ?2, decision_note = ?3, decided_at = ?4, \
+         child_id = (SELECT id FROM accounts WHERE handle = ?5 AND ?1 = 'spawned') WHERE id = ?6 AND state = 'pending'",
+        params![state.as_str(), actor.id, note.or(failure), now, request.handle.as_str(), id],
+    )
+    .map_err(sql("deciding a spawn request"))?;
+    audit(conn, Some(actor.id), &format!("spawn.{verb}"), &request.id, state.as_str())?;
+    let notice = post_to_requester(conn, requester.id, &request.handle, &body)?;
+    Ok(Decided { request: load(conn, id)?, notices: vec![notice], refused: None })
+}
+
+/// Marks one request expired if its time has passed.
+fn expired(conn: &Connection, id: i64, now: i64) -> Result<bool, Error> {
+    let changed = conn
+        .execute("UPDATE spawn_requests SET state = 'expired', decided_at = ?1 WHERE id = ?2 AND state = 'pending' AND expires_at <= ?1", params![now, id])
+        .map_err(sql("expiring a request"))?;
+    Ok(changed > 0)
+}
+
+/// Expires every pending request past its time and tells each requester.
+pub fn expire_spawns(conn: &Connection) -> Result<Vec<Message>, Error> {
+    let now = now_ms();
+    let due: Vec<i64> = conn
+        .prepare_cached("SELECT id FROM spawn_requests WHERE state = 'pending' AND expires_at <= ?1")
+        .and_then(|mut s| s.query_map(params![now], |r| r.get(0))?.collect())
+        .map_err(sql("finding expired requests"))?;
+    let mut notices = Vec::new();
+    for id in due {
+        if expired(conn, id, now)? {
+            let request = load(conn, id)?;
+            let requester = require_account(conn, "requester", request.requester.as_str())?;
+            audit(conn, None, "spawn.expire", &request.id, "")?;
+            let body = format!("Request {} for @{} expired without an answer.", request.id, request.handle);
+            notices.push(post_to_requester(conn, requester.id, &request.handle, &body)?);
+        }
+    }
+    Ok(notices)
+}
+
+/// The requester cancels its own pending request.
+pub fn cancel_spawn(conn: &Connection, caller: &Caller, id: i64) -> Result<(SpawnRequest, Message), Error> {
+    let request = load(conn, id)?;
+    if request.requester != caller.handle {
+        return Err(Error::Forbidden {
+            action: format!("cancel {}", request.id),
+            reason: "only its requester may cancel it".into(),
+        });
+    }
+    let changed = conn
+        .execute(
+            "UPDATE spawn_requests SET state = 'cancelled', decided_at = ?1 WHERE id = ?2 AND state = 'pending'",
+            params![now_ms(), id],
+        )
+        .map_err(sql("cancelling a request"))?;
+    if changed == 0 {
+        return Err(Error::ConflictOn {
+            field: "id",
+            reason: format!("{} is {}, not pending", request.id, request.state),
+        });
+    }
+    let requester = require_account(conn, "caller", caller.handle.as_str())?;
+    audit(conn, Some(requester.id), "spawn.cancel", &request.id, "")?;
+    let notice = post_to_requester(
+        conn,
+        requester.id,
+        &request.handle,
+        &format!("Request {} was cancelled by its requester.", request.id),
+    )?;
+    Ok((load(conn, id)?, notice))
+}
+
+/// Requests, newest first, optionally in one state.
+pub fn list_spawns(conn: &Connection, state: Option<SpawnState>) -> Result<Vec<SpawnRequest>, Error> {
+    let state = state.map(|s| s.as_str().to_owned());
+    conn.prepare_cached(&format!("{SELECT} WHERE (?1 IS NULL OR r.state = ?1) ORDER BY r.id DESC LIMIT 1000"))
+        .and_then(|mut s| s.query_map(params![state], from_row)?.collect())
+        .map_err(sql("listing spawn requests"))
+}
+
+/// Despawns `handle` and its subtree. Agents may despawn only their descendants; operators
+/// anyone but the Supervisor. Sessions end; accounts and history stay. Returns the despawned
+/// handles and the notice to the parent.
+pub fn despawn(conn: &Connection, caller: &Caller, handle: &Handle) -> Result<(Vec<Handle>, Option<Message>), Error> {
+    let target = require_account(conn, "handle", handle.as_str())?;
+    if target.kind != AccountKind::Agent {
+        return Err(Error::invalid("handle", format!("{handle} is not an agent")));
+    }
+    if target.role.as_ref().is_some_and(RoleName::is_supervisor) {
+        return Err(Error::Forbidden {
+            action: format!("despawn {handle}"),
+            reason: "the Supervisor is the root of the tree".into(),
+        });
+    }
+    if target.state == AccountState::Despawned {
+        return Err(Error::ConflictOn { field: "handle", reason: format!("{handle} is already despawned") });
+    }
+    let actor = require_account(conn, "caller", caller.handle.as_str())?;
+    if !caller.is_operator() {
+        // The caller must be a strict ancestor of the target.
+        let mut next = target.parent_id;
+        let mut ancestor = false;
+        while let Some(id) = next {
+            if id == actor.id {
+                ancestor = true;
+                break;
+            }
+            next = crate::views::account_ref_by_id(conn, id)?.and_then(|a| a.parent_id);
+        }
+        if !ancestor {
+            return Err(Error::Forbidden {
+                action: format!("despawn {handle}"),
+                reason: format!("{} may despawn only its own descendants", caller.handle),
+            });
+        }
+    }
+    // The subtree, target first.
+    let mut subtree = vec![target.id];
+    let mut index = 0;
+    while index < subtree.len() {
+        let kids: Vec<i64> = conn
+            .prepare_cached("SELECT id FROM accounts WHERE parent_id = ?1 AND state != 'despawned'")
+            .and_then(|mut s| s.query_map(params![subtree[index]], |r| r.get(0))?.collect())
+            .map_err(sql("walking a subtree"))?;
+        subtree.extend(kids);
+        index += 1;
+    }
+    let now = now_ms();
+    let mut handles = Vec::new();
+    for id in &subtree {
+        conn.execute("UPDATE accounts SET state = 'despawned', desired = 'stopped' WHERE id = ?1", params![id])
+            .map_err(sql("despawning"))?;
+        conn.execute(
+            "UPDATE sessions SET ended_at = ?1, end_reason = 'despawned' WHERE agent_id = ?2 AND ended_at IS NULL",
+            params![now, id],
+        )
+        .map_err(sql("ending a session"))?;
+        set_presence(conn, *id, canopy_core::Presence::Despawned, Some("despawned"), None, now)?;
+        let h: String = conn
+            .query_row("SELECT handle FROM accounts WHERE id = ?1", params![id], |r| r.get(0))
+            .map_err(sql("naming"))?;
+        audit(conn, Some(actor.id), "agents.despawn", &h, &format!("by {}", caller.handle))?;
+        handles.push(Handle::from_trusted(h));
+    }
+    let notice = match target.parent_id {
+        Some(parent) => {
+            let names: Vec<&str> = handles.iter().map(Handle::as_str).collect();
+            let body =
+                format!("{} despawned @{handle} ({}). Their history stays readable.", caller.handle, names.join(", "));
+            Some(crate::sessions::notice(conn, parent, &body)?)
+        }
+        None => None,
+    };
+    Ok((handles, notice))
+}
+
+/// The audit log since a time, newest first (at most 1000 lines).
+pub fn audit_log(conn: &Connection, since_ms: i64) -> Result<Vec<AuditEntry>, Error> {
+    conn.prepare_cached(
+        "SELECT l.id, l.at, a.handle, l.action, l.target, l.detail FROM audit l LEFT JOIN accounts a ON a.id = l.actor_id \
+         WHERE l.at >= ?1 ORDER BY l.id DESC LIMIT 1000",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![since_ms], |r| {
+            Ok(AuditEntry {
+                id: r.get::<_, i64>(0)? as u64,
+                at: rfc3339(r.get(1)?),
+                actor: r.get::<_, Option<String>>(2)?.map(Handle::from_trusted),
+                action: r.get(3)?,
+                target: r.get(4)?,
+                detail: r.get(5)?,
+            })
+        })?
+        .collect()
+    })
+    .map_err(sql("reading the audit log"))
+}
+
+/// A channel's id and the system account's id, for delivering Canopy's own notices.
+pub fn channel_and_system(conn: &Connection, channel: &ChannelName) -> Result<(i64, i64), Error> {
+    let (channel_id, _) = crate::views::require_channel(conn, "channel", channel.as_str())?;
+    let system: i64 = conn
+        .query_row("SELECT id FROM accounts WHERE kind = 'system' ORDER BY id LIMIT 1", [], |r| r.get(0))
+        .map_err(sql("finding the system account"))?;
+    Ok((channel_id, system))
+}
