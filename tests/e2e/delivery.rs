@@ -50,6 +50,15 @@ fn tool_result(env: &TestEnv, agent: &str, tool: &str) -> Option<Value> {
         .map(|l| l["output"].clone())
 }
 
+/// Creates agent `alpha`, whose first turn opens its direct channel with `beta` and posts there.
+fn alpha_tells_beta(env: &TestEnv, topic: &str, body: &str) {
+    let script = format!(
+        "[[rule]]\nmatch = {{ kind = \"start\" }}\nactions = [\n  {{ call = \"comms_open_direct\", args = {{ peer = \"beta\" }} }},\n  \
+         {{ call = \"comms_post_message\", args = {{ channel = \"dm-alpha-beta\", topic = \"{topic}\", body = \"{body}\", create_topic = true }} }},\n]\n"
+    );
+    env.create_scripted("alpha", &script);
+}
+
 const QUIET: &str = "[[rule]]\nmatch = { kind = \"message\" }\nactions = [{ say = \"read it\" }]\n";
 
 #[test]
@@ -57,17 +66,7 @@ fn a_post_wakes_an_idle_agent_with_the_message_fenced_at_its_turn_start() {
     let env = TestEnv::started_with(QUICK);
     env.create_scripted("beta", QUIET);
     crate::assert_eventually!(env.roster_entry("beta")["presence"] == "idle", "beta never went idle");
-    env.create_scripted(
-        "alpha",
-        r#"
-[[rule]]
-match = { kind = "start" }
-actions = [
-  { call = "comms_open_direct", args = { peer = "beta" } },
-  { call = "comms_post_message", args = { channel = "dm-alpha-beta", topic = "plans", body = "beta, the release is on Friday", create_topic = true } },
-]
-"#,
-    );
+    alpha_tells_beta(&env, "plans", "beta, the release is on Friday");
     crate::assert_eventually!(
         !inputs_containing(&env, "beta", "release is on Friday").is_empty(),
         "beta never received the message: {:?}",
@@ -100,17 +99,7 @@ fn a_mention_mid_turn_is_steered_into_that_turn() {
          [[rule]]\nmatch = { steer = true }\nactions = [{ say = \"heard you mid-turn\" }]\n",
     );
     crate::assert_eventually!(env.roster_entry("beta")["presence"] == "working", "beta never started working");
-    env.create_scripted(
-        "alpha",
-        r#"
-[[rule]]
-match = { kind = "start" }
-actions = [
-  { call = "comms_open_direct", args = { peer = "beta" } },
-  { call = "comms_post_message", args = { channel = "dm-alpha-beta", topic = "now", body = "@beta stop what you are doing", create_topic = true } },
-]
-"#,
-    );
+    alpha_tells_beta(&env, "now", "@beta stop what you are doing");
     crate::assert_eventually!(
         !inputs_containing(&env, "beta", "stop what you are doing").is_empty(),
         "beta never received the steer"
