@@ -63,6 +63,8 @@ pub fn reach(conn: &Connection, channel_id: i64, sender_id: i64, mentions: &[Han
             .collect()
         })
         .map_err(sql("finding a message's recipients"))?;
+    // A despawned agent is told nothing, unless it is named (then the sender hears why not).
+    let recipients = recipients.into_iter().filter(|r| r.state != AccountState::Despawned || r.mentioned).collect();
     let mut reach = Reach { recipients, ..Reach::default() };
     for mention in mentions {
         if reach.recipients.iter().any(|r| &r.handle == mention) {
