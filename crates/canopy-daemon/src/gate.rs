@@ -73,12 +73,8 @@ impl Api {
         let decided = self
             .store
             .write(move |conn| {
-                let role = ops::list_spawns(conn, None)?
-                    .into_iter()
-                    .find(|r| r.id == format!("req-{id}"))
-                    .map(|r| r.role.to_string())
-                    .unwrap_or_else(|| "manager".into());
-                let defaults = roles.for_role(&role);
+                let role = ops::spawn_request(conn, id)?.role;
+                let defaults = roles.for_role(role.as_str());
                 ops::decide_spawn(conn, &caller, id, approve, note, (defaults.harness, defaults.script))
             })
             .await?;

@@ -187,7 +187,8 @@ pub mod ops {
         set_desired, sync_runner,
     };
     pub use crate::spawn::{
-        audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns, request_spawn,
+        audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,
+        load as spawn_request, request_spawn,
     };
     pub use crate::workspace::{init, workspace};
 }

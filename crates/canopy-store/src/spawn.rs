@@ -82,7 +82,8 @@ pub fn parse_id(id: &str) -> Result<i64, Error> {
         .ok_or_else(|| Error::invalid("id", format!("{id:?} is not a request id like req-12")))
 }
 
-fn load(conn: &Connection, id: i64) -> Result<SpawnRequest, Error> {
+/// One request by its number.
+pub fn load(conn: &Connection, id: i64) -> Result<SpawnRequest, Error> {
     conn.prepare_cached(&format!("{SELECT} WHERE r.id = ?1"))
         .and_then(|mut s| s.query_row(params![id], from_row).optional())
         .map_err(sql("reading a spawn request"))?
