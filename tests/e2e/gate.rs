@@ -29,13 +29,7 @@ impl TestEnv {
     /// Calls the API with a session's own token, as its harness would through the tools.
     fn call_as(&self, agent: &str, incarnation: u64, method: Method, request: Value) -> Value {
         let pid = self.wait_harness_pid(agent, incarnation);
-        let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-        let token = raw
-            .split(|b| *b == 0)
-            .filter_map(|kv| std::str::from_utf8(kv).ok())
-            .find_map(|kv| kv.strip_prefix("CANOPY_MCP_TOKEN="))
-            .unwrap()
-            .to_owned();
+        let token = crate::sessions::process_env(pid)["CANOPY_MCP_TOKEN"].clone();
         let bus = self.bus();
         let subject = self.subjects().api(method);
         let reply = self

@@ -71,7 +71,7 @@ impl TestEnv {
 }
 
 /// The environment of a process: what its harness was given.
-fn process_env(pid: u32) -> HashMap<String, String> {
+pub fn process_env(pid: u32) -> HashMap<String, String> {
     let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     raw.split(|b| *b == 0)
         .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))

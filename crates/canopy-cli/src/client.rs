@@ -1,7 +1,5 @@
 //! The CLI's connection to a running daemon: `daemon.json`, the operator token, NATS.
 
-use std::time::Duration;
-
 pub use canopy_bus::CallError;
 use canopy_bus::{ApiClient, Bus};
 use canopy_daemon::{Config, ConnectionInfo, DataDir, read_connection_info};
@@ -30,7 +28,9 @@ pub fn connection_info(dir: &DataDir) -> Result<ConnectionInfo, CallError> {
 /// Connects to the daemon's NATS (`url` overrides the one in `daemon.json`).
 pub async fn api_client(dir: &DataDir, url: Option<&str>) -> Result<ApiClient, CallError> {
     let info = connection_info(dir)?;
-    let timeout = Config::load(&dir.config()).map(|c| c.daemon.request_timeout).unwrap_or(Duration::from_secs(10));
+    let timeout = Config::load(&dir.config())
+        .map(|c| c.daemon.request_timeout)
+        .unwrap_or_else(|_| Config::default().daemon.request_timeout);
     let url = url.unwrap_or(&info.nats_url);
     let token = if url == info.nats_url { info.nats_token.as_deref() } else { None };
     let bus = Bus::connect(url, token, "canopy-cli", false).await.map_err(|e| CallError::Unreachable(e.to_string()))?;

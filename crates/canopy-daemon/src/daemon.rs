@@ -294,6 +294,3 @@ pub fn read_connection_info(dir: &DataDir) -> std::io::Result<ConnectionInfo> {
     let text = std::fs::read_to_string(dir.daemon_json())?;
     serde_json::from_str(&text).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
-
-/// How long a CLI waits for a reply by default, before configuration is read.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

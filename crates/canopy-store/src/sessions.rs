@@ -499,14 +499,19 @@ pub fn live_agent(conn: &Connection, agent: &str, incarnation: u64, runner_id: &
 
 /// Posts a notice from Canopy into an agent's home channel.
 pub fn notice(conn: &Connection, agent_id: i64, body: &str) -> Result<Message, Error> {
+    notice_in_home(conn, agent_id, &TopicName::from_trusted(SESSION_NOTICE_TOPIC.to_owned()), body)
+}
+
+/// Posts a notice from Canopy into an agent's home channel under `topic`.
+pub(crate) fn notice_in_home(
+    conn: &Connection,
+    agent_id: i64,
+    topic: &TopicName,
+    body: &str,
+) -> Result<Message, Error> {
     let home: String = conn
         .prepare_cached("SELECT c.name FROM accounts a JOIN channels c ON c.id = a.home_channel_id WHERE a.id = ?1")
         .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
         .map_err(sql("finding a home channel"))?;
-    post_as_system(
-        conn,
-        &ChannelName::from_trusted(home),
-        &TopicName::from_trusted(SESSION_NOTICE_TOPIC.to_owned()),
-        body,
-    )
+    post_as_system(conn, &ChannelName::from_trusted(home), topic, body)
 }

@@ -16,7 +16,6 @@ use canopy_core::{
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::accounts::{AgentSpec, insert_agent};
-use crate::messages::post_as_system;
 use crate::schema::audit;
 use crate::sessions::set_presence;
 use crate::views::{parse_enum, require_account};
@@ -247,14 +246,7 @@ pub fn request_spawn(
 
 /// Posts in the requester's home channel, topic `spawn: <handle>`.
 fn post_to_requester(conn: &Connection, requester_id: i64, handle: &Handle, body: &str) -> Result<Message, Error> {
-    let home: String = conn
-        .query_row(
-            "SELECT c.name FROM accounts a JOIN channels c ON c.id = a.home_channel_id WHERE a.id = ?1",
-            params![requester_id],
-            |r| r.get(0),
-        )
-        .map_err(sql("finding a home channel"))?;
-    post_as_system(conn, &ChannelName::from_trusted(home), &spawn_topic(handle), body)
+    crate::sessions::notice_in_home(conn, requester_id, &spawn_topic(handle), body)
 }
 
 /// The topic a request is discussed in.
