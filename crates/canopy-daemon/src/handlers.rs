@@ -234,6 +234,8 @@ impl Api {
             .map(|s| SessionAssignment {
                 token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
                 system_prompt: crate::builtin::system_prompt(s.role.as_str()).to_owned(),
+                prompt_mode: PromptModeWire::Replace,
+                prompt_hash: String::new(),
                 agent: s.agent.to_string(),
                 display_name: s.display_name,
                 role: s.role.to_string(),

@@ -12,6 +12,10 @@ pub struct Capabilities {
     pub replace_prompt: bool,
     /// The harness's default prompt can be kept with text appended (implementer delta).
     pub append_prompt: bool,
+    /// The harness has a default system prompt of its own (Claude Code, Codex). Canopy
+    /// then sends an implementer only its delta, through the append mechanism; for a
+    /// harness without one, Canopy renders its own default block-0 around the delta.
+    pub owns_default_prompt: bool,
 }
 
 /// How an input should reach the session.
@@ -37,6 +41,17 @@ pub enum SendOutcome {
     FellBack { reason: String },
     /// The harness refused it (a turn is running, for a next-turn send).
     Refused { reason: String },
+}
+
+/// Token counts (and cost where known) a harness reports for a turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    /// In US dollars, when the harness knows it.
+    pub cost_usd: Option<f64>,
 }
 
 /// How a turn ended.
@@ -96,6 +111,11 @@ pub enum HarnessEvent {
     },
     CompactionStarted,
     CompactionEnded,
+    /// Tokens (and cost, when the harness reports it) one model turn used.
+    Usage {
+        turn_id: Option<String>,
+        usage: Usage,
+    },
     RateLimited {
         detail: String,
     },
@@ -151,6 +171,7 @@ impl HarnessEvent {
             HarnessEvent::ToolAborted { .. } => "tool_aborted",
             HarnessEvent::CompactionStarted => "compaction_started",
             HarnessEvent::CompactionEnded => "compaction_ended",
+            HarnessEvent::Usage { .. } => "usage",
             HarnessEvent::RateLimited { .. } => "rate_limited",
             HarnessEvent::Status { .. } => "status",
             HarnessEvent::SubagentStarted { .. } => "subagent_started",
@@ -172,7 +193,8 @@ impl HarnessEvent {
             | HarnessEvent::ToolResult { turn_id, .. }
             | HarnessEvent::ToolFailed { turn_id, .. }
             | HarnessEvent::ToolBlocked { turn_id, .. }
-            | HarnessEvent::ToolAborted { turn_id, .. } => turn_id.as_deref(),
+            | HarnessEvent::ToolAborted { turn_id, .. }
+            | HarnessEvent::Usage { turn_id, .. } => turn_id.as_deref(),
             _ => None,
         }
     }
@@ -202,6 +224,12 @@ impl HarnessEvent {
             HarnessEvent::ToolAborted { name, .. } => format!("⊘ {name} aborted"),
             HarnessEvent::CompactionStarted => "compacting context".into(),
             HarnessEvent::CompactionEnded => "compaction done".into(),
+            HarnessEvent::Usage { usage, .. } => format!(
+                "used {} input and {} output tokens{}",
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cost_usd.map(|c| format!(" (${c:.4})")).unwrap_or_default()
+            ),
             HarnessEvent::RateLimited { detail } => format!("rate limited: {detail}"),
             HarnessEvent::Status { text } => text.clone(),
             HarnessEvent::SubagentStarted { id, .. } => format!("subagent {id} started"),

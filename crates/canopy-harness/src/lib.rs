@@ -11,7 +11,7 @@ mod event;
 pub mod scripted;
 mod session;
 
-pub use event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus};
+pub use event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 pub use session::{InputContext, LaunchError, LaunchSpec, PromptMode, Session, SessionError};
 
 /// The harnesses Canopy can drive.

@@ -10,7 +10,8 @@ use tokio::process::Command;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus};
 use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec};
 
-pub const CAPABILITIES: Capabilities = Capabilities { steer: true, replace_prompt: true, append_prompt: true };
+pub const CAPABILITIES: Capabilities =
+    Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: false };
 
 /// File names inside the session directory.
 pub const PROMPT_FILE: &str = "system-prompt.md";

@@ -375,6 +375,10 @@ pub struct SessionAssignment {
     pub script: Option<ScriptSource>,
     /// The system prompt the session starts with.
     pub system_prompt: String,
+    /// Whether `system_prompt` replaces the harness's default or is appended to it.
+    pub prompt_mode: PromptModeWire,
+    /// The rendered prompt's content hash (`canopy prompt render` prints the same).
+    pub prompt_hash: String,
     pub home_channel: String,
     pub charter: String,
 }
@@ -389,6 +393,18 @@ pub struct RunnersSyncResponse {
     pub start: Vec<SessionAssignment>,
     /// More sessions wait to be started: sync again at once.
     pub more: bool,
+}
+
+/// How a session's system prompt relates to its harness's own default prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptModeWire {
+    /// The prompt is the whole system prompt (Managers, and any role on a harness whose
+    /// default Canopy owns).
+    Replace,
+    /// The prompt is a delta for the harness's append mechanism (implementers on a harness
+    /// with its own default prompt).
+    Append,
 }
 
 /// Most sessions handed to a runner to start in one sync (keeps replies small).

@@ -17,8 +17,8 @@ use canopy_core::{Message, Presence};
 use canopy_harness::{HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SendMode, SendOutcome, Session};
 use canopy_proto::Method;
 use canopy_proto::api::{
-    DeliveriesAckRequest, DeliveriesAckResponse, DeliveriesPullRequest, DeliveriesPullResponse, ReportedActivity,
-    SessionAssignment, SessionReport, SteerReply,
+    DeliveriesAckRequest, DeliveriesAckResponse, DeliveriesPullRequest, DeliveriesPullResponse, PromptModeWire,
+    ReportedActivity, SessionAssignment, SessionReport, SteerReply,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -305,7 +305,10 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         program_args: options.scripted_args.clone(),
         session_dir: agent_dir.join(assignment.incarnation.to_string()),
         cwd: agent_dir.join("work"),
-        prompt: PromptMode::Replace(assignment.system_prompt.clone()),
+        prompt: match assignment.prompt_mode {
+            PromptModeWire::Replace => PromptMode::Replace(assignment.system_prompt.clone()),
+            PromptModeWire::Append => PromptMode::Append(assignment.system_prompt.clone()),
+        },
         mcp_url,
         mcp_token: assignment.token.clone(),
         env: vec![
