@@ -15,6 +15,7 @@ mod errors;
 mod gate;
 mod governance;
 mod lifecycle;
+mod prompts;
 mod sessions;
 mod tail;
 mod tidy;

@@ -131,6 +131,7 @@ impl Sandbox {
                     charter: String::new(),
                     harness: None,
                     script: None,
+                    persona: None,
                 };
                 let account: canopy_core::Account = self
                     .api
@@ -174,6 +175,7 @@ impl Sandbox {
                 name: "sleeper.toml".into(),
                 text: "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ sleep = \"1h\" }]\n".into(),
             }),
+            persona: None,
         };
         self.api
             .call::<_, canopy_core::Account>(Method::AgentsCreate, &self.operator, &request)

@@ -106,6 +106,20 @@ pub enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         since: Option<std::time::Duration>,
     },
+    /// Prompts: print exactly what a session receives.
+    #[command(subcommand)]
+    Prompt(PromptCommand),
+    /// The prompt bundle: validate it.
+    #[command(subcommand)]
+    Bundle(BundleCommand),
+    /// An agent's subagent runs, newest first.
+    Runs {
+        #[arg(long)]
+        agent: String,
+        /// Only runs still out.
+        #[arg(long)]
+        open: bool,
+    },
     /// Measure delivery performance beside raw NATS and SQLite baselines, on a temporary
     /// workspace (build with --release for meaningful numbers).
     Bench {
@@ -206,6 +220,9 @@ pub enum AgentsCommand {
         /// A script file for the scripted harness (default: the role's).
         #[arg(long)]
         script: Option<PathBuf>,
+        /// A persona overlay, rendered last in the agent's prompt.
+        #[arg(long)]
+        persona: Option<String>,
     },
     /// Every agent.
     List,
@@ -298,4 +315,28 @@ pub struct TailArgs {
     /// How often to resync from the store even without a doorbell.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub resync: std::time::Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PromptCommand {
+    /// Render the prompt a session of an agent (or a role) receives, with its hash.
+    Render {
+        /// The agent whose next session's prompt to render.
+        #[arg(long, conflicts_with = "role", required_unless_present = "role")]
+        agent: Option<String>,
+        /// A role, rendered with example identity facts.
+        #[arg(long)]
+        role: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BundleCommand {
+    /// Load and lint a bundle: file and line of every problem; exit 1 when there is one.
+    Check {
+        /// The directory holding config/, agents/, skills/ and rules/ (default: the one the
+        /// daemon uses: `[prompts] bundle` in canopy.toml, else the one built into canopy).
+        #[arg(long)]
+        bundle: Option<PathBuf>,
+    },
 }

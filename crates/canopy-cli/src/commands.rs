@@ -34,6 +34,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Mcp(args) => mcp(&dir, json, &args).await,
         Command::Bench { quick } => bench(json, quick).await,
         Command::Demo { yes } => crate::demo::run(yes).await,
+        Command::Bundle(BundleCommand::Check { bundle }) => bundle_check(&dir, json, bundle),
         command => match Client::connect(&dir).await {
             Ok(client) => api_command(&client, json, command).await,
             Err(e) => fail(json, &e),
@@ -130,12 +131,12 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             })
             .await
         }
-        Command::Agents(AgentsCommand::Create { handle, name, role, parent, charter, harness, script }) => {
+        Command::Agents(AgentsCommand::Create { handle, name, role, parent, charter, harness, script, persona }) => {
             let script = match script.map(|path| read_script(&path)).transpose() {
                 Ok(script) => script,
                 Err(e) => return fail(json, &e),
             };
-            let request = AgentsCreateRequest { handle, name, role, parent, charter, harness, script };
+            let request = AgentsCreateRequest { handle, name, role, parent, charter, harness, script, persona };
             call(client, json, Method::AgentsCreate, &request, output::account).await
         }
         Command::Agents(AgentsCommand::Start { handle }) => {
@@ -185,6 +186,49 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                     println!("{} {actor:12} {:24} {} {}", e.at, e.action, e.target, e.detail);
                 }
             })
+            .await
+        }
+        Command::Prompt(PromptCommand::Render { agent, role }) => {
+            call(
+                client,
+                json,
+                Method::PromptsRender,
+                &PromptsRenderRequest { agent, role },
+                |r: &PromptsRenderResponse| {
+                    print!("{}", r.text);
+                    eprintln!(
+                        "-- {} {} ({} mode, {}), sections: {}; sha256 {}",
+                        r.role,
+                        r.definition.as_deref().map(|d| format!("[{d}]")).unwrap_or_default(),
+                        r.mode,
+                        r.delivery,
+                        r.sections.join(", "),
+                        r.hash
+                    );
+                    if let Some(s) = &r.session {
+                        let same = if s.hash == r.hash { "same" } else { "differs: the bundle or facts changed since" };
+                        eprintln!("-- session {} started with sha256 {} ({same})", s.incarnation, s.hash);
+                    }
+                },
+            )
+            .await
+        }
+        Command::Runs { agent, open } => {
+            call(
+                client,
+                json,
+                Method::RunsList,
+                &RunsListRequest { agent: Some(agent), open },
+                |r: &RunsListResponse| {
+                    for run in &r.runs {
+                        let ended = run.ended_at.as_deref().unwrap_or("-");
+                        println!(
+                            "{:8} {:10} {:14} started {} ended {ended}",
+                            run.handle, run.status, run.definition, run.started_at
+                        );
+                    }
+                },
+            )
             .await
         }
         Command::Roster => {
@@ -275,6 +319,7 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         | Command::Runner(_)
         | Command::Mcp(_)
         | Command::Bench { .. }
+        | Command::Bundle(_)
         | Command::Demo { .. } => Ok(()),
     };
     match result {
@@ -418,7 +463,7 @@ async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallE
     let first = ActivityReadRequest { agent: args.handle.clone(), after: 0, limit: None, tail: Some(args.tail) };
     let page: ActivityReadResponse = client.call(Method::ActivityRead, &first).await?;
     for item in &page.items {
-        output::activity(item, json);
+        output::activity(item, &args.handle, json);
     }
     let mut last = page.next_after;
     if args.no_follow {
@@ -451,7 +496,7 @@ async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallE
                 Err(e) => return Err(e),
             };
             for item in &page.items {
-                output::activity(item, json);
+                output::activity(item, &args.handle, json);
             }
             last = page.next_after.max(last);
             if !page.more {
@@ -527,4 +572,52 @@ fn fail(json: bool, error: &CallError) -> u8 {
         eprintln!("error: {wire}");
     }
     code
+}
+
+/// `canopy bundle check`: loads and lints a bundle locally (no daemon needed).
+fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf>) -> u8 {
+    use canopy_daemon::prompts::{BundleSource, check};
+    let source = match bundle {
+        Some(path) => BundleSource::Dir(path),
+        None => match canopy_daemon::Config::load(&dir.config()) {
+            Ok(config) => BundleSource::from_config(&config, dir.root()),
+            Err(e) => return fail(json, &CallError::Unreachable(e.to_string())),
+        },
+    };
+    let name = match &source {
+        BundleSource::Embedded => "embedded".to_owned(),
+        BundleSource::Dir(path) => path.display().to_string(),
+    };
+    match check(&source) {
+        Ok(renderer) => {
+            let b = renderer.bundle();
+            let counts = serde_json::json!({
+                "roles": b.roles.len(), "definitions": b.definitions.len(),
+                "skills": b.skills.len(), "rules": b.rules.len(),
+            });
+            if json {
+                output::json(&serde_json::json!({ "ok": true, "bundle": name, "counts": counts, "problems": [] }));
+            } else {
+                println!(
+                    "bundle {name}: ok ({} roles, {} definitions, {} skills, {} rules)",
+                    b.roles.len(),
+                    b.definitions.len(),
+                    b.skills.len(),
+                    b.rules.len()
+                );
+            }
+            0
+        }
+        Err(problems) => {
+            if json {
+                output::json(&serde_json::json!({ "ok": false, "bundle": name, "problems": problems }));
+            } else {
+                eprintln!("bundle {name}: {} problem(s)", problems.len());
+                for p in &problems {
+                    eprintln!("  {p}");
+                }
+            }
+            1
+        }
+    }
 }

@@ -92,6 +92,7 @@ impl Demo {
             charter: format!("{name}'s lane"),
             harness: Some("scripted".into()),
             script: script.map(|text| ScriptSource { name: format!("{handle}.toml"), text: text.into() }),
+            persona: None,
         };
         self.call::<_, canopy_core::Account>(Method::AgentsCreate, &request).await.map(|_| ())
     }

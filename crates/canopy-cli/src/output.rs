@@ -141,13 +141,18 @@ fn roster_row(a: &RosterEntry, width: usize) {
 }
 
 /// One activity item: failures stand out, successes stay compact.
-pub fn activity(item: &ActivityItem, json: bool) {
+pub fn activity(item: &ActivityItem, watched: &str, json: bool) {
     if json {
         json_line(item);
         return;
     }
     let at = item.at.get(11..19).unwrap_or(&item.at);
-    println!("{at} #{} {}", item.incarnation, item.summary);
+    // A subagent run's activity shows under its Manager, marked with the run.
+    let who = match item.agent.as_str() == watched {
+        true => String::new(),
+        false => format!("[{}] ", item.agent),
+    };
+    println!("{at} #{} {who}{}", item.incarnation, item.summary);
 }
 
 /// Per-recipient outcomes of a post, then the counts.

@@ -31,6 +31,9 @@ pub const RESERVED_HANDLES: &[&str] = &[
 ];
 
 /// Channel name prefixes that only the daemon may use, for the channels it creates itself.
+/// Handle prefixes Canopy gives its own accounts (subagent runs are `run-<id>`).
+pub const RESERVED_HANDLE_PREFIXES: &[&str] = &["run-"];
+
 pub const RESERVED_CHANNEL_PREFIXES: &[&str] = &["home-", "coord-", "dm-"];
 
 /// Why a name was refused. The caller adds which field it came from.
@@ -119,7 +122,7 @@ impl Handle {
     /// Parses a handle, refusing reserved words.
     pub fn parse(value: &str) -> Result<Handle, NameError> {
         check_slug(value, MAX_HANDLE_LEN, false, HANDLE_GRAMMAR)?;
-        if RESERVED_HANDLES.contains(&value) {
+        if RESERVED_HANDLES.contains(&value) || RESERVED_HANDLE_PREFIXES.iter().any(|p| value.starts_with(p)) {
             return Err(NameError::Reserved { value: value.to_owned() });
         }
         Ok(Handle(value.to_owned()))

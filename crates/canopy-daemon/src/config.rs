@@ -26,6 +26,8 @@ pub struct Config {
     pub sessions: SessionsConfig,
     pub delivery: DeliveryConfig,
     pub policy: PolicyConfig,
+    pub prompts: PromptsConfig,
+    pub runs: RunsConfig,
     /// Per-role defaults: which harness a new agent of the role runs, with which script.
     pub roles: BTreeMap<String, RoleConfig>,
 }
@@ -41,9 +43,12 @@ impl Default for Config {
             sessions: SessionsConfig::default(),
             delivery: DeliveryConfig::default(),
             policy: PolicyConfig::default(),
+            prompts: PromptsConfig::default(),
+            runs: RunsConfig::default(),
             roles: BTreeMap::from([
                 ("supervisor".to_owned(), scripted("supervisor.toml")),
                 ("manager".to_owned(), scripted("manager.toml")),
+                ("implementer".to_owned(), scripted("implementer.toml")),
             ]),
         }
     }
@@ -187,6 +192,38 @@ impl Default for PolicyConfig {
     }
 }
 
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PromptsConfig {
+    /// The prompt bundle: a directory holding `config/prompts`, `config/roles`, `agents`,
+    /// `skills` and `rules` (relative paths are relative to the data directory's parent).
+    /// Empty: the bundle built into the binary.
+    pub bundle: String,
+    /// One line on the current project, rendered in every Manager's `# Why You're Here`.
+    pub project: String,
+    /// The working directory of every session (relative paths as for `bundle`). Empty: a
+    /// private directory per agent under the data directory.
+    pub workdir: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunsConfig {
+    /// Most subagent runs one Manager may have out at once.
+    pub max_per_manager: u32,
+    /// A run still going after this long is stopped and reported as timed out.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Longest brief, in bytes.
+    pub max_brief_bytes: usize,
+}
+
+impl Default for RunsConfig {
+    fn default() -> RunsConfig {
+        RunsConfig { max_per_manager: 4, timeout: Duration::from_secs(30 * 60), max_brief_bytes: 32 * 1024 }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleConfig {
@@ -326,6 +363,14 @@ impl Config {
             return Err(("runner.max_line_bytes", "must be at least 1024".into()));
         }
         positive("sessions.activity_per_session", self.sessions.activity_per_session as usize)?;
+        positive("runs.max_per_manager", self.runs.max_per_manager as usize)?;
+        positive("runs.max_brief_bytes", self.runs.max_brief_bytes)?;
+        if self.runs.timeout.is_zero() {
+            return Err(("runs.timeout", "must be longer than zero".into()));
+        }
+        if self.prompts.project.chars().count() > 1000 {
+            return Err(("prompts.project", "must be at most 1000 characters".into()));
+        }
         let delivery = &self.delivery;
         for (key, value) in [
             ("delivery.coalesce_cap", delivery.coalesce_cap),

@@ -110,6 +110,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         session_secret: secret(&dir.session_secret(), "")?,
     });
     let roles = Arc::new(RoleDefaults::resolve(&config, &dir.config(), dir.root())?);
+    let prompts = Arc::new(crate::prompts::Prompts::open(&config, &dir.config(), dir.root())?);
     let api = Api {
         store: store.clone(),
         bus: bus.clone(),
@@ -120,6 +121,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         data_dir: dir.root().to_owned(),
         loops: Arc::default(),
         operators: Arc::default(),
+        prompts,
+        role_cache: Arc::default(),
     };
 
     // Serve the API in its own task, so it keeps answering while the runner shuts down.
@@ -149,7 +152,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     };
     let stall_check = tokio::spawn({
         let api = api.clone();
-        let every = (config.sessions.stall_after / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+        let every = (config.sessions.stall_after.min(config.runs.timeout) / 4)
+            .clamp(Duration::from_millis(200), Duration::from_secs(30));
         async move {
             let mut tick = tokio::time::interval(every);
             loop {
@@ -157,6 +161,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
                 api.check_stalled().await;
                 api.check_mailboxes().await;
                 api.check_requests().await;
+                if let Err(e) = api.expire_runs().await {
+                    tracing::warn!(error = %e, "checking subagent run deadlines failed");
+                }
             }
         }
     });

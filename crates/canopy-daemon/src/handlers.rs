@@ -43,6 +43,10 @@ pub struct Api {
     /// so they are resolved once; session tokens are checked against the store every time,
     /// because they die with their session.
     pub operators: std::sync::Arc<dashmap::DashMap<String, Caller>>,
+    /// The prompt bundle in use.
+    pub prompts: std::sync::Arc<crate::prompts::Prompts>,
+    /// Agent handle -> role (and run definition), for the per-role tool check.
+    pub role_cache: std::sync::Arc<dashmap::DashMap<String, crate::prompt_api::RoleOf>>,
 }
 
 /// The daemon's credentials for runners and sessions.
@@ -80,10 +84,12 @@ impl Api {
                 Method::RunnersSync => ok(self.runners_sync(decode_request(payload)?).await?),
                 Method::DeliveriesPull => ok(self.deliveries_pull(decode_request(payload)?).await?),
                 Method::DeliveriesAck => ok(self.deliveries_ack(decode_request(payload)?).await?),
+                Method::RunsFinish => ok(self.runs_finish(decode_request(payload)?).await?),
                 _ => ok(self.sessions_report(decode_request(payload)?).await?),
             };
         }
         let caller = self.authenticate(token).await?;
+        self.check_tool(&caller, method).await?;
         match method {
             Method::Whoami => ok(self.whoami(caller, decode_request(payload)?).await?),
             Method::AgentsCreate => ok(self.agents_create(caller, decode_request(payload)?).await?),
@@ -115,9 +121,16 @@ impl Api {
             Method::SpawnList => ok(self.spawn_list(decode_request(payload)?).await?),
             Method::AgentsDespawn => ok(self.despawn(caller, decode_request(payload)?).await?),
             Method::AuditList => ok(self.audit_list(caller, decode_request(payload)?).await?),
-            Method::RunnersSync | Method::SessionsReport | Method::DeliveriesPull | Method::DeliveriesAck => {
-                Err(Error::Internal("runner methods are routed above".into()))
-            }
+            Method::PromptsRender => ok(self.prompts_render(caller, decode_request(payload)?).await?),
+            Method::PromptsSkill => ok(self.prompts_read(caller, decode_request(payload)?, true).await?),
+            Method::PromptsRule => ok(self.prompts_read(caller, decode_request(payload)?, false).await?),
+            Method::RunsStart => ok(self.runs_start(caller, decode_request(payload)?).await?),
+            Method::RunsList => ok(self.runs_list(caller, decode_request(payload)?).await?),
+            Method::RunnersSync
+            | Method::SessionsReport
+            | Method::DeliveriesPull
+            | Method::DeliveriesAck
+            | Method::RunsFinish => Err(Error::Internal("runner methods are routed above".into())),
         }
     }
 
@@ -228,14 +241,27 @@ impl Api {
             .into_iter()
             .map(|s| RunningSession { agent: s.agent.to_string(), incarnation: s.incarnation })
             .collect();
+        let fresh: Vec<_> = fresh.into_iter().take(SYNC_START_BATCH).collect();
+        let prompts = self.render_sessions(&fresh).await?;
         let start = fresh
             .into_iter()
-            .take(SYNC_START_BATCH)
-            .map(|s| SessionAssignment {
+            .zip(prompts)
+            .filter(|(s, rendered)| rendered.is_some() || s.run.is_none())
+            .map(|(s, rendered)| SessionAssignment {
                 token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
-                system_prompt: crate::builtin::system_prompt(s.role.as_str()).to_owned(),
-                prompt_mode: PromptModeWire::Replace,
-                prompt_hash: String::new(),
+                prompt_mode: match rendered.as_ref().map(|r| r.delivery) {
+                    Some(canopy_prompt::Delivery::Append) => PromptModeWire::Append,
+                    _ => PromptModeWire::Replace,
+                },
+                prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
+                system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
+                cwd: crate::prompts::workdir(&self.config, &self.data_dir, s.agent.as_str()).display().to_string(),
+                run: s.run.map(|(id, definition, brief)| RunAssignment {
+                    id,
+                    definition,
+                    manager: s.parent.clone().unwrap_or_default(),
+                    brief,
+                }),
                 agent: s.agent.to_string(),
                 display_name: s.display_name,
                 role: s.role.to_string(),
@@ -270,8 +296,12 @@ impl Api {
         let max = self.config.sessions.activity_per_session;
         let applied = self.store.write(move |conn| ops::apply_reports(conn, &runner_id, &reports, max)).await?;
         for item in &applied.activity {
-            let subject = self.subjects.activity_event(item.agent.as_str());
-            let _ = self.bus.publish(&subject, encode(&ActivityEvent { item: item.clone() })).await;
+            let event = encode(&ActivityEvent { item: item.clone() });
+            let _ = self.bus.publish(&self.subjects.activity_event(item.agent.as_str()), event.clone()).await;
+            // A run's activity shows under its Manager too.
+            if let Some(manager) = self.manager_of_run(item.agent.as_str()).await {
+                let _ = self.bus.publish(&self.subjects.activity_event(&manager), event).await;
+            }
         }
         self.publish_messages(applied.notices).await;
         if applied.poke {
@@ -339,11 +369,15 @@ impl Api {
     }
 
     async fn whoami(&self, caller: Caller, _: WhoamiRequest) -> Result<WhoamiResponse, Error> {
+        let tools = match caller.kind {
+            canopy_core::AccountKind::Agent => self.tools_of(&caller).await?,
+            _ => Vec::new(),
+        };
         self.store
             .read(move |conn| {
                 let account = ops::account(conn, "caller", caller.handle.as_str())?;
                 let workspace = ops::workspace(conn)?.ok_or_else(|| Error::Internal("no workspace row".into()))?;
-                Ok(WhoamiResponse { account, workspace, version: env!("CARGO_PKG_VERSION").to_owned() })
+                Ok(WhoamiResponse { account, workspace, version: env!("CARGO_PKG_VERSION").to_owned(), tools })
             })
             .await
     }
@@ -361,6 +395,11 @@ impl Api {
             charter: bounded_text("charter", req.charter, MAX_CHARTER)?,
             harness: String::new(),
             script: None,
+            persona: req
+                .persona
+                .map(|p| bounded_text("persona", p, MAX_CHARTER))
+                .transpose()?
+                .filter(|p| !p.trim().is_empty()),
         };
         let defaults = self.roles.for_role(spec.role.as_str());
         let harness = req.harness.unwrap_or(defaults.harness);

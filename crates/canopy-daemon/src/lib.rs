@@ -14,6 +14,8 @@ pub mod gate;
 pub mod handlers;
 pub mod init;
 pub mod paths;
+pub mod prompt_api;
+pub mod prompts;
 pub mod roles;
 
 pub use config::{Config, ConfigError};

@@ -32,6 +32,9 @@ pub struct WhoamiResponse {
     pub workspace: Workspace,
     /// The daemon's version (`CARGO_PKG_VERSION`).
     pub version: String,
+    /// For an agent: the native tools registered for its session (its MCP tool list).
+    #[serde(default)]
+    pub tools: Vec<String>,
 }
 
 /// `agents.create`: provision a standing agent (operators only).
@@ -55,6 +58,9 @@ pub struct AgentsCreateRequest {
     /// A script for the scripted harness, sent as text so remote runners need no files.
     #[serde(default)]
     pub script: Option<ScriptSource>,
+    /// A persona overlay, rendered last in the agent's prompt.
+    #[serde(default)]
+    pub persona: Option<String>,
 }
 
 /// A scripted-harness script: the file name (for error messages) and its text.
@@ -379,6 +385,11 @@ pub struct SessionAssignment {
     pub prompt_mode: PromptModeWire,
     /// The rendered prompt's content hash (`canopy prompt render` prints the same).
     pub prompt_hash: String,
+    /// The harness's working directory (empty: the runner's default for the agent).
+    pub cwd: String,
+    /// Set when the session is a subagent run: its brief is the first input, and its final
+    /// report goes back with `runs.finish`.
+    pub run: Option<RunAssignment>,
     pub home_channel: String,
     pub charter: String,
 }
@@ -675,4 +686,141 @@ pub struct AuditListRequest {
 #[serde(deny_unknown_fields)]
 pub struct AuditListResponse {
     pub entries: Vec<AuditEntry>,
+}
+
+/// What a runner needs to drive a subagent run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunAssignment {
+    pub id: i64,
+    pub definition: String,
+    pub manager: String,
+    pub brief: String,
+}
+
+/// `prompts.render` (operators): exactly what a session of an agent (or a role) receives.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptsRenderRequest {
+    /// An agent's handle; or
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// a role id (rendered with placeholder identity facts).
+    #[serde(default)]
+    pub role: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptsRenderResponse {
+    pub text: String,
+    /// SHA-256 of `text`, hex.
+    pub hash: String,
+    pub role: String,
+    /// `replace` or `delta`.
+    pub mode: String,
+    /// How the text reaches the harness: `replace` (the whole system prompt) or `append`.
+    pub delivery: String,
+    pub definition: Option<String>,
+    pub sections: Vec<String>,
+    /// The native tools the session has.
+    pub tools: Vec<String>,
+    pub harness: String,
+    /// Where the bundle came from (a directory, or `embedded`).
+    pub bundle: String,
+    /// For an agent: the hash recorded on its latest session, with the incarnation.
+    pub session: Option<SessionPrompt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionPrompt {
+    pub incarnation: u64,
+    pub hash: String,
+}
+
+/// `prompts.skill` / `prompts.rule`: the body of a skill or rule the caller's prompt lists.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptsReadRequest {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptsReadResponse {
+    pub name: String,
+    pub description: String,
+    /// With lines naming tools the caller does not have left out.
+    pub body: String,
+}
+
+/// A subagent run as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunInfo {
+    pub id: i64,
+    /// The run's own handle (`run-<id>`), as `canopy watch` shows it.
+    pub handle: String,
+    pub manager: String,
+    pub definition: String,
+    /// `running`, `done`, `failed` or `timed_out`.
+    pub status: String,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+}
+
+/// `runs.start` (agents, as the `agents_run_subagent` tool): brief an ephemeral implementer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsStartRequest {
+    /// A subagent definition (`agents/<definition>.md`), e.g. `implementer`.
+    pub definition: String,
+    /// The whole brief: goal, context, constraints, what done means, the report wanted.
+    pub brief: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsStartResponse {
+    pub run: RunInfo,
+    /// Where the report will arrive.
+    pub report_channel: String,
+    pub report_topic: String,
+}
+
+/// `runs.list`: an agent's runs (operators: any agent's; agents: their own).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsListRequest {
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Only runs still out.
+    #[serde(default)]
+    pub open: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsListResponse {
+    pub runs: Vec<RunInfo>,
+}
+
+/// `runs.finish` (runners): a run's session ended its turn, or exited.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsFinishRequest {
+    pub agent: String,
+    pub incarnation: u64,
+    /// `done` or `failed`.
+    pub status: String,
+    /// The run's final message (its report), or why it failed.
+    pub report: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsFinishResponse {
+    /// False when the run had already ended (timed out, or reported before).
+    pub recorded: bool,
 }

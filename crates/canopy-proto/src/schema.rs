@@ -58,6 +58,12 @@ pub fn all() -> Vec<(String, Value)> {
             Method::SpawnList => pair::<SpawnListRequest, SpawnListResponse>(*method),
             Method::AgentsDespawn => pair::<AgentsDespawnRequest, AgentsDespawnResponse>(*method),
             Method::AuditList => pair::<AuditListRequest, AuditListResponse>(*method),
+            Method::PromptsRender => pair::<PromptsRenderRequest, PromptsRenderResponse>(*method),
+            Method::PromptsSkill => pair::<PromptsReadRequest, PromptsReadResponse>(*method),
+            Method::PromptsRule => pair::<PromptsReadRequest, PromptsReadResponse>(*method),
+            Method::RunsStart => pair::<RunsStartRequest, RunsStartResponse>(*method),
+            Method::RunsList => pair::<RunsListRequest, RunsListResponse>(*method),
+            Method::RunsFinish => pair::<RunsFinishRequest, RunsFinishResponse>(*method),
         };
         out.extend(schemas);
     }

@@ -44,6 +44,12 @@ pub enum Method {
     SpawnList,
     AgentsDespawn,
     AuditList,
+    PromptsRender,
+    PromptsSkill,
+    PromptsRule,
+    RunsStart,
+    RunsList,
+    RunsFinish,
 }
 
 impl Method {
@@ -83,6 +89,12 @@ impl Method {
         Method::SpawnList,
         Method::AgentsDespawn,
         Method::AuditList,
+        Method::PromptsRender,
+        Method::PromptsSkill,
+        Method::PromptsRule,
+        Method::RunsStart,
+        Method::RunsList,
+        Method::RunsFinish,
     ];
 
     /// The subject suffix after `api.`.
@@ -122,6 +134,12 @@ impl Method {
             Method::SpawnList => "spawn.list",
             Method::AgentsDespawn => "agents.despawn",
             Method::AuditList => "audit.list",
+            Method::PromptsRender => "prompts.render",
+            Method::PromptsSkill => "prompts.skill",
+            Method::PromptsRule => "prompts.rule",
+            Method::RunsStart => "runs.start",
+            Method::RunsList => "runs.list",
+            Method::RunsFinish => "runs.finish",
         }
     }
 
@@ -132,7 +150,14 @@ impl Method {
 
     /// Whether only runners (authenticated by the runner token) may call the method.
     pub fn is_runner_method(self) -> bool {
-        matches!(self, Method::RunnersSync | Method::SessionsReport | Method::DeliveriesPull | Method::DeliveriesAck)
+        matches!(
+            self,
+            Method::RunnersSync
+                | Method::SessionsReport
+                | Method::DeliveriesPull
+                | Method::DeliveriesAck
+                | Method::RunsFinish
+        )
     }
 }
 

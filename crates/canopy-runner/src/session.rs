@@ -18,7 +18,7 @@ use canopy_harness::{HarnessEvent, HarnessKind, InputContext, LaunchSpec, Prompt
 use canopy_proto::Method;
 use canopy_proto::api::{
     DeliveriesAckRequest, DeliveriesAckResponse, DeliveriesPullRequest, DeliveriesPullResponse, PromptModeWire,
-    ReportedActivity, SessionAssignment, SessionReport, SteerReply,
+    ReportedActivity, RunsFinishRequest, RunsFinishResponse, SessionAssignment, SessionReport, SteerReply,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -179,6 +179,29 @@ impl Mailbox {
         }
     }
 
+    /// Hands a run's final report (or failure) to the daemon, retrying briefly.
+    async fn finish_run(self, done: bool, report: String) {
+        let report = match report.trim().is_empty() {
+            true => "The run ended without a final message.".to_owned(),
+            false => report,
+        };
+        let request = RunsFinishRequest {
+            agent: self.agent.clone(),
+            incarnation: self.incarnation,
+            status: if done { "done" } else { "failed" }.to_owned(),
+            report,
+        };
+        for attempt in 0..5u32 {
+            match self.api.call::<_, RunsFinishResponse>(Method::RunsFinish, &self.token, &request).await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, attempt, "reporting a run's end failed");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+            }
+        }
+    }
+
     /// Acknowledges injected messages, retrying briefly: an acknowledgement that never
     /// arrives only means the messages come again and are dropped as duplicates.
     async fn ack(&self, seqs: Vec<u64>) {
@@ -304,7 +327,10 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         program: options.scripted_program.clone(),
         program_args: options.scripted_args.clone(),
         session_dir: agent_dir.join(assignment.incarnation.to_string()),
-        cwd: agent_dir.join("work"),
+        cwd: match assignment.cwd.is_empty() {
+            true => agent_dir.join("work"),
+            false => std::path::PathBuf::from(&assignment.cwd),
+        },
         prompt: match assignment.prompt_mode {
             PromptModeWire::Replace => PromptMode::Replace(assignment.system_prompt.clone()),
             PromptModeWire::Append => PromptMode::Append(assignment.system_prompt.clone()),
@@ -338,15 +364,27 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         )
         .await;
 
-    // The first input: who the agent is, and everything that waited while it was offline.
+    // The first input: who the agent is, and everything that waited while it was offline;
+    // for a subagent run, its brief.
     let mut seen = Seen::default();
-    let waiting = mailbox.pull().await.map(|p| p.messages).unwrap_or_default();
+    let waiting = match assignment.run {
+        Some(_) => Vec::new(),
+        None => mailbox.pull().await.map(|p| p.messages).unwrap_or_default(),
+    };
     let mut first = start_input(&assignment);
     if !waiting.is_empty() {
         first.push_str("\n\n");
         first.push_str(&render(&waiting, "Messages that arrived while you were offline:"));
     }
-    let context = context_of("start", &[]);
+    let context = match &assignment.run {
+        Some(run) => {
+            InputContext { kind: "start".into(), sender: Some(run.manager.clone()), ..InputContext::default() }
+        }
+        None => context_of("start", &[]),
+    };
+    // A run reports once: its last words when its first turn ends.
+    let mut last_text = String::new();
+    let mut run_reported = false;
     match session.send(&format!("start-{}", assignment.incarnation), &first, &context, SendMode::NextTurn).await {
         Ok(SendOutcome::Started { .. }) => {
             for m in &waiting {
@@ -397,6 +435,13 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                         return;
                     }
                     HarnessEvent::TurnStarted { turn_id } => turn = Some(turn_id.clone()),
+                    HarnessEvent::Text { text, .. } => last_text.clone_from(text),
+                    HarnessEvent::TurnEnded { status, .. } if assignment.run.is_some() && !run_reported => {
+                        turn = None;
+                        run_reported = true;
+                        let done = *status == canopy_harness::TurnStatus::Completed;
+                        tokio::spawn(mailbox.clone().finish_run(done, std::mem::take(&mut last_text)));
+                    }
                     HarnessEvent::TurnEnded { .. } => {
                         turn = None;
                         // Anything that arrived during the turn goes at the next one.
@@ -551,6 +596,15 @@ async fn steer(
 
 /// The first input of a session: who it is, and what its lane is for.
 fn start_input(assignment: &SessionAssignment) -> String {
+    if let Some(run) = &assignment.run {
+        return format!(
+            "Brief from @{} (subagent run {}, definition {}):\n\n{}",
+            run.manager,
+            run.id,
+            run.definition,
+            run.brief.trim()
+        );
+    }
     let mut text = format!(
         "Session {} started for {} (@{}, role {}). Your home channel is #{}.",
         assignment.incarnation, assignment.display_name, assignment.agent, assignment.role, assignment.home_channel

@@ -32,6 +32,8 @@ pub struct AgentSpec {
     pub harness: String,
     /// The scripted harness's script: file name and text.
     pub script: Option<(String, String)>,
+    /// A persona overlay rendered last in its prompt.
+    pub persona: Option<String>,
 }
 
 /// An operator to create, with the hash of its bearer token.
@@ -72,7 +74,7 @@ pub fn account(conn: &Connection, field: &'static str, handle: &str) -> Result<A
 
 /// Every agent, ordered by handle.
 pub fn list_agents(conn: &Connection) -> Result<Vec<Account>, Error> {
-    conn.prepare_cached(&format!("{ACCOUNT_SELECT} WHERE a.kind = 'agent' ORDER BY a.handle"))
+    conn.prepare_cached(&format!("{ACCOUNT_SELECT} WHERE a.kind = 'agent' AND a.run_of IS NULL ORDER BY a.handle"))
         .and_then(|mut s| s.query_map([], account_from_row)?.collect())
         .map_err(sql("listing agents"))
 }
@@ -135,7 +137,7 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
     let now = now_ms();
     conn.prepare_cached(
         "INSERT INTO accounts (handle, display_name, kind, role, parent_id, charter, state, created_at, harness, \
-         script_name, script) VALUES (?1, ?2, 'agent', ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9)",
+         script_name, script, persona) VALUES (?1, ?2, 'agent', ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, ?10)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -147,7 +149,8 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
             now,
             spec.harness,
             script_name,
-            script
+            script,
+            spec.persona
         ])
     })
     .map_err(sql("inserting an agent"))?;
@@ -234,7 +237,7 @@ pub fn tree(conn: &Connection) -> Result<TreeNode, Error> {
     let rows: Vec<Row> = conn
         .prepare_cached(
             "SELECT a.handle, a.display_name, COALESCE(a.role, ''), a.state, p.handle FROM accounts a \
-             LEFT JOIN accounts p ON p.id = a.parent_id WHERE a.kind = 'agent' ORDER BY a.handle",
+             LEFT JOIN accounts p ON p.id = a.parent_id WHERE a.kind = 'agent' AND a.run_of IS NULL ORDER BY a.handle",
         )
         .and_then(|mut s| {
             s.query_map([], |r| {

@@ -13,6 +13,7 @@ mod channels;
 mod delivery;
 mod governance;
 mod messages;
+mod runs;
 mod schema;
 mod sessions;
 mod spawn;
@@ -30,6 +31,7 @@ pub use accounts::{AgentSpec, OperatorSpec};
 pub use channels::ChannelSpec;
 pub use delivery::{Pending, Reach, Recipient};
 pub use messages::{Page, PostSpec, Posted};
+pub use runs::{Run, RunSpec, RunStatus, run_topic};
 pub use rusqlite::Connection as Conn;
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
 pub use spawn::{Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
@@ -182,9 +184,10 @@ pub mod ops {
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unsubscribe_self,
     };
     pub use crate::messages::{post, read_channel, sync};
+    pub use crate::runs::{expire_runs, finish_run, list_runs, load as run, run_of_account, start_run};
     pub use crate::sessions::{
-        apply_reports, live_agent, mark_stalled, notice, read_activity, roster, roster_entry, set_activity,
-        set_desired, sync_runner,
+        apply_reports, live_agent, mark_stalled, notice, prompt_hash, prompt_inputs, read_activity,
+        record_prompt_hashes, roster, roster_entry, set_activity, set_desired, sync_runner,
     };
     pub use crate::spawn::{
         audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,

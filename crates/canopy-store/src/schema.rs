@@ -182,6 +182,27 @@ const MIGRATIONS: &[&str] = &[
         WHERE idempotency_key IS NOT NULL;
     CREATE INDEX spawn_requests_state ON spawn_requests(state, expires_at);
     "#,
+    // 5: prompts (persona, the rendered hash per session) and subagent runs. A run is an
+    // account (so it has a session, a token and activity like any agent) that is not a
+    // tree node: `run_of` names the Manager it works for.
+    r#"
+    ALTER TABLE accounts ADD COLUMN persona TEXT;
+    ALTER TABLE accounts ADD COLUMN run_of INTEGER REFERENCES accounts(id);
+    ALTER TABLE sessions ADD COLUMN prompt_hash TEXT;
+    CREATE TABLE runs (
+        id          INTEGER PRIMARY KEY,
+        account_id  INTEGER NOT NULL UNIQUE REFERENCES accounts(id),
+        manager_id  INTEGER NOT NULL REFERENCES accounts(id),
+        definition  TEXT NOT NULL,
+        brief       TEXT NOT NULL,
+        status      TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'timed_out')),
+        report      TEXT,
+        started_at  INTEGER NOT NULL,
+        deadline    INTEGER NOT NULL,
+        ended_at    INTEGER
+    );
+    CREATE INDEX runs_open ON runs(manager_id) WHERE ended_at IS NULL;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

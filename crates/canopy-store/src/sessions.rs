@@ -54,6 +54,11 @@ pub struct LiveSession {
     pub script: Option<String>,
     pub home_channel: String,
     pub charter: String,
+    /// The parent's handle (for a run: its Manager).
+    pub parent: Option<String>,
+    pub persona: Option<String>,
+    /// Set when the session is a subagent run: (run id, definition, brief).
+    pub run: Option<(i64, String, String)>,
 }
 
 /// One event of a session, as the store applies it.
@@ -142,8 +147,11 @@ pub fn sync_runner(
 
     conn.prepare_cached(
         "SELECT a.handle, a.display_name, COALESCE(a.role, ''), s.incarnation, a.harness, a.script_name, a.script, \
-         COALESCE(c.name, ''), a.charter FROM sessions s JOIN accounts a ON a.id = s.agent_id \
-         LEFT JOIN channels c ON c.id = a.home_channel_id \
+         COALESCE(c.name, mc.name, ''), a.charter, COALESCE(p.handle, m.handle), a.persona, r.id, r.definition, r.brief \
+         FROM sessions s JOIN accounts a ON a.id = s.agent_id \
+         LEFT JOIN channels c ON c.id = a.home_channel_id LEFT JOIN accounts p ON p.id = a.parent_id \
+         LEFT JOIN runs r ON r.account_id = a.id LEFT JOIN accounts m ON m.id = a.run_of \
+         LEFT JOIN channels mc ON mc.id = m.home_channel_id \
          WHERE s.runner_id = ?1 AND s.ended_at IS NULL ORDER BY a.handle",
     )
     .and_then(|mut s| {
@@ -158,6 +166,12 @@ pub fn sync_runner(
                 script: r.get(6)?,
                 home_channel: r.get(7)?,
                 charter: r.get(8)?,
+                parent: r.get(9)?,
+                persona: r.get(10)?,
+                run: match r.get::<_, Option<i64>>(11)? {
+                    Some(id) => Some((id, r.get(12)?, r.get(13)?)),
+                    None => None,
+                },
             })
         })?
         .collect()
@@ -346,7 +360,7 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
 
 /// Every agent's live state, ordered by handle.
 pub fn roster(conn: &Connection) -> Result<Vec<RosterEntry>, Error> {
-    conn.prepare_cached(&format!("{ROSTER_SELECT} WHERE a.kind = 'agent' ORDER BY a.handle"))
+    conn.prepare_cached(&format!("{ROSTER_SELECT} WHERE a.kind = 'agent' AND a.run_of IS NULL ORDER BY a.handle"))
         .and_then(|mut s| s.query_map([], roster_from_row)?.collect())
         .map_err(sql("reading the roster"))
 }
@@ -373,17 +387,16 @@ pub fn read_activity(
     let mut items: Vec<ActivityItem> = match tail {
         Some(tail) => {
             let mut items: Vec<ActivityItem> = conn
-                .prepare_cached(&format!("{ACTIVITY_SELECT} WHERE agent_id = ?1 ORDER BY id DESC LIMIT ?2"))
-                .and_then(|mut s| s.query_map(params![agent.id, tail], |r| activity_from_row(r, handle))?.collect())
+                .prepare_cached(&format!("{ACTIVITY_SELECT} WHERE {ACTIVITY_OF} ORDER BY ac.id DESC LIMIT ?2"))
+                .and_then(|mut s| s.query_map(params![agent.id, tail], activity_from_row)?.collect())
                 .map_err(sql("reading activity"))?;
             items.reverse();
             return Ok((items, false));
         }
         None => conn
-            .prepare_cached(&format!("{ACTIVITY_SELECT} WHERE agent_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"))
+            .prepare_cached(&format!("{ACTIVITY_SELECT} WHERE {ACTIVITY_OF} AND ac.id > ?2 ORDER BY ac.id LIMIT ?3"))
             .and_then(|mut s| {
-                s.query_map(params![agent.id, after as i64, i64::from(limit) + 1], |r| activity_from_row(r, handle))?
-                    .collect()
+                s.query_map(params![agent.id, after as i64, i64::from(limit) + 1], activity_from_row)?.collect()
             })
             .map_err(sql("reading activity"))?,
     };
@@ -392,13 +405,17 @@ pub fn read_activity(
     Ok((items, more))
 }
 
-const ACTIVITY_SELECT: &str = "SELECT id, incarnation, at, kind, turn_id, summary, detail FROM activity";
+const ACTIVITY_SELECT: &str = "SELECT ac.id, ac.incarnation, ac.at, ac.kind, ac.turn_id, ac.summary, ac.detail, \
+     a.handle FROM activity ac JOIN accounts a ON a.id = ac.agent_id";
 
-fn activity_from_row(r: &rusqlite::Row<'_>, handle: &str) -> rusqlite::Result<ActivityItem> {
+/// An agent's own activity and its subagent runs' (a run shows under its Manager).
+const ACTIVITY_OF: &str = "(ac.agent_id = ?1 OR ac.agent_id IN (SELECT id FROM accounts WHERE run_of = ?1))";
+
+fn activity_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActivityItem> {
     let detail: String = r.get(6)?;
     Ok(ActivityItem {
         id: r.get::<_, i64>(0)? as u64,
-        agent: Handle::from_trusted(handle.to_owned()),
+        agent: Handle::from_trusted(r.get(7)?),
         incarnation: r.get::<_, i64>(1)? as u64,
         at: rfc3339(r.get(2)?),
         kind: r.get(3)?,
@@ -514,4 +531,35 @@ pub(crate) fn notice_in_home(
         .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
         .map_err(sql("finding a home channel"))?;
     post_as_system(conn, &ChannelName::from_trusted(home), topic, body)
+}
+
+/// Records the rendered prompt's hash on each session record `(agent, incarnation, hash)`.
+pub fn record_prompt_hashes(conn: &Connection, hashes: &[(String, u64, String)]) -> Result<(), Error> {
+    for (agent, incarnation, hash) in hashes {
+        conn.prepare_cached(
+            "UPDATE sessions SET prompt_hash = ?3 WHERE incarnation = ?2 \
+             AND agent_id = (SELECT id FROM accounts WHERE handle = ?1)",
+        )
+        .and_then(|mut s| s.execute(params![agent, *incarnation as i64, hash]))
+        .map_err(sql("recording a prompt hash"))?;
+    }
+    Ok(())
+}
+
+/// The prompt hash of an agent's latest session, with its incarnation.
+pub fn prompt_hash(conn: &Connection, agent: &str) -> Result<Option<(u64, String)>, Error> {
+    conn.prepare_cached(
+        "SELECT s.incarnation, s.prompt_hash FROM sessions s JOIN accounts a ON a.id = s.agent_id \
+         WHERE a.handle = ?1 AND s.prompt_hash IS NOT NULL ORDER BY s.incarnation DESC LIMIT 1",
+    )
+    .and_then(|mut s| s.query_row(params![agent], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))).optional())
+    .map_err(sql("reading a prompt hash"))
+}
+
+/// What an agent's prompt needs beyond its account: (persona, harness).
+pub fn prompt_inputs(conn: &Connection, agent: &str) -> Result<(Option<String>, String), Error> {
+    conn.prepare_cached("SELECT persona, harness FROM accounts WHERE handle = ?1")
+        .and_then(|mut s| s.query_row(params![agent], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .map_err(sql("reading an agent's prompt inputs"))?
+        .ok_or_else(|| Error::AgentNotFound { field: "agent", handle: agent.to_owned() })
 }

@@ -175,9 +175,11 @@ pub fn request_spawn(
         );
     }
     let live: u32 = conn
-        .query_row("SELECT COUNT(*) FROM accounts WHERE kind = 'agent' AND state != 'despawned'", [], |r| {
-            r.get::<_, i64>(0)
-        })
+        .query_row(
+            "SELECT COUNT(*) FROM accounts WHERE kind = 'agent' AND state != 'despawned' AND run_of IS NULL",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
         .map(|n| n as u32)
         .map_err(sql("counting agents"))?;
     if live >= policy.max_agents {
@@ -302,6 +304,7 @@ pub fn decide_spawn(
             charter: request.charter.clone(),
             harness: session.0,
             script: session.1,
+            persona: None,
         };
         match insert_agent(conn, Some(actor.id), &spec) {
             Ok(_) => {

@@ -59,6 +59,7 @@ async fn workspace() -> (tempfile::TempDir, Store) {
             charter: String::new(),
             harness: String::new(),
             script: None,
+            persona: None,
         };
         store.write(move |conn| ops::create_agent(conn, &operator(), &spec)).await.unwrap();
     }
@@ -166,6 +167,7 @@ async fn new_subscriptions_start_at_the_channel_head() {
         charter: String::new(),
         harness: String::new(),
         script: None,
+        persona: None,
     };
     store.write(move |c| ops::create_agent(c, &operator(), &spec)).await.unwrap();
     let subs = store.read(|c| ops::subscriptions(c, "late")).await.unwrap();
@@ -184,6 +186,7 @@ async fn only_operators_create_agents_and_channels() {
         charter: String::new(),
         harness: String::new(),
         script: None,
+        persona: None,
     };
     let refused = store.write(move |c| ops::create_agent(c, &agent("ci-manager"), &spec)).await;
     assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Forbidden));

@@ -65,6 +65,7 @@ pub fn init(conn: &Connection, spec: &InitSpec) -> Result<Workspace, Error> {
             charter: spec.mission.clone(),
             harness: spec.supervisor_harness.clone(),
             script: spec.supervisor_script.clone(),
+            persona: None,
         },
     )?;
     for name in ["announcements", "incidents"] {

@@ -28,6 +28,9 @@ pub const TOOL_NAMES: &[&str] = &[
     "agents_spawn_peer",
     "agents_cancel_spawn",
     "agents_despawn_peer",
+    "agents_run_subagent",
+    "skill_read",
+    "rule_read",
 ];
 
 /// The tool names, owned (for prompt linting).
@@ -155,7 +158,25 @@ pub(crate) const TOOLS: &[ToolDef] = &[
         Method::AgentsDespawn,
         AgentsDespawnRequest
     ),
+    tool!(
+        "agents_run_subagent",
+        "Brief an ephemeral implementer subagent (definition, e.g. implementer; brief: goal, context, constraints, done-means, report wanted). Returns at once; its report arrives as a message in your home channel at a later turn start. Needs no approval; runs per Manager are capped.",
+        Method::RunsStart,
+        RunsStartRequest
+    ),
+    tool!(
+        "skill_read",
+        "Read the body of a skill your prompt lists by name.",
+        Method::PromptsSkill,
+        PromptsReadRequest
+    ),
+    tool!("rule_read", "Read the body of a rule your prompt lists by name.", Method::PromptsRule, PromptsReadRequest),
 ];
+
+/// The tool that is `method`, when a tool is.
+pub fn tool_for(method: Method) -> Option<&'static str> {
+    TOOLS.iter().find(|t| t.method == method).map(|t| t.name)
+}
 
 /// An API call a tool resolves to: the method and the request body.
 pub(crate) struct Call {

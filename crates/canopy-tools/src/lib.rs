@@ -12,5 +12,5 @@ mod catalog;
 pub mod http;
 mod server;
 
-pub use catalog::{TOOL_NAMES, tool_names};
+pub use catalog::{TOOL_NAMES, tool_for, tool_names};
 pub use server::{CanopyTools, TokenSource, serve_stdio};

@@ -13,7 +13,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
 use canopy_proto::Method;
-use canopy_proto::api::{BoardResponse, ReadResponse};
+use canopy_proto::api::{BoardResponse, ReadResponse, WhoamiRequest, WhoamiResponse};
 
 use crate::catalog::{ResolveError, TOOLS, resolve};
 
@@ -126,9 +126,28 @@ impl ServerHandler for CanopyTools {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = TOOLS.iter().map(|t| Tool::new(t.name, t.description, (t.schema)())).collect();
+        // Only the tools registered for this session's role: the daemon says which (and
+        // refuses the others anyway). Without an answer, nothing is listed.
+        let token = self.token(&context);
+        let registered: Vec<String> = match token.as_deref() {
+            Some(token) => match self.api.call::<_, WhoamiResponse>(Method::Whoami, token, &WhoamiRequest {}).await {
+                Ok(who) => who.tools,
+                Err(e) => {
+                    return Err(ErrorData::internal_error(
+                        format!("asking the daemon for the session's tools: {e}"),
+                        None,
+                    ));
+                }
+            },
+            None => Vec::new(),
+        };
+        let tools = TOOLS
+            .iter()
+            .filter(|t| registered.iter().any(|r| r == t.name))
+            .map(|t| Tool::new(t.name, t.description, (t.schema)()))
+            .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
 

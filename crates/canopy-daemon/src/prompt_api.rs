@@ -1,0 +1,383 @@
+//! API handlers for prompts and subagent runs: `prompts.render`, `prompts.skill`,
+//! `prompts.rule`, `runs.start`, `runs.list`, `runs.finish`, plus the rendering a runner
+//! sync needs and the per-role tool check every agent call passes.
+//!
+//! The rendering is `canopy_prompt`'s and the facts are `prompts.rs`'s; the store owns the
+//! run records. This module only joins them and validates input.
+
+use canopy_core::acl::{Caller, require_operator};
+use canopy_core::{AccountKind, Error, Handle, RoleName};
+use canopy_prompt::Rendered;
+use canopy_proto::Method;
+use canopy_proto::api::*;
+use canopy_store::{LiveSession, RunSpec, RunStatus, ops, run_topic};
+
+use crate::handlers::Api;
+use crate::prompts::{self, Identity};
+
+/// What a session's role allows, cached by handle (an account's role never changes).
+#[derive(Debug, Clone)]
+pub struct RoleOf {
+    pub role: String,
+    /// For a subagent run: its definition.
+    pub definition: Option<String>,
+}
+
+fn run_info(run: canopy_store::Run) -> RunInfo {
+    RunInfo {
+        id: run.id,
+        handle: run.handle.to_string(),
+        manager: run.manager.to_string(),
+        definition: run.definition,
+        status: run.status.as_str().to_owned(),
+        started_at: run.started_at,
+        ended_at: run.ended_at,
+    }
+}
+
+fn response(
+    rendered: Rendered,
+    harness: String,
+    bundle: String,
+    session: Option<SessionPrompt>,
+) -> PromptsRenderResponse {
+    PromptsRenderResponse {
+        text: rendered.text,
+        hash: rendered.hash,
+        role: rendered.role,
+        mode: rendered.mode.as_str().to_owned(),
+        delivery: rendered.delivery.as_str().to_owned(),
+        definition: rendered.definition,
+        sections: rendered.sections.iter().map(|s| (*s).to_owned()).collect(),
+        tools: rendered.tools,
+        harness,
+        bundle,
+        session,
+    }
+}
+
+impl Api {
+    /// Refuses an agent's call to a tool method its role does not register. Operators pass;
+    /// methods that are no tool keep their own checks (most are operator-only, and the
+    /// spawn gate audits an agent's attempt to decide).
+    pub(crate) async fn check_tool(&self, caller: &Caller, method: Method) -> Result<(), Error> {
+        if caller.kind != AccountKind::Agent {
+            return Ok(());
+        }
+        let Some(tool) = canopy_tools::tool_for(method) else { return Ok(()) };
+        let tools = self.tools_of(caller).await?;
+        let role = self.role_of(caller).await?;
+        match tools.iter().any(|t| t == tool) {
+            true => Ok(()),
+            false => Err(Error::Forbidden {
+                action: tool.to_owned(),
+                reason: format!("the tool {tool} is not registered for {} (role {})", caller.handle, role.role),
+            }),
+        }
+    }
+
+    /// The native tools registered for an agent's sessions.
+    pub(crate) async fn tools_of(&self, caller: &Caller) -> Result<Vec<String>, Error> {
+        let role = self.role_of(caller).await?;
+        prompts::allowed_tools(&self.prompts.renderer(), &role.role, role.definition.as_deref())
+    }
+
+    async fn role_of(&self, caller: &Caller) -> Result<RoleOf, Error> {
+        if let Some(hit) = self.role_cache.get(caller.handle.as_str()) {
+            return Ok(hit.clone());
+        }
+        let handle = caller.handle.to_string();
+        let role = self
+            .store
+            .read(move |conn| {
+                let account = ops::account(conn, "caller", &handle)?;
+                let definition = ops::run_of_account(conn, &handle)?.map(|(run, _)| run.definition);
+                Ok(RoleOf { role: account.role.map(|r| r.to_string()).unwrap_or_default(), definition })
+            })
+            .await?;
+        self.role_cache.insert(caller.handle.to_string(), role.clone());
+        Ok(role)
+    }
+
+    /// Renders the prompt of each session about to start; `None` for a run whose session
+    /// was lost (it is reported failed instead of started again).
+    pub(crate) async fn render_sessions(&self, fresh: &[LiveSession]) -> Result<Vec<Option<Rendered>>, Error> {
+        if fresh.is_empty() {
+            return Ok(Vec::new());
+        }
+        let renderer = self.prompts.renderer();
+        let workspace = self
+            .store
+            .read(ops::workspace)
+            .await?
+            .ok_or_else(|| Error::Internal("the workspace row is missing".into()))?;
+        let mut out = Vec::with_capacity(fresh.len());
+        let mut lost = Vec::new();
+        for s in fresh {
+            let identity = Identity {
+                handle: s.agent.to_string(),
+                name: s.display_name.clone(),
+                role: s.role.to_string(),
+                parent: s.parent.clone(),
+                home_channel: s.home_channel.clone(),
+                charter: s.charter.clone(),
+                persona: s.persona.clone(),
+                harness: s.harness.clone(),
+            };
+            let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
+            let owns = prompts::owns_default_prompt(&s.harness);
+            let rendered = match &s.run {
+                Some((id, _, _)) if s.incarnation > 1 => {
+                    lost.push(*id);
+                    None
+                }
+                Some((_, definition, _)) => renderer.render_run(definition, &facts, owns).ok(),
+                None => renderer.render(&facts, owns).ok(),
+            };
+            if rendered.is_none() && s.run.is_none() {
+                tracing::error!(agent = %s.agent, role = %s.role, "no prompt could be rendered for the session");
+            }
+            out.push(rendered);
+        }
+        let hashes: Vec<(String, u64, String)> = fresh
+            .iter()
+            .zip(&out)
+            .filter_map(|(s, r)| r.as_ref().map(|r| (s.agent.to_string(), s.incarnation, r.hash.clone())))
+            .collect();
+        self.store.write(move |conn| ops::record_prompt_hashes(conn, &hashes)).await?;
+        for id in lost {
+            self.finish_run(
+                id,
+                RunStatus::Failed,
+                "Its session was lost (the runner stopped or the process died) before it reported.".into(),
+            )
+            .await?;
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn prompts_render(
+        &self,
+        caller: Caller,
+        req: PromptsRenderRequest,
+    ) -> Result<PromptsRenderResponse, Error> {
+        require_operator(&caller, "render a prompt")?;
+        let renderer = self.prompts.renderer();
+        let bundle = renderer.bundle().source.clone();
+        let workspace = self
+            .store
+            .read(ops::workspace)
+            .await?
+            .ok_or_else(|| Error::Internal("the workspace row is missing".into()))?;
+        match (req.agent, req.role) {
+            (Some(agent), None) => {
+                let handle = Handle::parse(&agent).map_err(|e| Error::name("agent", e))?;
+                let (account, (persona, harness), session) = self
+                    .store
+                    .read(move |conn| {
+                        Ok((
+                            ops::account(conn, "agent", handle.as_str())?,
+                            ops::prompt_inputs(conn, handle.as_str())?,
+                            ops::prompt_hash(conn, handle.as_str())?,
+                        ))
+                    })
+                    .await?;
+                if account.kind != AccountKind::Agent {
+                    return Err(Error::invalid(
+                        "agent",
+                        format!("{} is an operator; operators have no prompt", account.handle),
+                    ));
+                }
+                let identity = Identity {
+                    handle: account.handle.to_string(),
+                    name: account.display_name,
+                    role: account.role.map(|r| r.to_string()).unwrap_or_default(),
+                    parent: account.parent.map(|p| p.to_string()),
+                    home_channel: account.home_channel.map(|c| c.to_string()).unwrap_or_default(),
+                    charter: account.charter,
+                    persona,
+                    harness: harness.clone(),
+                };
+                let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
+                let rendered = renderer
+                    .render(&facts, prompts::owns_default_prompt(&harness))
+                    .map_err(|e| Error::invalid("agent", e.to_string()))?;
+                let session = session.map(|(incarnation, hash)| SessionPrompt { incarnation, hash });
+                Ok(response(rendered, harness, bundle, session))
+            }
+            (None, Some(role)) => {
+                let role = RoleName::parse(&role).map_err(|e| Error::name("role", e))?;
+                if !renderer.bundle().roles.contains_key(role.as_str()) {
+                    let known: Vec<&str> = renderer.bundle().roles.keys().map(String::as_str).collect();
+                    return Err(Error::invalid(
+                        "role",
+                        format!("the bundle has no role {role} (roles: {})", known.join(", ")),
+                    ));
+                }
+                let harness = self.roles.for_role(role.as_str()).harness;
+                let identity = Identity {
+                    handle: format!("example-{role}"),
+                    name: String::new(),
+                    role: role.to_string(),
+                    parent: (!role.is_supervisor()).then(|| "supervisor".to_owned()),
+                    home_channel: format!("home-example-{role}"),
+                    harness: harness.clone(),
+                    ..Identity::default()
+                };
+                let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
+                let rendered = renderer
+                    .render(&facts, prompts::owns_default_prompt(&harness))
+                    .map_err(|e| Error::invalid("role", e.to_string()))?;
+                Ok(response(rendered, harness, bundle, None))
+            }
+            _ => Err(Error::invalid("agent", "pass exactly one of agent or role")),
+        }
+    }
+
+    /// `prompts.skill` and `prompts.rule`: a body the caller's prompt lists.
+    pub(crate) async fn prompts_read(
+        &self,
+        caller: Caller,
+        req: PromptsReadRequest,
+        skill: bool,
+    ) -> Result<PromptsReadResponse, Error> {
+        let kind = if skill { "skill" } else { "rule" };
+        canopy_prompt::bundle::check_name(&req.name).map_err(|m| Error::invalid("name", m))?;
+        let renderer = self.prompts.renderer();
+        let bundle = renderer.bundle();
+        let (tools, role) = match caller.kind {
+            AccountKind::Agent => {
+                let role = self.role_of(&caller).await?;
+                let tools = prompts::allowed_tools(&renderer, &role.role, role.definition.as_deref())?;
+                (tools, bundle.role(&role.role).cloned())
+            }
+            _ => (renderer.catalog().to_vec(), None),
+        };
+        let listed = |name: &str| {
+            role.as_ref().is_none_or(|r| r.skills.iter().any(|p| canopy_prompt::bundle::glob_match(p, name)))
+        };
+        let found = match skill {
+            true => bundle.skills.get(&req.name).filter(|s| listed(&s.name)).map(|s| (s.description.clone(), &s.body)),
+            false => bundle.rules.get(&req.name).map(|r| (r.description.clone(), &r.body)),
+        };
+        let Some((description, body)) = found else {
+            let names: Vec<&str> = match skill {
+                true => bundle.skills.keys().filter(|n| listed(n)).map(String::as_str).collect(),
+                false => bundle.rules.keys().map(String::as_str).collect(),
+            };
+            return Err(Error::invalid(
+                "name",
+                format!("no {kind} {:?} is listed for you ({kind}s: {})", req.name, names.join(", ")),
+            ));
+        };
+        Ok(PromptsReadResponse {
+            name: req.name,
+            description,
+            body: canopy_prompt::render::apply_requires(&body.text, &tools).trim().to_owned(),
+        })
+    }
+
+    pub(crate) async fn runs_start(&self, caller: Caller, req: RunsStartRequest) -> Result<RunsStartResponse, Error> {
+        canopy_prompt::bundle::check_name(&req.definition).map_err(|m| Error::invalid("definition", m))?;
+        let renderer = self.prompts.renderer();
+        let bundle = renderer.bundle();
+        if !bundle.definitions.contains_key(&req.definition) {
+            let known: Vec<&str> = bundle.definitions.keys().map(String::as_str).collect();
+            return Err(Error::invalid(
+                "definition",
+                format!("no subagent definition {:?} (definitions: {})", req.definition, known.join(", ")),
+            ));
+        }
+        let role = bundle
+            .role_for_definition(&req.definition)
+            .ok_or_else(|| Error::invalid("definition", format!("no delta role can run {:?}", req.definition)))?;
+        if req.brief.trim().is_empty() {
+            return Err(Error::invalid(
+                "brief",
+                "must not be empty: say what to do, what done means, and what to report",
+            ));
+        }
+        let max = self.config.runs.max_brief_bytes;
+        if req.brief.len() > max {
+            return Err(Error::TooLarge { field: "brief", len: req.brief.len(), max });
+        }
+        let defaults = self.roles.for_role(&role.id);
+        let spec = RunSpec {
+            definition: req.definition,
+            brief: req.brief,
+            role: RoleName::from_trusted(role.id.clone()),
+            harness: defaults.harness,
+            script: defaults.script,
+            max_running: self.config.runs.max_per_manager,
+            timeout_ms: self.config.runs.timeout.as_millis() as i64,
+        };
+        let home = format!("home-{}", caller.handle);
+        let run = self.store.write(move |conn| ops::start_run(conn, &caller, &spec)).await?;
+        self.poke_runners().await;
+        let report_topic = run_topic(run.id).to_string();
+        Ok(RunsStartResponse { run: run_info(run), report_channel: home, report_topic })
+    }
+
+    pub(crate) async fn runs_list(&self, caller: Caller, req: RunsListRequest) -> Result<RunsListResponse, Error> {
+        let agent = match (req.agent, caller.is_operator()) {
+            (Some(a), true) => Handle::parse(&a).map_err(|e| Error::name("agent", e))?.to_string(),
+            (Some(a), false) if a != caller.handle.as_str() => {
+                return Err(Error::Forbidden {
+                    action: format!("list the runs of {a}"),
+                    reason: "agents see only their own runs".into(),
+                });
+            }
+            (None, true) => return Err(Error::invalid("agent", "operators name the agent whose runs to list")),
+            _ => caller.handle.to_string(),
+        };
+        let open = req.open;
+        let runs = self.store.read(move |conn| ops::list_runs(conn, &agent, open)).await?;
+        Ok(RunsListResponse { runs: runs.into_iter().map(run_info).collect() })
+    }
+
+    pub(crate) async fn runs_finish(&self, req: RunsFinishRequest) -> Result<RunsFinishResponse, Error> {
+        let status = match req.status.as_str() {
+            "done" => RunStatus::Done,
+            "failed" => RunStatus::Failed,
+            other => return Err(Error::invalid("status", format!("{other:?} is not one of: done, failed"))),
+        };
+        let agent = req.agent.clone();
+        let run = self.store.read(move |conn| ops::run_of_account(conn, &agent)).await?;
+        let Some((run, _)) = run else {
+            return Err(Error::invalid("agent", format!("{} is not a subagent run", req.agent)));
+        };
+        let recorded = self.finish_run(run.id, status, req.report).await?;
+        Ok(RunsFinishResponse { recorded })
+    }
+
+    /// Ends a run once and tells its Manager; false when it had already ended.
+    pub(crate) async fn finish_run(&self, id: i64, status: RunStatus, report: String) -> Result<bool, Error> {
+        // The report is a message body: keep it within the body limit.
+        let report = canopy_core::redact::cut(&report, self.config.limits.max_body_bytes.saturating_sub(512) / 4);
+        let done = self.store.write(move |conn| ops::finish_run(conn, id, status, &report)).await?;
+        let Some((_, message)) = done else { return Ok(false) };
+        self.publish_messages(vec![message]).await;
+        self.poke_runners().await;
+        Ok(true)
+    }
+
+    /// The Manager of a subagent run's account (`None` for any other account).
+    pub(crate) async fn manager_of_run(&self, handle: &str) -> Option<String> {
+        if !handle.starts_with("run-") {
+            return None;
+        }
+        let handle = handle.to_owned();
+        let run = self.store.read(move |conn| ops::run_of_account(conn, &handle)).await.ok()??;
+        Some(run.0.manager.to_string())
+    }
+
+    /// Stops runs past their deadline (called from the daemon's periodic checks).
+    pub async fn expire_runs(&self) -> Result<(), Error> {
+        let ended = self.store.write(ops::expire_runs).await?;
+        if !ended.is_empty() {
+            self.publish_messages(ended.into_iter().map(|(_, m)| m).collect()).await;
+            self.poke_runners().await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,203 @@
+//! The frontmatter of bundle markdown files: a small, strict subset of YAML.
+//!
+//! A file may open with a block between two `---` lines holding `key: value` lines, where a
+//! value is `true`/`false`, a flow list `[a, "b"]`, a double-quoted string, or a plain
+//! string. That covers every file Canopy reads (agents, skills, rules); anything else (nested
+//! maps, multi-line values, anchors) is an error naming the file and line rather than a
+//! guess. The block is bounded in lines and bytes. This module does not know which keys a
+//! file needs; `bundle.rs` checks that.
+
+use std::collections::BTreeMap;
+
+use crate::BundleError;
+
+/// Most lines a frontmatter block may have.
+pub const MAX_LINES: usize = 40;
+/// Most bytes a frontmatter block may have.
+pub const MAX_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Bool(bool),
+    Str(String),
+    List(Vec<String>),
+}
+
+/// Parsed frontmatter: each key with its value and the line it was on.
+#[derive(Debug, Clone, Default)]
+pub struct Frontmatter {
+    pub fields: BTreeMap<String, (Value, usize)>,
+    /// The line after the closing `---` (1-based); the body starts there.
+    pub body_line: usize,
+}
+
+/// Splits `text` into its frontmatter and body. A file without frontmatter is an error:
+/// every file that goes through here needs at least a description.
+pub fn split<'t>(file: &str, text: &'t str) -> Result<(Frontmatter, &'t str), BundleError> {
+    let err = |line: usize, message: String| BundleError::at(file, line, message);
+    let rest = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))
+        .ok_or_else(|| err(1, "must start with a `---` frontmatter line".into()))?;
+    let mut fields = BTreeMap::new();
+    let mut offset = text.len() - rest.len();
+    for (index, raw) in rest.split_inclusive('\n').enumerate() {
+        let line_no = index + 2;
+        offset += raw.len();
+        if line_no > MAX_LINES + 1 || offset > MAX_BYTES {
+            return Err(err(line_no, format!("frontmatter is longer than {MAX_LINES} lines or {MAX_BYTES} bytes")));
+        }
+        let line = raw.trim_end_matches(['\n', '\r']);
+        if line == "---" {
+            let body = &text[offset..];
+            return Ok((Frontmatter { fields, body_line: line_no + 1 }, body));
+        }
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        if line.starts_with([' ', '\t']) {
+            return Err(err(
+                line_no,
+                "nested or multi-line values are not supported; use one `key: value` line".into(),
+            ));
+        }
+        let (key, value) =
+            line.split_once(':').ok_or_else(|| err(line_no, format!("expected `key: value`, found {line:?}")))?;
+        let key = key.trim();
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(err(line_no, format!("{key:?} is not a valid key")));
+        }
+        let value = parse_value(value.trim()).map_err(|m| err(line_no, format!("`{key}`: {m}")))?;
+        if fields.insert(key.to_owned(), (value, line_no)).is_some() {
+            return Err(err(line_no, format!("`{key}` appears twice")));
+        }
+    }
+    Err(err(1, "the frontmatter is not closed with a `---` line".into()))
+}
+
+fn parse_value(raw: &str) -> Result<Value, String> {
+    match raw {
+        "true" => return Ok(Value::Bool(true)),
+        "false" => return Ok(Value::Bool(false)),
+        _ => {}
+    }
+    if let Some(inner) = raw.strip_prefix('[') {
+        let inner = inner.strip_suffix(']').ok_or("a list must end with `]` on the same line")?;
+        if inner.trim().is_empty() {
+            return Ok(Value::List(Vec::new()));
+        }
+        return inner.split(',').map(|item| scalar(item.trim())).collect::<Result<_, _>>().map(Value::List);
+    }
+    scalar(raw).map(Value::Str)
+}
+
+fn scalar(raw: &str) -> Result<String, String> {
+    if let Some(inner) = raw.strip_prefix('"') {
+        let inner = inner.strip_suffix('"').ok_or("a quoted string must end with `\"`")?;
+        if inner.contains('"') {
+            return Err("quotes inside a quoted string are not supported".into());
+        }
+        return Ok(inner.to_owned());
+    }
+    if raw.is_empty() {
+        return Err("the value is empty".into());
+    }
+    if raw.starts_with(['{', '&', '*', '|', '>', '!', '\'']) {
+        return Err(format!("{raw:?} uses YAML that is not supported; write a plain or double-quoted string"));
+    }
+    Ok(raw.to_owned())
+}
+
+impl Frontmatter {
+    /// A required string field.
+    pub fn string(&self, file: &str, key: &str) -> Result<String, BundleError> {
+        match self.fields.get(key) {
+            Some((Value::Str(s), _)) => Ok(s.clone()),
+            Some((_, line)) => Err(BundleError::at(file, *line, format!("`{key}` must be a string"))),
+            None => Err(BundleError::at(file, 1, format!("the frontmatter needs `{key}`"))),
+        }
+    }
+
+    pub fn optional_string(&self, file: &str, key: &str) -> Result<Option<String>, BundleError> {
+        match self.fields.contains_key(key) {
+            true => self.string(file, key).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    pub fn optional_bool(&self, file: &str, key: &str) -> Result<Option<bool>, BundleError> {
+        match self.fields.get(key) {
+            Some((Value::Bool(b), _)) => Ok(Some(*b)),
+            Some((_, line)) => Err(BundleError::at(file, *line, format!("`{key}` must be true or false"))),
+            None => Ok(None),
+        }
+    }
+
+    /// A list field; a single string counts as a list of one.
+    pub fn optional_list(&self, file: &str, key: &str) -> Result<Option<Vec<String>>, BundleError> {
+        match self.fields.get(key) {
+            Some((Value::List(items), _)) => Ok(Some(items.clone())),
+            Some((Value::Str(s), _)) => Ok(Some(vec![s.clone()])),
+            Some((_, line)) => Err(BundleError::at(file, *line, format!("`{key}` must be a list like [a, b]"))),
+            None => Ok(None),
+        }
+    }
+
+    /// Fails on keys outside `allowed`, naming the line.
+    pub fn only(&self, file: &str, allowed: &[&str]) -> Result<(), BundleError> {
+        match self.fields.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
+            Some((key, (_, line))) => Err(BundleError::at(
+                file,
+                *line,
+                format!("unknown key `{key}` (expected one of: {})", allowed.join(", ")),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly on purpose")]
+
+    use super::*;
+
+    #[test]
+    fn reads_the_supported_subset() {
+        let text = "---\nname: x\ndescription: \"a: b\"\nalwaysApply: true\nglobs: [\"*.rs\", docs/**]\n---\nbody\n";
+        let (fm, body) = split("f.md", text).unwrap();
+        assert_eq!(body, "body\n");
+        assert_eq!(fm.body_line, 7);
+        assert_eq!(fm.string("f.md", "description").unwrap(), "a: b");
+        assert_eq!(fm.optional_bool("f.md", "alwaysApply").unwrap(), Some(true));
+        assert_eq!(fm.optional_list("f.md", "globs").unwrap().unwrap(), vec!["*.rs", "docs/**"]);
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let cases = [
+            ("no frontmatter\n", 1, "must start"),
+            ("---\nname: x\n", 1, "not closed"),
+            ("---\nname: x\n  nested: y\n---\n", 3, "nested"),
+            ("---\nname: x\nname: y\n---\n", 3, "twice"),
+            ("---\nname: x\nbad line\n---\n", 3, "key: value"),
+            ("---\nname: {a: b}\n---\n", 2, "not supported"),
+            ("---\nglobs: [a, b\n---\n", 2, "must end"),
+            ("---\nname:\n---\n", 2, "empty"),
+        ];
+        for (text, line, needle) in cases {
+            let e = split("agents/x.md", text).unwrap_err();
+            assert_eq!((e.file.as_str(), e.line), ("agents/x.md", line), "{text:?}: {e}");
+            assert!(e.to_string().contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_huge_frontmatter_is_rejected() {
+        let many = format!("---\n{}---\n", (0..MAX_LINES + 5).map(|i| format!("k{i}: v\n")).collect::<String>());
+        assert!(split("f.md", &many).unwrap_err().to_string().contains("longer than"));
+        let wide = format!("---\nk: {}\n---\n", "x".repeat(MAX_BYTES));
+        assert!(split("f.md", &wide).unwrap_err().to_string().contains("longer than"));
+    }
+}

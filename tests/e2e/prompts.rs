@@ -1,0 +1,271 @@
+//! Prompts end to end: what a session receives is exactly `canopy prompt render`'s text,
+//! the bundle check, per-role tool enforcement, and subagent runs (the delta prompt around
+//! the default, the report at the Manager's next turn, the cap and the timeout).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::env::TestEnv;
+use crate::sessions::FAST;
+
+/// The system prompt a scripted session recorded (first transcript line).
+fn received_prompt(env: &TestEnv, handle: &str, incarnation: u64) -> String {
+    let path = env.data_dir().join(format!("sessions/{handle}/{incarnation}/transcript.jsonl"));
+    crate::assert_eventually!(path.exists(), "{handle} has no transcript at {}", path.display());
+    let transcript = std::fs::read_to_string(&path).unwrap();
+    let first: Value = serde_json::from_str(transcript.lines().next().unwrap()).unwrap();
+    assert_eq!(first["kind"], "system_prompt");
+    first["text"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_session_receives_exactly_what_prompt_render_prints() {
+    let env = TestEnv::started_with(FAST);
+    env.json(&[
+        "agents",
+        "create",
+        "--handle",
+        "ci-manager",
+        "--name",
+        "CI Manager",
+        "--charter",
+        "Keep CI under ten minutes.",
+        "--persona",
+        "Terse.",
+    ]);
+    let received = received_prompt(&env, "ci-manager", 1);
+    let rendered = env.json(&["prompt", "render", "--agent", "ci-manager"]);
+    assert_eq!(rendered["text"].as_str().unwrap(), received, "the session got something else");
+    assert_eq!(rendered["session"]["hash"], rendered["hash"], "the session record holds the rendered hash");
+    assert_eq!(rendered["session"]["incarnation"], 1);
+    assert_eq!(rendered["mode"], "replace");
+    assert_eq!(rendered["sections"], serde_json::json!(["role", "why_here", "skills", "rules", "footer", "persona"]));
+    // Ancestry: the workspace's mission and the agent's charter; identity in the footer.
+    assert!(received.contains("- Mission: Keep the build green"), "{received}");
+    assert!(received.contains("- Goal: Keep CI under ten minutes."), "{received}");
+    assert!(received.contains("- Agent: @ci-manager (CI Manager), role manager"), "{received}");
+    assert!(received.contains("- Home channel: #home-ci-manager"), "{received}");
+    assert!(received.trim_end().ends_with("# Persona\n\nTerse."), "{received}");
+}
+
+#[test]
+fn prompt_render_for_a_role_prints_the_sections_in_order() {
+    let env = TestEnv::started();
+    let out = env.command(&["prompt", "render", "--role", "manager"]).output().unwrap();
+    assert!(out.status.success(), "{}", crate::env::text(&out.stderr));
+    let text = crate::env::text(&out.stdout);
+    let order = ["# You are a Manager", "# Why You're Here", "# Skills", "# Rules", "# This Session"];
+    let positions: Vec<usize> =
+        order.iter().map(|h| text.find(h).unwrap_or_else(|| panic!("no {h:?} in:\n{text}"))).collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "sections out of order: {positions:?}");
+    assert!(crate::env::text(&out.stderr).contains("sha256"), "the hash is printed");
+    // No prompt names a tool the session lacks: the manager lists skills, not bodies.
+    assert!(text.contains("`comms-playbook`"));
+    let refused = env.refused(&["prompt", "render", "--role", "nobody-here"]);
+    assert_eq!(refused["field"], "role", "{refused}");
+}
+
+/// The repository's shipped bundle, copied so a test can plant errors in it.
+fn bundle_copy() -> (tempfile::TempDir, PathBuf) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["config/prompts", "config/roles", "agents", "skills", "rules"] {
+        copy(&root.join(sub), &dir.path().join(sub));
+    }
+    let path = dir.path().to_owned();
+    (dir, path)
+}
+
+fn copy(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn bundle_check_passes_the_shipped_bundle_and_names_a_planted_error() {
+    let env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    let ok = env.json(&["bundle", "check"]);
+    assert_eq!(ok["ok"], true, "{ok}");
+    assert_eq!(ok["bundle"], "embedded");
+
+    let (_keep, bundle) = bundle_copy();
+    let bundle_arg = bundle.display().to_string();
+    assert_eq!(env.json(&["bundle", "check", "--bundle", &bundle_arg])["ok"], true);
+
+    let skill = bundle.join("skills/review/SKILL.md");
+    let text = std::fs::read_to_string(&skill).unwrap();
+    std::fs::write(&skill, format!("{text}\nFinish with `comms_approve_everything`.\n")).unwrap();
+    let out = env.run(&["bundle", "check", "--bundle", &bundle_arg]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = crate::env::text(&out.stderr);
+    let line = text.lines().count() + 2;
+    assert!(stderr.contains(&format!("skills/review/SKILL.md:{line}:")), "{stderr}");
+    assert!(stderr.contains("comms_approve_everything"), "{stderr}");
+
+    std::fs::write(&skill, "---\nname: review\ndescription: x\nalwaysApply: yes\n---\n").unwrap();
+    let out = env.run(&["--json", "bundle", "check", "--bundle", &bundle_arg]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["problems"][0],
+        "skills/review/SKILL.md:4: unknown key `alwaysApply` (expected one of: name, description)"
+    );
+
+    // The daemon refuses to start on it, naming the key.
+    env.edit_config(&[("bundle = \"\"", &format!("bundle = {bundle_arg:?}"))]);
+    let out = env.run(&["daemon"]);
+    assert_eq!(out.status.code(), Some(64), "{}", crate::env::text(&out.stderr));
+    assert!(crate::env::text(&out.stderr).contains("prompts.bundle"));
+}
+
+#[test]
+fn the_daemon_refuses_a_tool_the_role_does_not_register() {
+    let env = TestEnv::started_with(FAST);
+    // A standing agent of the implementer role: its prompt names no comms tool, and the
+    // daemon refuses the call even though the harness tries it.
+    let script = env.script(
+        "eager.toml",
+        r#"
+[[rule]]
+match = { kind = "start" }
+actions = [{ call = "comms_post_message", args = { channel = "{home}", topic = "t", body = "not mine to post", create_topic = true } }]
+"#,
+    );
+    env.json(&[
+        "agents",
+        "create",
+        "--handle",
+        "eager",
+        "--name",
+        "Eager",
+        "--role",
+        "implementer",
+        "--script",
+        &script,
+    ]);
+    crate::assert_eventually!(
+        env.activity("eager").iter().any(|i| i["kind"] == "tool_failed"),
+        "the refused call never showed: {:?}",
+        env.activity("eager")
+    );
+    let failed = env.activity("eager").into_iter().find(|i| i["kind"] == "tool_failed").unwrap();
+    assert_eq!(failed["detail"]["output"]["error"]["code"], "forbidden", "{failed}");
+    assert!(env.messages("home-eager").is_empty());
+    let prompt = received_prompt(&env, "eager", 1);
+    assert!(!prompt.contains("comms_post_message"), "the prompt names a tool the session lacks");
+}
+
+const BRIEFS: &str = r#"
+[[rule]]
+match = { kind = "start" }
+actions = [
+  { call = "agents_run_subagent", args = { definition = "implementer", brief = "Add a --verbose flag to the build script; report what changed." } },
+]
+
+[[rule]]
+match = { kind = "message", topic = "run: 1" }
+actions = [
+  { call = "comms_post_message", args = { channel = "{home}", topic = "status", body = "{self} read the report: {input.text}", create_topic = true } },
+]
+"#;
+
+#[test]
+fn a_managers_subagent_run_reports_back_at_its_next_turn() {
+    let env = TestEnv::started_with(FAST);
+    env.create_scripted("lead", BRIEFS);
+    crate::assert_eventually!(
+        env.messages("home-lead").iter().any(|m| m["topic"] == "status"),
+        "the Manager never read its run's report: {:?}",
+        env.messages("home-lead")
+    );
+    let messages = env.messages("home-lead");
+    let report = messages.iter().find(|m| m["topic"] == "run: 1").unwrap();
+    assert_eq!(report["sender"]["handle"], "canopy");
+    let body = report["body"].as_str().unwrap();
+    assert!(body.starts_with("Subagent run 1 (implementer) finished: done."), "{body}");
+    assert!(body.contains("Report: the slice in the brief is done."), "{body}");
+    let reply = messages.iter().find(|m| m["topic"] == "status").unwrap();
+    assert!(reply["body"].as_str().unwrap().contains("finished: done"), "{reply}");
+
+    // The run's prompt: Canopy's default block-0, then the delta, then the footer; the
+    // brief was its first input.
+    let prompt = received_prompt(&env, "run-1", 1);
+    let default = prompt.find("# You are a careful").or_else(|| prompt.find("\n")).unwrap();
+    let delta = prompt.find("# You are an implementer").expect("the delta is in the prompt");
+    let footer = prompt.find("# This Session").expect("the footer is in the prompt");
+    assert!(default < delta && delta < footer, "{prompt}");
+    assert!(prompt.contains("- Parent: @lead"), "{prompt}");
+    let rendered_default =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/prompts/default/SYSTEM.md"))
+            .unwrap();
+    assert!(prompt.starts_with(rendered_default.lines().next().unwrap()), "the default block-0 comes first");
+    let transcript = std::fs::read_to_string(env.data_dir().join("sessions/run-1/1/transcript.jsonl")).unwrap();
+    assert!(transcript.contains("Add a --verbose flag"), "the brief was not the first input");
+
+    // Runs are not tree nodes; watch shows the run under its Manager; the run is done.
+    let tree = env.ok(&["tree"]);
+    assert!(!tree.contains("run-1"), "{tree}");
+    crate::assert_eventually!(
+        env.activity("lead").iter().any(|i| i["agent"] == "run-1"),
+        "watch lead does not show the run"
+    );
+    let watch = env.ok(&["watch", "lead", "--no-follow", "--tail", "200"]);
+    assert!(watch.contains("[run-1]"), "{watch}");
+    let runs = env.json(&["runs", "--agent", "lead"]);
+    assert_eq!(runs["runs"][0]["status"], "done", "{runs}");
+}
+
+#[test]
+fn runs_are_capped_per_manager_and_time_out() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    std::fs::write(
+        env.data_dir().join("slow.toml"),
+        "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ sleep = \"1h\" }]\n",
+    )
+    .unwrap();
+    let mut edits = FAST.to_vec();
+    edits.extend([
+        ("max_per_manager = 4", "max_per_manager = 1"),
+        ("timeout = \"30m\"", "timeout = \"1s\""),
+        ("script = \"implementer.toml\"", "script = \"slow.toml\""),
+    ]);
+    env.edit_config(&edits);
+    env.start_daemon();
+    env.create_scripted(
+        "busy",
+        r#"
+[[rule]]
+match = { kind = "start" }
+actions = [
+  { call = "agents_run_subagent", args = { definition = "implementer", brief = "first" } },
+  { call = "agents_run_subagent", args = { definition = "implementer", brief = "second" } },
+  { call = "agents_run_subagent", args = { definition = "no-such-definition", brief = "third" } },
+]
+"#,
+    );
+    crate::assert_eventually!(
+        env.activity("busy").iter().filter(|i| i["kind"] == "tool_failed").count() == 2,
+        "the second and third runs were not refused: {:?}",
+        env.activity("busy")
+    );
+    let failed: Vec<Value> = env.activity("busy").into_iter().filter(|i| i["kind"] == "tool_failed").collect();
+    assert_eq!(failed[0]["detail"]["output"]["error"]["code"], "limit_exceeded", "{:?}", failed[0]);
+    assert_eq!(failed[1]["detail"]["output"]["error"]["field"], "definition", "{:?}", failed[1]);
+    crate::assert_eventually!(
+        env.messages("home-busy").iter().any(|m| m["topic"] == "run: 1"),
+        "the timed-out run was never reported"
+    );
+    let report = env.messages("home-busy").into_iter().find(|m| m["topic"] == "run: 1").unwrap();
+    assert!(report["body"].as_str().unwrap().contains("timed out"), "{report}");
+    assert_eq!(env.json(&["runs", "--agent", "busy"])["runs"][0]["status"], "timed_out");
+}
