@@ -512,8 +512,82 @@ pub fn cut(text: &str, max_chars: usize) -> String {
     }
 }
 
+/// Planted secrets for property tests here and in the crates that store or show text
+/// (activity, `history_search`): a deterministic generator and one secret of each kind.
+pub mod samples {
+    /// A small deterministic generator (xorshift), so the property test needs no crate.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next_u64(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next_u64() % n.max(1) as u64) as usize
+        }
+        pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+            items[self.below(items.len())]
+        }
+        pub fn chars(&mut self, alphabet: &[u8], len: usize) -> String {
+            (0..len).map(|_| alphabet[self.below(alphabet.len())] as char).collect()
+        }
+    }
+
+    const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    const UPPER_DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    /// A random alphanumeric string that surely mixes digits, upper and lower case.
+    fn random(rng: &mut Rng, len: usize) -> String {
+        format!("Q7z{}", rng.chars(ALNUM, len.saturating_sub(3)))
+    }
+
+    /// (text to plant, the part that must never come out)
+    pub fn planted_secret(rng: &mut Rng) -> (String, String) {
+        let r = random(rng, 32);
+        match rng.below(14) {
+            0 => (format!("sk-ant-api03-{r}"), r),
+            1 => (format!("sk-proj-{r}"), r),
+            2 => (format!("sk-{r}"), r),
+            3 => (format!("ghp_{r}"), r),
+            4 => {
+                let k = rng.chars(UPPER_DIGITS, 16);
+                (format!("AKIA{k}"), k)
+            }
+            5 => (format!("xoxb-1234-5678-{r}"), r),
+            6 => (format!("Bearer {r}"), r),
+            7 => {
+                let body = rng.chars(B64, 40).replace(['+', '/'], "x");
+                (format!("eyJhbGciOiJIUzI1NiJ9.eyJ{body}.{r}"), body)
+            }
+            8 => (format!("-----BEGIN PRIVATE KEY-----\nMII{r}\n-----END PRIVATE KEY-----"), r),
+            9 => {
+                let name = rng.pick(&["SECRET_KEY", "DB_PASSWORD", "api_key", "GITHUB_TOKEN", "client-secret"]);
+                (format!("{name}={r}"), r)
+            }
+            10 => {
+                let blob = format!("Q7z{}", rng.chars(B64, 300));
+                (blob.clone(), blob)
+            }
+            11 => {
+                let blob = format!("Q7z{}", rng.chars(B64, 120));
+                (format!("data:image/png;base64,{blob}"), blob)
+            }
+            12 => {
+                let param = rng.pick(&["token", "code", "otp", "access_token", "magic"]);
+                (format!("https://login.example.com/verify?{param}={r}&next=%2F"), r)
+            }
+            _ => (format!("Authorization: Token {r}"), r),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::samples::{Rng, planted_secret};
     use super::*;
 
     #[test]
@@ -591,75 +665,6 @@ mod tests {
         let wrapped = format!("img:\n{line}\n{line}\n{}\nend", &line[..20]);
         let out = redact(&wrapped, 1000);
         assert!(out.starts_with("img:\n[blob, ") && out.ends_with("\nend"), "{out}");
-    }
-
-    /// A small deterministic generator (xorshift), so the property test needs no crate.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-            items[self.below(items.len())]
-        }
-        fn chars(&mut self, alphabet: &[u8], len: usize) -> String {
-            (0..len).map(|_| alphabet[self.below(alphabet.len())] as char).collect()
-        }
-    }
-
-    const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    const UPPER_DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-    const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-    /// A random alphanumeric string that surely mixes digits, upper and lower case.
-    fn random(rng: &mut Rng, len: usize) -> String {
-        format!("Q7z{}", rng.chars(ALNUM, len.saturating_sub(3)))
-    }
-
-    /// (text to plant, the part that must never come out)
-    pub(crate) fn planted_secret(rng: &mut Rng) -> (String, String) {
-        let r = random(rng, 32);
-        match rng.below(14) {
-            0 => (format!("sk-ant-api03-{r}"), r),
-            1 => (format!("sk-proj-{r}"), r),
-            2 => (format!("sk-{r}"), r),
-            3 => (format!("ghp_{r}"), r),
-            4 => {
-                let k = rng.chars(UPPER_DIGITS, 16);
-                (format!("AKIA{k}"), k)
-            }
-            5 => (format!("xoxb-1234-5678-{r}"), r),
-            6 => (format!("Bearer {r}"), r),
-            7 => {
-                let body = rng.chars(B64, 40).replace(['+', '/'], "x");
-                (format!("eyJhbGciOiJIUzI1NiJ9.eyJ{body}.{r}"), body)
-            }
-            8 => (format!("-----BEGIN PRIVATE KEY-----\nMII{r}\n-----END PRIVATE KEY-----"), r),
-            9 => {
-                let name = rng.pick(&["SECRET_KEY", "DB_PASSWORD", "api_key", "GITHUB_TOKEN", "client-secret"]);
-                (format!("{name}={r}"), r)
-            }
-            10 => {
-                let blob = format!("Q7z{}", rng.chars(B64, 300));
-                (blob.clone(), blob)
-            }
-            11 => {
-                let blob = format!("Q7z{}", rng.chars(B64, 120));
-                (format!("data:image/png;base64,{blob}"), blob)
-            }
-            12 => {
-                let param = rng.pick(&["token", "code", "otp", "access_token", "magic"]);
-                (format!("https://login.example.com/verify?{param}={r}&next=%2F"), r)
-            }
-            _ => (format!("Authorization: Token {r}"), r),
-        }
     }
 
     const FILLER: &[&str] = &[
