@@ -223,7 +223,10 @@ fn headers(text: &str) -> String {
         let mut from = 0;
         while let Some(at) = find_ci(text, header, from) {
             from = at + header.len();
-            if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'-' || bytes[at - 1] == b'_') {
+            if at > 0
+                && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'-' || bytes[at - 1] == b'_')
+                && !escaped(bytes, at - 1)
+            {
                 continue;
             }
             let mut i = at + header.len();
@@ -269,7 +272,7 @@ fn bearer(text: &str) -> String {
         let mut from = 0;
         while let Some(at) = find_ci(text, scheme, from) {
             from = at + scheme.len();
-            if at > 0 && bytes[at - 1].is_ascii_alphanumeric() {
+            if at > 0 && bytes[at - 1].is_ascii_alphanumeric() && !escaped(bytes, at - 1) {
                 continue;
             }
             let mut i = at + scheme.len();
@@ -318,7 +321,9 @@ fn pairs(text: &str) -> String {
     let mut edits = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
-        if !(bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') || (i > 0 && is_name_byte(bytes[i - 1])) {
+        let starts = (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_')
+            && (i == 0 || !is_name_byte(bytes[i - 1]) || escaped(bytes, i - 1));
+        if !starts || escaped(bytes, i) {
             i += 1;
             continue;
         }
@@ -367,6 +372,13 @@ fn pairs(text: &str) -> String {
 
 fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.'
+}
+
+/// Whether the byte at `i` is the letter of a JSON or C escape (`\n`, `\t`, `\"`): text that
+/// went through `serde_json::to_string` keeps its line breaks as two bytes, and the letter
+/// must not glue the next word onto it.
+fn escaped(bytes: &[u8], i: usize) -> bool {
+    i > 0 && bytes[i - 1] == b'\\' && b"ntr\"/bfu".contains(&bytes[i])
 }
 
 fn is_token_byte(b: u8) -> bool {
@@ -422,12 +434,12 @@ fn tokens(text: &str) -> String {
     let mut edits = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
-        if !is_token_byte(bytes[i]) {
+        if !is_token_byte(bytes[i]) || escaped(bytes, i) {
             i += 1;
             continue;
         }
         let start = i;
-        while i < bytes.len() && is_token_byte(bytes[i]) {
+        while i < bytes.len() && is_token_byte(bytes[i]) && !escaped(bytes, i) {
             i += 1;
         }
         let word = text[start..i].trim_end_matches('.');
@@ -475,7 +487,7 @@ fn base64_runs(text: &str) -> String {
             // A line break continues the run only after a long, full-looking line.
             let newline = if i < bytes.len() && bytes[i] == b'\n' {
                 1
-            } else if i + 1 < bytes.len() && &bytes[i..i + 2] == b"\r\n" {
+            } else if i + 1 < bytes.len() && (&bytes[i..i + 2] == b"\r\n" || &bytes[i..i + 2] == b"\\n") {
                 2
             } else {
                 0
@@ -711,6 +723,9 @@ mod tests {
             // Nor any long piece of it (a secret cut in half is still a leak).
             let piece = &core[..core.len().min(16)];
             assert!(!out.contains(piece), "case {case}: {text:?} -> {out:?}");
+            // The same text after JSON escaping (how harness summaries often carry it).
+            let escaped = redact(&serde_json::to_string(&text).unwrap_or_default(), max);
+            assert!(!escaped.contains(piece), "case {case}: escaped {escaped}");
             let value = serde_json::json!({ "output": text, "list": [text] });
             let shown = redact_value(&value, max, 10).to_string();
             assert!(!shown.contains(piece), "case {case}: json {shown}");

@@ -12,10 +12,12 @@ mod accounts;
 mod channels;
 mod delivery;
 mod governance;
+mod history;
 mod messages;
 mod schema;
 mod sessions;
 mod spawn;
+mod usage;
 mod views;
 mod workspace;
 mod writer;
@@ -29,9 +31,11 @@ use rusqlite::{Connection, OpenFlags};
 pub use accounts::{AgentSpec, OperatorSpec};
 pub use channels::ChannelSpec;
 pub use delivery::{Pending, Reach, Recipient};
+pub use history::{HistoryPage, HistoryQuery};
 pub use messages::{Page, PostSpec, Posted};
 pub use rusqlite::Connection as Conn;
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
+pub use usage::{PRUNE_BATCH, Pruned, UsageReport, UsageView};
 pub use spawn::{Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
 pub use workspace::InitSpec;
 
@@ -190,6 +194,8 @@ pub mod ops {
         audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,
         load as spawn_request, request_spawn,
     };
+    pub use crate::history::{continuity_facts, history_owners, history_search};
+    pub use crate::usage::{live_sessions, prune, usage};
     pub use crate::workspace::{init, workspace};
 }
 
@@ -235,6 +241,8 @@ pub mod bench {
                     "deliveries",
                     "subscriptions",
                     "activity",
+                    "usage",
+                    "compactions",
                     "presence",
                     "sessions",
                     "audit",
