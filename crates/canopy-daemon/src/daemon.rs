@@ -150,13 +150,19 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let stall_check = tokio::spawn({
         let api = api.clone();
         let every = (config.sessions.stall_after / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+        let prune_every = config.retention.interval;
         async move {
             let mut tick = tokio::time::interval(every);
+            let mut last_prune: Option<tokio::time::Instant> = None;
             loop {
                 tick.tick().await;
                 api.check_stalled().await;
                 api.check_mailboxes().await;
                 api.check_requests().await;
+                if last_prune.is_none_or(|at| at.elapsed() >= prune_every) {
+                    last_prune = Some(tokio::time::Instant::now());
+                    api.prune_records().await;
+                }
             }
         }
     });

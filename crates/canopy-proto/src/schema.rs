@@ -58,6 +58,9 @@ pub fn all() -> Vec<(String, Value)> {
             Method::SpawnList => pair::<SpawnListRequest, SpawnListResponse>(*method),
             Method::AgentsDespawn => pair::<AgentsDespawnRequest, AgentsDespawnResponse>(*method),
             Method::AuditList => pair::<AuditListRequest, AuditListResponse>(*method),
+            Method::HistorySearch => pair::<HistorySearchRequest, HistorySearchResponse>(*method),
+            Method::SessionsContinuity => pair::<SessionsContinuityRequest, SessionsContinuityResponse>(*method),
+            Method::Usage => pair::<UsageRequest, UsageResponse>(*method),
         };
         out.extend(schemas);
     }

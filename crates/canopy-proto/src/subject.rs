@@ -44,6 +44,9 @@ pub enum Method {
     SpawnList,
     AgentsDespawn,
     AuditList,
+    HistorySearch,
+    SessionsContinuity,
+    Usage,
 }
 
 impl Method {
@@ -83,6 +86,9 @@ impl Method {
         Method::SpawnList,
         Method::AgentsDespawn,
         Method::AuditList,
+        Method::HistorySearch,
+        Method::SessionsContinuity,
+        Method::Usage,
     ];
 
     /// The subject suffix after `api.`.
@@ -122,6 +128,9 @@ impl Method {
             Method::SpawnList => "spawn.list",
             Method::AgentsDespawn => "agents.despawn",
             Method::AuditList => "audit.list",
+            Method::HistorySearch => "history.search",
+            Method::SessionsContinuity => "sessions.continuity",
+            Method::Usage => "usage",
         }
     }
 
@@ -132,7 +141,14 @@ impl Method {
 
     /// Whether only runners (authenticated by the runner token) may call the method.
     pub fn is_runner_method(self) -> bool {
-        matches!(self, Method::RunnersSync | Method::SessionsReport | Method::DeliveriesPull | Method::DeliveriesAck)
+        matches!(
+            self,
+            Method::RunnersSync
+                | Method::SessionsReport
+                | Method::DeliveriesPull
+                | Method::DeliveriesAck
+                | Method::SessionsContinuity
+        )
     }
 }
 
