@@ -28,6 +28,7 @@ pub const TOOL_NAMES: &[&str] = &[
     "agents_spawn_peer",
     "agents_cancel_spawn",
     "agents_despawn_peer",
+    "history_search",
 ];
 
 /// The tool names, owned (for prompt linting).
@@ -154,6 +155,12 @@ pub(crate) const TOOLS: &[ToolDef] = &[
         "Despawn one of your descendants (and its subtree); its session stops and its history stays.",
         Method::AgentsDespawn,
         AgentsDespawnRequest
+    ),
+    tool!(
+        "history_search",
+        "Search your own earlier sessions (every restart and compaction): messages you sent or received, and with include_tool_events your tool calls (name, status, short preview). Optional query text; newest first; limit defaults to 10, at most 50; pass next_before as before for older results. Call it before asking anyone to repeat context.",
+        Method::HistorySearch,
+        HistorySearchRequest
     ),
 ];
 
