@@ -23,7 +23,7 @@ impl TestEnv {
         roster["agents"].as_array().unwrap().iter().find(|a| a["handle"] == handle).cloned().unwrap_or(Value::Null)
     }
 
-    fn activity(&self, handle: &str) -> Vec<Value> {
+    pub fn activity(&self, handle: &str) -> Vec<Value> {
         let out = self.ok(&["--json", "watch", handle, "--no-follow", "--tail", "1000"]);
         out.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
