@@ -19,7 +19,13 @@ fn config() -> Vec<(&'static str, &'static str)> {
 }
 
 /// Calls a native tool over MCP with `agent`'s live session token, as its harness would.
-fn call_tool(env: &TestEnv, agent: &str, incarnation: u64, tool: &str, args: Value) -> canopy_scripted::mcp::ToolOutcome {
+fn call_tool(
+    env: &TestEnv,
+    agent: &str,
+    incarnation: u64,
+    tool: &str,
+    args: Value,
+) -> canopy_scripted::mcp::ToolOutcome {
     let harness = process_env(env.wait_harness_pid(agent, incarnation));
     let (url, token) = (harness["CANOPY_MCP_URL"].clone(), harness["CANOPY_MCP_TOKEN"].clone());
     env.rt.block_on(async {
@@ -84,8 +90,10 @@ actions = [{ say = "noted" }]
         "no second session after the restart: {:?}",
         inputs(&env, "mgr")
     );
-    let restarted =
-        inputs(&env, "mgr").into_iter().find(|i| i["text"].as_str().unwrap_or("").contains("Session 2 started")).unwrap();
+    let restarted = inputs(&env, "mgr")
+        .into_iter()
+        .find(|i| i["text"].as_str().unwrap_or("").contains("Session 2 started"))
+        .unwrap();
     let text = restarted["text"].as_str().unwrap();
     assert!(text.starts_with(BLOCK) && text.contains("session 2 (restarted; the previous session ended"), "{text}");
     assert!(text.contains("Compaction checkpoints"), "checkpoints survive the restart: {text}");
@@ -128,7 +136,10 @@ fn history_search_finds_an_earlier_message_by_query_and_pages_back_and_redacts_t
     assert_eq!(items[0]["message"]["sender"]["handle"], "mgr");
     assert!(items[0]["message"]["created_at"].is_string());
     let rendered = found.raw["content"][0]["text"].as_str().unwrap_or("");
-    assert!(rendered.contains("from @mgr (manager) in #home-mgr > notes") && rendered.contains("heliotrope"), "{rendered}");
+    assert!(
+        rendered.contains("from @mgr (manager) in #home-mgr > notes") && rendered.contains("heliotrope"),
+        "{rendered}"
+    );
 
     // Paging back with the cursor: every message once, newest first, then the end.
     let mut seqs = Vec::new();
@@ -157,14 +168,20 @@ fn history_search_finds_an_earlier_message_by_query_and_pages_back_and_redacts_t
     assert_eq!(bad.output["error"]["field"], "before");
 
     // Tool events only when asked, as name, status and a redacted preview.
-    let tools = call_tool(&env, "mgr", 1, "history_search", json!({ "query": "deploy log", "include_tool_events": true }));
+    let tools =
+        call_tool(&env, "mgr", 1, "history_search", json!({ "query": "deploy log", "include_tool_events": true }));
     let shown = tools.raw.to_string();
     let event = tools.output["items"].as_array().unwrap().iter().find(|i| i["kind"] == "tool_event").cloned();
     let event = event.unwrap_or_else(|| panic!("no tool event: {shown}"));
     assert_eq!(event["name"], "bash");
     assert_eq!(event["status"], "ok");
     let preview = event["preview"].as_str().unwrap();
-    assert!(preview.contains("[redacted]") && preview.contains("[data uri image/png") && preview.contains("[login link removed]"), "{preview}");
+    assert!(
+        preview.contains("[redacted]")
+            && preview.contains("[data uri image/png")
+            && preview.contains("[login link removed]"),
+        "{preview}"
+    );
     for secret in secrets {
         assert!(!shown.contains(secret), "history_search leaked {secret}: {shown}");
     }
@@ -184,7 +201,8 @@ fn history_search_finds_an_earlier_message_by_query_and_pages_back_and_redacts_t
 
     // Another agent cannot read mgr's history through the tool.
     env.create_scripted("peer", "");
-    let other = call_tool(&env, "peer", 1, "history_search", json!({ "query": "heliotrope", "include_tool_events": true }));
+    let other =
+        call_tool(&env, "peer", 1, "history_search", json!({ "query": "heliotrope", "include_tool_events": true }));
     assert_eq!(other.output["items"].as_array().map(Vec::len), Some(0), "{}", other.output);
 }
 

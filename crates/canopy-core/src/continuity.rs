@@ -165,7 +165,9 @@ pub fn continuity_block(facts: &ContinuityFacts) -> String {
     let mut head = String::from("[canopy continuity]\n");
     let why = match &facts.reason {
         ContinuityReason::Start { previous: None } => "first start".to_owned(),
-        ContinuityReason::Start { previous: Some(how) } => format!("restarted; the previous session {}", one_line(how, 80)),
+        ContinuityReason::Start { previous: Some(how) } => {
+            format!("restarted; the previous session {}", one_line(how, 80))
+        }
         ContinuityReason::Compaction => "your context was just compacted".to_owned(),
     };
     head.push_str(&format!(

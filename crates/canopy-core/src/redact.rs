@@ -304,9 +304,20 @@ pub fn is_secret_name(name: &str) -> bool {
     if lower.ends_with("tokens") {
         return false;
     }
-    if ["token", "secret", "password", "passwd", "api_key", "apikey", "api-key", "private_key", "credential", "access_key"]
-        .iter()
-        .any(|s| lower.contains(s))
+    if [
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "api_key",
+        "apikey",
+        "api-key",
+        "private_key",
+        "credential",
+        "access_key",
+    ]
+    .iter()
+    .any(|s| lower.contains(s))
     {
         return true;
     }
@@ -671,7 +682,8 @@ mod tests {
 
     #[test]
     fn pem_keys_and_wrapped_base64_are_replaced() {
-        let pem = "before\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc\n-----END RSA PRIVATE KEY-----\nafter";
+        let pem =
+            "before\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc\n-----END RSA PRIVATE KEY-----\nafter";
         assert_eq!(redact(pem, 1000), "before\n[redacted private key]\nafter");
         let line = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGBgAAAABQABh6FO1AAAAABJRU5ErkJggg";
         let wrapped = format!("img:\n{line}\n{line}\n{}\nend", &line[..20]);
@@ -698,7 +710,8 @@ mod tests {
         "12345",
         "https://docs.rs/x",
     ];
-    const SEPARATORS: &[&str] = &[" ", "\n", "\"", "'", " (", ") ", ": ", ", ", "`", "\t", "[", "]", "{\"v\":\"", "\"}"];
+    const SEPARATORS: &[&str] =
+        &[" ", "\n", "\"", "'", " (", ") ", ": ", ", ", "`", "\t", "[", "]", "{\"v\":\"", "\"}"];
 
     #[test]
     fn a_planted_secret_never_comes_out_property() {

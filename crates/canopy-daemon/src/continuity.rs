@@ -115,9 +115,8 @@ impl Api {
         };
         let sessions = crate::paths::DataDir::new(self.data_dir.clone()).sessions();
         let keep_for = retention.transcripts;
-        let removed = tokio::task::spawn_blocking(move || prune_session_dirs(&sessions, &live, keep_for))
-            .await
-            .unwrap_or(0);
+        let removed =
+            tokio::task::spawn_blocking(move || prune_session_dirs(&sessions, &live, keep_for)).await.unwrap_or(0);
         if total != Pruned::default() || removed > 0 {
             tracing::info!(
                 activity = total.activity,
@@ -149,7 +148,9 @@ fn prune_session_dirs(sessions: &Path, live: &[(String, u64)], keep_for: Duratio
             if newest_mtime(&entry.path()).is_some_and(|t| t < cutoff) {
                 match std::fs::remove_dir_all(entry.path()) {
                     Ok(()) => removed += 1,
-                    Err(e) => tracing::warn!(path = %entry.path().display(), error = %e, "removing a session directory failed"),
+                    Err(e) => {
+                        tracing::warn!(path = %entry.path().display(), error = %e, "removing a session directory failed")
+                    }
                 }
             }
         }

@@ -122,9 +122,7 @@ impl Api {
             | Method::SessionsReport
             | Method::DeliveriesPull
             | Method::DeliveriesAck
-            | Method::SessionsContinuity => {
-                Err(Error::Internal("runner methods are routed above".into()))
-            }
+            | Method::SessionsContinuity => Err(Error::Internal("runner methods are routed above".into())),
         }
     }
 

@@ -120,17 +120,12 @@ impl Codec for ScriptedCodec {
             }
             Output::Compaction { phase } if phase == "start" => event(HarnessEvent::CompactionStarted),
             Output::Compaction { .. } => event(HarnessEvent::CompactionEnded),
-            Output::Usage {
-                turn_id,
-                input_tokens,
-                output_tokens,
-                cache_read_tokens,
-                cache_write_tokens,
-                cost_usd,
-            } => event(HarnessEvent::Usage {
-                turn_id: Some(turn_id),
-                usage: Usage { input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd },
-            }),
+            Output::Usage { turn_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
+                event(HarnessEvent::Usage {
+                    turn_id: Some(turn_id),
+                    usage: Usage { input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd },
+                })
+            }
             Output::Status { text } => event(HarnessEvent::Status { text }),
             Output::Error { message } => event(HarnessEvent::Status { text: format!("harness error: {message}") }),
         }

@@ -456,7 +456,9 @@ impl Checker<'_> {
 
     fn usage(&self, value: &Spanned<DeValue<'_>>) -> Result<ScriptUsage, ScriptError> {
         let DeValue::Table(table) = value.get_ref() else {
-            return Err(self.error(value.span(), "`usage` must be a table like { input_tokens = 10, output_tokens = 5 }"));
+            return Err(
+                self.error(value.span(), "`usage` must be a table like { input_tokens = 10, output_tokens = 5 }")
+            );
         };
         let mut usage = ScriptUsage::default();
         for (key, item) in Self::entries(table) {
@@ -753,9 +755,17 @@ actions = [
         refused("[[rule]]\nactions = [\n  { usage = { input_tokens = -1 } },\n]\n", 3, "non-negative integer");
         refused("[[rule]]\nactions = [\n  { usage = { tokens = 1 } },\n]\n", 3, "unknown key `tokens` in usage");
         refused("[[rule]]\nactions = [{ usage = 5 }]\n", 2, "`usage` must be a table");
-        refused("[[rule]]\nactions = [\n { usage = { cost_usd = \"free\" } }]\n", 3, "`usage.cost_usd` must be a number");
+        refused(
+            "[[rule]]\nactions = [\n { usage = { cost_usd = \"free\" } }]\n",
+            3,
+            "`usage.cost_usd` must be a number",
+        );
         refused("[[rule]]\nactions = [\n  { fake_tool = \"bash\" },\n]\n", 3, "needs `output`");
-        refused("[[rule]]\nactions = [\n  { say = \"x\", output = \"y\" },\n]\n", 3, "`output` belongs to a `fake_tool`");
+        refused(
+            "[[rule]]\nactions = [\n  { say = \"x\", output = \"y\" },\n]\n",
+            3,
+            "`output` belongs to a `fake_tool`",
+        );
         refused("[[rule]]\nactions = [{ fake_tool = \"\", output = \"y\" }]\n", 2, "names no tool");
     }
 

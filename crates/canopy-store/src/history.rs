@@ -132,7 +132,7 @@ pub fn history_search(conn: &Connection, caller: &Caller, query: &HistoryQuery) 
         }
     }
 
-    items.sort_by(|a, b| b.0.cmp(&a.0));
+    items.sort_by_key(|(key, _)| std::cmp::Reverse(*key));
     let more = items.len() > query.limit as usize;
     items.truncate(query.limit as usize);
     let next_before = if more { items.last().map(|(key, _)| *key) } else { None };
@@ -146,7 +146,12 @@ const CHECKPOINTS: i64 = 3;
 
 /// Everything the continuity block says about an agent's live session, except subagent
 /// runs (the daemon adds those).
-pub fn continuity_facts(conn: &Connection, agent: &str, incarnation: u64, compaction: bool) -> Result<ContinuityFacts, Error> {
+pub fn continuity_facts(
+    conn: &Connection,
+    agent: &str,
+    incarnation: u64,
+    compaction: bool,
+) -> Result<ContinuityFacts, Error> {
     let account = require_account(conn, "agent", agent)?;
     let (home_id, home, display_name): (Option<i64>, Option<String>, String) = conn
         .prepare_cached(
@@ -165,7 +170,8 @@ pub fn continuity_facts(conn: &Connection, agent: &str, incarnation: u64, compac
             .and_then(|mut s| s.query_row(params![account.id, incarnation as i64], |r| r.get(0)).optional())
             .map_err(sql("reading the previous session"))?;
         ContinuityReason::Start {
-            previous: previous.map(|why| format!("ended: {}", why.unwrap_or_else(|| "without a recorded reason".into()))),
+            previous: previous
+                .map(|why| format!("ended: {}", why.unwrap_or_else(|| "without a recorded reason".into()))),
         }
     };
     let checkpoints = conn
@@ -201,10 +207,17 @@ pub fn continuity_facts(conn: &Connection, agent: &str, incarnation: u64, compac
              JOIN channels c ON c.id = sub.channel_id WHERE sub.account_id = ?2 AND c.kind = 'coordination') \
              ORDER BY p.at DESC, p.seq DESC LIMIT ?3"
         ))
-        .and_then(|mut s| s.query_map(params![home_id, account.id, PINS], message_from_row)?.collect::<rusqlite::Result<Vec<_>>>())
+        .and_then(|mut s| {
+            s.query_map(params![home_id, account.id, PINS], message_from_row)?.collect::<rusqlite::Result<Vec<_>>>()
+        })
         .map_err(sql("reading pins"))?
         .into_iter()
-        .map(|m| PinnedLine { channel: m.channel.to_string(), seq: m.seq, sender: m.sender.handle.to_string(), body: m.body })
+        .map(|m| PinnedLine {
+            channel: m.channel.to_string(),
+            seq: m.seq,
+            sender: m.sender.handle.to_string(),
+            body: m.body,
+        })
         .collect();
     Ok(ContinuityFacts {
         agent: account.handle.to_string(),

@@ -35,8 +35,8 @@ pub use history::{HistoryPage, HistoryQuery};
 pub use messages::{Page, PostSpec, Posted};
 pub use rusqlite::Connection as Conn;
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
-pub use usage::{PRUNE_BATCH, Pruned, UsageReport, UsageView};
 pub use spawn::{Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
+pub use usage::{PRUNE_BATCH, Pruned, UsageReport, UsageView};
 pub use workspace::InitSpec;
 
 /// File name of the database inside the data directory.
@@ -185,6 +185,7 @@ pub mod ops {
     pub use crate::governance::{
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unsubscribe_self,
     };
+    pub use crate::history::{continuity_facts, history_owners, history_search};
     pub use crate::messages::{post, read_channel, sync};
     pub use crate::sessions::{
         apply_reports, live_agent, mark_stalled, notice, read_activity, roster, roster_entry, set_activity,
@@ -194,7 +195,6 @@ pub mod ops {
         audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,
         load as spawn_request, request_spawn,
     };
-    pub use crate::history::{continuity_facts, history_owners, history_search};
     pub use crate::usage::{live_sessions, prune, usage};
     pub use crate::workspace::{init, workspace};
 }

@@ -338,7 +338,12 @@ fn report(agent: &str, kind: &str, detail: serde_json::Value, usage: Option<crat
     }
 }
 
-fn query(text: Option<&str>, before: canopy_core::continuity::HistoryCursor, limit: u32, tools: bool) -> crate::HistoryQuery {
+fn query(
+    text: Option<&str>,
+    before: canopy_core::continuity::HistoryCursor,
+    limit: u32,
+    tools: bool,
+) -> crate::HistoryQuery {
     crate::HistoryQuery { text: text.map(str::to_owned), before, limit, include_tool_events: tools }
 }
 
@@ -348,21 +353,30 @@ async fn history_search_finds_a_message_by_query_and_pages_back_with_its_cursor(
     let (_dir, store) = live_workspace().await;
     for i in 0..25 {
         let body = if i == 3 { "the deploy password rotation plan".to_owned() } else { format!("routine note {i}") };
-        store.write(move |c| ops::post(c, &agent("ci-manager"), &post_spec("home-ci-manager", "notes", &body))).await.unwrap();
+        store
+            .write(move |c| ops::post(c, &agent("ci-manager"), &post_spec("home-ci-manager", "notes", &body)))
+            .await
+            .unwrap();
     }
     let found = store
-        .read(|c| ops::history_search(c, &agent("ci-manager"), &query(Some("ROTATION"), HistoryCursor::NEWEST, 10, false)))
+        .read(|c| {
+            ops::history_search(c, &agent("ci-manager"), &query(Some("ROTATION"), HistoryCursor::NEWEST, 10, false))
+        })
         .await
         .unwrap();
     assert_eq!(found.items.len(), 1, "{found:?}");
-    assert!(matches!(&found.items[0], HistoryItem::Message { message, sent: true } if message.body.contains("rotation")));
+    assert!(
+        matches!(&found.items[0], HistoryItem::Message { message, sent: true } if message.body.contains("rotation"))
+    );
 
     // Paging: 25 sent messages, 10 at a time, newest first, no repeats, then the end.
     let mut seen = Vec::new();
     let mut before = HistoryCursor::NEWEST;
     loop {
-        let page =
-            store.read(move |c| ops::history_search(c, &agent("ci-manager"), &query(None, before, 10, false))).await.unwrap();
+        let page = store
+            .read(move |c| ops::history_search(c, &agent("ci-manager"), &query(None, before, 10, false)))
+            .await
+            .unwrap();
         for item in &page.items {
             if let HistoryItem::Message { message, .. } = item {
                 seen.push(message.seq);
@@ -378,15 +392,15 @@ async fn history_search_finds_a_message_by_query_and_pages_back_with_its_cursor(
 
     // Another agent's history is not the caller's: docs-manager sees none of it.
     let other = store
-        .read(|c| ops::history_search(c, &agent("docs-manager"), &query(Some("rotation"), HistoryCursor::NEWEST, 50, true)))
+        .read(|c| {
+            ops::history_search(c, &agent("docs-manager"), &query(Some("rotation"), HistoryCursor::NEWEST, 50, true))
+        })
         .await
         .unwrap();
     assert!(other.items.is_empty(), "{other:?}");
     // Operators have no sessions to search.
-    let refused = store
-        .read(|c| ops::history_search(c, &operator(), &query(None, HistoryCursor::NEWEST, 10, false)))
-        .await
-        .err();
+    let refused =
+        store.read(|c| ops::history_search(c, &operator(), &query(None, HistoryCursor::NEWEST, 10, false))).await.err();
     assert_eq!(refused.map(|e| e.code()), Some(ErrorCode::InvalidArgument));
 }
 
@@ -400,22 +414,27 @@ async fn a_planted_secret_never_comes_out_of_activity_or_history() {
     for i in 0..120 {
         let (secret, core) = planted_secret(&mut rng);
         let output = format!("step {i} done\n{secret}\nexit 0");
-        let detail = serde_json::json!({ "kind": "tool_result", "name": "bash", "call_id": format!("c{i}"), "output": output });
+        let detail =
+            serde_json::json!({ "kind": "tool_result", "name": "bash", "call_id": format!("c{i}"), "output": output });
         let reports = vec![report("ci-manager", "tool_result", detail, None)];
         store.write(move |c| ops::apply_reports(c, "r1", &reports, 1000)).await.unwrap();
         // Message bodies are the operator's record and stay as posted; history excerpts are redacted.
         let body = format!("note {i}: {secret}");
-        store.write(move |c| ops::post(c, &agent("ci-manager"), &post_spec("home-ci-manager", "n", &body))).await.unwrap();
+        store
+            .write(move |c| ops::post(c, &agent("ci-manager"), &post_spec("home-ci-manager", "n", &body)))
+            .await
+            .unwrap();
         planted.push(core[..core.len().min(16)].to_owned());
     }
-    let (activity, _) =
-        store.read(|c| ops::read_activity(c, &operator(), "ci-manager", 0, 1000, None)).await.unwrap();
+    let (activity, _) = store.read(|c| ops::read_activity(c, &operator(), "ci-manager", 0, 1000, None)).await.unwrap();
     let stored = serde_json::to_string(&activity).unwrap();
     let mut history = String::new();
     let mut before = HistoryCursor::NEWEST;
     loop {
-        let page =
-            store.read(move |c| ops::history_search(c, &agent("ci-manager"), &query(None, before, 50, true))).await.unwrap();
+        let page = store
+            .read(move |c| ops::history_search(c, &agent("ci-manager"), &query(None, before, 50, true)))
+            .await
+            .unwrap();
         assert!(page.items.iter().any(|i| matches!(i, HistoryItem::ToolEvent { .. })));
         history.push_str(&serde_json::to_string(&page.items).unwrap());
         match page.next_before {
@@ -477,8 +496,10 @@ async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stay
     let (_dir, store) = live_workspace().await;
     for i in 0..200 {
         let body = format!("decision {i}: {}", "we keep the old runner ".repeat(20));
-        let posted =
-            store.write(move |c| ops::post(c, &operator(), &post_spec("home-ci-manager", "plan", &body))).await.unwrap();
+        let posted = store
+            .write(move |c| ops::post(c, &operator(), &post_spec("home-ci-manager", "plan", &body)))
+            .await
+            .unwrap();
         let seq = posted.message.seq;
         store
             .write(move |c| ops::pin(c, &operator(), &ChannelName::parse("home-ci-manager").unwrap(), seq))

@@ -12,8 +12,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
-use canopy_proto::Method;
 use canopy_core::continuity::HistoryItem;
+use canopy_proto::Method;
 use canopy_proto::api::{BoardResponse, HistorySearchResponse, ReadResponse};
 
 use crate::catalog::{ResolveError, TOOLS, resolve};
