@@ -4,7 +4,9 @@
 //! is, its charter, and every message that waited while it was offline), turns every harness event into a report
 //! (presence and activity), and delivers messages: at the start of a turn when the agent
 //! is idle (after a quiet window or a cap, so a burst costs one turn), and mid-turn when
-//! the daemon asks for a steer. A delivery is acknowledged to the daemon only after the
+//! the daemon asks for a steer. After the harness reports a compaction, the next turn-start
+//! delivery opens with the continuity block (asked of the daemon, which has the facts). A
+//! delivery is acknowledged to the daemon only after the
 //! harness accepted it; the session drops messages it already injected, by message id.
 //! On exit it tells the runner whether the exit was asked for.
 
