@@ -1,14 +1,14 @@
 //! One session: a task that owns a harness process for one (agent, incarnation).
 //!
 //! It launches the harness, gives it its first input (the daemon's continuity block, who it
-//! is, its charter, and every message that waited while it was offline), turns every harness event into a report
-//! (presence and activity), and delivers messages: at the start of a turn when the agent
-//! is idle (after a quiet window or a cap, so a burst costs one turn), and mid-turn when
-//! the daemon asks for a steer. After the harness reports a compaction, the next turn-start
-//! delivery opens with the continuity block (asked of the daemon, which has the facts). A
-//! delivery is acknowledged to the daemon only after the
-//! harness accepted it; the session drops messages it already injected, by message id.
-//! On exit it tells the runner whether the exit was asked for.
+//! is, its charter, and every message that waited while it was offline), turns every harness
+//! event into a report (presence, activity and usage), and delivers messages: at the start of
+//! a turn when the agent is idle (after a quiet window or a cap, so a burst costs one turn),
+//! and mid-turn when the daemon asks for a steer. After the harness reports a compaction, the
+//! next turn-start delivery opens with the continuity block (asked of the daemon, which has
+//! the facts). A delivery is acknowledged to the daemon only after the harness accepted it;
+//! the session drops messages it already injected, by message id. On exit it tells the
+//! runner whether the exit was asked for.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
