@@ -13,6 +13,9 @@ use rusqlite::{Connection, params};
 use crate::views::require_account;
 use crate::{rfc3339, sql};
 
+/// Largest token count stored per report and field.
+pub const MAX_TOKENS_PER_REPORT: u64 = 1_000_000_000_000;
+
 /// Tokens and cost one model turn used, as a runner reports it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct UsageReport {
@@ -32,8 +35,10 @@ pub(crate) fn record_usage(
     usage: &UsageReport,
     now: i64,
 ) -> Result<(), Error> {
-    let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let cost = usage.cost_usd.filter(|c| c.is_finite() && *c >= 0.0);
+    // A trillion tokens per report is past any model call; the cap keeps SUM() from
+    // overflowing on a runner's nonsense.
+    let clamp = |n: u64| n.min(MAX_TOKENS_PER_REPORT) as i64;
+    let cost = usage.cost_usd.filter(|c| c.is_finite() && *c >= 0.0).map(|c| c.min(1e9));
     conn.prepare_cached(
         "INSERT INTO usage (agent_id, incarnation, turn_id, at, input_tokens, output_tokens, cache_read_tokens, \
          cache_write_tokens, cost_usd) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
