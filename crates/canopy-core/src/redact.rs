@@ -214,9 +214,7 @@ fn is_login_link(url: &str) -> bool {
         "/reset-password",
         "/invite/",
     ];
-    if LOGIN_PATHS
-        .iter()
-        .any(|w| path.contains(w))
+    if LOGIN_PATHS.iter().any(|w| path.contains(w))
         && (lower.contains('?') || path.split('/').any(|seg| seg.len() >= 16))
     {
         return true;
