@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::env::{TestEnv, signal};
 
 /// Quick coalescing and syncing, so tests do not wait on production defaults.
-const QUICK: &[(&str, &str)] = &[
+pub(crate) const QUICK: &[(&str, &str)] = &[
     ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
     ("restart_backoff_min = \"500ms\"", "restart_backoff_min = \"100ms\""),
     ("quiet_window = \"2s\"", "quiet_window = \"100ms\""),
@@ -18,7 +18,7 @@ const QUICK: &[(&str, &str)] = &[
 ];
 
 /// Every transcript line of every session of `agent`, in order.
-fn transcript(env: &TestEnv, agent: &str) -> Vec<Value> {
+pub(crate) fn transcript(env: &TestEnv, agent: &str) -> Vec<Value> {
     let dir = env.data_dir().join("sessions").join(agent);
     let mut incarnations: Vec<u64> = std::fs::read_dir(&dir)
         .map(|rd| rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
@@ -34,11 +34,11 @@ fn transcript(env: &TestEnv, agent: &str) -> Vec<Value> {
 }
 
 /// The inputs (prompts and steers) an agent's harness received.
-fn inputs(env: &TestEnv, agent: &str) -> Vec<Value> {
+pub(crate) fn inputs(env: &TestEnv, agent: &str) -> Vec<Value> {
     transcript(env, agent).into_iter().filter(|l| l["kind"] == "input").collect()
 }
 
-fn inputs_containing(env: &TestEnv, agent: &str, needle: &str) -> Vec<Value> {
+pub(crate) fn inputs_containing(env: &TestEnv, agent: &str, needle: &str) -> Vec<Value> {
     inputs(env, agent).into_iter().filter(|i| i["text"].as_str().unwrap_or("").contains(needle)).collect()
 }
 

@@ -8,6 +8,7 @@
 mod env;
 
 mod cli;
+mod continuity;
 mod crash;
 mod delivery;
 mod demo;

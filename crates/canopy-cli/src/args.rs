@@ -120,6 +120,16 @@ pub enum Command {
         #[arg(long)]
         open: bool,
     },
+    /// Tokens (and cost, where the harness reports it) used by sessions: per agent, and for
+    /// one agent per session and per recent turn.
+    Usage {
+        /// Only this agent, with its sessions and recent turns.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only usage reported within this long (humantime: 1h, 7days).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<std::time::Duration>,
+    },
     /// Measure delivery performance beside raw NATS and SQLite baselines, on a temporary
     /// workspace (build with --release for meaningful numbers).
     Bench {

@@ -231,6 +231,10 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             )
             .await
         }
+        Command::Usage { agent, since } => {
+            let request = UsageRequest { agent, since_secs: since.map(|d| d.as_secs()) };
+            call(client, json, Method::Usage, &request, output::usage).await
+        }
         Command::Roster => {
             call(client, json, Method::Roster, &RosterRequest {}, |r: &RosterResponse| output::roster(&r.agents)).await
         }

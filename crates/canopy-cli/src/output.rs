@@ -1,7 +1,7 @@
 //! Output: logging set-up, JSON printing, and the concise text forms.
 
 use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, SpawnRequest, Topic, TreeNode};
-use canopy_proto::api::{BoardResponse, PostResponse, ReadResponse};
+use canopy_proto::api::{BoardResponse, PostResponse, ReadResponse, UsageResponse};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
 
@@ -193,4 +193,49 @@ pub fn spawn_request(r: &SpawnRequest) {
         r.display_name,
         r.role
     );
+}
+
+/// `canopy usage`: tokens first (many pay by quota), cost where a harness reported one.
+pub fn usage(r: &UsageResponse) {
+    if r.total.reports == 0 {
+        println!("no usage reported");
+        return;
+    }
+    let width = r.agents.iter().map(|a| a.agent.as_str().len()).max().unwrap_or(5).max(5);
+    println!("{:width$}  {:>10}  {:>10}  {:>10}  {:>7}  cost", "agent", "input", "output", "cached", "reports");
+    for row in &r.agents {
+        println!("{}", usage_row(row.agent.as_str(), &row.totals, width));
+    }
+    if r.agents.len() > 1 {
+        println!("{}", usage_row("total", &r.total, width));
+    }
+    if !r.sessions.is_empty() {
+        println!();
+        for row in &r.sessions {
+            let label = format!("session {}", row.incarnation.unwrap_or(0));
+            println!("{}", usage_row(&label, &row.totals, width.max(12)));
+        }
+    }
+    if !r.turns.is_empty() {
+        println!();
+        for row in &r.turns {
+            let label = format!("#{} {}", row.incarnation.unwrap_or(0), row.turn_id.as_deref().unwrap_or("-"));
+            println!("{}", usage_row(&label, &row.totals, width.max(12)));
+        }
+    }
+}
+
+fn usage_row(label: &str, t: &canopy_core::UsageTotals, width: usize) -> String {
+    let cost = match t.cost_usd {
+        None => "-".to_owned(),
+        Some(cost) if t.reports_without_cost > 0 => format!("${cost:.4}+ ({} without cost)", t.reports_without_cost),
+        Some(cost) => format!("${cost:.4}"),
+    };
+    format!(
+        "{label:width$}  {:>10}  {:>10}  {:>10}  {:>7}  {cost}",
+        t.input_tokens,
+        t.output_tokens,
+        t.cache_read_tokens + t.cache_write_tokens,
+        t.reports
+    )
 }

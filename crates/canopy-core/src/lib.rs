@@ -5,6 +5,7 @@
 //! NATS or async; the store and the daemon call into it with the facts they have read.
 
 pub mod acl;
+pub mod continuity;
 pub mod error;
 pub mod mention;
 pub mod model;

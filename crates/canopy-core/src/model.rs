@@ -337,3 +337,36 @@ pub struct AuditEntry {
     pub target: String,
     pub detail: String,
 }
+
+/// Tokens (and cost, where the harness reports it) summed over some model turns.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageTotals {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    /// The sum of the costs reported; absent when no counted report carried one.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    /// Usage reports counted (one per model turn).
+    pub reports: u64,
+    /// Of those, how many carried no cost (so a cost shown is a lower bound).
+    pub reports_without_cost: u64,
+}
+
+/// One row of `canopy usage`: an agent's, a session's or a turn's totals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageRow {
+    pub agent: Handle,
+    /// Set for a session's or a turn's row.
+    #[serde(default)]
+    pub incarnation: Option<u64>,
+    /// Set for a turn's row.
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    /// The newest report counted.
+    pub last_at: String,
+    pub totals: UsageTotals,
+}

@@ -28,6 +28,7 @@ pub struct Config {
     pub policy: PolicyConfig,
     pub prompts: PromptsConfig,
     pub runs: RunsConfig,
+    pub retention: RetentionConfig,
     /// Per-role defaults: which harness a new agent of the role runs, with which script.
     pub roles: BTreeMap<String, RoleConfig>,
 }
@@ -45,6 +46,7 @@ impl Default for Config {
             policy: PolicyConfig::default(),
             prompts: PromptsConfig::default(),
             runs: RunsConfig::default(),
+            retention: RetentionConfig::default(),
             roles: BTreeMap::from([
                 ("supervisor".to_owned(), scripted("supervisor.toml")),
                 ("manager".to_owned(), scripted("manager.toml")),
@@ -224,6 +226,39 @@ impl Default for RunsConfig {
     }
 }
 
+/// How long runtime records are kept. Channels, pins and charters are the operator's
+/// record and are never pruned here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Session activity (`canopy watch`, the tool events `history_search` finds) and
+    /// compaction checkpoints older than this are deleted.
+    #[serde(with = "humantime_serde")]
+    pub activity: Duration,
+    /// Directories of ended sessions (harness transcripts, private homes) untouched for this
+    /// long are deleted.
+    #[serde(with = "humantime_serde")]
+    pub transcripts: Duration,
+    /// Token usage records (`canopy usage`) older than this are deleted.
+    #[serde(with = "humantime_serde")]
+    pub usage: Duration,
+    /// How often the daemon prunes in the background.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> RetentionConfig {
+        const DAY: u64 = 24 * 3600;
+        RetentionConfig {
+            activity: Duration::from_secs(30 * DAY),
+            transcripts: Duration::from_secs(30 * DAY),
+            usage: Duration::from_secs(90 * DAY),
+            interval: Duration::from_secs(600),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleConfig {
@@ -399,6 +434,17 @@ impl Config {
         if policy.request_ttl.is_zero() {
             return Err(("policy.request_ttl", "must be longer than zero".into()));
         }
+        let retention = &self.retention;
+        for (key, value) in [
+            ("retention.activity", retention.activity),
+            ("retention.transcripts", retention.transcripts),
+            ("retention.usage", retention.usage),
+            ("retention.interval", retention.interval),
+        ] {
+            if value.is_zero() {
+                return Err((key, "must be longer than zero".into()));
+            }
+        }
         Ok(())
     }
 }
@@ -480,6 +526,10 @@ mod tests {
         assert_eq!(err.as_ref().map(|e| e.key.as_str()), Some("daemon.request_timeout"));
         let err = parse("[limits]\nmax_body_bytes = 0\n").err();
         assert_eq!(err.map(|e| e.key), Some("limits.max_body_bytes".into()));
+        let err = parse("[retention]\nactivity = \"0s\"\n").err();
+        assert_eq!(err.map(|e| e.key), Some("retention.activity".into()));
+        let err = parse("[retention]\ntranscripts = \"forever\"\n").err();
+        assert_eq!(err.map(|e| e.key), Some("retention.transcripts".into()));
         let err = parse("[nope]\n").err();
         assert_eq!(err.map(|e| e.key), Some("nope".into()));
     }

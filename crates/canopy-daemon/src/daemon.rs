@@ -154,8 +154,10 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         let api = api.clone();
         let every = (config.sessions.stall_after.min(config.runs.timeout) / 4)
             .clamp(Duration::from_millis(200), Duration::from_secs(30));
+        let prune_every = config.retention.interval;
         async move {
             let mut tick = tokio::time::interval(every);
+            let mut last_prune: Option<tokio::time::Instant> = None;
             loop {
                 tick.tick().await;
                 api.check_stalled().await;
@@ -163,6 +165,10 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
                 api.check_requests().await;
                 if let Err(e) = api.expire_runs().await {
                     tracing::warn!(error = %e, "checking subagent run deadlines failed");
+                }
+                if last_prune.is_none_or(|at| at.elapsed() >= prune_every) {
+                    last_prune = Some(tokio::time::Instant::now());
+                    api.prune_records().await;
                 }
             }
         }

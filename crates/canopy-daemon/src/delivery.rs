@@ -347,7 +347,7 @@ pub(crate) fn unix_us() -> u64 {
 }
 
 /// The live session's agent id, or `conflict` for a stale or foreign session.
-fn live(conn: &canopy_store::Conn, agent: &str, incarnation: u64, runner_id: &str) -> Result<i64, Error> {
+pub(crate) fn live(conn: &canopy_store::Conn, agent: &str, incarnation: u64, runner_id: &str) -> Result<i64, Error> {
     ops::live_agent(conn, agent, incarnation, runner_id)?.ok_or_else(|| Error::ConflictOn {
         field: "incarnation",
         reason: format!("{agent} session {incarnation} is not live on runner {runner_id}"),

@@ -12,7 +12,7 @@ use canopy_core::acl::Caller;
 use canopy_core::{ChannelKind, ChannelName, Desired, Error, Handle, PostPolicy, RoleName, RosterEntry, TopicName};
 use canopy_proto::api::*;
 use canopy_proto::{Method, Reply, Subjects, WireError, decode_request};
-use canopy_store::{AgentSpec, ChannelSpec, PostSpec, Report, RunnerHeartbeat, Store, ops};
+use canopy_store::{AgentSpec, ChannelSpec, PostSpec, Report, RunnerHeartbeat, Store, UsageReport, ops};
 use serde::Serialize;
 
 use crate::auth::{session_token, token_hash};
@@ -85,6 +85,7 @@ impl Api {
                 Method::DeliveriesPull => ok(self.deliveries_pull(decode_request(payload)?).await?),
                 Method::DeliveriesAck => ok(self.deliveries_ack(decode_request(payload)?).await?),
                 Method::RunsFinish => ok(self.runs_finish(decode_request(payload)?).await?),
+                Method::SessionsContinuity => ok(self.sessions_continuity(decode_request(payload)?).await?),
                 _ => ok(self.sessions_report(decode_request(payload)?).await?),
             };
         }
@@ -126,11 +127,14 @@ impl Api {
             Method::PromptsRule => ok(self.prompts_read(caller, decode_request(payload)?, false).await?),
             Method::RunsStart => ok(self.runs_start(caller, decode_request(payload)?).await?),
             Method::RunsList => ok(self.runs_list(caller, decode_request(payload)?).await?),
+            Method::HistorySearch => ok(self.history_search(caller, decode_request(payload)?).await?),
+            Method::Usage => ok(self.usage(caller, decode_request(payload)?).await?),
             Method::RunnersSync
             | Method::SessionsReport
             | Method::DeliveriesPull
             | Method::DeliveriesAck
-            | Method::RunsFinish => Err(Error::Internal("runner methods are routed above".into())),
+            | Method::RunsFinish
+            | Method::SessionsContinuity => Err(Error::Internal("runner methods are routed above".into())),
         }
     }
 
@@ -290,6 +294,14 @@ impl Api {
                 activity: r.activity.map(|a| (a.kind, a.turn_id, a.summary, a.detail)),
                 ended: r.ended,
                 crash_loop: r.crash_loop,
+                usage: r.usage.map(|u| UsageReport {
+                    turn_id: u.turn_id.map(|t| canopy_core::redact::cut(&t, 128)),
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                    cache_read_tokens: u.cache_read_tokens,
+                    cache_write_tokens: u.cache_write_tokens,
+                    cost_usd: u.cost_usd,
+                }),
             })
             .collect();
         let runner_id = req.runner_id;

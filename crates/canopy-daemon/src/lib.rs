@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod builtin;
 pub mod config;
+pub mod continuity;
 pub mod daemon;
 pub mod delivery;
 pub mod gate;

@@ -7,7 +7,7 @@
 use canopy_scripted::protocol::{Input, InputMeta, Output};
 use tokio::process::Command;
 
-use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus};
+use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec};
 
 pub const CAPABILITIES: Capabilities =
@@ -120,6 +120,12 @@ impl Codec for ScriptedCodec {
             }
             Output::Compaction { phase } if phase == "start" => event(HarnessEvent::CompactionStarted),
             Output::Compaction { .. } => event(HarnessEvent::CompactionEnded),
+            Output::Usage { turn_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
+                event(HarnessEvent::Usage {
+                    turn_id: Some(turn_id),
+                    usage: Usage { input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd },
+                })
+            }
             Output::Status { text } => event(HarnessEvent::Status { text }),
             Output::Error { message } => event(HarnessEvent::Status { text: format!("harness error: {message}") }),
         }

@@ -4,9 +4,10 @@
 //! comes back as `invalid_argument` naming its field. Every request rejects unknown fields.
 //! Responses reuse the model types from `canopy-core`.
 
+use canopy_core::continuity::HistoryItem;
 use canopy_core::{
     Account, ActivityItem, AuditEntry, Channel, ChannelKind, Message, PostPolicy, Presence, RosterEntry, SpawnRequest,
-    SpawnState, Subscription, Topic, TopicName, TreeNode, Workspace,
+    SpawnState, Subscription, Topic, TopicName, TreeNode, UsageRow, UsageTotals, Workspace,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -442,6 +443,28 @@ pub struct SessionReport {
     /// The session crashed too often: mark the agent `crashed` and tell the operator.
     #[serde(default)]
     pub crash_loop: bool,
+    /// Tokens (and cost) one model turn used, from the harness's usage event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ReportedUsage>,
+}
+
+/// Token counts of one model turn, whichever harness reported them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportedUsage {
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+    /// In US dollars, when the harness knows it.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -823,4 +846,83 @@ pub struct RunsFinishRequest {
 pub struct RunsFinishResponse {
     /// False when the run had already ended (timed out, or reported before).
     pub recorded: bool,
+}
+
+/// `history.search` (agents; the `history_search` tool): earlier messages the caller sent or
+/// received and, when asked, its tool events, newest first, as redacted, bounded excerpts.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistorySearchRequest {
+    /// Case-insensitive text to look for; everything when absent.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// A cursor from an earlier page's `next_before`: only older items.
+    #[serde(default)]
+    pub before: Option<String>,
+    /// Items per page: default 10, at most 50.
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// Include tool calls (name, status and a short preview only).
+    #[serde(default)]
+    pub include_tool_events: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistorySearchResponse {
+    pub items: Vec<HistoryItem>,
+    /// Pass as `before` for the next (older) page; absent at the end.
+    #[serde(default)]
+    pub next_before: Option<String>,
+}
+
+/// Why a runner asks for a continuity block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContinuityWhen {
+    /// The session just started (first start, restart after a crash, respawn).
+    Start,
+    /// The harness reported a compaction.
+    Compaction,
+}
+
+/// `sessions.continuity` (runners): the continuity block for the head of a live session's
+/// next first input.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsContinuityRequest {
+    pub runner_id: String,
+    pub agent: String,
+    pub incarnation: u64,
+    pub when: ContinuityWhen,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsContinuityResponse {
+    /// At most 1,500 characters.
+    pub block: String,
+}
+
+/// `usage` (operators): tokens and cost reported by sessions, per agent; for one agent also
+/// per session and per recent turn.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageRequest {
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Only reports newer than this many seconds ago (all kept when absent).
+    #[serde(default)]
+    pub since_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageResponse {
+    pub total: UsageTotals,
+    pub agents: Vec<UsageRow>,
+    /// For one agent: per session, newest first.
+    pub sessions: Vec<UsageRow>,
+    /// For one agent: its most recent turns, newest first.
+    pub turns: Vec<UsageRow>,
 }

@@ -64,6 +64,9 @@ pub fn all() -> Vec<(String, Value)> {
             Method::RunsStart => pair::<RunsStartRequest, RunsStartResponse>(*method),
             Method::RunsList => pair::<RunsListRequest, RunsListResponse>(*method),
             Method::RunsFinish => pair::<RunsFinishRequest, RunsFinishResponse>(*method),
+            Method::HistorySearch => pair::<HistorySearchRequest, HistorySearchResponse>(*method),
+            Method::SessionsContinuity => pair::<SessionsContinuityRequest, SessionsContinuityResponse>(*method),
+            Method::Usage => pair::<UsageRequest, UsageResponse>(*method),
         };
         out.extend(schemas);
     }

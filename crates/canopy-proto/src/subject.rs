@@ -50,6 +50,9 @@ pub enum Method {
     RunsStart,
     RunsList,
     RunsFinish,
+    HistorySearch,
+    SessionsContinuity,
+    Usage,
 }
 
 impl Method {
@@ -95,6 +98,9 @@ impl Method {
         Method::RunsStart,
         Method::RunsList,
         Method::RunsFinish,
+        Method::HistorySearch,
+        Method::SessionsContinuity,
+        Method::Usage,
     ];
 
     /// The subject suffix after `api.`.
@@ -140,6 +146,9 @@ impl Method {
             Method::RunsStart => "runs.start",
             Method::RunsList => "runs.list",
             Method::RunsFinish => "runs.finish",
+            Method::HistorySearch => "history.search",
+            Method::SessionsContinuity => "sessions.continuity",
+            Method::Usage => "usage",
         }
     }
 
@@ -157,6 +166,7 @@ impl Method {
                 | Method::DeliveriesPull
                 | Method::DeliveriesAck
                 | Method::RunsFinish
+                | Method::SessionsContinuity
         )
     }
 }

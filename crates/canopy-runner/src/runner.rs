@@ -301,6 +301,7 @@ impl RunnerActor {
             }),
             ended: true,
             crash_loop,
+            usage: None,
         };
         let _ = self.reports.send(report).await;
     }

@@ -1,15 +1,18 @@
 //! One session: a task that owns a harness process for one (agent, incarnation).
 //!
-//! It launches the harness, gives it its first input (who it is, its charter, and every
-//! message that waited while it was offline), turns every harness event into a report
-//! (presence and activity), and delivers messages: at the start of a turn when the agent
-//! is idle (after a quiet window or a cap, so a burst costs one turn), and mid-turn when
-//! the daemon asks for a steer. A delivery is acknowledged to the daemon only after the
-//! harness accepted it; the session drops messages it already injected, by message id.
-//! On exit it tells the runner whether the exit was asked for.
+//! It launches the harness, gives it its first input (the daemon's continuity block, who it
+//! is, its charter, and every message that waited while it was offline), turns every harness
+//! event into a report (presence, activity and usage), and delivers messages: at the start of
+//! a turn when the agent is idle (after a quiet window or a cap, so a burst costs one turn),
+//! and mid-turn when the daemon asks for a steer. After the harness reports a compaction, the
+//! next turn-start delivery opens with the continuity block (asked of the daemon, which has
+//! the facts). A delivery is acknowledged to the daemon only after the harness accepted it;
+//! the session drops messages it already injected, by message id. On exit it tells the
+//! runner whether the exit was asked for.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use canopy_bus::ApiClient;
@@ -17,8 +20,9 @@ use canopy_core::{Message, Presence};
 use canopy_harness::{HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SendMode, SendOutcome, Session};
 use canopy_proto::Method;
 use canopy_proto::api::{
-    DeliveriesAckRequest, DeliveriesAckResponse, DeliveriesPullRequest, DeliveriesPullResponse, PromptModeWire,
-    ReportedActivity, RunsFinishRequest, RunsFinishResponse, SessionAssignment, SessionReport, SteerReply,
+    ContinuityWhen, DeliveriesAckRequest, DeliveriesAckResponse, DeliveriesPullRequest, DeliveriesPullResponse,
+    PromptModeWire, ReportedActivity, ReportedUsage, RunsFinishRequest, RunsFinishResponse, SessionAssignment,
+    SessionReport, SessionsContinuityRequest, SessionsContinuityResponse, SteerReply,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -105,6 +109,7 @@ impl Reporter {
             activity,
             ended: false,
             crash_loop: false,
+            usage: None,
         };
         let _ = self.tx.send(report).await;
     }
@@ -129,7 +134,29 @@ impl Reporter {
             detail,
         };
         let (presence, reason) = presence.map_or((None, None), |(p, r)| (Some(p), r));
-        self.send(presence, reason, Some(activity)).await;
+        // Usage rides the same report as its activity line; the daemon stores it per turn.
+        let usage = match event {
+            HarnessEvent::Usage { turn_id, usage } => Some(ReportedUsage {
+                turn_id: turn_id.clone(),
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cache_read_tokens: usage.cache_read_tokens,
+                cache_write_tokens: usage.cache_write_tokens,
+                cost_usd: usage.cost_usd,
+            }),
+            _ => None,
+        };
+        let report = SessionReport {
+            agent: self.agent.clone(),
+            incarnation: self.incarnation,
+            presence,
+            reason,
+            activity: Some(activity),
+            ended: false,
+            crash_loop: false,
+            usage,
+        };
+        let _ = self.tx.send(report).await;
     }
 
     async fn ended(&self, reason: String, presence: Presence) {
@@ -146,6 +173,7 @@ impl Reporter {
             }),
             ended: true,
             crash_loop: false,
+            usage: None,
         };
         let _ = self.tx.send(report).await;
     }
@@ -198,6 +226,25 @@ impl Mailbox {
                     tracing::debug!(error = %e, attempt, "reporting a run's end failed");
                     tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
                 }
+            }
+        }
+    }
+
+    /// The continuity block the daemon builds for this session, or `None` if it cannot be
+    /// had now (the input goes without it rather than waiting).
+    async fn continuity(&self, when: ContinuityWhen) -> Option<String> {
+        let request = SessionsContinuityRequest {
+            runner_id: self.runner_id.clone(),
+            agent: self.agent.clone(),
+            incarnation: self.incarnation,
+            when,
+        };
+        match self.api.call::<_, SessionsContinuityResponse>(Method::SessionsContinuity, &self.token, &request).await {
+            Ok(response) if !response.block.is_empty() => Some(response.block),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "fetching the continuity block failed; the input goes without it");
+                None
             }
         }
     }
@@ -371,7 +418,13 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         Some(_) => Vec::new(),
         None => mailbox.pull().await.map(|p| p.messages).unwrap_or_default(),
     };
-    let mut first = start_input(&assignment);
+    // The continuity block heads the first input, never the system prompt (block-0 stays
+    // stable). A subagent run starts fresh from its brief and needs none.
+    let mut first = match assignment.run {
+        Some(_) => String::new(),
+        None => mailbox.continuity(ContinuityWhen::Start).await.map(|b| b + "\n\n").unwrap_or_default(),
+    };
+    first.push_str(&start_input(&assignment));
     if !waiting.is_empty() {
         first.push_str("\n\n");
         first.push_str(&render(&waiting, "Messages that arrived while you were offline:"));
@@ -407,6 +460,8 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
     let mut resync = tokio::time::interval(settings.delivery_resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let seen = Arc::new(tokio::sync::Mutex::new(seen));
+    // Set by a reported compaction; the next turn-start delivery carries the block and clears it.
+    let continuity_owed = Arc::new(AtomicBool::new(false));
     loop {
         let due = match hint {
             Some((first, last)) if turn.is_none() && !delivering && !stopping => {
@@ -461,6 +516,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                         let now = Instant::now();
                         hint = Some(hint.map_or((now, now), |(first, _)| (first, now)));
                     }
+                    HarnessEvent::CompactionEnded => continuity_owed.store(true, Ordering::SeqCst),
                     HarnessEvent::Malformed { .. } => {
                         malformed += 1;
                         tracing::warn!(malformed, "malformed harness output");
@@ -506,7 +562,8 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                 hint = None;
                 if let Some(session) = &session {
                     delivering = true;
-                    tokio::spawn(deliver(session.clone(), mailbox.clone(), seen.clone(), delivered_tx.clone()));
+                    let owed = continuity_owed.clone();
+                    tokio::spawn(deliver(session.clone(), mailbox.clone(), seen.clone(), owed, delivered_tx.clone()));
                 }
             }
         }
@@ -526,6 +583,7 @@ async fn deliver(
     session: Arc<Session>,
     mailbox: Mailbox,
     seen: Arc<tokio::sync::Mutex<Seen>>,
+    continuity_owed: Arc<AtomicBool>,
     done: mpsc::Sender<Delivered>,
 ) {
     let mut started = true;
@@ -536,11 +594,18 @@ async fn deliver(
         // Injected before (an acknowledgement was lost): acknowledge again, do not repeat.
         mailbox.ack(again.iter().map(|m| m.seq).collect()).await;
         if !fresh.is_empty() && pending.wake {
-            let text = render(&fresh, "New messages since your last turn:");
+            let mut text = render(&fresh, "New messages since your last turn:");
+            let owed = continuity_owed.load(Ordering::SeqCst);
+            if owed && let Some(block) = mailbox.continuity(ContinuityWhen::Compaction).await {
+                text = format!("{block}\n\n{text}");
+            }
             let context = context_of("message", &fresh);
             let input_id = format!("deliver-{}", fresh.last().map_or(0, |m| m.seq));
             match session.send(&input_id, &text, &context, SendMode::NextTurn).await {
                 Ok(SendOutcome::Started { .. }) => {
+                    if owed {
+                        continuity_owed.store(false, Ordering::SeqCst);
+                    }
                     for m in &fresh {
                         seen.insert(m.seq);
                     }

@@ -79,6 +79,18 @@ pub enum Output {
     PromptRejected { id: String, reason: String },
     /// Context compaction, `phase` is `start` or `end`.
     Compaction { phase: String },
+    /// Tokens (and cost, when known) one model call of the turn used.
+    Usage {
+        turn_id: String,
+        input_tokens: u64,
+        output_tokens: u64,
+        #[serde(default)]
+        cache_read_tokens: u64,
+        #[serde(default)]
+        cache_write_tokens: u64,
+        #[serde(default)]
+        cost_usd: Option<f64>,
+    },
     /// A free-form status line.
     Status { text: String },
     /// Something went wrong that is not a tool error (a bad input line, say).

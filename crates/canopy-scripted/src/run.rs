@@ -495,6 +495,25 @@ impl Harness {
                 out.emit(&Output::Compaction { phase: "start".to_owned() })?;
                 out.emit(&Output::Compaction { phase: "end".to_owned() })?;
             }
+            Action::Usage(usage) => {
+                out.record(json!({ "kind": "usage", "turn_id": turn.id, "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd }))?;
+                out.emit(&Output::Usage {
+                    turn_id: turn.id.clone(),
+                    input_tokens: usage.input_tokens,
+                    output_tokens: usage.output_tokens,
+                    cache_read_tokens: usage.cache_read_tokens,
+                    cache_write_tokens: usage.cache_write_tokens,
+                    cost_usd: usage.cost_usd,
+                })?;
+            }
+            Action::FakeTool { tool, output } => {
+                *calls += 1;
+                let call_id = format!("c{calls}");
+                let output = placeholders.substitute(&output);
+                start_tool(out, turn, &call_id, &tool, &json!({}))?;
+                finish_tool(out, turn, &call_id, &tool, false, json!({ "output": output }))?;
+            }
             Action::EndTurn => turn.actions.clear(),
             Action::Crash => {
                 // Every line is already flushed; exiting here skips `turn_ended` on purpose.

@@ -23,7 +23,10 @@ pub const MAX_SCRIPT_BYTES: usize = 1024 * 1024;
 pub const INPUT_KINDS: [&str; 2] = ["start", "message"];
 
 /// The keys that make an action what it is; a table must have exactly one of them.
-const ACTION_KEYS: [&str; 6] = ["call", "say", "sleep", "compact", "end_turn", "crash"];
+const ACTION_KEYS: [&str; 8] = ["call", "say", "sleep", "compact", "end_turn", "crash", "usage", "fake_tool"];
+
+/// The keys of a `usage` table.
+const USAGE_KEYS: [&str; 5] = ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd"];
 
 /// A validated script.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +78,22 @@ pub enum Action {
     EndTurn,
     /// Exit at once with code 101, without ending the turn.
     Crash,
+    /// Report the tokens (and cost) this model turn used, as a real harness does after a
+    /// model call.
+    Usage(ScriptUsage),
+    /// A pretend tool call named `tool` whose output is `output` (takes placeholders): how a
+    /// test makes a session produce tool output, secrets and all, without a real tool.
+    FakeTool { tool: String, output: String },
+}
+
+/// The numbers of a `usage` action.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScriptUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cost_usd: Option<f64>,
 }
 
 /// Why a script was refused. Every variant names the file.
@@ -350,23 +369,31 @@ impl Checker<'_> {
         let entries = Self::entries(table);
         let mut kinds = Vec::new();
         let mut args = None;
+        let mut output = None;
         for &(key, value) in &entries {
             let name = key.get_ref().as_ref();
             if ACTION_KEYS.contains(&name) {
                 kinds.push((name, value));
             } else if name == "args" {
                 args = Some((key, value));
+            } else if name == "output" {
+                output = Some((key, value));
             } else {
                 return Err(self.error(
                     key.span(),
-                    format!("unknown key `{name}` in action (expected one of call, say, sleep, compact, end_turn, crash, args)"),
+                    format!(
+                        "unknown key `{name}` in action (expected one of call, say, sleep, compact, end_turn, crash, \
+                         usage, fake_tool, args, output)"
+                    ),
                 ));
             }
         }
         let (kind, value) = match kinds.as_slice() {
             [] => {
-                return Err(self
-                    .error(item.span(), "action has none of `call`, `say`, `sleep`, `compact`, `end_turn`, `crash`"));
+                return Err(self.error(
+                    item.span(),
+                    "action has none of `call`, `say`, `sleep`, `compact`, `end_turn`, `crash`, `usage`, `fake_tool`",
+                ));
             }
             [one] => *one,
             [first, second] => {
@@ -381,6 +408,11 @@ impl Checker<'_> {
             && kind != "call"
         {
             return Err(self.error(key.span(), format!("`args` belongs to a `call` action, not `{kind}`")));
+        }
+        if let Some((key, _)) = output
+            && kind != "fake_tool"
+        {
+            return Err(self.error(key.span(), format!("`output` belongs to a `fake_tool` action, not `{kind}`")));
         }
         match kind {
             "call" => {
@@ -406,8 +438,59 @@ impl Checker<'_> {
             }
             "compact" => self.flag(value, "compact").map(|()| Action::Compact),
             "end_turn" => self.flag(value, "end_turn").map(|()| Action::EndTurn),
+            "usage" => self.usage(value).map(Action::Usage),
+            "fake_tool" => {
+                let tool = self.string(value, "fake_tool")?;
+                if tool.trim().is_empty() {
+                    return Err(self.error(value.span(), "`fake_tool` names no tool"));
+                }
+                let output = match output {
+                    Some((_, output)) => self.string(output, "output")?,
+                    None => return Err(self.error(item.span(), "a `fake_tool` action needs `output`")),
+                };
+                Ok(Action::FakeTool { tool, output })
+            }
             _ => self.flag(value, "crash").map(|()| Action::Crash),
         }
+    }
+
+    fn usage(&self, value: &Spanned<DeValue<'_>>) -> Result<ScriptUsage, ScriptError> {
+        let DeValue::Table(table) = value.get_ref() else {
+            return Err(
+                self.error(value.span(), "`usage` must be a table like { input_tokens = 10, output_tokens = 5 }")
+            );
+        };
+        let mut usage = ScriptUsage::default();
+        for (key, item) in Self::entries(table) {
+            let name = key.get_ref().as_ref();
+            if !USAGE_KEYS.contains(&name) {
+                return Err(self.error(
+                    key.span(),
+                    format!("unknown key `{name}` in usage (expected one of {})", USAGE_KEYS.join(", ")),
+                ));
+            }
+            let number = match self.json(item)? {
+                Value::Number(n) => n,
+                _ => return Err(self.error(item.span(), format!("`usage.{name}` must be a number"))),
+            };
+            if name == "cost_usd" {
+                match number.as_f64().filter(|c| c.is_finite() && *c >= 0.0) {
+                    Some(cost) => usage.cost_usd = Some(cost),
+                    None => return Err(self.error(item.span(), "`usage.cost_usd` must be a non-negative number")),
+                }
+                continue;
+            }
+            let Some(count) = number.as_u64() else {
+                return Err(self.error(item.span(), format!("`usage.{name}` must be a non-negative integer")));
+            };
+            match name {
+                "input_tokens" => usage.input_tokens = count,
+                "output_tokens" => usage.output_tokens = count,
+                "cache_read_tokens" => usage.cache_read_tokens = count,
+                _ => usage.cache_write_tokens = count,
+            }
+        }
+        Ok(usage)
     }
 
     fn string(&self, value: &Spanned<DeValue<'_>>, what: &str) -> Result<String, ScriptError> {
@@ -645,6 +728,45 @@ actions = []
         refused("[[rule]]\nactions = [{ crash = 1 }]\n", 2, "`crash` must be `true`");
         refused("[[rule]]\nactions = [\n{ call = \"x\", args = { big = 99999999999999999999 } }]\n", 3, "out of range");
         refused("[[rule]]\nactions = [\n{ call = \"x\", args = { n = nan } }]\n", 3, "not valid json");
+    }
+
+    #[test]
+    fn usage_and_fake_tool_actions_parse_and_are_checked() {
+        let script = ok(r#"
+[[rule]]
+actions = [
+  { usage = { input_tokens = 1200, output_tokens = 300, cache_read_tokens = 5, cost_usd = 0.25 } },
+  { fake_tool = "bash", output = "token for {self}" },
+]
+"#);
+        assert_eq!(
+            script.rules[0].actions,
+            vec![
+                Action::Usage(ScriptUsage {
+                    input_tokens: 1200,
+                    output_tokens: 300,
+                    cache_read_tokens: 5,
+                    cache_write_tokens: 0,
+                    cost_usd: Some(0.25),
+                }),
+                Action::FakeTool { tool: "bash".into(), output: "token for {self}".into() },
+            ]
+        );
+        refused("[[rule]]\nactions = [\n  { usage = { input_tokens = -1 } },\n]\n", 3, "non-negative integer");
+        refused("[[rule]]\nactions = [\n  { usage = { tokens = 1 } },\n]\n", 3, "unknown key `tokens` in usage");
+        refused("[[rule]]\nactions = [{ usage = 5 }]\n", 2, "`usage` must be a table");
+        refused(
+            "[[rule]]\nactions = [\n { usage = { cost_usd = \"free\" } }]\n",
+            3,
+            "`usage.cost_usd` must be a number",
+        );
+        refused("[[rule]]\nactions = [\n  { fake_tool = \"bash\" },\n]\n", 3, "needs `output`");
+        refused(
+            "[[rule]]\nactions = [\n  { say = \"x\", output = \"y\" },\n]\n",
+            3,
+            "`output` belongs to a `fake_tool`",
+        );
+        refused("[[rule]]\nactions = [{ fake_tool = \"\", output = \"y\" }]\n", 2, "names no tool");
     }
 
     #[test]

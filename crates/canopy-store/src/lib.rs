@@ -12,11 +12,13 @@ mod accounts;
 mod channels;
 mod delivery;
 mod governance;
+mod history;
 mod messages;
 mod runs;
 mod schema;
 mod sessions;
 mod spawn;
+mod usage;
 mod views;
 mod workspace;
 mod writer;
@@ -30,11 +32,13 @@ use rusqlite::{Connection, OpenFlags};
 pub use accounts::{AgentSpec, OperatorSpec};
 pub use channels::ChannelSpec;
 pub use delivery::{Pending, Reach, Recipient};
+pub use history::{HistoryPage, HistoryQuery};
 pub use messages::{Page, PostSpec, Posted};
 pub use runs::{Run, RunSpec, RunStatus, run_topic};
 pub use rusqlite::Connection as Conn;
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
 pub use spawn::{Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
+pub use usage::{PRUNE_BATCH, Pruned, UsageReport, UsageView};
 pub use workspace::InitSpec;
 
 /// File name of the database inside the data directory.
@@ -183,6 +187,7 @@ pub mod ops {
     pub use crate::governance::{
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unsubscribe_self,
     };
+    pub use crate::history::{continuity_facts, history_owners, history_search};
     pub use crate::messages::{post, read_channel, sync};
     pub use crate::runs::{expire_runs, finish_run, list_runs, load as run, run_of_account, start_run};
     pub use crate::sessions::{
@@ -193,6 +198,7 @@ pub mod ops {
         audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,
         load as spawn_request, request_spawn,
     };
+    pub use crate::usage::{live_sessions, prune, usage};
     pub use crate::workspace::{init, workspace};
 }
 
@@ -238,6 +244,8 @@ pub mod bench {
                     "deliveries",
                     "subscriptions",
                     "activity",
+                    "usage",
+                    "compactions",
                     "presence",
                     "sessions",
                     "audit",

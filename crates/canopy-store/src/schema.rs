@@ -203,6 +203,34 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX runs_open ON runs(manager_id) WHERE ended_at IS NULL;
     "#,
+    // 6: runtime records: token usage per model turn, compaction checkpoints; indexes for
+    // history search (an agent's sent messages) and retention (activity by age).
+    r#"
+    CREATE TABLE usage (
+        id                  INTEGER PRIMARY KEY,
+        agent_id            INTEGER NOT NULL REFERENCES accounts(id),
+        incarnation         INTEGER NOT NULL,
+        turn_id             TEXT,
+        at                  INTEGER NOT NULL,
+        input_tokens        INTEGER NOT NULL,
+        output_tokens       INTEGER NOT NULL,
+        cache_read_tokens   INTEGER NOT NULL,
+        cache_write_tokens  INTEGER NOT NULL,
+        cost_usd            REAL
+    );
+    CREATE INDEX usage_agent ON usage(agent_id, at);
+    CREATE INDEX usage_at ON usage(at);
+    CREATE TABLE compactions (
+        id           INTEGER PRIMARY KEY,
+        agent_id     INTEGER NOT NULL REFERENCES accounts(id),
+        incarnation  INTEGER NOT NULL,
+        at           INTEGER NOT NULL,
+        seq          INTEGER NOT NULL
+    );
+    CREATE INDEX compactions_agent ON compactions(agent_id, id);
+    CREATE INDEX activity_at ON activity(at);
+    CREATE INDEX messages_sender ON messages(sender_id, seq);
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

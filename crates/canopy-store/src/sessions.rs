@@ -11,7 +11,7 @@
 //! ignored (stale incarnation).
 
 use canopy_core::acl::{Caller, require_operator};
-use canopy_core::redact::redact;
+use canopy_core::redact::{redact, redact_value};
 use canopy_core::{
     AccountKind, AccountState, ActivityItem, ChannelName, Desired, Error, Handle, Message, Presence, RoleName,
     RosterEntry, TopicName,
@@ -71,6 +71,8 @@ pub struct Report {
     pub activity: Option<(String, Option<String>, String, serde_json::Value)>,
     pub ended: bool,
     pub crash_loop: bool,
+    /// Tokens (and cost) a model turn used, from the harness's usage event.
+    pub usage: Option<crate::usage::UsageReport>,
 }
 
 /// What applying a batch of reports produced, for the daemon to publish.
@@ -206,7 +208,13 @@ pub fn apply_reports(
         applied.applied += 1;
         conn.execute("UPDATE presence SET last_seen = ?1 WHERE agent_id = ?2", params![now, agent_id])
             .map_err(sql("updating last seen"))?;
+        if let Some(usage) = &report.usage {
+            crate::usage::record_usage(conn, agent_id, report.incarnation, usage, now)?;
+        }
         if let Some((kind, turn_id, summary, detail)) = &report.activity {
+            if kind == "compaction_ended" {
+                crate::usage::record_compaction(conn, agent_id, report.incarnation, now)?;
+            }
             applied.activity.push(insert_activity(
                 conn,
                 agent_id,
@@ -439,7 +447,7 @@ fn insert_activity(
     now: i64,
 ) -> Result<ActivityItem, Error> {
     let summary = redact(summary, SUMMARY_CHARS);
-    let detail = redact_json(detail);
+    let detail = redact_value(detail, 1000, 50);
     let mut detail_text = serde_json::to_string(&detail).unwrap_or_else(|_| "null".into());
     if detail_text.len() > DETAIL_BYTES {
         detail_text = serde_json::to_string(&serde_json::json!({ "cut": redact(&detail_text, DETAIL_BYTES / 2) }))
@@ -468,17 +476,6 @@ fn insert_activity(
         summary,
         detail: serde_json::from_str(&detail_text).unwrap_or(serde_json::Value::Null),
     })
-}
-
-/// Redacts every string inside a JSON value.
-fn redact_json(value: &serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match value {
-        Value::String(s) => Value::String(redact(s, 1000)),
-        Value::Array(items) => Value::Array(items.iter().take(50).map(redact_json).collect()),
-        Value::Object(map) => Value::Object(map.iter().take(50).map(|(k, v)| (k.clone(), redact_json(v))).collect()),
-        other => other.clone(),
-    }
 }
 
 fn end_session(conn: &Connection, session_id: i64, reason: &str, now: i64) -> Result<(), Error> {

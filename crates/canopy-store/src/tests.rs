@@ -306,3 +306,219 @@ async fn pending_messages_past_retention_expire_and_are_counted() {
         .unwrap();
     assert!(pending.messages.is_empty());
 }
+
+/// A workspace whose `ci-manager` and `docs-manager` both have a live session on runner `r1`.
+async fn live_workspace() -> (tempfile::TempDir, Store) {
+    let (dir, store) = workspace().await;
+    store
+        .write(|c| {
+            c.execute("UPDATE accounts SET harness = 'scripted' WHERE kind = 'agent' AND handle != 'supervisor'", [])
+                .unwrap();
+            let beat = crate::RunnerHeartbeat {
+                runner_id: "r1".into(),
+                name: "r1".into(),
+                mcp_url: "http://x".into(),
+                capacity: 10,
+                ttl_ms: 60_000,
+            };
+            ops::sync_runner(c, &beat, &|agent, n| format!("hash-{agent}-{n}"))
+        })
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+fn report(agent: &str, kind: &str, detail: serde_json::Value, usage: Option<crate::UsageReport>) -> crate::Report {
+    crate::Report {
+        agent: agent.into(),
+        incarnation: 1,
+        presence: None,
+        reason: None,
+        activity: Some((kind.into(), Some("t1".into()), format!("{kind} {detail}"), detail)),
+        ended: false,
+        crash_loop: false,
+        usage,
+    }
+}
+
+fn query(
+    text: Option<&str>,
+    before: canopy_core::continuity::HistoryCursor,
+    limit: u32,
+    tools: bool,
+) -> crate::HistoryQuery {
+    crate::HistoryQuery { text: text.map(str::to_owned), before, limit, include_tool_events: tools }
+}
+
+#[tokio::test]
+async fn history_search_finds_a_message_by_query_and_pages_back_with_its_cursor() {
+    use canopy_core::continuity::{HistoryCursor, HistoryItem};
+    let (_dir, store) = live_workspace().await;
+    for i in 0..25 {
+        let body = if i == 3 { "the deploy password rotation plan".to_owned() } else { format!("routine note {i}") };
+        store
+            .write(move |c| ops::post(c, &agent("ci-manager"), &post_spec("home-ci-manager", "notes", &body)))
+            .await
+            .unwrap();
+    }
+    let found = store
+        .read(|c| {
+            ops::history_search(c, &agent("ci-manager"), &query(Some("ROTATION"), HistoryCursor::NEWEST, 10, false))
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.items.len(), 1, "{found:?}");
+    assert!(
+        matches!(&found.items[0], HistoryItem::Message { message, sent: true } if message.body.contains("rotation"))
+    );
+
+    // Paging: 25 sent messages, 10 at a time, newest first, no repeats, then the end.
+    let mut seen = Vec::new();
+    let mut before = HistoryCursor::NEWEST;
+    loop {
+        let page = store
+            .read(move |c| ops::history_search(c, &agent("ci-manager"), &query(None, before, 10, false)))
+            .await
+            .unwrap();
+        for item in &page.items {
+            if let HistoryItem::Message { message, .. } = item {
+                seen.push(message.seq);
+            }
+        }
+        match page.next_before {
+            Some(next) => before = next,
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 25);
+    assert!(seen.windows(2).all(|w| w[0] > w[1]), "newest first: {seen:?}");
+
+    // Another agent's history is not the caller's: docs-manager sees none of it.
+    let other = store
+        .read(|c| {
+            ops::history_search(c, &agent("docs-manager"), &query(Some("rotation"), HistoryCursor::NEWEST, 50, true))
+        })
+        .await
+        .unwrap();
+    assert!(other.items.is_empty(), "{other:?}");
+    // Operators have no sessions to search.
+    let refused =
+        store.read(|c| ops::history_search(c, &operator(), &query(None, HistoryCursor::NEWEST, 10, false))).await.err();
+    assert_eq!(refused.map(|e| e.code()), Some(ErrorCode::InvalidArgument));
+}
+
+#[tokio::test]
+async fn a_planted_secret_never_comes_out_of_activity_or_history() {
+    use canopy_core::continuity::{HistoryCursor, HistoryItem};
+    use canopy_core::redact::samples::{Rng, planted_secret};
+    let (_dir, store) = live_workspace().await;
+    let mut rng = Rng(0xDEAD_BEEF_1234_5678);
+    let mut planted = Vec::new();
+    for i in 0..120 {
+        let (secret, core) = planted_secret(&mut rng);
+        let output = format!("step {i} done\n{secret}\nexit 0");
+        let detail =
+            serde_json::json!({ "kind": "tool_result", "name": "bash", "call_id": format!("c{i}"), "output": output });
+        let reports = vec![report("ci-manager", "tool_result", detail, None)];
+        store.write(move |c| ops::apply_reports(c, "r1", &reports, 1000)).await.unwrap();
+        // Message bodies are the operator's record and stay as posted; history excerpts are redacted.
+        let body = format!("note {i}: {secret}");
+        store
+            .write(move |c| ops::post(c, &agent("ci-manager"), &post_spec("home-ci-manager", "n", &body)))
+            .await
+            .unwrap();
+        planted.push(core[..core.len().min(16)].to_owned());
+    }
+    let (activity, _) = store.read(|c| ops::read_activity(c, &operator(), "ci-manager", 0, 1000, None)).await.unwrap();
+    let stored = serde_json::to_string(&activity).unwrap();
+    let mut history = String::new();
+    let mut before = HistoryCursor::NEWEST;
+    loop {
+        let page = store
+            .read(move |c| ops::history_search(c, &agent("ci-manager"), &query(None, before, 50, true)))
+            .await
+            .unwrap();
+        assert!(page.items.iter().any(|i| matches!(i, HistoryItem::ToolEvent { .. })));
+        history.push_str(&serde_json::to_string(&page.items).unwrap());
+        match page.next_before {
+            Some(next) => before = next,
+            None => break,
+        }
+    }
+    for piece in &planted {
+        assert!(!stored.contains(piece.as_str()), "activity leaked {piece}");
+        assert!(!history.contains(piece.as_str()), "history leaked {piece}");
+    }
+}
+
+#[tokio::test]
+async fn usage_is_summed_per_turn_session_and_agent_and_old_records_are_pruned() {
+    let (_dir, store) = live_workspace().await;
+    let usage = |turn: &str, input: u64, cost: Option<f64>| crate::UsageReport {
+        turn_id: Some(turn.into()),
+        input_tokens: input,
+        output_tokens: 10,
+        cache_read_tokens: 1,
+        cache_write_tokens: 0,
+        cost_usd: cost,
+    };
+    let reports = vec![
+        report("ci-manager", "usage", serde_json::Value::Null, Some(usage("t1", 100, Some(0.5)))),
+        report("ci-manager", "usage", serde_json::Value::Null, Some(usage("t1", 50, None))),
+        report("ci-manager", "usage", serde_json::Value::Null, Some(usage("t2", 7, Some(0.25)))),
+        report("docs-manager", "usage", serde_json::Value::Null, Some(usage("t1", 1, None))),
+    ];
+    store.write(move |c| ops::apply_reports(c, "r1", &reports, 1000)).await.unwrap();
+    let all = store.read(|c| ops::usage(c, &operator(), None, 0)).await.unwrap();
+    assert_eq!(all.total.input_tokens, 158);
+    assert_eq!(all.total.output_tokens, 40);
+    assert_eq!(all.total.reports, 4);
+    assert_eq!(all.total.reports_without_cost, 2);
+    assert_eq!(all.total.cost_usd, Some(0.75));
+    assert_eq!(all.agents.len(), 2);
+    assert_eq!(all.agents[0].agent.as_str(), "ci-manager");
+    let one = store.read(|c| ops::usage(c, &operator(), Some(&h("ci-manager")), 0)).await.unwrap();
+    assert_eq!(one.sessions.len(), 1);
+    assert_eq!(one.turns.len(), 2);
+    assert_eq!(one.turns[0].turn_id.as_deref(), Some("t2"));
+    assert_eq!(one.turns[1].totals.input_tokens, 150);
+    let refused = store.read(|c| ops::usage(c, &agent("ci-manager"), None, 0)).await.err();
+    assert_eq!(refused.map(|e| e.code()), Some(ErrorCode::Forbidden));
+
+    // Retention: everything is older than a cut-off in the future.
+    let pruned = store.write(|c| ops::prune(c, i64::MAX, i64::MAX)).await.unwrap();
+    assert_eq!(pruned.usage, 4);
+    assert!(pruned.activity >= 4, "{pruned:?}");
+    let after = store.read(|c| ops::usage(c, &operator(), None, 0)).await.unwrap();
+    assert_eq!(after.total.reports, 0);
+}
+
+#[tokio::test]
+async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stays_bounded() {
+    use canopy_core::continuity::{ContinuityReason, MAX_CONTINUITY_CHARS, continuity_block};
+    let (_dir, store) = live_workspace().await;
+    for i in 0..200 {
+        let body = format!("decision {i}: {}", "we keep the old runner ".repeat(20));
+        let posted = store
+            .write(move |c| ops::post(c, &operator(), &post_spec("home-ci-manager", "plan", &body)))
+            .await
+            .unwrap();
+        let seq = posted.message.seq;
+        store
+            .write(move |c| ops::pin(c, &operator(), &ChannelName::parse("home-ci-manager").unwrap(), seq))
+            .await
+            .unwrap();
+        let reports = vec![report("ci-manager", "compaction_ended", serde_json::Value::Null, None)];
+        store.write(move |c| ops::apply_reports(c, "r1", &reports, 1000)).await.unwrap();
+    }
+    let facts = store.read(|c| ops::continuity_facts(c, "ci-manager", 1, false)).await.unwrap();
+    assert_eq!(facts.reason, ContinuityReason::Start { previous: None });
+    assert_eq!(facts.checkpoints.len(), 3);
+    assert!(!facts.pins.is_empty());
+    assert!(facts.runs_out.is_empty());
+    let block = continuity_block(&facts);
+    assert!(block.chars().count() <= MAX_CONTINUITY_CHARS, "{}", block.chars().count());
+    assert!(block.contains("Compaction checkpoints") && block.contains("history_search"), "{block}");
+    let after = store.read(|c| ops::continuity_facts(c, "ci-manager", 1, true)).await.unwrap();
+    assert_eq!(after.reason, ContinuityReason::Compaction);
+}

@@ -35,20 +35,25 @@ pub(crate) const MESSAGE_SELECT: &str = "SELECT m.seq, ch.name, t.name, s.handle
      JOIN topics t ON t.id = m.topic_id JOIN accounts s ON s.id = m.sender_id";
 
 pub(crate) fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
-    let mentions: String = row.get(7)?;
+    message_from_row_offset(row, 0)
+}
+
+/// `message_from_row` for a SELECT with `offset` extra columns before `MESSAGE_SELECT`'s.
+pub(crate) fn message_from_row_offset(row: &Row<'_>, offset: usize) -> rusqlite::Result<Message> {
+    let mentions: String = row.get(offset + 7)?;
     let mentions: Vec<String> = serde_json::from_str(&mentions).unwrap_or_default();
     Ok(Message {
-        seq: row.get::<_, i64>(0)? as u64,
-        channel: ChannelName::from_trusted(row.get(1)?),
-        topic: TopicName::from_trusted(row.get(2)?),
+        seq: row.get::<_, i64>(offset)? as u64,
+        channel: ChannelName::from_trusted(row.get(offset + 1)?),
+        topic: TopicName::from_trusted(row.get(offset + 2)?),
         sender: Sender {
-            handle: Handle::from_trusted(row.get(3)?),
-            kind: parse_enum(row, 4, AccountKind::parse)?,
-            role: row.get::<_, Option<String>>(5)?.map(RoleName::from_trusted),
+            handle: Handle::from_trusted(row.get(offset + 3)?),
+            kind: parse_enum(row, offset + 4, AccountKind::parse)?,
+            role: row.get::<_, Option<String>>(offset + 5)?.map(RoleName::from_trusted),
         },
-        body: row.get(6)?,
+        body: row.get(offset + 6)?,
         mentions: mentions.into_iter().map(Handle::from_trusted).collect(),
-        created_at: rfc3339(row.get(8)?),
+        created_at: rfc3339(row.get(offset + 8)?),
     })
 }
 

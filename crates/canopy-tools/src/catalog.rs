@@ -31,6 +31,7 @@ pub const TOOL_NAMES: &[&str] = &[
     "agents_run_subagent",
     "skill_read",
     "rule_read",
+    "history_search",
 ];
 
 /// The tool names, owned (for prompt linting).
@@ -171,6 +172,12 @@ pub(crate) const TOOLS: &[ToolDef] = &[
         PromptsReadRequest
     ),
     tool!("rule_read", "Read the body of a rule your prompt lists by name.", Method::PromptsRule, PromptsReadRequest),
+    tool!(
+        "history_search",
+        "Search your own earlier sessions (every restart and compaction): messages you sent or received, and with include_tool_events your tool calls (name, status, short preview). Optional query text; newest first; limit defaults to 10, at most 50; pass next_before as before for older results. Call it before asking anyone to repeat context.",
+        Method::HistorySearch,
+        HistorySearchRequest
+    ),
 ];
 
 /// The tool that is `method`, when a tool is.

@@ -12,8 +12,9 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
+use canopy_core::continuity::HistoryItem;
 use canopy_proto::Method;
-use canopy_proto::api::{BoardResponse, ReadResponse, WhoamiRequest, WhoamiResponse};
+use canopy_proto::api::{BoardResponse, HistorySearchResponse, ReadResponse, WhoamiRequest, WhoamiResponse};
 
 use crate::catalog::{ResolveError, TOOLS, resolve};
 
@@ -96,6 +97,7 @@ fn fenced(method: Method, value: &Value) -> Option<String> {
             let board: BoardResponse = serde_json::from_value(value.clone()).ok()?;
             (board.pins, "Pinned messages:")
         }
+        Method::HistorySearch => return history(value),
         _ => return None,
     };
     if messages.is_empty() {
@@ -105,6 +107,39 @@ fn fenced(method: Method, value: &Value) -> Option<String> {
         canopy_sys::random_hex(8).unwrap_or_else(|_| format!("{:x}", std::process::id()))
     });
     text.push_str("\n\nThe same result as JSON is in the structured content.");
+    Some(text)
+}
+
+/// A history page: the messages fenced like deliveries (oldest first), then tool events as
+/// one line each (their previews are already redacted and short), then the cursor.
+fn history(value: &Value) -> Option<String> {
+    let page: HistorySearchResponse = serde_json::from_value(value.clone()).ok()?;
+    let mut messages = Vec::new();
+    let mut tools = Vec::new();
+    for item in page.items.into_iter().rev() {
+        match item {
+            HistoryItem::Message { message, .. } => messages.push(message),
+            HistoryItem::ToolEvent { at, incarnation, name, status, preview, .. } => {
+                tools.push(format!("- {at} session {incarnation}: {name} {status}: {}", preview.replace('\n', " ")));
+            }
+        }
+    }
+    let mut text = if messages.is_empty() {
+        "No messages matched.".to_owned()
+    } else {
+        canopy_core::render::render_fenced(&messages, "Earlier messages (oldest first, excerpts):", || {
+            canopy_sys::random_hex(8).unwrap_or_else(|_| format!("{:x}", std::process::id()))
+        })
+    };
+    if !tools.is_empty() {
+        text.push_str("\n\nTool calls (name, status, preview; outputs are never returned whole):\n");
+        text.push_str(&tools.join("\n"));
+    }
+    match page.next_before {
+        Some(cursor) => text.push_str(&format!("\n\nOlder results exist: pass before = {cursor:?}.")),
+        None => text.push_str("\n\nNothing older matches."),
+    }
+    text.push_str("\nThe same result as JSON is in the structured content.");
     Some(text)
 }
 

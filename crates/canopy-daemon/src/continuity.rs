@@ -1,0 +1,195 @@
+//! Continuity and runtime records at the API: `history.search`, `sessions.continuity`,
+//! `usage`, and the background retention pass.
+//!
+//! The daemon builds the continuity block because it has the facts (identity, checkpoints,
+//! open spawn requests, pins, subagent runs still out); the runner only asks for it at a
+//! session start and after a reported compaction, and puts it at the head of that input.
+//! Does not hold SQL (the store gathers the facts) or render text (`canopy_core::continuity`).
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use canopy_core::Error;
+use canopy_core::acl::Caller;
+use canopy_core::continuity::{DEFAULT_HISTORY_LIMIT, HistoryCursor, MAX_HISTORY_LIMIT, continuity_block};
+use canopy_proto::api::*;
+use canopy_store::{HistoryQuery, PRUNE_BATCH, Pruned, ops};
+
+use crate::handlers::Api;
+
+/// Longest `history_search` query, in bytes.
+pub const MAX_QUERY_BYTES: usize = 500;
+
+impl Api {
+    pub(crate) async fn history_search(
+        &self,
+        caller: Caller,
+        req: HistorySearchRequest,
+    ) -> Result<HistorySearchResponse, Error> {
+        let limit = match req.limit.unwrap_or(DEFAULT_HISTORY_LIMIT) {
+            0 => return Err(Error::invalid("limit", "must be at least 1")),
+            n if n > MAX_HISTORY_LIMIT => {
+                return Err(Error::invalid("limit", format!("{n} is above the maximum of {MAX_HISTORY_LIMIT}")));
+            }
+            n => n,
+        };
+        if let Some(text) = &req.query
+            && text.len() > MAX_QUERY_BYTES
+        {
+            return Err(Error::TooLarge { field: "query", len: text.len(), max: MAX_QUERY_BYTES });
+        }
+        let before = req.before.as_deref().map(HistoryCursor::parse).transpose()?.unwrap_or(HistoryCursor::NEWEST);
+        let query = HistoryQuery { text: req.query, before, limit, include_tool_events: req.include_tool_events };
+        let page = self.store.read(move |conn| ops::history_search(conn, &caller, &query)).await?;
+        Ok(HistorySearchResponse { items: page.items, next_before: page.next_before.map(|c| c.to_string()) })
+    }
+
+    pub(crate) async fn sessions_continuity(
+        &self,
+        req: SessionsContinuityRequest,
+    ) -> Result<SessionsContinuityResponse, Error> {
+        let compaction = req.when == ContinuityWhen::Compaction;
+        let mut facts = self
+            .store
+            .read(move |conn| {
+                crate::delivery::live(conn, &req.agent, req.incarnation, &req.runner_id)?;
+                ops::continuity_facts(conn, &req.agent, req.incarnation, compaction)
+            })
+            .await?;
+        facts.runs_out = self.runs_out(&facts.agent).await;
+        Ok(SessionsContinuityResponse { block: continuity_block(&facts) })
+    }
+
+    /// Subagent runs an agent started that have not reported back, one line each.
+    async fn runs_out(&self, agent: &str) -> Vec<String> {
+        let agent = agent.to_owned();
+        let runs = self.store.read(move |conn| ops::list_runs(conn, &agent, true)).await.unwrap_or_default();
+        runs.into_iter().map(|r| format!("run {} ({}, started {})", r.id, r.definition, r.started_at)).collect()
+    }
+
+    pub(crate) async fn usage(&self, caller: Caller, req: UsageRequest) -> Result<UsageResponse, Error> {
+        let agent = req
+            .agent
+            .as_deref()
+            .map(|h| canopy_core::Handle::parse(h).map_err(|e| Error::name("agent", e)))
+            .transpose()?;
+        let since_ms = match req.since_secs {
+            None => 0,
+            Some(secs) => unix_ms().saturating_sub(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
+        };
+        let view = self.store.read(move |conn| ops::usage(conn, &caller, agent.as_ref(), since_ms)).await?;
+        Ok(UsageResponse { total: view.total, agents: view.agents, sessions: view.sessions, turns: view.turns })
+    }
+
+    /// Deletes runtime records past their retention: activity, checkpoints and usage in
+    /// bounded batches, then the directories of ended sessions nobody touched for long.
+    pub async fn prune_records(&self) {
+        let retention = &self.config.retention;
+        let now = unix_ms();
+        let activity_before = now.saturating_sub(retention.activity.as_millis() as i64);
+        let usage_before = now.saturating_sub(retention.usage.as_millis() as i64);
+        let mut total = Pruned::default();
+        // Bounded: a backlog is worked off over later passes rather than in one long one.
+        for _ in 0..20 {
+            match self.store.write(move |conn| ops::prune(conn, activity_before, usage_before)).await {
+                Ok(pruned) => {
+                    total.activity += pruned.activity;
+                    total.compactions += pruned.compactions;
+                    total.usage += pruned.usage;
+                    let full = PRUNE_BATCH as u64;
+                    if pruned.activity < full && pruned.compactions < full && pruned.usage < full {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning old records failed; the next pass tries again");
+                    return;
+                }
+            }
+        }
+        let live = match self.store.read(ops::live_sessions).await {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing live sessions failed; transcripts are pruned next time");
+                return;
+            }
+        };
+        let sessions = crate::paths::DataDir::new(self.data_dir.clone()).sessions();
+        let keep_for = retention.transcripts;
+        let removed =
+            tokio::task::spawn_blocking(move || prune_session_dirs(&sessions, &live, keep_for)).await.unwrap_or(0);
+        if total != Pruned::default() || removed > 0 {
+            tracing::info!(
+                activity = total.activity,
+                checkpoints = total.compactions,
+                usage = total.usage,
+                session_dirs = removed,
+                "pruned records past retention"
+            );
+        }
+    }
+}
+
+/// Removes `<sessions>/<agent>/<incarnation>/` directories of sessions that are not live and
+/// whose newest entry is older than `keep_for`. Returns how many were removed.
+fn prune_session_dirs(sessions: &Path, live: &[(String, u64)], keep_for: Duration) -> usize {
+    let Some(cutoff) = SystemTime::now().checked_sub(keep_for) else { return 0 };
+    let mut removed = 0;
+    let Ok(agents) = std::fs::read_dir(sessions) else { return 0 };
+    for agent in agents.flatten() {
+        let agent_name = agent.file_name().to_string_lossy().into_owned();
+        let Ok(incarnations) = std::fs::read_dir(agent.path()) else { continue };
+        for entry in incarnations.flatten() {
+            let Some(incarnation) = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok()) else {
+                continue; // `work/` and anything else that is not a session directory stays.
+            };
+            if live.iter().any(|(a, i)| *a == agent_name && *i == incarnation) {
+                continue;
+            }
+            if newest_mtime(&entry.path()).is_some_and(|t| t < cutoff) {
+                match std::fs::remove_dir_all(entry.path()) {
+                    Ok(()) => removed += 1,
+                    Err(e) => {
+                        tracing::warn!(path = %entry.path().display(), error = %e, "removing a session directory failed")
+                    }
+                }
+            }
+        }
+    }
+    removed
+}
+
+/// The newest modification time of a directory and its direct entries.
+fn newest_mtime(dir: &Path) -> Option<SystemTime> {
+    let own = std::fs::metadata(dir).and_then(|m| m.modified()).ok()?;
+    let entries = std::fs::read_dir(dir).ok()?;
+    Some(entries.flatten().filter_map(|e| e.metadata().and_then(|m| m.modified()).ok()).fold(own, SystemTime::max))
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly on purpose")]
+
+    use super::*;
+
+    #[test]
+    fn only_old_ended_session_directories_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        for path in ["a/1", "a/2", "a/work", "b/1"] {
+            std::fs::create_dir_all(dir.path().join(path)).unwrap();
+            std::fs::write(dir.path().join(path).join("transcript.jsonl"), "{}").unwrap();
+        }
+        let live = vec![("a".to_owned(), 2)];
+        // Nothing is old enough yet.
+        assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_secs(3600)), 0);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_millis(1)), 2);
+        assert!(!dir.path().join("a/1").exists() && !dir.path().join("b/1").exists());
+        assert!(dir.path().join("a/2").exists(), "a live session keeps its directory");
+        assert!(dir.path().join("a/work").exists(), "the working directory is not a session");
+    }
+}

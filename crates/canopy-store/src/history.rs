@@ -1,0 +1,241 @@
+//! An agent's own history, for continuity: `history_search` and the facts of the
+//! continuity block.
+//!
+//! Whose history a caller may read is decided in one place, `history_owners`: today the
+//! caller's own account (every incarnation of its sessions); subagent runs join there when
+//! they exist. Results are redacted, bounded excerpts (`canopy_core::continuity`), never
+//! whole tool outputs. Does not build the block's text (that is `continuity_block`) and
+//! does not decide when a block is owed.
+
+use canopy_core::acl::Caller;
+use canopy_core::continuity::{
+    Checkpoint, ContinuityFacts, ContinuityReason, EXCERPT_CHARS, HistoryCursor, HistoryItem, PREVIEW_CHARS,
+    PinnedLine, excerpt,
+};
+use canopy_core::{AccountKind, Error, Message};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::views::{MESSAGE_SELECT, message_from_row, message_from_row_offset, require_account};
+use crate::{rfc3339, sql};
+
+/// What `history_search` asks for. Limits are checked by the caller.
+#[derive(Debug, Clone)]
+pub struct HistoryQuery {
+    pub text: Option<String>,
+    pub before: HistoryCursor,
+    pub limit: u32,
+    pub include_tool_events: bool,
+}
+
+/// A page of history, newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryPage {
+    pub items: Vec<HistoryItem>,
+    /// Pass as `before` for the next (older) page; absent when nothing older matches.
+    pub next_before: Option<HistoryCursor>,
+}
+
+/// The accounts whose sessions make up the caller's history. The one place that scopes it:
+/// an agent reads only its own; subagent runs the caller started will be added here.
+pub fn history_owners(conn: &Connection, caller: &Caller) -> Result<Vec<i64>, Error> {
+    if caller.kind != AccountKind::Agent {
+        return Err(Error::invalid(
+            "caller",
+            "history_search searches the calling agent's own sessions; operators read channels instead",
+        ));
+    }
+    let agent = require_account(conn, "caller", caller.handle.as_str())?;
+    // Its own sessions and those of its subagent runs (accounts whose `run_of` is it).
+    let mut owners = vec![agent.id];
+    let runs: Vec<i64> = conn
+        .prepare_cached("SELECT id FROM accounts WHERE run_of = ?1 ORDER BY id")
+        .and_then(|mut s| s.query_map(rusqlite::params![agent.id], |r| r.get(0))?.collect())
+        .map_err(crate::sql("listing an agent's subagent runs"))?;
+    owners.extend(runs);
+    Ok(owners)
+}
+
+/// Tool-event kinds of activity, with the status each shows.
+const TOOL_EVENTS: &[(&str, &str)] =
+    &[("tool_result", "ok"), ("tool_failed", "failed"), ("tool_blocked", "blocked"), ("tool_aborted", "aborted")];
+
+/// Messages the caller sent or received and, when asked, its tool events, newest first.
+pub fn history_search(conn: &Connection, caller: &Caller, query: &HistoryQuery) -> Result<HistoryPage, Error> {
+    let owners = history_owners(conn, caller)?;
+    let owners_json = serde_json::to_string(&owners).map_err(|e| Error::Internal(format!("encoding owners: {e}")))?;
+    let fetch = i64::from(query.limit) + 1;
+    let text = query.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
+    let before = query.before;
+
+    // Received means delivered into the agent's context: at or behind its cursor, or steered.
+    let messages: Vec<(i64, Message, bool)> = conn
+        .prepare_cached(&format!(
+            "{select} WHERE (m.sender_id IN (SELECT value FROM json_each(?1)) OR EXISTS (SELECT 1 FROM subscriptions sub \
+             WHERE sub.account_id IN (SELECT value FROM json_each(?1)) AND sub.channel_id = m.channel_id \
+             AND (m.seq <= sub.cursor OR EXISTS (SELECT 1 FROM deliveries d WHERE d.agent_id = sub.account_id \
+             AND d.seq = m.seq AND d.state = 'injected')))) \
+             AND (?2 IS NULL OR instr(lower(m.body), lower(?2)) > 0) \
+             AND (m.created_at, 0, m.seq) < (?3, ?4, ?5) ORDER BY m.seq DESC LIMIT ?6",
+            select = MESSAGE_SELECT.replacen("SELECT ", "SELECT m.created_at, m.sender_id IN (SELECT value FROM json_each(?1)), ", 1)
+        ))
+        .and_then(|mut s| {
+            s.query_map(params![owners_json, text, before.at_ms, before.source, before.id, fetch], |r| {
+                let at: i64 = r.get(0)?;
+                let sent: bool = r.get(1)?;
+                let message = message_from_row_offset(r, 2)?;
+                Ok((at, message, sent))
+            })?
+            .collect()
+        })
+        .map_err(sql("searching message history"))?;
+
+    let mut items: Vec<(HistoryCursor, HistoryItem)> = messages
+        .into_iter()
+        .map(|(at, mut message, sent)| {
+            let key = HistoryCursor { at_ms: at, source: 0, id: message.seq as i64 };
+            message.body = excerpt(&message.body, text, EXCERPT_CHARS);
+            (key, HistoryItem::Message { message, sent })
+        })
+        .collect();
+
+    if query.include_tool_events {
+        let kinds = serde_json::to_string(&TOOL_EVENTS.iter().map(|(k, _)| *k).collect::<Vec<_>>())
+            .map_err(|e| Error::Internal(format!("encoding kinds: {e}")))?;
+        let events: Vec<(i64, i64, u64, String, Option<String>, String)> = conn
+            .prepare_cached(
+                "SELECT id, at, incarnation, kind, turn_id, detail FROM activity \
+                 WHERE agent_id IN (SELECT value FROM json_each(?1)) AND kind IN (SELECT value FROM json_each(?2)) \
+                 AND (?3 IS NULL OR instr(lower(summary || ' ' || detail), lower(?3)) > 0) \
+                 AND (at, 1, id) < (?4, ?5, ?6) ORDER BY id DESC LIMIT ?7",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![owners_json, kinds, text, before.at_ms, before.source, before.id, fetch], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64, r.get(3)?, r.get(4)?, r.get(5)?))
+                })?
+                .collect()
+            })
+            .map_err(sql("searching tool history"))?;
+        for (id, at, incarnation, kind, turn_id, detail) in events {
+            let detail: serde_json::Value = serde_json::from_str(&detail).unwrap_or(serde_json::Value::Null);
+            let name = detail.get("name").and_then(|n| n.as_str()).unwrap_or("tool").to_owned();
+            let shown = match detail.get("output").or_else(|| detail.get("reason")) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            let status = TOOL_EVENTS.iter().find(|(k, _)| *k == kind).map_or("ok", |(_, s)| s).to_owned();
+            let preview = excerpt(&shown.replace('\n', " "), text, PREVIEW_CHARS);
+            items.push((
+                HistoryCursor { at_ms: at, source: 1, id },
+                HistoryItem::ToolEvent {
+                    at: rfc3339(at),
+                    incarnation,
+                    turn_id,
+                    name: canopy_core::redact::redact(&name, 80),
+                    status,
+                    preview,
+                },
+            ));
+        }
+    }
+
+    items.sort_by_key(|(key, _)| std::cmp::Reverse(*key));
+    let more = items.len() > query.limit as usize;
+    items.truncate(query.limit as usize);
+    let next_before = if more { items.last().map(|(key, _)| *key) } else { None };
+    Ok(HistoryPage { items: items.into_iter().map(|(_, item)| item).collect(), next_before })
+}
+
+/// Most pins the block lists; it shows fewer when they do not fit.
+const PINS: i64 = 20;
+/// Compaction checkpoints the block lists.
+const CHECKPOINTS: i64 = 3;
+
+/// Everything the continuity block says about an agent's live session, except subagent
+/// runs (the daemon adds those).
+pub fn continuity_facts(
+    conn: &Connection,
+    agent: &str,
+    incarnation: u64,
+    compaction: bool,
+) -> Result<ContinuityFacts, Error> {
+    let account = require_account(conn, "agent", agent)?;
+    let (home_id, home, display_name): (Option<i64>, Option<String>, String) = conn
+        .prepare_cached(
+            "SELECT a.home_channel_id, c.name, a.display_name FROM accounts a \
+             LEFT JOIN channels c ON c.id = a.home_channel_id WHERE a.id = ?1",
+        )
+        .and_then(|mut s| s.query_row(params![account.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
+        .map_err(sql("reading a home channel"))?;
+    let reason = if compaction {
+        ContinuityReason::Compaction
+    } else {
+        let previous: Option<Option<String>> = conn
+            .prepare_cached(
+                "SELECT end_reason FROM sessions WHERE agent_id = ?1 AND incarnation < ?2 ORDER BY incarnation DESC LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row(params![account.id, incarnation as i64], |r| r.get(0)).optional())
+            .map_err(sql("reading the previous session"))?;
+        ContinuityReason::Start {
+            previous: previous
+                .map(|why| format!("ended: {}", why.unwrap_or_else(|| "without a recorded reason".into()))),
+        }
+    };
+    let checkpoints = conn
+        .prepare_cached("SELECT at, incarnation, seq FROM compactions WHERE agent_id = ?1 ORDER BY id DESC LIMIT ?2")
+        .and_then(|mut s| {
+            s.query_map(params![account.id, CHECKPOINTS], |r| {
+                Ok(Checkpoint {
+                    at: rfc3339(r.get(0)?),
+                    incarnation: r.get::<_, i64>(1)? as u64,
+                    seq: r.get::<_, i64>(2)? as u64,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(sql("reading compaction checkpoints"))?;
+    let open_spawn_requests = conn
+        .prepare_cached(
+            "SELECT id, handle, state FROM spawn_requests WHERE requester_id = ?1 \
+             AND state IN ('pending', 'approved') ORDER BY id",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![account.id], |r| {
+                Ok(format!("req-{}: @{} ({})", r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(sql("reading open spawn requests"))?;
+    // The home channel and every coordination channel the agent is in (its own and its parent's).
+    let pins = conn
+        .prepare_cached(&format!(
+            "{MESSAGE_SELECT} JOIN pins p ON p.seq = m.seq AND p.channel_id = m.channel_id \
+             WHERE m.channel_id = ?1 OR m.channel_id IN (SELECT sub.channel_id FROM subscriptions sub \
+             JOIN channels c ON c.id = sub.channel_id WHERE sub.account_id = ?2 AND c.kind = 'coordination') \
+             ORDER BY p.at DESC, p.seq DESC LIMIT ?3"
+        ))
+        .and_then(|mut s| {
+            s.query_map(params![home_id, account.id, PINS], message_from_row)?.collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(sql("reading pins"))?
+        .into_iter()
+        .map(|m| PinnedLine {
+            channel: m.channel.to_string(),
+            seq: m.seq,
+            sender: m.sender.handle.to_string(),
+            body: m.body,
+        })
+        .collect();
+    Ok(ContinuityFacts {
+        agent: account.handle.to_string(),
+        display_name,
+        role: account.role.map(|r| r.to_string()).unwrap_or_default(),
+        incarnation,
+        home_channel: home.unwrap_or_default(),
+        reason,
+        checkpoints,
+        open_spawn_requests,
+        pins,
+        runs_out: Vec::new(),
+    })
+}

@@ -1,0 +1,194 @@
+//! Runtime records: token usage per model turn, compaction checkpoints, and retention.
+//!
+//! Usage rows are written as runners report them, whichever harness produced them (the
+//! adapters normalise to one shape), and are summed per turn, per session and per agent
+//! on read. Retention deletes activity, checkpoints and usage older than their cut-offs
+//! in bounded batches, so one pass never holds the writer for long. Does not decide the
+//! periods (configuration) or touch files (transcripts are the daemon's).
+
+use canopy_core::acl::{Caller, require_operator};
+use canopy_core::{Error, Handle, UsageRow, UsageTotals};
+use rusqlite::{Connection, params};
+
+use crate::views::require_account;
+use crate::{rfc3339, sql};
+
+/// Largest token count stored per report and field.
+pub const MAX_TOKENS_PER_REPORT: u64 = 1_000_000_000_000;
+
+/// Tokens and cost one model turn used, as a runner reports it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageReport {
+    pub turn_id: Option<String>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cost_usd: Option<f64>,
+}
+
+/// Stores one usage report of a live session.
+pub(crate) fn record_usage(
+    conn: &Connection,
+    agent_id: i64,
+    incarnation: u64,
+    usage: &UsageReport,
+    now: i64,
+) -> Result<(), Error> {
+    // A trillion tokens per report is past any model call; the cap keeps SUM() from
+    // overflowing on a runner's nonsense.
+    let clamp = |n: u64| n.min(MAX_TOKENS_PER_REPORT) as i64;
+    let cost = usage.cost_usd.filter(|c| c.is_finite() && *c >= 0.0).map(|c| c.min(1e9));
+    conn.prepare_cached(
+        "INSERT INTO usage (agent_id, incarnation, turn_id, at, input_tokens, output_tokens, cache_read_tokens, \
+         cache_write_tokens, cost_usd) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            agent_id,
+            incarnation as i64,
+            usage.turn_id,
+            now,
+            clamp(usage.input_tokens),
+            clamp(usage.output_tokens),
+            clamp(usage.cache_read_tokens),
+            clamp(usage.cache_write_tokens),
+            cost
+        ])
+    })
+    .map_err(sql("storing usage"))?;
+    Ok(())
+}
+
+/// Records that a session's context was compacted, with the newest message sequence then.
+pub(crate) fn record_compaction(conn: &Connection, agent_id: i64, incarnation: u64, now: i64) -> Result<(), Error> {
+    conn.prepare_cached(
+        "INSERT INTO compactions (agent_id, incarnation, at, seq) \
+         VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(seq), 0) FROM messages))",
+    )
+    .and_then(|mut s| s.execute(params![agent_id, incarnation as i64, now]))
+    .map_err(sql("storing a compaction checkpoint"))?;
+    Ok(())
+}
+
+/// Usage since a time: per agent, and for one agent also per session and per recent turn.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageView {
+    pub total: UsageTotals,
+    pub agents: Vec<UsageRow>,
+    pub sessions: Vec<UsageRow>,
+    pub turns: Vec<UsageRow>,
+}
+
+/// Most turns listed for one agent.
+const TURNS: i64 = 20;
+
+const SUMS: &str = "SUM(u.input_tokens), SUM(u.output_tokens), SUM(u.cache_read_tokens), SUM(u.cache_write_tokens), \
+     SUM(u.cost_usd), COUNT(*), SUM(u.cost_usd IS NULL), MAX(u.at)";
+
+fn totals(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(UsageTotals, i64)> {
+    let n = |i: usize| r.get::<_, Option<i64>>(at + i).map(|v| v.unwrap_or(0).max(0) as u64);
+    Ok((
+        UsageTotals {
+            input_tokens: n(0)?,
+            output_tokens: n(1)?,
+            cache_read_tokens: n(2)?,
+            cache_write_tokens: n(3)?,
+            cost_usd: r.get(at + 4)?,
+            reports: n(5)?,
+            reports_without_cost: n(6)?,
+        },
+        r.get::<_, Option<i64>>(at + 7)?.unwrap_or(0),
+    ))
+}
+
+/// Sums usage reported since `since_ms` (operators only), optionally for one agent.
+pub fn usage(conn: &Connection, caller: &Caller, agent: Option<&Handle>, since_ms: i64) -> Result<UsageView, Error> {
+    require_operator(caller, "read usage")?;
+    let agent_id = agent.map(|h| require_account(conn, "agent", h.as_str()).map(|a| a.id)).transpose()?;
+    let row = |r: &rusqlite::Row<'_>, incarnation: bool, turn: bool| -> rusqlite::Result<UsageRow> {
+        let (totals, last) = totals(r, 3)?;
+        Ok(UsageRow {
+            agent: Handle::from_trusted(r.get(0)?),
+            incarnation: if incarnation { Some(r.get::<_, i64>(1)? as u64) } else { None },
+            turn_id: if turn { r.get(2)? } else { None },
+            last_at: rfc3339(last),
+            totals,
+        })
+    };
+    let agents: Vec<UsageRow> = conn
+        .prepare_cached(&format!(
+            "SELECT a.handle, 0, NULL, {SUMS} FROM usage u JOIN accounts a ON a.id = u.agent_id \
+             WHERE u.at >= ?1 AND (?2 IS NULL OR u.agent_id = ?2) GROUP BY u.agent_id \
+             ORDER BY SUM(u.input_tokens + u.output_tokens) DESC, a.handle"
+        ))
+        .and_then(|mut s| s.query_map(params![since_ms, agent_id], |r| row(r, false, false))?.collect())
+        .map_err(sql("summing usage per agent"))?;
+    let (sessions, turns) = match agent_id {
+        None => (Vec::new(), Vec::new()),
+        Some(agent_id) => {
+            let sessions = conn
+                .prepare_cached(&format!(
+                    "SELECT a.handle, u.incarnation, NULL, {SUMS} FROM usage u JOIN accounts a ON a.id = u.agent_id \
+                     WHERE u.at >= ?1 AND u.agent_id = ?2 GROUP BY u.incarnation ORDER BY u.incarnation DESC"
+                ))
+                .and_then(|mut s| s.query_map(params![since_ms, agent_id], |r| row(r, true, false))?.collect())
+                .map_err(sql("summing usage per session"))?;
+            let turns = conn
+                .prepare_cached(&format!(
+                    "SELECT a.handle, u.incarnation, u.turn_id, {SUMS} FROM usage u JOIN accounts a ON a.id = u.agent_id \
+                     WHERE u.at >= ?1 AND u.agent_id = ?2 GROUP BY u.incarnation, COALESCE(u.turn_id, u.id) \
+                     ORDER BY MAX(u.id) DESC LIMIT ?3"
+                ))
+                .and_then(|mut s| s.query_map(params![since_ms, agent_id, TURNS], |r| row(r, true, true))?.collect())
+                .map_err(sql("summing usage per turn"))?;
+            (sessions, turns)
+        }
+    };
+    let total = conn
+        .prepare_cached(&format!(
+            "SELECT NULL, NULL, NULL, {SUMS} FROM usage u WHERE u.at >= ?1 AND (?2 IS NULL OR u.agent_id = ?2)"
+        ))
+        .and_then(|mut s| s.query_row(params![since_ms, agent_id], |r| totals(r, 3).map(|(t, _)| t)))
+        .map_err(sql("summing usage"))?;
+    Ok(UsageView { total, agents, sessions, turns })
+}
+
+/// Most rows one retention pass deletes from each table.
+pub const PRUNE_BATCH: i64 = 5000;
+
+/// What a retention pass deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    pub activity: u64,
+    pub compactions: u64,
+    pub usage: u64,
+}
+
+/// Deletes activity and checkpoints older than `activity_before_ms` and usage older than
+/// `usage_before_ms`, at most `PRUNE_BATCH` rows of each; the caller repeats while a
+/// batch came back full.
+pub fn prune(conn: &Connection, activity_before_ms: i64, usage_before_ms: i64) -> Result<Pruned, Error> {
+    let delete = |table: &str, cutoff: i64, what: &'static str| -> Result<u64, Error> {
+        conn.prepare_cached(&format!(
+            "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE at < ?1 ORDER BY at LIMIT ?2)"
+        ))
+        .and_then(|mut s| s.execute(params![cutoff, PRUNE_BATCH]))
+        .map(|n| n as u64)
+        .map_err(sql(what))
+    };
+    Ok(Pruned {
+        activity: delete("activity", activity_before_ms, "pruning activity")?,
+        compactions: delete("compactions", activity_before_ms, "pruning checkpoints")?,
+        usage: delete("usage", usage_before_ms, "pruning usage")?,
+    })
+}
+
+/// Live sessions as (agent handle, incarnation), so transcript pruning spares them.
+pub fn live_sessions(conn: &Connection) -> Result<Vec<(String, u64)>, Error> {
+    conn.prepare_cached(
+        "SELECT a.handle, s.incarnation FROM sessions s JOIN accounts a ON a.id = s.agent_id WHERE s.ended_at IS NULL",
+    )
+    .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?.collect())
+    .map_err(sql("listing live sessions"))
+}
