@@ -1,0 +1,598 @@
+//! The Codex adapter: `codex app-server`, JSON-RPC over stdio (one object per line, no
+//! `jsonrpc` field), mapped onto the normalised session vocabulary.
+//!
+//! Owns the per-session `CODEX_HOME` (a generated `config.toml`: model, provider, approval
+//! `never`, analytics and feedback off, plugins and apps off), the handshake (`initialize`,
+//! `initialized`, `thread/start` with the prompt and Canopy's MCP server defined for the
+//! thread, then the wait for that server's `ready`), and the correlation of JSON-RPC ids
+//! with Canopy's inputs: a `turn/start` answer is a `Started`, a `turn/steer` answer a
+//! `Steered`, a `turn/steer` error a `FellBack`. A steer's injection is recognised by the
+//! user-message item carrying the steer's input id as its client id.
+//!
+//! Does not decide when to steer or deliver (the runner does), does not talk to the model
+//! API (Codex does), and does not read Canopy's configuration: model and provider arrive in
+//! the `LaunchSpec`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+use crate::ProviderSettings;
+use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
+use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode};
+
+pub const CAPABILITIES: Capabilities =
+    Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: true };
+
+/// The per-session Codex home, inside the session directory. Not under the system temporary
+/// directory: Codex refuses to create its helper binaries there.
+pub const CODEX_HOME_DIR: &str = "codex-home";
+pub const CONFIG_FILE: &str = "config.toml";
+/// The name Canopy's MCP server has inside Codex; its tools arrive as the namespace
+/// `mcp__canopy`.
+pub const MCP_SERVER: &str = "canopy";
+/// The environment variable that carries the session's bearer token to Codex's MCP client
+/// (`bearer_token_env_var`), so the token is never written to a file or the thread config.
+pub const TOKEN_ENV: &str = "CANOPY_MCP_TOKEN";
+/// The provider Canopy defines in `config.toml`.
+const PROVIDER_ID: &str = "canopy";
+/// Where the provider points when `[harness.codex.provider]` is not set.
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub const OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// Writes `CODEX_HOME`, adds `app-server` and the environment to `command`, and returns the
+/// codec that performs the handshake.
+pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dyn Codec>, LaunchError> {
+    let home = spec.session_dir.join(CODEX_HOME_DIR);
+    std::fs::create_dir_all(&home).map_err(|source| LaunchError::Files { path: home.clone(), source })?;
+    let config = config_toml(spec.model.as_deref(), spec.provider.as_ref())?;
+    let config_path = home.join(CONFIG_FILE);
+    std::fs::write(&config_path, config).map_err(|source| LaunchError::Files { path: config_path, source })?;
+    command.arg("app-server").env("CODEX_HOME", &home).env(TOKEN_ENV, &spec.mcp_token);
+    // The API key is the one credential passed through from Canopy's own environment, by
+    // the name the configuration gives; an entry in `[harness.codex] env` wins.
+    let key_env = match &spec.provider {
+        Some(provider) => provider.api_key_env.as_deref(),
+        None => Some(OPENAI_KEY_ENV),
+    };
+    if let Some(key_env) = key_env
+        && !spec.env.iter().any(|(k, _)| k == key_env)
+        && let Some(key) = std::env::var_os(key_env)
+    {
+        command.env(key_env, key);
+    }
+    Ok(Box::new(CodexCodec::new(thread_start_params(spec))))
+}
+
+/// `config.toml` for one session: `model` when set, and a provider that is either the
+/// configured endpoint or OpenAI's own with `OPENAI_API_KEY` (a private `CODEX_HOME` holds no
+/// login, so the key comes from the environment).
+pub fn config_toml(model: Option<&str>, provider: Option<&ProviderSettings>) -> Result<String, LaunchError> {
+    let (base_url, key_env, retries) = match provider {
+        Some(provider) => {
+            if !(provider.base_url.starts_with("http://") || provider.base_url.starts_with("https://")) {
+                return Err(LaunchError::Invalid(format!(
+                    "harness.codex.provider.base_url must be an http(s) URL, not {:?}",
+                    provider.base_url
+                )));
+            }
+            if let Some(key_env) = &provider.api_key_env
+                && (key_env.is_empty() || key_env.contains(['=', '\0']))
+            {
+                return Err(LaunchError::Invalid(format!(
+                    "harness.codex.provider.api_key_env must name an environment variable, not {key_env:?}"
+                )));
+            }
+            // A configured endpoint fails fast: Canopy supervises the session, and a test
+            // provider answers at once or not at all.
+            (provider.base_url.as_str(), provider.api_key_env.as_deref(), Some(0))
+        }
+        None => (OPENAI_BASE_URL, Some(OPENAI_KEY_ENV), None),
+    };
+    let mut text = String::from("# Written by Canopy for one session; rewritten at every start.\n");
+    if let Some(model) = model {
+        text.push_str(&format!("model = {}\n", quoted(model)));
+    }
+    text.push_str(&format!("model_provider = {}\n", quoted(PROVIDER_ID)));
+    text.push_str(concat!(
+        "approval_policy = \"never\"\n",
+        "sandbox_mode = \"workspace-write\"\n",
+        "check_for_update_on_startup = false\n",
+        "\n[analytics]\nenabled = false\n",
+        "\n[feedback]\nenabled = false\n",
+        "\n[features]\n",
+        "# Otherwise start-up tries to reach github.com and the apps directory.\n",
+        "plugins = false\napps = false\n",
+    ));
+    text.push_str(&format!("\n[model_providers.{PROVIDER_ID}]\n"));
+    text.push_str("name = \"Canopy\"\n");
+    text.push_str(&format!("base_url = {}\n", quoted(base_url)));
+    if let Some(key_env) = key_env {
+        text.push_str(&format!("env_key = {}\n", quoted(key_env)));
+    }
+    text.push_str("wire_api = \"responses\"\n");
+    if let Some(retries) = retries {
+        text.push_str(&format!("request_max_retries = {retries}\nstream_max_retries = {retries}\n"));
+    }
+    Ok(text)
+}
+
+/// A TOML basic string: JSON's string escapes are a subset TOML accepts.
+fn quoted(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// `thread/start` parameters: working directory, prompt, policy, and Canopy's MCP server
+/// defined for this thread only.
+fn thread_start_params(spec: &LaunchSpec) -> Value {
+    let mut params = json!({
+        "cwd": path_text(&spec.cwd),
+        "approvalPolicy": "never",
+        "sandbox": "workspace-write",
+        "config": {
+            "mcp_servers": {
+                MCP_SERVER: {
+                    "url": spec.mcp_url,
+                    "bearer_token_env_var": TOKEN_ENV,
+                    // With approval `never`, tool calls are silently denied without this.
+                    "default_tools_approval_mode": "approve",
+                }
+            }
+        },
+    });
+    match &spec.prompt {
+        PromptMode::Replace(text) => params["baseInstructions"] = Value::String(text.clone()),
+        PromptMode::Append(text) => params["developerInstructions"] = Value::String(text.clone()),
+    }
+    params
+}
+
+fn path_text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// What a request in flight was for.
+#[derive(Debug)]
+enum Request {
+    Initialize,
+    ThreadStart,
+    TurnStart { input_id: String },
+    Steer { input_id: String, turn_id: String },
+    Interrupt,
+}
+
+/// A tool item that started and has not completed.
+struct RunningTool {
+    turn_id: Option<String>,
+    name: String,
+}
+
+struct CodexCodec {
+    next_id: u64,
+    requests: HashMap<u64, Request>,
+    /// Sent once `initialize` is answered.
+    thread_start: Option<Value>,
+    thread_id: Option<String>,
+    mcp_ready: bool,
+    /// `Ready` is reported once: the thread exists and Canopy's MCP server is up.
+    ready_sent: bool,
+    turn_id: Option<String>,
+    /// Inputs given to the running turn so far (the first is position 0).
+    inputs_in_turn: u32,
+    /// Steers Codex took and has not injected yet: input id → turn id.
+    steers: HashMap<String, String>,
+    running_tools: HashMap<String, RunningTool>,
+}
+
+impl CodexCodec {
+    fn new(thread_start: Value) -> CodexCodec {
+        CodexCodec {
+            next_id: 0,
+            requests: HashMap::new(),
+            thread_start: Some(thread_start),
+            thread_id: None,
+            mcp_ready: false,
+            ready_sent: false,
+            turn_id: None,
+            inputs_in_turn: 0,
+            steers: HashMap::new(),
+            running_tools: HashMap::new(),
+        }
+    }
+
+    fn request(&mut self, request: Request, method: &str, params: Value) -> Vec<u8> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.requests.insert(id, request);
+        line(&json!({ "method": method, "id": id, "params": params }))
+    }
+
+    fn thread(&self) -> String {
+        self.thread_id.clone().unwrap_or_default()
+    }
+
+    fn ready_if_due(&mut self, out: &mut Vec<Decoded>) {
+        if !self.ready_sent && self.thread_id.is_some() && self.mcp_ready {
+            self.ready_sent = true;
+            out.push(Decoded::Event(HarnessEvent::Ready));
+        }
+    }
+
+    fn on_response(&mut self, id: u64, message: &Value) -> Vec<Decoded> {
+        let Some(request) = self.requests.remove(&id) else { return Vec::new() };
+        let error = message.get("error").map(|e| {
+            let text = e.get("message").and_then(Value::as_str).unwrap_or("unknown error");
+            match e.get("code").and_then(Value::as_i64) {
+                Some(code) => format!("{text} ({code})"),
+                None => text.to_owned(),
+            }
+        });
+        let result = message.get("result").cloned().unwrap_or(Value::Null);
+        let mut out = Vec::new();
+        match (request, error) {
+            (Request::Initialize, None) => {
+                out.push(Decoded::Write(line(&json!({ "method": "initialized" }))));
+                if let Some(params) = self.thread_start.take() {
+                    out.push(Decoded::Write(self.request(Request::ThreadStart, "thread/start", params)));
+                }
+            }
+            (Request::ThreadStart, None) => match result.pointer("/thread/id").and_then(Value::as_str) {
+                Some(thread_id) => {
+                    self.thread_id = Some(thread_id.to_owned());
+                    self.ready_if_due(&mut out);
+                }
+                None => out.push(status("codex answered thread/start without a thread id")),
+            },
+            // The session is never ready; the launch times out and reports it.
+            (Request::Initialize, Some(error)) => out.push(status(&format!("codex refused initialize: {error}"))),
+            (Request::ThreadStart, Some(error)) => out.push(status(&format!("codex refused thread/start: {error}"))),
+            (Request::TurnStart { input_id }, None) => {
+                let outcome = match result.pointer("/turn/id").and_then(Value::as_str) {
+                    Some(turn_id) => SendOutcome::Started { turn_id: turn_id.to_owned() },
+                    None => SendOutcome::Refused { reason: "codex answered turn/start without a turn id".into() },
+                };
+                out.push(Decoded::Ack { input_id, outcome });
+            }
+            (Request::TurnStart { input_id }, Some(reason)) => {
+                out.push(Decoded::Ack { input_id, outcome: SendOutcome::Refused { reason } });
+            }
+            (Request::Steer { input_id, turn_id }, None) => {
+                let turn_id = result.get("turnId").and_then(Value::as_str).map_or(turn_id, str::to_owned);
+                // Pending until its user-message item arrives, unless that came first.
+                if self.steers.get(&input_id).is_some_and(String::is_empty) {
+                    self.steers.remove(&input_id);
+                } else {
+                    self.steers.insert(input_id.clone(), turn_id.clone());
+                }
+                out.push(Decoded::Ack { input_id, outcome: SendOutcome::Steered { turn_id } });
+            }
+            // "no active turn to steer" or a turn id that is not the running one: the
+            // caller delivers it at the next turn start instead.
+            (Request::Steer { input_id, .. }, Some(reason)) => {
+                out.push(Decoded::Ack { input_id, outcome: SendOutcome::FellBack { reason } });
+            }
+            (Request::Interrupt, None) => {}
+            (Request::Interrupt, Some(error)) => out.push(status(&format!("codex refused turn/interrupt: {error}"))),
+        }
+        out
+    }
+
+    fn on_notification(&mut self, method: &str, params: &Value) -> Vec<Decoded> {
+        let mut out = Vec::new();
+        let turn_of = |params: &Value| params.get("turnId").and_then(Value::as_str).map(str::to_owned);
+        match method {
+            "mcpServer/startupStatus/updated" => {
+                if params.get("name").and_then(Value::as_str) != Some(MCP_SERVER) {
+                    return out;
+                }
+                match params.get("status").and_then(Value::as_str) {
+                    Some("ready") => {
+                        self.mcp_ready = true;
+                        self.ready_if_due(&mut out);
+                    }
+                    Some(state @ ("failed" | "cancelled")) => {
+                        let error = params.get("error").and_then(Value::as_str).unwrap_or("no detail");
+                        out.push(status(&format!("Canopy's MCP server {state} to start inside codex: {error}")));
+                    }
+                    _ => {}
+                }
+            }
+            "turn/started" => {
+                if let Some(turn_id) = params.pointer("/turn/id").and_then(Value::as_str) {
+                    self.turn_id = Some(turn_id.to_owned());
+                    self.inputs_in_turn = 0;
+                    out.push(Decoded::Event(HarnessEvent::TurnStarted { turn_id: turn_id.to_owned() }));
+                }
+            }
+            "turn/completed" => {
+                let Some(turn_id) = params.pointer("/turn/id").and_then(Value::as_str).map(str::to_owned) else {
+                    return out;
+                };
+                let turn_status = match params.pointer("/turn/status").and_then(Value::as_str) {
+                    Some("completed") => TurnStatus::Completed,
+                    Some("interrupted") => TurnStatus::Interrupted,
+                    _ => TurnStatus::Failed,
+                };
+                if let Some(error) = params.pointer("/turn/error/message").and_then(Value::as_str) {
+                    out.push(status(&format!("turn {turn_id} failed: {error}")));
+                }
+                // Tools cut off by an interrupt never complete.
+                let mut aborted: Vec<(String, RunningTool)> = self
+                    .running_tools
+                    .extract_if(|_, tool| tool.turn_id.as_deref() == Some(turn_id.as_str()))
+                    .collect();
+                aborted.sort_by(|a, b| a.0.cmp(&b.0));
+                for (call_id, tool) in aborted {
+                    out.push(Decoded::Event(HarnessEvent::ToolAborted {
+                        turn_id: tool.turn_id,
+                        call_id,
+                        name: tool.name,
+                    }));
+                }
+                // Steers taken for this turn and never injected go at the next turn start.
+                let mut dropped: Vec<String> =
+                    self.steers.extract_if(|_, t| *t == turn_id).map(|(input_id, _)| input_id).collect();
+                dropped.sort();
+                for input_id in dropped {
+                    out.push(Decoded::Event(HarnessEvent::SteerDropped {
+                        input_id,
+                        reason: format!("turn {turn_id} ended before the steer reached the model"),
+                    }));
+                }
+                if self.turn_id.as_deref() == Some(turn_id.as_str()) {
+                    self.turn_id = None;
+                }
+                out.push(Decoded::Event(HarnessEvent::TurnEnded { turn_id, status: turn_status }));
+            }
+            "item/started" => {
+                let turn_id = turn_of(params);
+                let Some(item) = params.get("item") else { return out };
+                match item_type(item) {
+                    "userMessage" => self.on_user_message(item, turn_id, &mut out),
+                    "contextCompaction" => out.push(Decoded::Event(HarnessEvent::CompactionStarted)),
+                    _ => {
+                        if let Some((call_id, name, args)) = tool_started(item) {
+                            self.running_tools
+                                .insert(call_id.clone(), RunningTool { turn_id: turn_id.clone(), name: name.clone() });
+                            out.push(Decoded::Event(HarnessEvent::ToolRunning { turn_id, call_id, name, args }));
+                        }
+                    }
+                }
+            }
+            "item/completed" => {
+                let turn_id = turn_of(params);
+                let Some(item) = params.get("item") else { return out };
+                match item_type(item) {
+                    "agentMessage" => {
+                        let text = item.get("text").and_then(Value::as_str).unwrap_or_default();
+                        if !text.is_empty() {
+                            out.push(Decoded::Event(HarnessEvent::Text { turn_id, text: text.to_owned() }));
+                        }
+                    }
+                    "contextCompaction" => out.push(Decoded::Event(HarnessEvent::CompactionEnded)),
+                    _ => {
+                        if let Some(event) = tool_completed(item, turn_id) {
+                            if let Some(id) = item.get("id").and_then(Value::as_str) {
+                                self.running_tools.remove(id);
+                            }
+                            out.push(Decoded::Event(event));
+                        }
+                    }
+                }
+            }
+            "thread/tokenUsage/updated" => {
+                if let Some(last) = params.pointer("/tokenUsage/last") {
+                    let count = |key: &str| last.get(key).and_then(Value::as_u64).unwrap_or(0);
+                    let usage = Usage {
+                        input_tokens: count("inputTokens"),
+                        output_tokens: count("outputTokens"),
+                        cache_read_tokens: count("cachedInputTokens"),
+                        cache_write_tokens: count("cacheWriteInputTokens"),
+                        cost_usd: None,
+                    };
+                    out.push(Decoded::Event(HarnessEvent::Usage { turn_id: turn_of(params), usage }));
+                }
+            }
+            "error" => {
+                let message = params.pointer("/error/message").and_then(Value::as_str).unwrap_or("unknown error");
+                let info = params.pointer("/error/codexErrorInfo");
+                let limited = info.and_then(Value::as_str).is_some_and(|i| i.contains("Limit"))
+                    || info.and_then(Value::as_object).is_some_and(|o| o.keys().any(|k| k.contains("Limit")));
+                if limited {
+                    out.push(Decoded::Event(HarnessEvent::RateLimited { detail: message.to_owned() }));
+                } else {
+                    out.push(status(&format!("codex error: {message}")));
+                }
+            }
+            "warning" | "configWarning" => {
+                let text = params
+                    .get("message")
+                    .or_else(|| params.get("summary"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("a warning without text");
+                out.push(status(&format!("codex warning: {text}")));
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// A user message recorded in the turn: the turn's own input, or a steer landing.
+    fn on_user_message(&mut self, item: &Value, turn_id: Option<String>, out: &mut Vec<Decoded>) {
+        let position = self.inputs_in_turn;
+        self.inputs_in_turn += 1;
+        let Some(client_id) = item.get("clientId").and_then(Value::as_str) else { return };
+        let turn_id = turn_id.or_else(|| self.turn_id.clone()).unwrap_or_default();
+        if self.steers.remove(client_id).is_none() {
+            // Injected before Codex answered `turn/steer`: a marker keeps the answer from
+            // registering it as pending.
+            self.steers.insert(client_id.to_owned(), String::new());
+        }
+        out.push(Decoded::Event(HarnessEvent::SteerInjected { input_id: client_id.to_owned(), turn_id, position }));
+    }
+
+    /// Answers a request Codex makes of the client. With approval `never` none is expected;
+    /// anything that asks for a decision is declined rather than left hanging.
+    fn on_server_request(&mut self, id: &Value, method: &str) -> Vec<Decoded> {
+        let result = match method {
+            "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
+                Some(json!({ "decision": "decline" }))
+            }
+            "mcpServer/elicitation/request" => Some(json!({ "action": "decline" })),
+            _ => None,
+        };
+        let answer = match result {
+            Some(result) => json!({ "id": id, "result": result }),
+            None => {
+                json!({ "id": id, "error": { "code": -32601, "message": format!("Canopy does not handle {method}") } })
+            }
+        };
+        vec![Decoded::Write(line(&answer)), status(&format!("codex asked {method}; Canopy declined"))]
+    }
+}
+
+fn line(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn status(text: &str) -> Decoded {
+    Decoded::Event(HarnessEvent::Status { text: text.to_owned() })
+}
+
+fn item_type(item: &Value) -> &str {
+    item.get("type").and_then(Value::as_str).unwrap_or_default()
+}
+
+/// A tool name as the operator reads it: Canopy's own tools by their name, others'
+/// qualified by their server.
+fn mcp_name(item: &Value) -> String {
+    let server = item.get("server").and_then(Value::as_str).unwrap_or_default();
+    let tool = item.get("tool").and_then(Value::as_str).unwrap_or_default();
+    if server == MCP_SERVER { tool.to_owned() } else { format!("mcp__{server}__{tool}") }
+}
+
+/// (call id, name, arguments) of a tool item that started.
+fn tool_started(item: &Value) -> Option<(String, String, Value)> {
+    let call_id = item.get("id").and_then(Value::as_str)?.to_owned();
+    let (name, args) = match item_type(item) {
+        "mcpToolCall" => (mcp_name(item), item.get("arguments").cloned().unwrap_or(Value::Null)),
+        "commandExecution" => ("command".to_owned(), json!({ "command": item.get("command"), "cwd": item.get("cwd") })),
+        "fileChange" => ("file_change".to_owned(), json!({ "changes": item.get("changes") })),
+        "dynamicToolCall" => (
+            item.get("tool").and_then(Value::as_str).unwrap_or("dynamic_tool").to_owned(),
+            item.get("arguments").cloned().unwrap_or(Value::Null),
+        ),
+        "webSearch" => ("web_search".to_owned(), json!({ "query": item.get("query") })),
+        _ => return None,
+    };
+    Some((call_id, name, args))
+}
+
+/// The result event of a tool item that completed.
+fn tool_completed(item: &Value, turn_id: Option<String>) -> Option<HarnessEvent> {
+    let (call_id, name, _) = tool_started(item)?;
+    let state = item.get("status").and_then(Value::as_str).unwrap_or_default();
+    let (ok, output) = match item_type(item) {
+        "mcpToolCall" => {
+            // A tool error (`isError`) arrives as status `failed` with the result; a transport
+            // failure as `error`.
+            let result = item.get("result").filter(|r| !r.is_null());
+            let output = match result {
+                Some(result) => {
+                    result.get("structuredContent").filter(|s| !s.is_null()).cloned().unwrap_or_else(|| {
+                        let text = result.pointer("/content/0/text").and_then(Value::as_str).unwrap_or_default();
+                        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+                    })
+                }
+                None => item.get("error").cloned().unwrap_or(Value::Null),
+            };
+            (state == "completed", output)
+        }
+        "commandExecution" => (
+            state == "completed" && item.get("exitCode").and_then(Value::as_i64).unwrap_or(0) == 0,
+            json!({ "exit_code": item.get("exitCode"), "output": item.get("aggregatedOutput") }),
+        ),
+        "dynamicToolCall" => (state == "completed", item.get("contentItems").cloned().unwrap_or(Value::Null)),
+        _ => (state == "completed", json!({ "status": state })),
+    };
+    Some(if ok {
+        HarnessEvent::ToolResult { turn_id, call_id, name, output }
+    } else {
+        HarnessEvent::ToolFailed { turn_id, call_id, name, output }
+    })
+}
+
+impl Codec for CodexCodec {
+    fn start(&mut self) -> Vec<Vec<u8>> {
+        let params = json!({
+            "clientInfo": { "name": "canopy", "title": "Canopy", "version": env!("CARGO_PKG_VERSION") },
+            "capabilities": { "experimentalApi": true, "optOutNotificationMethods": [
+                "item/agentMessage/delta", "item/commandExecution/outputDelta", "item/reasoning/summaryTextDelta",
+                "item/reasoning/textDelta", "account/rateLimits/updated", "thread/readState/changed",
+            ] },
+        });
+        vec![self.request(Request::Initialize, "initialize", params)]
+    }
+
+    fn encode_send(&mut self, input_id: &str, text: &str, _context: &InputContext, mode: &SendMode) -> Vec<u8> {
+        let input = json!([{ "type": "text", "text": text }]);
+        match mode {
+            SendMode::NextTurn => {
+                let params = json!({ "threadId": self.thread(), "input": input });
+                self.request(Request::TurnStart { input_id: input_id.to_owned() }, "turn/start", params)
+            }
+            SendMode::Steer { turn_id } => {
+                let params = json!({
+                    "threadId": self.thread(),
+                    "expectedTurnId": turn_id,
+                    "clientUserMessageId": input_id,
+                    "input": input,
+                });
+                let request = Request::Steer { input_id: input_id.to_owned(), turn_id: turn_id.clone() };
+                self.request(request, "turn/steer", params)
+            }
+        }
+    }
+
+    fn encode_interrupt(&mut self) -> Vec<u8> {
+        match self.turn_id.clone() {
+            Some(turn_id) => {
+                let params = json!({ "threadId": self.thread(), "turnId": turn_id });
+                self.request(Request::Interrupt, "turn/interrupt", params)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Codex exits when its stdin closes, which the session does after this.
+    fn encode_shutdown(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn decode(&mut self, bytes: &[u8]) -> Vec<Decoded> {
+        let message: Value = match serde_json::from_slice(bytes) {
+            Ok(Value::Object(message)) => Value::Object(message),
+            Ok(_) => return vec![malformed("a JSON-RPC message must be an object")],
+            Err(e) => return vec![malformed(&e.to_string())],
+        };
+        let method = message.get("method").and_then(Value::as_str);
+        match (message.get("id"), method) {
+            (Some(id), Some(method)) => self.on_server_request(id, method),
+            (Some(id), None) => match id.as_u64() {
+                Some(id) => self.on_response(id, &message),
+                None => vec![malformed("a response id that Canopy never sent")],
+            },
+            (None, Some(method)) => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                self.on_notification(method, &params)
+            }
+            (None, None) => vec![malformed("neither a method nor an id")],
+        }
+    }
+}
+
+fn malformed(reason: &str) -> Decoded {
+    Decoded::Event(HarnessEvent::Malformed { reason: reason.to_owned() })
+}
