@@ -596,3 +596,217 @@ impl Codec for CodexCodec {
 fn malformed(reason: &str) -> Decoded {
     Decoded::Event(HarnessEvent::Malformed { reason: reason.to_owned() })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
+
+    use super::*;
+
+    fn decode(codec: &mut CodexCodec, value: Value) -> Vec<Decoded> {
+        codec.decode(value.to_string().as_bytes())
+    }
+
+    fn written(decoded: &[Decoded]) -> Vec<Value> {
+        decoded
+            .iter()
+            .filter_map(|d| match d {
+                Decoded::Write(line) => serde_json::from_slice(line).ok(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn events(decoded: Vec<Decoded>) -> Vec<HarnessEvent> {
+        decoded
+            .into_iter()
+            .filter_map(|d| match d {
+                Decoded::Event(e) => Some(e),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn acks(decoded: Vec<Decoded>) -> Vec<(String, SendOutcome)> {
+        decoded
+            .into_iter()
+            .filter_map(|d| match d {
+                Decoded::Ack { input_id, outcome } => Some((input_id, outcome)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A codec past its handshake, with thread `thr` and turn `t1` running.
+    fn ready_codec() -> CodexCodec {
+        let mut codec = CodexCodec::new(json!({ "cwd": "/w", "baseInstructions": "P" }));
+        codec.start();
+        decode(&mut codec, json!({ "id": 0, "result": {} }));
+        decode(&mut codec, json!({ "id": 1, "result": { "thread": { "id": "thr" } } }));
+        decode(
+            &mut codec,
+            json!({ "method": "mcpServer/startupStatus/updated", "params": { "name": "canopy", "status": "ready" } }),
+        );
+        decode(&mut codec, json!({ "method": "turn/started", "params": { "turn": { "id": "t1" } } }));
+        codec
+    }
+
+    #[test]
+    fn the_handshake_waits_for_the_thread_and_canopy_s_mcp_server() {
+        let mut codec = CodexCodec::new(json!({ "cwd": "/w", "baseInstructions": "P" }));
+        let first: Value = serde_json::from_slice(&codec.start()[0]).unwrap();
+        assert_eq!(first["method"], "initialize");
+        assert_eq!(first["params"]["capabilities"]["experimentalApi"], true);
+        assert!(first.get("jsonrpc").is_none());
+
+        let after_init = written(&decode(&mut codec, json!({ "id": 0, "result": {} })));
+        assert_eq!(after_init[0], json!({ "method": "initialized" }));
+        assert_eq!(after_init[1]["method"], "thread/start");
+        assert_eq!(after_init[1]["params"]["baseInstructions"], "P");
+
+        let thread = decode(&mut codec, json!({ "id": 1, "result": { "thread": { "id": "thr" } } }));
+        assert!(events(thread).is_empty(), "ready before the MCP server was");
+        let other =
+            json!({ "method": "mcpServer/startupStatus/updated", "params": { "name": "other", "status": "ready" } });
+        assert!(events(decode(&mut codec, other)).is_empty());
+        let failed = json!({ "method": "mcpServer/startupStatus/updated",
+            "params": { "name": "canopy", "status": "failed", "error": "401" } });
+        assert!(
+            matches!(&events(decode(&mut codec, failed))[..], [HarnessEvent::Status { text }] if text.contains("401"))
+        );
+        let ready =
+            json!({ "method": "mcpServer/startupStatus/updated", "params": { "name": "canopy", "status": "ready" } });
+        assert_eq!(events(decode(&mut codec, ready.clone())), vec![HarnessEvent::Ready]);
+        assert!(events(decode(&mut codec, ready)).is_empty(), "ready is reported once");
+    }
+
+    #[test]
+    fn steer_answers_are_correlated_by_request_id() {
+        let mut codec = ready_codec();
+        let context = InputContext::default();
+        let steer: Value = serde_json::from_slice(&codec.encode_send(
+            "steer-1",
+            "hi",
+            &context,
+            &SendMode::Steer { turn_id: "t1".into() },
+        ))
+        .unwrap();
+        assert_eq!(steer["method"], "turn/steer");
+        assert_eq!(steer["params"]["expectedTurnId"], "t1");
+        assert_eq!(steer["params"]["clientUserMessageId"], "steer-1");
+        let late: Value = serde_json::from_slice(&codec.encode_send(
+            "steer-2",
+            "late",
+            &context,
+            &SendMode::Steer { turn_id: "t1".into() },
+        ))
+        .unwrap();
+
+        // Answers may come in any order.
+        let refused = json!({ "id": late["id"], "error": { "code": -32600, "message": "no active turn to steer" } });
+        assert_eq!(
+            acks(decode(&mut codec, refused)),
+            vec![("steer-2".to_owned(), SendOutcome::FellBack { reason: "no active turn to steer (-32600)".into() })]
+        );
+        let taken = json!({ "id": steer["id"], "result": { "turnId": "t1" } });
+        assert_eq!(
+            acks(decode(&mut codec, taken)),
+            vec![("steer-1".to_owned(), SendOutcome::Steered { turn_id: "t1".into() })]
+        );
+        let landed = json!({ "method": "item/started", "params": { "turnId": "t1",
+            "item": { "type": "userMessage", "id": "u", "clientId": "steer-1", "content": [] } } });
+        assert_eq!(
+            events(decode(&mut codec, landed)),
+            vec![HarnessEvent::SteerInjected { input_id: "steer-1".into(), turn_id: "t1".into(), position: 0 }]
+        );
+        let ended = json!({ "method": "turn/completed", "params": { "turn": { "id": "t1", "status": "completed" } } });
+        assert_eq!(
+            events(decode(&mut codec, ended)),
+            vec![HarnessEvent::TurnEnded { turn_id: "t1".into(), status: TurnStatus::Completed }]
+        );
+    }
+
+    #[test]
+    fn a_steer_still_pending_when_its_turn_ends_is_dropped_and_running_tools_aborted() {
+        let mut codec = ready_codec();
+        let line =
+            codec.encode_send("steer-1", "x", &InputContext::default(), &SendMode::Steer { turn_id: "t1".into() });
+        let id = serde_json::from_slice::<Value>(&line).unwrap()["id"].clone();
+        decode(&mut codec, json!({ "id": id, "result": { "turnId": "t1" } }));
+        let started = json!({ "method": "item/started", "params": { "turnId": "t1", "item": {
+            "type": "mcpToolCall", "id": "c1", "server": "canopy", "tool": "comms_post_message", "arguments": { "a": 1 } } } });
+        assert_eq!(
+            events(decode(&mut codec, started)),
+            vec![HarnessEvent::ToolRunning {
+                turn_id: Some("t1".into()),
+                call_id: "c1".into(),
+                name: "comms_post_message".into(),
+                args: json!({ "a": 1 }),
+            }]
+        );
+        let ended =
+            json!({ "method": "turn/completed", "params": { "turn": { "id": "t1", "status": "interrupted" } } });
+        let ended = events(decode(&mut codec, ended));
+        assert!(matches!(&ended[0], HarnessEvent::ToolAborted { call_id, .. } if call_id == "c1"), "{ended:?}");
+        assert!(matches!(&ended[1], HarnessEvent::SteerDropped { input_id, .. } if input_id == "steer-1"), "{ended:?}");
+        assert_eq!(ended[2], HarnessEvent::TurnEnded { turn_id: "t1".into(), status: TurnStatus::Interrupted });
+        assert!(codec.encode_interrupt().is_empty(), "nothing to interrupt after the turn");
+    }
+
+    #[test]
+    fn tool_errors_usage_and_server_requests_are_mapped() {
+        let mut codec = ready_codec();
+        let failed = json!({ "method": "item/completed", "params": { "turnId": "t1", "item": {
+            "type": "mcpToolCall", "id": "c1", "server": "canopy", "tool": "comms_post_message", "status": "failed",
+            "arguments": {}, "result": { "content": [{ "type": "text", "text": "{}" }],
+            "structuredContent": { "error": { "code": "forbidden" } } } } } });
+        let failed = events(decode(&mut codec, failed));
+        assert!(
+            matches!(&failed[..], [HarnessEvent::ToolFailed { output, .. }] if output["error"]["code"] == "forbidden"),
+            "{failed:?}"
+        );
+        let usage = json!({ "method": "thread/tokenUsage/updated", "params": { "turnId": "t1", "tokenUsage": {
+            "last": { "inputTokens": 10, "cachedInputTokens": 4, "outputTokens": 3, "cacheWriteInputTokens": 1 },
+            "total": {} } } });
+        let usage = events(decode(&mut codec, usage));
+        assert!(
+            matches!(&usage[..], [HarnessEvent::Usage { usage, .. }] if usage.input_tokens == 10 && usage.cache_read_tokens == 4 && usage.output_tokens == 3),
+            "{usage:?}"
+        );
+        let asked =
+            decode(&mut codec, json!({ "id": "s1", "method": "item/commandExecution/requestApproval", "params": {} }));
+        assert_eq!(written(&asked), vec![json!({ "id": "s1", "result": { "decision": "decline" } })]);
+        let unknown = decode(&mut codec, json!({ "id": 7, "method": "item/tool/call", "params": {} }));
+        assert_eq!(written(&unknown)[0]["error"]["code"], -32601);
+        assert!(matches!(&events(decode(&mut codec, json!([1])))[..], [HarnessEvent::Malformed { .. }]));
+        assert!(matches!(&events(codec.decode(b"not json"))[..], [HarnessEvent::Malformed { .. }]));
+    }
+
+    #[test]
+    fn config_toml_names_the_provider_or_falls_back_to_openai() {
+        let provider = ProviderSettings { base_url: "http://127.0.0.1:9/v1".into(), api_key_env: Some("KEY".into()) };
+        let text = config_toml(Some("gpt-\"x\""), Some(&provider)).unwrap();
+        let expected = [
+            "model = \"gpt-\\\"x\\\"\"",
+            "model_provider = \"canopy\"",
+            "approval_policy = \"never\"",
+            "base_url = \"http://127.0.0.1:9/v1\"",
+            "env_key = \"KEY\"",
+            "wire_api = \"responses\"",
+            "request_max_retries = 0",
+            "plugins = false",
+            "[analytics]\nenabled = false",
+            "[feedback]\nenabled = false",
+        ];
+        for line in expected {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+        let openai = config_toml(None, None).unwrap();
+        assert!(openai.contains(OPENAI_BASE_URL) && openai.contains("env_key = \"OPENAI_API_KEY\""), "{openai}");
+        assert!(!openai.contains("model =") && !openai.contains("retries"), "{openai}");
+
+        let bad = ProviderSettings { base_url: "127.0.0.1:9".into(), api_key_env: None };
+        let error = config_toml(None, Some(&bad)).unwrap_err().to_string();
+        assert!(error.contains("harness.codex.provider.base_url"), "{error}");
+    }
+}
