@@ -1,6 +1,6 @@
 //! Per-role session defaults from `canopy.toml` `[roles.<role>]`, resolved and checked.
 //!
-//! A role names a harness and, for the scripted harness, a script: a name shipped in the
+//! A role names a harness (`scripted`, `claude`, `codex`) and, for the scripted harness, a script: a name shipped in the
 //! binary (`config/scripts/`) or a path relative to the data directory. Everything is
 //! checked when the daemon starts (a bad entry exits 64 naming the key) and when an agent
 //! is created with its own `--harness`/`--script`. A role with no entry takes the
@@ -103,6 +103,10 @@ pub fn check(harness: &str, script: Option<(String, String)>) -> Result<SessionD
             canopy_scripted::script::parse(Path::new(name), text)
                 .map_err(|e| Error::invalid("script", e.to_string()))?;
         }
+        (HarnessKind::Claude | HarnessKind::Codex, Some(_)) => {
+            return Err(Error::invalid("script", format!("the {harness} harness takes no script")));
+        }
+        (HarnessKind::Claude | HarnessKind::Codex, None) => {}
     }
     Ok(SessionDefaults { harness: harness.to_owned(), script })
 }
