@@ -6,8 +6,10 @@
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
 mod env;
+mod fake_openai;
 
 mod cli;
+mod codex;
 mod crash;
 mod delivery;
 mod demo;

@@ -30,6 +30,8 @@ pub const CAPABILITIES: Capabilities =
 /// directory: Codex refuses to create its helper binaries there.
 pub const CODEX_HOME_DIR: &str = "codex-home";
 pub const CONFIG_FILE: &str = "config.toml";
+/// The session's system prompt (or appended delta), as sent, inside the session directory.
+pub const PROMPT_FILE: &str = "system-prompt.md";
 /// The name Canopy's MCP server has inside Codex; its tools arrive as the namespace
 /// `mcp__canopy`.
 pub const MCP_SERVER: &str = "canopy";
@@ -47,6 +49,10 @@ pub const OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
 pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dyn Codec>, LaunchError> {
     let home = spec.session_dir.join(CODEX_HOME_DIR);
     std::fs::create_dir_all(&home).map_err(|source| LaunchError::Files { path: home.clone(), source })?;
+    // The prompt as given, for the operator (and tests) to compare with what the model got.
+    let prompt_path = spec.session_dir.join(PROMPT_FILE);
+    std::fs::write(&prompt_path, spec.prompt.text())
+        .map_err(|source| LaunchError::Files { path: prompt_path, source })?;
     let config = config_toml(spec.model.as_deref(), spec.provider.as_ref())?;
     let config_path = home.join(CONFIG_FILE);
     std::fs::write(&config_path, config).map_err(|source| LaunchError::Files { path: config_path, source })?;
