@@ -23,6 +23,8 @@ use crate::ProviderSettings;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode};
 
+/// `turn/steer` bound to a turn id, `baseInstructions` (replace), `developerInstructions`
+/// (append), and a default prompt of Codex's own.
 pub const CAPABILITIES: Capabilities =
     Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: true };
 
@@ -542,6 +544,17 @@ impl Codec for CodexCodec {
         vec![self.request(Request::Initialize, "initialize", params)]
     }
 
+    /// Codex takes a `turn/start` during a running turn into that turn (answering with the
+    /// running turn's id), which is not a turn start: refuse it, as the caller expects.
+    fn answer_now(&mut self, mode: &SendMode) -> Option<SendOutcome> {
+        match (mode, &self.turn_id) {
+            (SendMode::NextTurn, Some(turn_id)) => {
+                Some(SendOutcome::Refused { reason: format!("turn {turn_id} is running") })
+            }
+            _ => None,
+        }
+    }
+
     fn encode_send(&mut self, input_id: &str, text: &str, _context: &InputContext, mode: &SendMode) -> Vec<u8> {
         let input = json!([{ "type": "text", "text": text }]);
         match mode {
@@ -730,6 +743,17 @@ mod tests {
             events(decode(&mut codec, ended)),
             vec![HarnessEvent::TurnEnded { turn_id: "t1".into(), status: TurnStatus::Completed }]
         );
+    }
+
+    #[test]
+    fn a_next_turn_send_while_a_turn_runs_is_refused_without_writing() {
+        let mut codec = ready_codec();
+        let refused = codec.answer_now(&SendMode::NextTurn);
+        assert!(matches!(refused, Some(SendOutcome::Refused { reason }) if reason.contains("t1")));
+        assert_eq!(codec.answer_now(&SendMode::Steer { turn_id: "t1".into() }), None);
+        let ended = json!({ "method": "turn/completed", "params": { "turn": { "id": "t1", "status": "completed" } } });
+        decode(&mut codec, ended);
+        assert_eq!(codec.answer_now(&SendMode::NextTurn), None);
     }
 
     #[test]

@@ -53,7 +53,7 @@ impl HarnessKind {
         match self {
             HarnessKind::Scripted => scripted::CAPABILITIES,
             HarnessKind::Claude => claude::CAPABILITIES,
-            HarnessKind::Codex => CODEX_CAPABILITIES,
+            HarnessKind::Codex => codex::CAPABILITIES,
         }
     }
 
@@ -67,8 +67,3 @@ impl HarnessKind {
         }
     }
 }
-
-/// What the Codex adapter can do (`codex app-server`: `turn/steer`, `baseInstructions`,
-/// `developerInstructions`, a default prompt of its own).
-pub const CODEX_CAPABILITIES: Capabilities =
-    Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: true };
