@@ -9,13 +9,15 @@
 //! Protocol facts this relies on (Claude Code 2.1.332, see ARCHITECTURE.md):
 //! - Nothing is printed until the first stdin line, so the codec opens with an `initialize`
 //!   control request; its `control_response` is the readiness signal.
-//! - Every stdin user line carries a `uuid`; with `--replay-user-messages` Claude Code echoes
-//!   the line (`isReplay`, same uuid) at the moment it enters the conversation. For a line
-//!   that starts a turn, that is the turn start; for a line written mid-turn, it is either the
-//!   injection at a tool boundary (the same turn goes on) or, when the line arrived during the
-//!   turn's final model call, the start of a turn of its own after `result`.
-//! - `result` ends a turn (with usage and cost); `command_lifecycle` `cancelled` says a queued
-//!   line was dropped by an interrupt (`cancel_queued`).
+//! - Every stdin user line carries a `uuid`, and Claude Code reports its `command_lifecycle`
+//!   by that uuid: `queued`, `started` at the moment it enters the conversation, `completed`
+//!   or `cancelled`. (With `--replay-user-messages` it also echoes the line, `isReplay`, but
+//!   only once the model's first reply arrives, so the echo is a fallback signal.) For a line
+//!   that starts a turn, `started` is the turn start; for a line written mid-turn, it is either
+//!   the injection at a tool boundary (the same turn goes on) or, when the line arrived during
+//!   the turn's final model call, the start of a turn of its own after `result`.
+//! - `result` ends a turn (with usage and cost); `cancelled` says a queued line was dropped by
+//!   an interrupt (`cancel_queued`).
 //!
 //! Steers therefore resolve like this: written while a tool runs, `Steered` at once (the
 //! line is taken at that tool's boundary); written during a model call, the answer waits for
@@ -89,9 +91,15 @@ pub fn arguments(spec: &LaunchSpec) -> Vec<String> {
         args.push("--model".into());
         args.push(model.clone());
     }
-    // Built-in tools off, no slash commands, no transcript on disk, no CLAUDE.md, hooks,
-    // settings or plugins: the session sees Canopy's prompt and Canopy's tools only.
-    args.extend(["--tools", "", "--disable-slash-commands", "--no-session-persistence", "--bare"].map(String::from));
+    // Built-in tools off, no slash commands, no transcript on disk, and no settings, hooks
+    // or CLAUDE.md from the user or the project: the session sees its prompt and Canopy's
+    // tools only. `--bare` would also drop the default prompt that append mode keeps, so
+    // append mode turns off the setting sources instead.
+    args.extend(["--tools", "", "--disable-slash-commands", "--no-session-persistence"].map(String::from));
+    args.push(match spec.prompt {
+        PromptMode::Replace(_) => "--bare".into(),
+        PromptMode::Append(_) => "--setting-sources=".into(),
+    });
     args
 }
 
@@ -344,10 +352,17 @@ impl ClaudeCodec {
     }
 
     fn on_lifecycle(&mut self, line: &Value, out: &mut Vec<Decoded>) {
-        if line.get("state").and_then(Value::as_str) != Some("cancelled") {
-            return;
-        }
         let Some(uuid) = line.get("command_uuid").and_then(Value::as_str) else { return };
+        match line.get("state").and_then(Value::as_str) {
+            // The line entered the conversation: a turn start, or a steer taken at a tool
+            // boundary (or opening a turn of its own). The echo that follows is a no-op.
+            Some("started") => {
+                let uuid = uuid.to_owned();
+                return self.on_replay(&uuid, out);
+            }
+            Some("cancelled") => {}
+            _ => return,
+        }
         let Some(input) = self.inputs.remove(uuid) else { return };
         let reason = "the turn was interrupted before it was taken".to_owned();
         if input.unanswered {
@@ -700,6 +715,19 @@ mod tests {
         let out = decode(&mut codec, json!({"type":"result","subtype":"error_during_execution","usage":{}}));
         assert!(events(&out).contains(&HarnessEvent::TurnEnded { turn_id: turn, status: TurnStatus::Interrupted }));
         assert!(codec.answer_now(&SendMode::NextTurn).is_none(), "usable again");
+    }
+
+    #[test]
+    fn lifecycle_started_opens_the_turn_and_the_later_echo_is_a_no_op() {
+        let mut codec = ClaudeCodec::default();
+        let line = codec.encode_send("first", "hi", &InputContext::default(), &SendMode::NextTurn);
+        let uuid = uuid_of(&line);
+        let out = decode(&mut codec, json!({"type":"command_lifecycle","command_uuid":uuid,"state":"queued"}));
+        assert!(out.is_empty());
+        let out = decode(&mut codec, json!({"type":"command_lifecycle","command_uuid":uuid,"state":"started"}));
+        assert_eq!(acks(&out), vec![("first".into(), SendOutcome::Started { turn_id: "t1".into() })]);
+        assert_eq!(events(&out), vec![HarnessEvent::TurnStarted { turn_id: "t1".into() }]);
+        assert!(decode(&mut codec, replay(&uuid)).is_empty());
     }
 
     #[test]
