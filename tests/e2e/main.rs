@@ -6,8 +6,10 @@
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
 mod env;
+mod fake_anthropic;
 mod fake_openai;
 
+mod claude;
 mod cli;
 mod codex;
 mod crash;

@@ -1,0 +1,225 @@
+//! Claude Code end to end: the real `claude` CLI (the pinned version that
+//! `scripts/install-harnesses.sh` installs, found through `CANOPY_TEST_CLAUDE_BIN`) run by the
+//! real daemon and runner for an agent created with `--harness claude`, against the fake
+//! Anthropic API; only the model is faked.
+//!
+//! Owns the scenarios the Claude adapter promises: the prompt and tools the model sees, a tool
+//! call that posts as the agent, turn-start delivery, a steer at a tool boundary, a steer that
+//! falls back to the next turn, and a `kill -9` of the CLI. Interrupt has no operator command
+//! yet, so it is tested at the harness level (`crates/canopy-harness/tests/claude.rs`), as is
+//! append mode (the daemon assigns replace mode to every role until prompt rendering lands).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, signal};
+use crate::fake_anthropic::{FakeAnthropic, Reply, system_text, tool_names, user_texts};
+
+/// The installed CLI; a missing one fails the test with the way to get it.
+fn claude_bin() -> String {
+    match std::env::var("CANOPY_TEST_CLAUDE_BIN") {
+        Ok(path) if std::path::Path::new(&path).is_file() => path,
+        other => panic!(
+            "CANOPY_TEST_CLAUDE_BIN is {other:?}: these tests drive the real Claude Code CLI. Run \
+             `eval \"$(scripts/install-harnesses.sh)\"` (or scripts/test.sh), which installs \
+             @anthropic-ai/claude-code@2.1.332 from npm"
+        ),
+    }
+}
+
+/// A workspace whose sessions run Claude Code against `fake`, with quick delivery timers and
+/// a steer timeout long enough to cover one model call (the adapter answers a steer written
+/// during a model call once that call's outcome is known).
+fn claude_env(fake: &FakeAnthropic) -> TestEnv {
+    let harness = format!(
+        "[harness.claude]\nbin = {bin:?}\nmodel = \"claude-fake\"\n\n[harness.claude.env]\n\
+         ANTHROPIC_BASE_URL = {url:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\n",
+        bin = claude_bin(),
+        url = fake.base_url(),
+    );
+    let edits: &[(&str, &str)] = &[
+        ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
+        ("restart_backoff_min = \"500ms\"", "restart_backoff_min = \"100ms\""),
+        ("quiet_window = \"2s\"", "quiet_window = \"100ms\""),
+        ("resync = \"5s\"", "resync = \"500ms\""),
+        ("steer_timeout = \"2s\"", "steer_timeout = \"15s\""),
+        ("[harness.claude]\n", &harness),
+    ];
+    TestEnv::started_with(edits)
+}
+
+fn create_claude_agent(env: &TestEnv, handle: &str) {
+    env.json(&["agents", "create", "--handle", handle, "--name", handle, "--harness", "claude"]);
+}
+
+/// Waits until the agent shows `presence`.
+fn wait_presence(env: &TestEnv, handle: &str, presence: &str) {
+    crate::assert_eventually!(
+        env.roster_entry(handle)["presence"] == presence,
+        "{handle} never became {presence}: {}",
+        env.roster_entry(handle)
+    );
+}
+
+/// How many times `needle` occurs among the user-side texts of `request`.
+fn occurrences(request: &Value, needle: &str) -> usize {
+    user_texts(request).iter().map(|t| t.matches(needle).count()).sum()
+}
+
+/// The request that continues a turn after tool call `call_id` (its tool result is the
+/// newest user content).
+fn has_tool_result(request: &Value, call_id: &str) -> bool {
+    request["messages"].as_array().into_iter().flatten().any(|m| {
+        m["content"]
+            .as_array()
+            .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result" && b["tool_use_id"] == call_id))
+    })
+}
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[test]
+fn the_model_sees_the_session_prompt_and_canopy_tools_and_a_tool_call_posts_as_the_agent() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::canopy_tool(
+            "comms_post_message",
+            json!({"channel": "home-cc", "topic": "hello", "body": "hi from claude code", "create_topic": true}),
+        ),
+        Reply::text("posted my hello"),
+    ]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    let requests = fake.wait_requests(2, PATIENCE);
+
+    // The system prompt is the session's prompt verbatim, after the CLI's identity line.
+    let prompt = std::fs::read_to_string(env.data_dir().join("sessions/cc/1/system-prompt.md")).unwrap();
+    assert!(!prompt.trim().is_empty());
+    let blocks = requests[0]["system"].as_array().unwrap();
+    assert_eq!(blocks.last().unwrap()["text"].as_str().unwrap(), prompt, "{}", system_text(&requests[0]));
+    // Canopy's tools are offered under the MCP server's name.
+    let tools = tool_names(&requests[0]);
+    for tool in ["mcp__canopy__comms_post_message", "mcp__canopy__comms_list_messages"] {
+        assert!(tools.iter().any(|t| t == tool), "{tool} missing from {tools:?}");
+    }
+    // The first input says who the agent is.
+    assert!(occurrences(&requests[0], "Session 1 started for cc") == 1, "{}", requests[0]);
+
+    crate::assert_eventually!(
+        env.messages("home-cc").iter().any(|m| m["body"] == "hi from claude code"),
+        "the tool call did not post: {:?}",
+        env.messages("home-cc")
+    );
+    let message = env.messages("home-cc").into_iter().find(|m| m["body"] == "hi from claude code").unwrap();
+    assert_eq!(message["sender"]["handle"], "cc");
+    assert_eq!(message["sender"]["kind"], "agent");
+    assert_eq!(message["topic"], "hello");
+    // The tool result (the post's outcome) went back to the model in the same turn.
+    assert!(has_tool_result(&requests[1], "toolu_1_0"), "{}", requests[1]);
+    wait_presence(&env, "cc", "idle");
+}
+
+#[test]
+fn a_message_to_an_idle_claude_agent_starts_a_turn_with_the_fenced_message() {
+    let fake = FakeAnthropic::start(vec![Reply::text("ready when you are"), Reply::text("on it")]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "idle");
+    let posted =
+        env.json(&["post", "--channel", "home-cc", "--topic", "build", "--create-topic", "please check the build"]);
+    assert_eq!(posted["outcomes"][0]["outcome"], "woke", "{posted}");
+    let requests = fake.wait_requests(2, PATIENCE);
+    let text = user_texts(&requests[1]).into_iter().find(|t| t.contains("please check the build"));
+    let text = text.unwrap_or_else(|| panic!("the message did not reach the model: {}", requests[1]));
+    assert!(text.contains("## #home-cc > build"), "{text}");
+    let fence =
+        text.lines().find(|l| l.contains(" message ") && l.contains("from @ops")).unwrap_or_else(|| panic!("{text}"));
+    let nonce = fence.trim_start_matches('[').split(' ').next().unwrap();
+    assert!(nonce.starts_with("canopy-") && text.contains(&format!("[{nonce} end of message")), "{text}");
+    wait_presence(&env, "cc", "idle");
+    assert_eq!(occurrences(fake.requests().last().unwrap(), "please check the build"), 1, "delivered twice");
+}
+
+#[test]
+fn a_mention_during_a_tool_call_lands_in_the_same_turn_and_is_reported_steered() {
+    // The start turn calls a tool; the model takes its time choosing it, so the post lands
+    // while a tool-producing call runs and is taken at that tool's boundary.
+    let fake = FakeAnthropic::start(vec![
+        Reply::canopy_tool("comms_list_channels", json!({})).after(Duration::from_secs(3)),
+        Reply::text("noted the urgent message"),
+    ]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "working");
+    let posted =
+        env.json(&["post", "--channel", "home-cc", "--topic", "now", "--create-topic", "@cc urgent: the build is red"]);
+    let outcome = &posted["outcomes"][0];
+    assert_eq!(outcome["recipient"], "cc");
+    assert_eq!(outcome["outcome"], "steered", "{posted}");
+
+    let requests = fake.wait_requests(2, PATIENCE);
+    // The next model request of the same turn: after the tool's result, with the message.
+    assert!(has_tool_result(&requests[1], "toolu_1_0"), "{}", requests[1]);
+    assert_eq!(occurrences(&requests[1], "urgent: the build is red"), 1, "{}", requests[1]);
+    wait_presence(&env, "cc", "idle");
+    // Delivered once: no later turn brings it again.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(occurrences(fake.requests().last().unwrap(), "urgent: the build is red"), 1, "delivered twice");
+}
+
+#[test]
+fn a_mention_during_the_final_model_call_falls_back_and_arrives_at_the_next_turn() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::text("a long answer").after(Duration::from_secs(3)),
+        Reply::text("now about your message"),
+    ]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "working");
+    let posted = env.json(&["post", "--channel", "home-cc", "--topic", "late", "--create-topic", "@cc one more thing"]);
+    let outcome = &posted["outcomes"][0];
+    assert_eq!(outcome["recipient"], "cc");
+    assert_eq!(outcome["outcome"], "queued", "{posted}");
+    assert!(outcome["reason"].as_str().unwrap_or_default().contains("fell back"), "{posted}");
+
+    let requests = fake.wait_requests(2, PATIENCE);
+    // A turn of its own: the first turn's answer is history, the message is the new input.
+    assert_eq!(occurrences(&requests[0], "one more thing"), 0);
+    assert_eq!(occurrences(&requests[1], "one more thing"), 1, "{}", requests[1]);
+    wait_presence(&env, "cc", "idle");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(occurrences(fake.requests().last().unwrap(), "one more thing"), 1, "delivered twice");
+}
+
+#[test]
+fn a_killed_claude_cli_restarts_as_incarnation_2_and_gets_the_undelivered_message() {
+    let fake = FakeAnthropic::start(vec![Reply::text("thinking hard").after(Duration::from_secs(20))]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    let first = env.wait_harness_pid("cc", 1);
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "working");
+    // Not a mention: it waits for the next turn start, which this session never reaches.
+    let posted = env.json(&[
+        "post",
+        "--channel",
+        "home-cc",
+        "--topic",
+        "queue",
+        "--create-topic",
+        "the release moved to Monday",
+    ]);
+    assert_eq!(posted["outcomes"][0]["outcome"], "queued", "{posted}");
+    signal(first, canopy_sys::SIGKILL);
+
+    let second = env.wait_harness_pid("cc", 2);
+    assert_ne!(first, second);
+    crate::assert_eventually!(env.roster_entry("cc")["incarnation"] == 2, "the roster did not move to session 2");
+    let requests = fake.wait_requests(2, PATIENCE);
+    let restarted = &requests[1];
+    assert_eq!(occurrences(restarted, "Session 2 started for cc"), 1, "{restarted}");
+    assert_eq!(occurrences(restarted, "the release moved to Monday"), 1, "{restarted}");
+}
