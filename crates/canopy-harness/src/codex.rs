@@ -67,8 +67,14 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dy
     };
     if let Some(key_env) = key_env
         && !spec.env.iter().any(|(k, _)| k == key_env)
-        && let Some(key) = std::env::var_os(key_env)
     {
+        // Without it every turn would fail at its first model call; say so at launch.
+        let key = std::env::var_os(key_env).ok_or_else(|| {
+            LaunchError::Invalid(format!(
+                "the codex harness needs the API key in {key_env}: set it in the environment Canopy runs in, \
+                 or in [harness.codex.env]"
+            ))
+        })?;
         command.env(key_env, key);
     }
     Ok(Box::new(CodexCodec::new(thread_start_params(spec))))
@@ -349,6 +355,8 @@ impl CodexCodec {
                         reason: format!("turn {turn_id} ended before the steer reached the model"),
                     }));
                 }
+                // Markers of steers injected before their answer (see `on_user_message`).
+                self.steers.retain(|_, t| !t.is_empty());
                 if self.turn_id.as_deref() == Some(turn_id.as_str()) {
                     self.turn_id = None;
                 }
@@ -810,6 +818,37 @@ mod tests {
         assert_eq!(written(&unknown)[0]["error"]["code"], -32601);
         assert!(matches!(&events(decode(&mut codec, json!([1])))[..], [HarnessEvent::Malformed { .. }]));
         assert!(matches!(&events(codec.decode(b"not json"))[..], [HarnessEvent::Malformed { .. }]));
+    }
+
+    #[test]
+    fn a_missing_api_key_fails_the_launch_naming_the_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = ProviderSettings {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key_env: Some("CANOPY_TEST_KEY_THAT_IS_NEVER_SET".into()),
+        };
+        let mut spec = LaunchSpec {
+            kind: crate::HarnessKind::Codex,
+            program: "codex".into(),
+            program_args: vec![],
+            session_dir: dir.path().to_owned(),
+            cwd: dir.path().join("work"),
+            prompt: PromptMode::Replace("p".into()),
+            mcp_url: "http://127.0.0.1:1/mcp".into(),
+            mcp_token: "t".into(),
+            env: vec![],
+            model: None,
+            provider: Some(provider),
+            script: None,
+            max_line_bytes: 1024,
+            ready_timeout: std::time::Duration::from_secs(1),
+        };
+        let error = prepare(&spec, &mut Command::new("codex")).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("CANOPY_TEST_KEY_THAT_IS_NEVER_SET"), "{error}");
+        spec.env.push(("CANOPY_TEST_KEY_THAT_IS_NEVER_SET".into(), "k".into()));
+        assert!(prepare(&spec, &mut Command::new("codex")).is_ok());
+        assert!(dir.path().join("codex-home/config.toml").is_file());
+        assert_eq!(std::fs::read_to_string(dir.path().join(PROMPT_FILE)).unwrap(), "p");
     }
 
     #[test]
