@@ -223,3 +223,35 @@ fn a_killed_claude_cli_restarts_as_incarnation_2_and_gets_the_undelivered_messag
     assert_eq!(occurrences(restarted, "Session 2 started for cc"), 1, "{restarted}");
     assert_eq!(occurrences(restarted, "the release moved to Monday"), 1, "{restarted}");
 }
+
+#[test]
+fn doctor_finds_the_claude_cli_starts_a_session_and_fails_when_a_role_needs_a_missing_harness() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.data_dir()).unwrap();
+    let config = env.data_dir().join("canopy.toml");
+    std::fs::write(
+        &config,
+        format!("[harness.claude]\nbin = {:?}\n\n[roles.manager]\nharness = \"claude\"\n", claude_bin()),
+    )
+    .unwrap();
+    let report = env.json(&["doctor"]);
+    assert_eq!(report["ok"], true, "{report}");
+    let check = |report: &Value, name: &str| {
+        report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap()
+    };
+    let claude = check(&report, "claude");
+    assert_eq!(claude["required"], true);
+    assert_eq!(claude["session_starts"], true, "{claude}");
+    assert!(claude["version"].as_str().unwrap().contains("2.1.332"), "{claude}");
+    assert_eq!(check(&report, "nats-server")["ok"], true);
+
+    // A role that runs a harness this machine lacks makes doctor fail, naming it.
+    std::fs::write(&config, "[harness.codex]\nbin = \"/nonexistent/codex\"\n\n[roles.manager]\nharness = \"codex\"\n")
+        .unwrap();
+    let out = env.run(&["--json", "doctor"]);
+    assert_eq!(out.status.code(), Some(69), "{}", crate::env::text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let codex = check(&report, "codex");
+    assert_eq!((codex["required"].clone(), codex["ok"].clone()), (json!(true), json!(false)), "{codex}");
+    assert!(codex["problem"].as_str().unwrap().contains("harness.codex"), "{codex}");
+}
