@@ -6,7 +6,8 @@
 //! Owns the Codex scenarios: the system prompt reaching the model verbatim, Canopy's tools
 //! offered and a scripted call posting as the agent, a post waking an idle session, an
 //! @mention steered into a running turn, a late mention falling back to the next turn, and
-//! `kill -9` of Codex (restart, redelivery). A missing binary fails with the install command.
+//! `kill -9` of Codex (restart, redelivery), and a graceful stop. A missing binary fails
+//! with the install command.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -271,4 +272,19 @@ fn a_killed_codex_restarts_as_incarnation_2_and_gets_the_undelivered_message() {
     // Session 2 is a fresh Codex thread in a fresh CODEX_HOME.
     assert!(env.data_dir().join("sessions/cx/2/codex-home/config.toml").is_file());
     assert!(!input_items(&requests[1]).iter().any(|i| i["type"] == "function_call"), "{:?}", summary(&requests[1]));
+}
+
+#[test]
+fn stopping_a_codex_agent_closes_its_input_and_codex_exits_within_the_grace() {
+    // A long grace: a Codex that ignored its closed stdin would outlive the assertion below.
+    let fake = FakeOpenAi::start(vec![Reply::text("idle now")]);
+    let env = started(&fake, &[("stop_grace = \"3s\"", "stop_grace = \"30s\"")]);
+    env.create_codex("cx");
+    let pid = env.wait_harness_pid("cx", 1);
+    crate::assert_eventually!(env.roster_entry("cx")["presence"] == "idle", "cx never went idle");
+    let asked = std::time::Instant::now();
+    env.json(&["agents", "stop", "cx"]);
+    crate::assert_eventually!(!crate::env::alive(pid), "codex survived `agents stop`");
+    assert!(asked.elapsed() < Duration::from_secs(10), "codex waited for a signal: {:?}", asked.elapsed());
+    crate::assert_eventually!(env.roster_entry("cx")["presence"] == "offline", "cx is not offline");
 }
