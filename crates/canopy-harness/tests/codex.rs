@@ -1,7 +1,7 @@
 //! The Codex adapter against the real `codex app-server` (pinned 0.171.0) and the fake
 //! OpenAI Responses API: the handshake and the wait for Canopy's MCP server, the replace
-//! and append prompts as they reach the model, turn start, a steer during a slow tool, a
-//! steer after the turn (fallback), interrupt, and a clean stop.
+//! and append prompts as they reach the model, turn start, a steer during a slow tool and
+//! during the final model call, a steer after the turn (fallback), interrupt, a clean stop.
 //!
 //! Only the model API is fake. Canopy's MCP endpoint lives above this crate, so a minimal
 //! MCP responder (`McpStub`, one tool) stands in for it here; the end-to-end tests
@@ -295,6 +295,24 @@ async fn a_steer_during_a_slow_tool_lands_in_the_same_turn() {
     let output = items.iter().position(|i| i["type"] == "function_call_output").unwrap();
     let steer = items.iter().position(|i| fake_openai::item_text(i) == "STEERED: stop after this").unwrap();
     assert!(output < steer, "{:?}", fake_openai::summary(&requests[1]));
+}
+
+#[tokio::test]
+async fn a_steer_during_the_final_model_call_cuts_it_and_lands_in_the_same_turn() {
+    // Unlike Claude Code, Codex takes a steer while the model streams its last answer: the
+    // stream is dropped and the model is asked again with the steer.
+    let script = vec![Reply::text("first answer").after(Duration::from_millis(1500)), Reply::text("second answer")];
+    let mut codex = launch(PromptMode::Replace("prompt".into()), script).await;
+    let turn_id = codex.start_turn("start-1", "answer me").await;
+    codex.fake.wait_requests(1, PATIENCE);
+    let outcome = codex.send("steer-9", "also this", SendMode::Steer { turn_id: turn_id.clone() }).await;
+    assert_eq!(outcome, SendOutcome::Steered { turn_id: turn_id.clone() });
+    codex.until("the steer's injection", |e| matches!(e, HarnessEvent::SteerInjected { .. })).await;
+    assert_eq!(codex.turn_ended().await, (turn_id, TurnStatus::Completed));
+    let requests = codex.fake.wait_requests(2, PATIENCE);
+    assert_eq!(messages_of(&requests[1], "user").last().map(String::as_str), Some("also this"));
+    let texts: Vec<&HarnessEvent> = codex.seen.iter().filter(|e| matches!(e, HarnessEvent::Text { .. })).collect();
+    assert!(matches!(texts.last(), Some(HarnessEvent::Text { text, .. }) if text == "second answer"), "{texts:?}");
 }
 
 #[tokio::test]
