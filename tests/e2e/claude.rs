@@ -146,7 +146,7 @@ fn a_mention_during_a_tool_call_lands_in_the_same_turn_and_is_reported_steered()
     // The start turn calls a tool; the model takes its time choosing it, so the post lands
     // while a tool-producing call runs and is taken at that tool's boundary.
     let fake = FakeAnthropic::start(vec![
-        Reply::canopy_tool("comms_list_channels", json!({})).after(Duration::from_secs(3)),
+        Reply::canopy_tool("comms_list_channels", json!({})).after(Duration::from_secs(6)),
         Reply::text("noted the urgent message"),
     ]);
     let env = claude_env(&fake);
@@ -172,7 +172,7 @@ fn a_mention_during_a_tool_call_lands_in_the_same_turn_and_is_reported_steered()
 #[test]
 fn a_mention_during_the_final_model_call_falls_back_and_arrives_at_the_next_turn() {
     let fake = FakeAnthropic::start(vec![
-        Reply::text("a long answer").after(Duration::from_secs(3)),
+        Reply::text("a long answer").after(Duration::from_secs(6)),
         Reply::text("now about your message"),
     ]);
     let env = claude_env(&fake);

@@ -134,7 +134,7 @@ fn tail(text: &str) -> String {
 async fn a_steer_during_the_final_model_call_falls_back_and_runs_as_the_next_turn() {
     let dir = tempfile::tempdir().unwrap();
     let fake =
-        FakeAnthropic::start(vec![Reply::text("first answer").after(Duration::from_secs(2)), Reply::text("second")]);
+        FakeAnthropic::start(vec![Reply::text("first answer").after(Duration::from_secs(4)), Reply::text("second")]);
     let (session, mut events) =
         Session::launch(spec(dir.path(), &fake, PromptMode::Replace("prompt".into())), 64).await.unwrap();
     let mut seen = Vec::new();
