@@ -30,8 +30,10 @@ fi
 
 # One prefix per package and version, so a version bump never mixes with an older install.
 install() {
-  local spec="$1" dir="$2"
-  if [ -f "$dir/.installed" ]; then return 0; fi
+  local spec="$1" dir="$2" bin="$3"
+  if [ -f "$dir/.installed" ] && [ -x "$dir/$bin" ]; then return 0; fi
+  # A half-finished or damaged install is replaced, not trusted.
+  rm -rf "$dir"
   mkdir -p "$dir"
   echo "installing $spec into $dir ..." >&2
   if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "$spec" >&2; then
@@ -43,8 +45,8 @@ install() {
 
 claude_dir="$CACHE/claude-code-2.1.332"
 codex_dir="$CACHE/codex-0.171.0"
-install "$CLAUDE_PKG" "$claude_dir"
-install "$CODEX_PKG" "$codex_dir"
+install "$CLAUDE_PKG" "$claude_dir" node_modules/.bin/claude
+install "$CODEX_PKG" "$codex_dir" node_modules/.bin/codex
 
 claude_bin="$claude_dir/node_modules/.bin/claude"
 # The native Codex binary if the platform package shipped one, else the node launcher.
