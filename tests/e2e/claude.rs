@@ -117,6 +117,19 @@ fn the_model_sees_the_session_prompt_and_canopy_tools_and_a_tool_call_posts_as_t
     // The tool result (the post's outcome) went back to the model in the same turn.
     assert!(has_tool_result(&requests[1], "toolu_1_0"), "{}", requests[1]);
     wait_presence(&env, "cc", "idle");
+
+    // The operator's watch shows the turn as normalised events.
+    let activity: Vec<Value> = env
+        .ok(&["--json", "watch", "cc", "--no-follow", "--tail", "1000"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = activity.iter().filter_map(|a| a["kind"].as_str()).collect();
+    for kind in ["session_ready", "turn_started", "tool_running", "tool_result", "text", "usage", "turn_ended"] {
+        assert!(kinds.contains(&kind), "no {kind} in {kinds:?}");
+    }
+    let running = activity.iter().find(|a| a["kind"] == "tool_running").unwrap();
+    assert!(running["summary"].as_str().unwrap().contains("mcp__canopy__comms_post_message"), "{running}");
 }
 
 #[test]
