@@ -244,7 +244,11 @@ fn doctor_finds_the_claude_cli_starts_a_session_and_fails_when_a_role_needs_a_mi
     let config = env.data_dir().join("canopy.toml");
     std::fs::write(
         &config,
-        format!("[harness.claude]\nbin = {:?}\n\n[roles.manager]\nharness = \"claude\"\n", claude_bin()),
+        format!(
+            "[harness.claude]\nbin = {:?}\n\n[harness.claude.env]\nANTHROPIC_API_KEY = \"sk-ant-test\"\n\n\
+             [roles.manager]\nharness = \"claude\"\n",
+            claude_bin()
+        ),
     )
     .unwrap();
     let report = env.json(&["doctor"]);
@@ -267,4 +271,20 @@ fn doctor_finds_the_claude_cli_starts_a_session_and_fails_when_a_role_needs_a_mi
     let codex = check(&report, "codex");
     assert_eq!((codex["required"].clone(), codex["ok"].clone()), (json!(true), json!(false)), "{codex}");
     assert!(codex["problem"].as_str().unwrap().contains("harness.codex"), "{codex}");
+
+    // Claude Code without a credential (configured or inherited) cannot reach the model.
+    std::fs::write(
+        &config,
+        format!("[harness.claude]\nbin = {:?}\n\n[roles.manager]\nharness = \"claude\"\n", claude_bin()),
+    )
+    .unwrap();
+    let mut command = env.command(&["--json", "doctor"]);
+    for key in ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"] {
+        command.env_remove(key);
+    }
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(69), "{}", crate::env::text(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let claude = check(&report, "claude");
+    assert!(claude["problem"].as_str().unwrap().contains("no credentials"), "{claude}");
 }

@@ -165,6 +165,13 @@ async fn harness_check(kind: HarnessKind, default: &str, settings: &HarnessSetti
     // Claude Code answers its `initialize` handshake without a model call, so a session can
     // be started for real. The other harnesses are checked by their version only.
     if kind == HarnessKind::Claude {
+        if !canopy_harness::claude::has_credentials(&settings.env) {
+            check.problem = Some(format!(
+                "no credentials: set one of {} in [harness.claude.env] or in the environment that runs canopy",
+                canopy_harness::claude::CREDENTIAL_ENV.join(", ")
+            ));
+            return check;
+        }
         match session_starts(kind, &program, settings).await {
             Ok(()) => check.session_starts = Some(true),
             Err(e) => {

@@ -58,6 +58,15 @@ const QUIET_ENV: &[(&str, &str)] = &[
     ("ENABLE_TOOL_SEARCH", "false"),
 ];
 
+/// The credential variables a session inherits from Canopy's own environment when
+/// `[harness.claude.env]` does not set them; nothing else is inherited.
+pub const CREDENTIAL_ENV: &[&str] = &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"];
+
+/// Whether a session of this configuration has a credential: in `env`, or inherited.
+pub fn has_credentials(env: &[(String, String)]) -> bool {
+    CREDENTIAL_ENV.iter().any(|key| env.iter().any(|(k, _)| k == key) || std::env::var_os(key).is_some())
+}
+
 /// The arguments for one session, without the program. Public so `canopy doctor` and tests
 /// can show exactly what a session runs.
 pub fn arguments(spec: &LaunchSpec) -> Vec<String> {
@@ -133,6 +142,13 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dy
     command.args(arguments(spec)).env("CLAUDE_CONFIG_DIR", &config_dir);
     for (key, value) in QUIET_ENV {
         command.env(key, value);
+    }
+    for key in CREDENTIAL_ENV {
+        if !spec.env.iter().any(|(k, _)| k == key)
+            && let Some(value) = std::env::var_os(key)
+        {
+            command.env(key, value);
+        }
     }
     Ok(Box::new(ClaudeCodec::default()))
 }

@@ -201,6 +201,9 @@ async fn the_session_gets_a_clean_environment_and_private_config_directories() {
         "ENABLE_TOOL_SEARCH",
         "ANTHROPIC_BASE_URL",
         "ANTHROPIC_API_KEY",
+        // Credentials are the one thing inherited from the test's own environment.
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
     ];
     for kv in &environ {
         let key = kv.split('=').next().unwrap_or_default();
