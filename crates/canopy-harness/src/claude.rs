@@ -130,12 +130,19 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dy
     };
     write(PROMPT_FILE, spec.prompt.text().as_bytes())?;
     let mcp = serde_json::to_vec_pretty(&mcp_config(&spec.mcp_url, &spec.mcp_token)).unwrap_or_default();
-    write(MCP_CONFIG_FILE, &mcp)?;
-    // The token is a credential: only the session's user may read the file.
+    // The token is a credential: the file is created readable by the session's user only.
     {
-        use std::os::unix::fs::PermissionsExt;
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let path = spec.session_dir.join(MCP_CONFIG_FILE);
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(files(path))?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut file| file.write_all(&mcp))
+            .map_err(files(path))?;
     }
     let config_dir = spec.session_dir.join(CONFIG_DIR);
     std::fs::create_dir_all(&config_dir).map_err(files(config_dir.clone()))?;

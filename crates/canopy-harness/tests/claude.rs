@@ -213,5 +213,8 @@ async fn the_session_gets_a_clean_environment_and_private_config_directories() {
     let mcp: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(session_dir.join("mcp.json")).unwrap()).unwrap();
     assert_eq!(mcp["mcpServers"]["canopy"]["headers"]["Authorization"], "Bearer cns_test");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(session_dir.join("mcp.json")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the MCP config holds the session token");
     session.shutdown(Duration::from_secs(5)).await;
 }
