@@ -170,7 +170,7 @@ struct Input {
 
 struct Turn {
     id: String,
-    /// Its first line was echoed: the model is at work.
+    /// Its first line entered the conversation: the model is at work.
     started: bool,
     /// Lines that entered this turn so far (the first is 0).
     lines: u32,
@@ -183,7 +183,7 @@ struct ClaudeCodec {
     requests: u64,
     /// The running turn (or the one Claude Code is about to start with a queued line).
     turn: Option<Turn>,
-    /// Lines written and not yet echoed or cancelled.
+    /// Lines written that have not yet entered the conversation or been cancelled, by uuid.
     inputs: HashMap<String, Input>,
     /// Tool calls started and not yet answered: call id -> tool name.
     tools: HashMap<String, String>,
@@ -195,8 +195,8 @@ struct ClaudeCodec {
 impl ClaudeCodec {
     fn uuid() -> String {
         let hex = canopy_sys::random_hex(16).unwrap_or_else(|_| format!("{:032x}", std::process::id()));
-        let hex = hex.as_bytes();
-        let part = |a: usize, b: usize| String::from_utf8_lossy(&hex[a..b]).into_owned();
+        // 32 hex digits either way; `get` keeps a short string from panicking regardless.
+        let part = |a: usize, b: usize| hex.get(a..b).unwrap_or("0").to_owned();
         // Version 4, variant 10xx, as Claude Code expects a UUID.
         format!("{}-{}-4{}-8{}-{}", part(0, 8), part(8, 12), part(13, 16), part(17, 20), part(20, 32))
     }
