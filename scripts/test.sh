@@ -9,4 +9,9 @@ if ! python3 -c 'import mcp' 2>/dev/null; then
   echo "installing the Python MCP SDK (pip install mcp==2.3.0)..." >&2
   python3 -m pip install -q --disable-pip-version-check 'mcp==2.3.0'
 fi
+# The real harness CLIs at pinned versions (cached outside the clone). A failed install
+# fails the run: the tests that drive them would fail anyway, and say why.
+harnesses="$(scripts/install-harnesses.sh)"
+eval "$harnesses"
+export CANOPY_TEST_CLAUDE_BIN CANOPY_TEST_CODEX_BIN
 cargo test --workspace --locked "$@"

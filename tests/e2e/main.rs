@@ -6,8 +6,12 @@
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
 mod env;
+mod fake_anthropic;
+mod fake_openai;
 
+mod claude;
 mod cli;
+mod codex;
 mod continuity;
 mod crash;
 mod delivery;

@@ -80,6 +80,9 @@ pub enum Command {
     /// Serve the native tools over MCP on stdio for one session's token (for harnesses
     /// that only speak stdio).
     Mcp(McpArgs),
+    /// Check this machine: nats-server and each harness (found, version, a session starts).
+    /// Exits 69 when something the configured roles need is missing.
+    Doctor,
     /// Play the three flows of the product on a temporary workspace, narrated.
     Demo {
         /// Approve the spawn request automatically instead of asking at the terminal.

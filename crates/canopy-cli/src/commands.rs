@@ -33,6 +33,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Runner(args) => runner(&dir, json, &args).await,
         Command::Mcp(args) => mcp(&dir, json, &args).await,
         Command::Bench { quick } => bench(json, quick).await,
+        Command::Doctor => crate::doctor::run(&dir, json).await,
         Command::Demo { yes } => crate::demo::run(yes).await,
         Command::Bundle(BundleCommand::Check { bundle }) => bundle_check(&dir, json, bundle),
         command => match Client::connect(&dir).await {
@@ -324,6 +325,7 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         | Command::Mcp(_)
         | Command::Bench { .. }
         | Command::Bundle(_)
+        | Command::Doctor
         | Command::Demo { .. } => Ok(()),
     };
     match result {

@@ -9,6 +9,7 @@ mod args;
 mod client;
 mod commands;
 mod demo;
+mod doctor;
 mod output;
 
 use std::process::ExitCode;

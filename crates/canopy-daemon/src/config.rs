@@ -29,6 +29,8 @@ pub struct Config {
     pub prompts: PromptsConfig,
     pub runs: RunsConfig,
     pub retention: RetentionConfig,
+    /// How to run the real harnesses on this machine (`[harness.claude]`, `[harness.codex]`).
+    pub harness: HarnessTables,
     /// Per-role defaults: which harness a new agent of the role runs, with which script.
     pub roles: BTreeMap<String, RoleConfig>,
 }
@@ -47,6 +49,7 @@ impl Default for Config {
             prompts: PromptsConfig::default(),
             runs: RunsConfig::default(),
             retention: RetentionConfig::default(),
+            harness: HarnessTables::default(),
             roles: BTreeMap::from([
                 ("supervisor".to_owned(), scripted("supervisor.toml")),
                 ("manager".to_owned(), scripted("manager.toml")),
@@ -259,10 +262,125 @@ impl Default for RetentionConfig {
     }
 }
 
+/// `[harness.*]`: one table per real harness. The scripted harness needs none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HarnessTables {
+    pub claude: ClaudeConfig,
+    pub codex: CodexConfig,
+}
+
+/// `[harness.claude]`: Claude Code.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClaudeConfig {
+    /// The `claude` executable; unset means `claude` on `PATH`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bin: Option<PathBuf>,
+    /// `--model`; unset leaves Claude Code's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Environment for every session (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`); sessions
+    /// otherwise start from a clean environment.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+/// `[harness.codex]`: Codex's app-server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CodexConfig {
+    /// The `codex` executable; unset means `codex` on `PATH`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bin: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// A model provider written into the session's Codex config; unset uses Codex's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<CodexProviderConfig>,
+}
+
+/// `[harness.codex.provider]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodexProviderConfig {
+    /// The provider's base URL (`http://127.0.0.1:8080/v1`).
+    pub base_url: String,
+    /// The environment variable (set in `[harness.codex.env]` or inherited by nothing else)
+    /// that holds the API key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
+impl Config {
+    /// The settings the runner copies into every launch of `kind`.
+    pub fn harness_settings(&self, kind: canopy_harness::HarnessKind) -> canopy_harness::HarnessSettings {
+        use canopy_harness::{HarnessKind, HarnessSettings, ProviderSettings};
+        let env = |env: &BTreeMap<String, String>| env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        match kind {
+            HarnessKind::Scripted => HarnessSettings::default(),
+            HarnessKind::Claude => {
+                let claude = &self.harness.claude;
+                HarnessSettings {
+                    program: claude.bin.clone(),
+                    model: claude.model.clone(),
+                    env: env(&claude.env),
+                    provider: None,
+                }
+            }
+            HarnessKind::Codex => {
+                let codex = &self.harness.codex;
+                HarnessSettings {
+                    program: codex.bin.clone(),
+                    model: codex.model.clone(),
+                    env: env(&codex.env),
+                    provider: codex
+                        .provider
+                        .as_ref()
+                        .map(|p| ProviderSettings { base_url: p.base_url.clone(), api_key_env: p.api_key_env.clone() }),
+                }
+            }
+        }
+    }
+}
+
+/// Checks one harness table's values, naming the key at fault.
+fn validate_harness(
+    name: &str,
+    bin: Option<&Path>,
+    model: Option<&str>,
+    env: &BTreeMap<String, String>,
+) -> Result<(), (String, String)> {
+    if bin.is_some_and(|b| b.as_os_str().is_empty()) {
+        return Err((format!("harness.{name}.bin"), "must not be empty".into()));
+    }
+    if model.is_some_and(|m| m.trim().is_empty() || m.chars().any(char::is_control)) {
+        return Err((format!("harness.{name}.model"), "must be a non-empty model name".into()));
+    }
+    for (key, value) in env {
+        if !is_env_name(key) {
+            return Err((format!("harness.{name}.env.{key}"), "is not an environment variable name".into()));
+        }
+        if value.contains('\0') {
+            return Err((format!("harness.{name}.env.{key}"), "must not contain a NUL byte".into()));
+        }
+    }
+    Ok(())
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`, what a shell accepts.
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleConfig {
-    /// `scripted` (the Real harnesses issue adds `claude` and `codex`).
+    /// `scripted`, `claude` or `codex`.
     pub harness: String,
     /// For the scripted harness: a script shipped in `config/scripts/` by name, or a path
     /// (relative to the data directory).
@@ -347,7 +465,29 @@ impl Config {
             message: e.message().trim().to_owned(),
         })?;
         config.validate().map_err(|(key, message)| ConfigError { path: path.to_owned(), key: key.into(), message })?;
+        config.validate_harnesses().map_err(|(key, message)| ConfigError { path: path.to_owned(), key, message })?;
         Ok(config)
+    }
+
+    /// Checks `[harness.*]`; keys there are dynamic (`harness.claude.env.NAME`).
+    fn validate_harnesses(&self) -> Result<(), (String, String)> {
+        let claude = &self.harness.claude;
+        validate_harness("claude", claude.bin.as_deref(), claude.model.as_deref(), &claude.env)?;
+        let codex = &self.harness.codex;
+        validate_harness("codex", codex.bin.as_deref(), codex.model.as_deref(), &codex.env)?;
+        if let Some(provider) = &codex.provider {
+            let url = provider.base_url.as_str();
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
+                return Err(("harness.codex.provider.base_url".into(), format!("{url:?} is not an http(s) URL")));
+            }
+            if provider.api_key_env.as_deref().is_some_and(|k| !is_env_name(k)) {
+                return Err((
+                    "harness.codex.provider.api_key_env".into(),
+                    "is not an environment variable name".into(),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks the values that need no IO. Role names, harnesses and scripts are checked
@@ -532,6 +672,27 @@ mod tests {
         assert_eq!(err.map(|e| e.key), Some("retention.transcripts".into()));
         let err = parse("[nope]\n").err();
         assert_eq!(err.map(|e| e.key), Some("nope".into()));
+    }
+
+    #[test]
+    fn harness_tables_parse_and_name_bad_keys() {
+        let text = "[harness.claude]\nbin = \"/opt/claude\"\nmodel = \"sonnet\"\n[harness.claude.env]\nANTHROPIC_API_KEY = \"k\"\n\
+                    [harness.codex.provider]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"KEY\"\n";
+        let config = parse(text).unwrap_or_default();
+        let claude = config.harness_settings(canopy_harness::HarnessKind::Claude);
+        assert_eq!(claude.program, Some(PathBuf::from("/opt/claude")));
+        assert_eq!(claude.env, vec![("ANTHROPIC_API_KEY".to_owned(), "k".to_owned())]);
+        let codex = config.harness_settings(canopy_harness::HarnessKind::Codex);
+        assert_eq!(codex.provider.map(|p| p.base_url), Some("http://127.0.0.1:9/v1".to_owned()));
+        let key = |text: &str| parse(text).err().map(|e| e.key);
+        assert_eq!(key("[harness.claude]\nmodle = \"x\"\n"), Some("harness.claude.modle".into()));
+        assert_eq!(key("[harness.claude.env]\n\"BAD-NAME\" = \"x\"\n"), Some("harness.claude.env.BAD-NAME".into()));
+        assert_eq!(key("[harness.claude]\nmodel = \" \"\n"), Some("harness.claude.model".into()));
+        assert_eq!(
+            key("[harness.codex.provider]\nbase_url = \"ftp://x\"\n"),
+            Some("harness.codex.provider.base_url".into())
+        );
+        assert_eq!(key("[harness.claude]\nprovider = 1\n"), Some("harness.claude.provider".into()));
     }
 
     #[test]

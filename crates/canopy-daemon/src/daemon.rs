@@ -242,6 +242,7 @@ pub fn runner_options(dir: &DataDir, config: &Config, api: ApiClient) -> std::io
         sessions_dir: dir.sessions(),
         scripted_program: std::env::current_exe()?,
         scripted_args: vec![SCRIPTED_SUBCOMMAND.to_owned()],
+        harnesses: canopy_harness::HarnessKind::ALL.iter().map(|&kind| (kind, config.harness_settings(kind))).collect(),
         settings: canopy_runner::RunnerSettings {
             sync_interval: runner.sync_interval,
             capacity: runner.capacity,

@@ -1,6 +1,6 @@
 //! Per-role session defaults from `canopy.toml` `[roles.<role>]`, resolved and checked.
 //!
-//! A role names a harness and, for the scripted harness, a script: a name shipped in the
+//! A role names a harness (`scripted`, `claude`, `codex`) and, for the scripted harness, a script: a name shipped in the
 //! binary (`config/scripts/`) or a path relative to the data directory. Everything is
 //! checked when the daemon starts (a bad entry exits 64 naming the key) and when an agent
 //! is created with its own `--harness`/`--script`. A role with no entry takes the
@@ -103,6 +103,36 @@ pub fn check(harness: &str, script: Option<(String, String)>) -> Result<SessionD
             canopy_scripted::script::parse(Path::new(name), text)
                 .map_err(|e| Error::invalid("script", e.to_string()))?;
         }
+        (HarnessKind::Claude | HarnessKind::Codex, Some(_)) => {
+            return Err(Error::invalid("script", format!("the {harness} harness takes no script")));
+        }
+        (HarnessKind::Claude | HarnessKind::Codex, None) => {}
     }
     Ok(SessionDefaults { harness: harness.to_owned(), script })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_harnesses_are_accepted_without_a_script_and_refuse_one() {
+        assert_eq!(check("claude", None).map(|d| d.harness), Ok("claude".to_owned()));
+        assert_eq!(check("codex", None).map(|d| d.harness), Ok("codex".to_owned()));
+        let refused = check("claude", Some(("manager.toml".into(), String::new())));
+        assert_eq!(refused.as_ref().err().and_then(|e| e.field()), Some("script"));
+        let unknown = check("gpt", None);
+        assert!(unknown.as_ref().is_err_and(|e| e.to_string().contains("scripted, claude, codex")), "{unknown:?}");
+    }
+
+    #[test]
+    fn a_role_on_claude_resolves_and_a_bad_harness_names_the_key() {
+        let path = Path::new("canopy.toml");
+        let config = Config::parse(path, "[roles.manager]\nharness = \"claude\"\n").unwrap_or_default();
+        let roles = RoleDefaults::resolve(&config, path, Path::new("/nonexistent"));
+        assert_eq!(roles.map(|r| r.for_role("manager").harness).ok(), Some("claude".to_owned()));
+        let config = Config::parse(path, "[roles.manager]\nharness = \"claud\"\n").unwrap_or_default();
+        let err = RoleDefaults::resolve(&config, path, Path::new("/nonexistent")).err();
+        assert_eq!(err.map(|e| e.key), Some("roles.manager.harness".to_owned()));
+    }
 }

@@ -7,26 +7,36 @@
 //! is the only crate that builds a harness's command line. It knows nothing of NATS, the
 //! store, or who the agent is beyond what `LaunchSpec` says.
 
+pub mod claude;
+pub mod codex;
 mod event;
 pub mod scripted;
 mod session;
+mod settings;
 
 pub use event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 pub use session::{InputContext, LaunchError, LaunchSpec, PromptMode, Session, SessionError};
+pub use settings::{HarnessSettings, ProviderSettings, find_program};
 
 /// The harnesses Canopy can drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HarnessKind {
     /// The scripted test harness (`canopy harness-scripted`): a stand-in for the LLM.
     Scripted,
+    /// Claude Code in stream-json mode (`claude -p --input-format stream-json`).
+    Claude,
+    /// OpenAI Codex's app-server (`codex app-server`).
+    Codex,
 }
 
 impl HarnessKind {
-    pub const ALL: &'static [HarnessKind] = &[HarnessKind::Scripted];
+    pub const ALL: &'static [HarnessKind] = &[HarnessKind::Scripted, HarnessKind::Claude, HarnessKind::Codex];
 
     pub fn as_str(self) -> &'static str {
         match self {
             HarnessKind::Scripted => "scripted",
+            HarnessKind::Claude => "claude",
+            HarnessKind::Codex => "codex",
         }
     }
 
@@ -42,6 +52,18 @@ impl HarnessKind {
     pub fn capabilities(self) -> Capabilities {
         match self {
             HarnessKind::Scripted => scripted::CAPABILITIES,
+            HarnessKind::Claude => claude::CAPABILITIES,
+            HarnessKind::Codex => codex::CAPABILITIES,
+        }
+    }
+
+    /// The executable looked up on `PATH` when `[harness.<name>] bin` is not set; `None` for
+    /// the scripted harness, which is Canopy's own binary.
+    pub fn default_program(self) -> Option<&'static str> {
+        match self {
+            HarnessKind::Scripted => None,
+            HarnessKind::Claude => Some("claude"),
+            HarnessKind::Codex => Some("codex"),
         }
     }
 }

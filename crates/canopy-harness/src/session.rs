@@ -18,7 +18,7 @@ use tokio::process::{ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::event::{HarnessEvent, SendMode, SendOutcome};
-use crate::{HarnessKind, scripted};
+use crate::{HarnessKind, ProviderSettings, claude, scripted};
 
 /// How the session's system prompt relates to the harness's own default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +55,10 @@ pub struct LaunchSpec {
     pub mcp_token: String,
     /// Extra environment; the session otherwise starts from a clean environment.
     pub env: Vec<(String, String)>,
+    /// The model the harness asks for (`[harness.<name>] model`); `None` is its default.
+    pub model: Option<String>,
+    /// A model provider for harnesses configured with one (Codex).
+    pub provider: Option<ProviderSettings>,
     /// The scripted harness's script (file name, text).
     pub script: Option<(String, String)>,
     /// Longest stdout line read; longer lines are cut off and reported.
@@ -101,9 +105,26 @@ pub enum SessionError {
 
 /// Encodes inputs and decodes output lines for one harness's protocol.
 pub(crate) trait Codec: Send + 'static {
+    /// Lines written as soon as the process starts, before it is ready (a handshake's first
+    /// step; later steps are `Decoded::Write`s answering what the harness printed).
+    fn start(&mut self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+    /// Answers a send at once, without writing anything, when the harness cannot take it
+    /// now (a next-turn input while a turn runs, a steer for a turn that already ended).
+    fn answer_now(&mut self, _mode: &SendMode) -> Option<SendOutcome> {
+        None
+    }
+    /// Called once the line for `input_id` is written: an outcome resolves the send at once
+    /// (the harness confirms nothing more for it, or the adapter already knows the answer).
+    fn written(&mut self, _input_id: &str) -> Option<SendOutcome> {
+        None
+    }
     /// One line (without the newline) that delivers `text`.
     fn encode_send(&mut self, input_id: &str, text: &str, context: &InputContext, mode: &SendMode) -> Vec<u8>;
+    /// The line that stops the running turn; empty when there is nothing to stop.
     fn encode_interrupt(&mut self) -> Vec<u8>;
+    /// The line that asks the harness to exit, or empty; stdin is closed after it either way.
     fn encode_shutdown(&mut self) -> Vec<u8>;
     /// Decodes one output line.
     fn decode(&mut self, line: &[u8]) -> Vec<Decoded>;
@@ -117,7 +138,14 @@ pub(crate) enum Decoded {
         input_id: String,
         outcome: SendOutcome,
     },
+    /// A line to write back to the harness: the next handshake step, or an answer to a
+    /// request the harness made.
+    Write(Vec<u8>),
 }
+
+/// The harness's stdin, shared by callers and the reader (which answers the harness);
+/// `None` once it was closed at shutdown.
+type Stdin = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<SendOutcome>>>>;
 
@@ -125,7 +153,7 @@ type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<SendOutcome>>>>;
 pub struct Session {
     kind: HarnessKind,
     pid: u32,
-    stdin: tokio::sync::Mutex<ChildStdin>,
+    stdin: Stdin,
     codec: Arc<Mutex<Box<dyn Codec>>>,
     pending: Pending,
     exited: watch::Receiver<bool>,
@@ -156,8 +184,10 @@ impl Session {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", spec.session_dir.join("home"))
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let codec: Box<dyn Codec> = match spec.kind {
+        let mut codec: Box<dyn Codec> = match spec.kind {
             HarnessKind::Scripted => scripted::prepare(&spec, &mut command)?,
+            HarnessKind::Claude => claude::prepare(&spec, &mut command)?,
+            HarnessKind::Codex => crate::codex::prepare(&spec, &mut command)?,
         };
         let stderr_path = spec.session_dir.join("stderr.log");
         let stderr = std::fs::File::create(&stderr_path).map_err(files(stderr_path))?;
@@ -170,6 +200,12 @@ impl Session {
             return Err(LaunchError::Invalid("the harness's stdio was not captured".into()));
         };
 
+        let stdin: Stdin = Arc::new(tokio::sync::Mutex::new(Some(stdin)));
+        for line in codec.start() {
+            if let Err(e) = write_to(&stdin, line).await {
+                return Err(LaunchError::ExitedEarly(format!("writing its first input failed: {e}")));
+            }
+        }
         let codec = Arc::new(Mutex::new(codec));
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let (events_tx, events_rx) = mpsc::channel(event_capacity.max(16));
@@ -179,6 +215,7 @@ impl Session {
         let reader = tokio::spawn(read_lines(
             stdout,
             spec.max_line_bytes,
+            stdin.clone(),
             codec.clone(),
             pending.clone(),
             events_tx.clone(),
@@ -199,7 +236,7 @@ impl Session {
             let _ = exited_tx.send(true);
         });
 
-        let session = Session { kind: spec.kind, pid, stdin: tokio::sync::Mutex::new(stdin), codec, pending, exited };
+        let session = Session { kind: spec.kind, pid, stdin, codec, pending, exited };
         let mut exited = session.exited.clone();
         tokio::select! {
             ready = ready_rx => match ready {
@@ -233,12 +270,21 @@ impl Session {
         if matches!(mode, SendMode::Steer { .. }) && !self.kind.capabilities().steer {
             return Ok(SendOutcome::FellBack { reason: format!("the {} harness cannot steer", self.kind.as_str()) });
         }
+        if let Some(outcome) = self.codec.lock().ok().and_then(|mut c| c.answer_now(&mode)) {
+            return Ok(outcome);
+        }
         let (tx, rx) = oneshot::channel();
         if let Ok(mut pending) = self.pending.lock() {
             pending.insert(input_id.to_owned(), tx);
         }
         let line = self.codec.lock().map(|mut c| c.encode_send(input_id, text, context, &mode)).unwrap_or_default();
         self.write_line(line).await?;
+        if let Some(outcome) = self.codec.lock().ok().and_then(|mut c| c.written(input_id)) {
+            if let Ok(mut pending) = self.pending.lock() {
+                pending.remove(input_id);
+            }
+            return Ok(outcome);
+        }
         let mut exited = self.exited.clone();
         tokio::select! {
             outcome = rx => outcome.map_err(|_| SessionError::Exited),
@@ -255,13 +301,20 @@ impl Session {
     /// Asks the harness to stop the running turn.
     pub async fn interrupt(&self) -> Result<(), SessionError> {
         let line = self.codec.lock().map(|mut c| c.encode_interrupt()).unwrap_or_default();
+        if line.is_empty() {
+            return Ok(());
+        }
         self.write_line(line).await
     }
 
     /// Stops the session: a shutdown line, `grace`, SIGTERM to its group, `grace`, SIGKILL.
     pub async fn shutdown(&self, grace: Duration) {
         let line = self.codec.lock().map(|mut c| c.encode_shutdown()).unwrap_or_default();
-        let _ = self.write_line(line).await;
+        if !line.is_empty() {
+            let _ = self.write_line(line).await;
+        }
+        // End of input is the polite stop for harnesses that read until EOF (Codex).
+        self.stdin.lock().await.take();
         let mut exited = self.exited.clone();
         if tokio::time::timeout(grace, exited.wait_for(|e| *e)).await.is_ok() {
             return;
@@ -280,15 +333,21 @@ impl Session {
         canopy_sys::signal_group(self.pid, canopy_sys::SIGKILL);
     }
 
-    async fn write_line(&self, mut line: Vec<u8>) -> Result<(), SessionError> {
+    async fn write_line(&self, line: Vec<u8>) -> Result<(), SessionError> {
         if *self.exited.borrow() {
             return Err(SessionError::Exited);
         }
-        line.push(b'\n');
-        let mut stdin = self.stdin.lock().await;
-        stdin.write_all(&line).await.map_err(SessionError::Write)?;
-        stdin.flush().await.map_err(SessionError::Write)
+        write_to(&self.stdin, line).await
     }
+}
+
+/// Writes one line (adding the newline) to the harness's stdin.
+async fn write_to(stdin: &Stdin, mut line: Vec<u8>) -> Result<(), SessionError> {
+    line.push(b'\n');
+    let mut stdin = stdin.lock().await;
+    let Some(stdin) = stdin.as_mut() else { return Err(SessionError::Exited) };
+    stdin.write_all(&line).await.map_err(SessionError::Write)?;
+    stdin.flush().await.map_err(SessionError::Write)
 }
 
 impl Drop for Session {
@@ -303,6 +362,7 @@ impl Drop for Session {
 async fn read_lines(
     mut stdout: impl AsyncRead + Unpin,
     max_line: usize,
+    stdin: Stdin,
     codec: Arc<Mutex<Box<dyn Codec>>>,
     pending: Pending,
     events: mpsc::Sender<HarnessEvent>,
@@ -339,6 +399,11 @@ async fn read_lines(
             overflowed = false;
             for item in decoded {
                 match item {
+                    Decoded::Write(reply) => {
+                        if let Err(e) = write_to(&stdin, reply).await {
+                            tracing::debug!(error = %e, "answering the harness failed");
+                        }
+                    }
                     Decoded::Ack { input_id, outcome } => {
                         let waiter = pending.lock().ok().and_then(|mut p| p.remove(&input_id));
                         if let Some(waiter) = waiter {

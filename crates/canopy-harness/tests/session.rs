@@ -19,6 +19,8 @@ fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSp
         mcp_url: "http://127.0.0.1:1/mcp".into(),
         mcp_token: "t".into(),
         env: vec![],
+        model: None,
+        provider: None,
         script: Some(("script.toml".into(), String::new())),
         max_line_bytes: 1024,
         ready_timeout,

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use canopy_bus::{ApiClient, CallError};
+use canopy_harness::{HarnessKind, HarnessSettings};
 use canopy_proto::Method;
 use canopy_proto::api::{
     DeliverDoorbell, ReportedActivity, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionReport,
@@ -56,6 +57,8 @@ pub struct RunnerOptions {
     /// The program that runs the scripted harness, and its leading arguments.
     pub scripted_program: PathBuf,
     pub scripted_args: Vec<String>,
+    /// How to run each real harness here (`[harness.<name>]`): program, model, env.
+    pub harnesses: HashMap<HarnessKind, HarnessSettings>,
     pub settings: RunnerSettings,
 }
 

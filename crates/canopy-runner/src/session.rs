@@ -369,10 +369,21 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         return;
     };
     let agent_dir = options.sessions_dir.join(&assignment.agent);
+    let harness = options.harnesses.get(&kind).cloned().unwrap_or_default();
+    let (program, program_args) = match kind.default_program() {
+        None => (options.scripted_program.clone(), options.scripted_args.clone()),
+        Some(name) => (harness.program.clone().unwrap_or_else(|| name.into()), Vec::new()),
+    };
+    let mut env: Vec<(String, String)> = vec![
+        ("CANOPY_AGENT".into(), assignment.agent.clone()),
+        ("CANOPY_HOME_CHANNEL".into(), assignment.home_channel.clone()),
+        ("CANOPY_INCARNATION".into(), assignment.incarnation.to_string()),
+    ];
+    env.extend(harness.env.iter().cloned());
     let spec = LaunchSpec {
         kind,
-        program: options.scripted_program.clone(),
-        program_args: options.scripted_args.clone(),
+        program,
+        program_args,
         session_dir: agent_dir.join(assignment.incarnation.to_string()),
         cwd: match assignment.cwd.is_empty() {
             true => agent_dir.join("work"),
@@ -384,11 +395,9 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         },
         mcp_url,
         mcp_token: assignment.token.clone(),
-        env: vec![
-            ("CANOPY_AGENT".into(), assignment.agent.clone()),
-            ("CANOPY_HOME_CHANNEL".into(), assignment.home_channel.clone()),
-            ("CANOPY_INCARNATION".into(), assignment.incarnation.to_string()),
-        ],
+        env,
+        model: harness.model.clone(),
+        provider: harness.provider.clone(),
         script: assignment.script.as_ref().map(|s| (s.name.clone(), s.text.clone())),
         max_line_bytes: settings.max_line_bytes,
         ready_timeout: settings.ready_timeout,

@@ -1,0 +1,246 @@
+//! `canopy doctor`: can this machine run the workspace's sessions?
+//!
+//! Reports `nats-server` and every harness: where its program is, its `--version`, and for
+//! Claude Code whether a session actually starts (the adapter's launch and handshake, with no
+//! model call). Exits 69 when something the configuration needs (`nats-server`, or a harness
+//! a configured role runs) is missing or broken. It reads `canopy.toml` from the data
+//! directory when there is one and needs no daemon; it changes nothing but a temporary
+//! directory it removes.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use canopy_daemon::{Config, DataDir};
+use canopy_harness::{HarnessKind, HarnessSettings, LaunchSpec, PromptMode, Session};
+use serde::Serialize;
+
+use crate::{EXIT_UNAVAILABLE, EXIT_USAGE, output};
+
+/// One line of the report.
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    /// Whether the configuration needs it (`nats-server` always; a harness when a role
+    /// runs it).
+    pub required: bool,
+    pub ok: bool,
+    pub path: Option<String>,
+    pub version: Option<String>,
+    /// For harnesses Canopy can start without a model call: whether a session started.
+    pub session_starts: Option<bool>,
+    pub problem: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// Everything required is there and works.
+    pub ok: bool,
+    pub checks: Vec<Check>,
+}
+
+pub async fn run(dir: &DataDir, json: bool) -> u8 {
+    let config = match Config::load(&dir.config()) {
+        Ok(config) => config,
+        Err(e) => {
+            if json {
+                output::json(
+                    &serde_json::json!({"error": {"code": "invalid_argument", "message": e.to_string(), "field": e.key}}),
+                );
+            } else {
+                eprintln!("error: {e}");
+            }
+            return EXIT_USAGE;
+        }
+    };
+    let report = report(&config).await;
+    if json {
+        output::json(&report);
+    } else {
+        for check in &report.checks {
+            let mark = match (check.ok, check.required) {
+                (true, _) => "ok     ",
+                (false, true) => "MISSING",
+                (false, false) => "absent ",
+            };
+            let mut line = format!("{mark} {}", check.name);
+            if let Some(path) = &check.path {
+                line.push_str(&format!(" {path}"));
+            }
+            if let Some(version) = &check.version {
+                line.push_str(&format!(" ({version})"));
+            }
+            if check.session_starts == Some(true) {
+                line.push_str("; a session starts");
+            }
+            if let Some(problem) = &check.problem {
+                line.push_str(&format!(": {problem}"));
+            }
+            if !check.required {
+                line.push_str(" [no configured role uses it]");
+            }
+            println!("{line}");
+        }
+        if !report.ok {
+            eprintln!("canopy doctor: something the configured roles need is missing (see above)");
+        }
+    }
+    if report.ok { 0 } else { EXIT_UNAVAILABLE }
+}
+
+pub async fn report(config: &Config) -> Report {
+    let used: Vec<HarnessKind> = config.roles.values().filter_map(|r| HarnessKind::parse(&r.harness)).collect();
+    let mut checks = vec![nats_check().await];
+    for &kind in HarnessKind::ALL {
+        let required = used.contains(&kind);
+        let check = match kind.default_program() {
+            None => Check {
+                name: kind.as_str().into(),
+                required,
+                ok: true,
+                path: std::env::current_exe().ok().map(|p| p.display().to_string()),
+                version: Some(format!("built in, canopy {}", env!("CARGO_PKG_VERSION"))),
+                session_starts: None,
+                problem: None,
+            },
+            Some(default) => harness_check(kind, default, &config.harness_settings(kind), required).await,
+        };
+        checks.push(check);
+    }
+    let ok = checks.iter().all(|c| c.ok || !c.required);
+    Report { ok, checks }
+}
+
+async fn nats_check() -> Check {
+    let mut check = Check {
+        name: "nats-server".into(),
+        required: true,
+        ok: false,
+        path: None,
+        version: None,
+        session_starts: None,
+        problem: None,
+    };
+    match canopy_bus::find_nats_server() {
+        Ok(path) => {
+            check.path = Some(path.display().to_string());
+            match version(&path, &[]).await {
+                Ok(v) => {
+                    check.version = Some(v);
+                    check.ok = true;
+                }
+                Err(e) => check.problem = Some(e),
+            }
+        }
+        Err(e) => check.problem = Some(e.to_string()),
+    }
+    check
+}
+
+async fn harness_check(kind: HarnessKind, default: &str, settings: &HarnessSettings, required: bool) -> Check {
+    let mut check = Check {
+        name: kind.as_str().into(),
+        required,
+        ok: false,
+        path: None,
+        version: None,
+        session_starts: None,
+        problem: None,
+    };
+    let wanted = settings.program.clone().unwrap_or_else(|| PathBuf::from(default));
+    let Some(program) = canopy_harness::find_program(&wanted, std::env::var_os("PATH").as_deref()) else {
+        check.problem = Some(match &settings.program {
+            Some(path) => format!("[harness.{}] bin = {} is not an executable file", kind.as_str(), path.display()),
+            None => format!("`{default}` is not on PATH; install it or set [harness.{}] bin", kind.as_str()),
+        });
+        return check;
+    };
+    check.path = Some(program.display().to_string());
+    match version(&program, &settings.env).await {
+        Ok(v) => check.version = Some(v),
+        Err(e) => {
+            check.problem = Some(e);
+            return check;
+        }
+    }
+    // Claude Code answers its `initialize` handshake without a model call, so a session can
+    // be started for real. The other harnesses are checked by their version only.
+    if kind == HarnessKind::Claude {
+        if !canopy_harness::claude::has_credentials(&settings.env) {
+            check.problem = Some(format!(
+                "no credentials: set one of {} in [harness.claude.env] or in the environment that runs canopy",
+                canopy_harness::claude::CREDENTIAL_ENV.join(", ")
+            ));
+            return check;
+        }
+        match session_starts(kind, &program, settings).await {
+            Ok(()) => check.session_starts = Some(true),
+            Err(e) => {
+                check.session_starts = Some(false);
+                check.problem = Some(format!("a session did not start: {e}"));
+                return check;
+            }
+        }
+    }
+    check.ok = true;
+    check
+}
+
+/// `program --version` in a clean environment (plus the harness's configured env), first line.
+async fn version(program: &Path, env: &[(String, String)]) -> Result<String, String> {
+    let home = std::env::temp_dir().join(format!("canopy-doctor-home-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&home);
+    let mut command = tokio::process::Command::new(program);
+    command
+        .arg("--version")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(20), command.output()).await;
+    let _ = std::fs::remove_dir_all(&home);
+    let output = match output {
+        Err(_) => return Err(format!("{} --version did not finish within 20s", program.display())),
+        Ok(Err(e)) => return Err(format!("running {} --version: {e}", program.display())),
+        Ok(Ok(output)) => output,
+    };
+    let text = String::from_utf8_lossy(&output.stdout);
+    let first = text.lines().next().unwrap_or_default().trim().to_owned();
+    if !output.status.success() || first.is_empty() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(format!("{} --version failed ({}): {}", program.display(), output.status, stderr.trim()));
+    }
+    Ok(first)
+}
+
+/// Starts one session of `kind` in a temporary directory, waits until it is ready, stops it.
+async fn session_starts(kind: HarnessKind, program: &Path, settings: &HarnessSettings) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("canopy-doctor-{}", std::process::id()));
+    let spec = LaunchSpec {
+        kind,
+        program: program.to_owned(),
+        program_args: Vec::new(),
+        session_dir: dir.join("session"),
+        cwd: dir.join("work"),
+        prompt: PromptMode::Replace("canopy doctor: a session start check.".into()),
+        // Nothing listens there: the check needs no tools and makes no model call.
+        mcp_url: "http://127.0.0.1:9/mcp".into(),
+        mcp_token: "cns_doctor".into(),
+        env: settings.env.clone(),
+        model: settings.model.clone(),
+        provider: settings.provider.clone(),
+        script: None,
+        max_line_bytes: 1 << 20,
+        ready_timeout: Duration::from_secs(30),
+    };
+    let result = match Session::launch(spec, 64).await {
+        Ok((session, _events)) => {
+            session.shutdown(Duration::from_secs(2)).await;
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}

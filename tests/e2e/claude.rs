@@ -1,0 +1,351 @@
+//! Claude Code end to end: the real `claude` CLI (the pinned version that
+//! `scripts/install-harnesses.sh` installs, found through `CANOPY_TEST_CLAUDE_BIN`) run by the
+//! real daemon and runner for an agent created with `--harness claude`, against the fake
+//! Anthropic API; only the model is faked.
+//!
+//! Owns the scenarios the Claude adapter promises: the prompt and tools the model sees, a tool
+//! call that posts as the agent, turn-start delivery, a steer at a tool boundary, a steer that
+//! falls back to the next turn, a `kill -9` of the CLI, and an implementer run whose delta
+//! rides Claude Code's append mechanism. Interrupt has no operator command, so it is tested at
+//! the harness level (`crates/canopy-harness/tests/claude.rs`).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, signal};
+use crate::fake_anthropic::{FakeAnthropic, Reply, system_text, tool_names, user_texts};
+
+/// The installed CLI; a missing one fails the test with the way to get it.
+fn claude_bin() -> String {
+    match std::env::var("CANOPY_TEST_CLAUDE_BIN") {
+        Ok(path) if std::path::Path::new(&path).is_file() => path,
+        other => panic!(
+            "CANOPY_TEST_CLAUDE_BIN is {other:?}: these tests drive the real Claude Code CLI. Run \
+             `eval \"$(scripts/install-harnesses.sh)\"` (or scripts/test.sh), which installs \
+             @anthropic-ai/claude-code@2.1.332 from npm"
+        ),
+    }
+}
+
+/// A workspace whose sessions run Claude Code against `fake`, with quick delivery timers and
+/// a steer timeout long enough to cover one model call (the adapter answers a steer written
+/// during a model call once that call's outcome is known).
+fn claude_env(fake: &FakeAnthropic) -> TestEnv {
+    claude_env_with(fake, &[])
+}
+
+/// `claude_env` with more `canopy.toml` edits.
+fn claude_env_with(fake: &FakeAnthropic, more: &[(&str, &str)]) -> TestEnv {
+    let harness = format!(
+        "[harness.claude]\nbin = {bin:?}\nmodel = \"claude-fake\"\n\n[harness.claude.env]\n\
+         ANTHROPIC_BASE_URL = {url:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\n",
+        bin = claude_bin(),
+        url = fake.base_url(),
+    );
+    let mut edits: Vec<(&str, &str)> = vec![
+        ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
+        ("restart_backoff_min = \"500ms\"", "restart_backoff_min = \"100ms\""),
+        ("quiet_window = \"2s\"", "quiet_window = \"100ms\""),
+        ("resync = \"5s\"", "resync = \"500ms\""),
+        ("steer_timeout = \"2s\"", "steer_timeout = \"15s\""),
+        ("[harness.claude]\n", &harness),
+    ];
+    edits.extend_from_slice(more);
+    TestEnv::started_with(&edits)
+}
+
+fn create_claude_agent(env: &TestEnv, handle: &str) {
+    env.json(&["agents", "create", "--handle", handle, "--name", handle, "--harness", "claude"]);
+}
+
+/// Waits until the agent shows `presence`.
+fn wait_presence(env: &TestEnv, handle: &str, presence: &str) {
+    crate::assert_eventually!(
+        env.roster_entry(handle)["presence"] == presence,
+        "{handle} never became {presence}: {}",
+        env.roster_entry(handle)
+    );
+}
+
+/// How many times `needle` occurs among the user-side texts of `request`.
+fn occurrences(request: &Value, needle: &str) -> usize {
+    user_texts(request).iter().map(|t| t.matches(needle).count()).sum()
+}
+
+/// The request that continues a turn after tool call `call_id` (its tool result is the
+/// newest user content).
+fn has_tool_result(request: &Value, call_id: &str) -> bool {
+    request["messages"].as_array().into_iter().flatten().any(|m| {
+        m["content"]
+            .as_array()
+            .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result" && b["tool_use_id"] == call_id))
+    })
+}
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[test]
+fn the_model_sees_the_session_prompt_and_canopy_tools_and_a_tool_call_posts_as_the_agent() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::canopy_tool(
+            "comms_post_message",
+            json!({"channel": "home-cc", "topic": "hello", "body": "hi from claude code", "create_topic": true}),
+        ),
+        Reply::text("posted my hello"),
+    ]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    let requests = fake.wait_requests(2, PATIENCE);
+
+    // The system prompt is the session's prompt verbatim, after the CLI's identity line.
+    let prompt = std::fs::read_to_string(env.data_dir().join("sessions/cc/1/system-prompt.md")).unwrap();
+    assert!(!prompt.trim().is_empty());
+    let blocks = requests[0]["system"].as_array().unwrap();
+    assert_eq!(blocks.last().unwrap()["text"].as_str().unwrap(), prompt, "{}", system_text(&requests[0]));
+    // ... and that is Canopy's rendered Manager block-0, exactly what `prompt render` prints.
+    let rendered = env.json(&["prompt", "render", "--agent", "cc"]);
+    assert_eq!(rendered["text"].as_str().unwrap(), prompt);
+    assert_eq!(rendered["session"]["hash"], rendered["hash"]);
+    assert!(prompt.starts_with("# You are a Manager"), "{prompt}");
+    // Canopy's tools are offered under the MCP server's name.
+    let tools = tool_names(&requests[0]);
+    for tool in ["mcp__canopy__comms_post_message", "mcp__canopy__comms_list_messages"] {
+        assert!(tools.iter().any(|t| t == tool), "{tool} missing from {tools:?}");
+    }
+    // The first input says who the agent is.
+    assert!(occurrences(&requests[0], "Session 1 started for cc") == 1, "{}", requests[0]);
+
+    crate::assert_eventually!(
+        env.messages("home-cc").iter().any(|m| m["body"] == "hi from claude code"),
+        "the tool call did not post: {:?}",
+        env.messages("home-cc")
+    );
+    let message = env.messages("home-cc").into_iter().find(|m| m["body"] == "hi from claude code").unwrap();
+    assert_eq!(message["sender"]["handle"], "cc");
+    assert_eq!(message["sender"]["kind"], "agent");
+    assert_eq!(message["topic"], "hello");
+    // The tool result (the post's outcome) went back to the model in the same turn.
+    assert!(has_tool_result(&requests[1], "toolu_1_0"), "{}", requests[1]);
+    wait_presence(&env, "cc", "idle");
+
+    // The operator's watch shows the turn as normalised events.
+    let activity: Vec<Value> = env
+        .ok(&["--json", "watch", "cc", "--no-follow", "--tail", "1000"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = activity.iter().filter_map(|a| a["kind"].as_str()).collect();
+    for kind in ["session_ready", "turn_started", "tool_running", "tool_result", "text", "usage", "turn_ended"] {
+        assert!(kinds.contains(&kind), "no {kind} in {kinds:?}");
+    }
+    let running = activity.iter().find(|a| a["kind"] == "tool_running").unwrap();
+    assert!(running["summary"].as_str().unwrap().contains("mcp__canopy__comms_post_message"), "{running}");
+}
+
+#[test]
+fn a_message_to_an_idle_claude_agent_starts_a_turn_with_the_fenced_message() {
+    let fake = FakeAnthropic::start(vec![Reply::text("ready when you are"), Reply::text("on it")]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "idle");
+    let posted =
+        env.json(&["post", "--channel", "home-cc", "--topic", "build", "--create-topic", "please check the build"]);
+    assert_eq!(posted["outcomes"][0]["outcome"], "woke", "{posted}");
+    let requests = fake.wait_requests(2, PATIENCE);
+    let text = user_texts(&requests[1]).into_iter().find(|t| t.contains("please check the build"));
+    let text = text.unwrap_or_else(|| panic!("the message did not reach the model: {}", requests[1]));
+    assert!(text.contains("## #home-cc > build"), "{text}");
+    let fence =
+        text.lines().find(|l| l.contains(" message ") && l.contains("from @ops")).unwrap_or_else(|| panic!("{text}"));
+    let nonce = fence.trim_start_matches('[').split(' ').next().unwrap();
+    assert!(nonce.starts_with("canopy-") && text.contains(&format!("[{nonce} end of message")), "{text}");
+    wait_presence(&env, "cc", "idle");
+    assert_eq!(occurrences(fake.requests().last().unwrap(), "please check the build"), 1, "delivered twice");
+}
+
+#[test]
+fn a_mention_during_a_tool_call_lands_in_the_same_turn_and_is_reported_steered() {
+    // The start turn calls a tool; the model takes its time choosing it, so the post lands
+    // while a tool-producing call runs and is taken at that tool's boundary.
+    let fake = FakeAnthropic::start(vec![
+        Reply::canopy_tool("comms_list_channels", json!({})).after(Duration::from_secs(6)),
+        Reply::text("noted the urgent message"),
+    ]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "working");
+    let posted =
+        env.json(&["post", "--channel", "home-cc", "--topic", "now", "--create-topic", "@cc urgent: the build is red"]);
+    let outcome = &posted["outcomes"][0];
+    assert_eq!(outcome["recipient"], "cc");
+    assert_eq!(outcome["outcome"], "steered", "{posted}");
+
+    let requests = fake.wait_requests(2, PATIENCE);
+    // The next model request of the same turn: after the tool's result, with the message.
+    assert!(has_tool_result(&requests[1], "toolu_1_0"), "{}", requests[1]);
+    assert_eq!(occurrences(&requests[1], "urgent: the build is red"), 1, "{}", requests[1]);
+    wait_presence(&env, "cc", "idle");
+    // Delivered once: no later turn brings it again.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(occurrences(fake.requests().last().unwrap(), "urgent: the build is red"), 1, "delivered twice");
+}
+
+#[test]
+fn a_mention_during_the_final_model_call_falls_back_and_arrives_at_the_next_turn() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::text("a long answer").after(Duration::from_secs(6)),
+        Reply::text("now about your message"),
+    ]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "working");
+    let posted = env.json(&["post", "--channel", "home-cc", "--topic", "late", "--create-topic", "@cc one more thing"]);
+    let outcome = &posted["outcomes"][0];
+    assert_eq!(outcome["recipient"], "cc");
+    assert_eq!(outcome["outcome"], "queued", "{posted}");
+    assert!(outcome["reason"].as_str().unwrap_or_default().contains("fell back"), "{posted}");
+
+    let requests = fake.wait_requests(2, PATIENCE);
+    // A turn of its own: the first turn's answer is history, the message is the new input.
+    assert_eq!(occurrences(&requests[0], "one more thing"), 0);
+    assert_eq!(occurrences(&requests[1], "one more thing"), 1, "{}", requests[1]);
+    wait_presence(&env, "cc", "idle");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(occurrences(fake.requests().last().unwrap(), "one more thing"), 1, "delivered twice");
+}
+
+#[test]
+fn a_killed_claude_cli_restarts_as_incarnation_2_and_gets_the_undelivered_message() {
+    let fake = FakeAnthropic::start(vec![Reply::text("thinking hard").after(Duration::from_secs(20))]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    let first = env.wait_harness_pid("cc", 1);
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "working");
+    // Not a mention: it waits for the next turn start, which this session never reaches.
+    let posted = env.json(&[
+        "post",
+        "--channel",
+        "home-cc",
+        "--topic",
+        "queue",
+        "--create-topic",
+        "the release moved to Monday",
+    ]);
+    assert_eq!(posted["outcomes"][0]["outcome"], "queued", "{posted}");
+    signal(first, canopy_sys::SIGKILL);
+
+    let second = env.wait_harness_pid("cc", 2);
+    assert_ne!(first, second);
+    crate::assert_eventually!(env.roster_entry("cc")["incarnation"] == 2, "the roster did not move to session 2");
+    let requests = fake.wait_requests(2, PATIENCE);
+    let restarted = &requests[1];
+    assert_eq!(occurrences(restarted, "Session 2 started for cc"), 1, "{restarted}");
+    assert_eq!(occurrences(restarted, "the release moved to Monday"), 1, "{restarted}");
+}
+
+#[test]
+fn doctor_finds_the_claude_cli_starts_a_session_and_fails_when_a_role_needs_a_missing_harness() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.data_dir()).unwrap();
+    let config = env.data_dir().join("canopy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[harness.claude]\nbin = {:?}\n\n[harness.claude.env]\nANTHROPIC_API_KEY = \"sk-ant-test\"\n\n\
+             [roles.manager]\nharness = \"claude\"\n",
+            claude_bin()
+        ),
+    )
+    .unwrap();
+    let report = env.json(&["doctor"]);
+    assert_eq!(report["ok"], true, "{report}");
+    let check = |report: &Value, name: &str| {
+        report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap()
+    };
+    let claude = check(&report, "claude");
+    assert_eq!(claude["required"], true);
+    assert_eq!(claude["session_starts"], true, "{claude}");
+    assert!(claude["version"].as_str().unwrap().contains("2.1.332"), "{claude}");
+    assert_eq!(check(&report, "nats-server")["ok"], true);
+
+    // A role that runs a harness this machine lacks makes doctor fail, naming it.
+    std::fs::write(&config, "[harness.codex]\nbin = \"/nonexistent/codex\"\n\n[roles.manager]\nharness = \"codex\"\n")
+        .unwrap();
+    let out = env.run(&["--json", "doctor"]);
+    assert_eq!(out.status.code(), Some(69), "{}", crate::env::text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let codex = check(&report, "codex");
+    assert_eq!((codex["required"].clone(), codex["ok"].clone()), (json!(true), json!(false)), "{codex}");
+    assert!(codex["problem"].as_str().unwrap().contains("harness.codex"), "{codex}");
+
+    // Claude Code without a credential (configured or inherited) cannot reach the model.
+    std::fs::write(
+        &config,
+        format!("[harness.claude]\nbin = {:?}\n\n[roles.manager]\nharness = \"claude\"\n", claude_bin()),
+    )
+    .unwrap();
+    let mut command = env.command(&["--json", "doctor"]);
+    for key in ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"] {
+        command.env_remove(key);
+    }
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(69), "{}", crate::env::text(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let claude = check(&report, "claude");
+    assert!(claude["problem"].as_str().unwrap().contains("no credentials"), "{claude}");
+}
+
+#[test]
+fn an_implementer_run_on_claude_keeps_the_cli_default_with_the_delta_appended() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::canopy_tool(
+            "agents_run_subagent",
+            json!({"definition": "implementer", "brief": "Add a --verbose flag to the build script."}),
+        ),
+        Reply::text("briefed; waiting for the report"),
+        Reply::text("Report: added --verbose; verified with the build script's own test."),
+    ]);
+    let env = claude_env_with(
+        &fake,
+        &[(
+            "[roles.implementer]\nharness = \"scripted\"\nscript = \"implementer.toml\"",
+            "[roles.implementer]\nharness = \"claude\"",
+        )],
+    );
+    create_claude_agent(&env, "lead");
+    crate::assert_eventually!(
+        fake.requests().iter().any(|r| system_text(r).contains("# You are an implementer")),
+        "no request carried the implementer delta: {:#?}",
+        fake.requests().iter().map(system_text).collect::<Vec<_>>()
+    );
+    let requests = fake.requests();
+
+    // The run's request: Claude Code's own default prompt, then Canopy's delta at the very end.
+    let run = requests
+        .iter()
+        .find(|r| system_text(r).contains("# You are an implementer"))
+        .unwrap_or_else(|| panic!("no request carried the implementer delta: {requests:#?}"));
+    let system = system_text(run);
+    let delta = system.find("# You are an implementer").unwrap();
+    assert!(delta > 3000, "the CLI's default prompt should come first ({delta} bytes before the delta)");
+    assert!(!system.contains("# You are a Manager"), "a run never gets the Manager block-0");
+    let appended = std::fs::read_to_string(env.data_dir().join("sessions/run-1/1/system-prompt.md")).unwrap();
+    assert!(system.trim_end().ends_with(appended.trim_end()), "the delta is appended at the end");
+    assert!(appended.contains("- Parent: @lead"), "{appended}");
+    assert!(!appended.contains("Careful coding"), "the delta never copies Canopy's default block-0");
+    assert!(occurrences(run, "Add a --verbose flag") == 1, "the brief is the run's first input");
+    // The run's only tools are the ones its role registers (none of the comms tools).
+    assert!(!tool_names(run).iter().any(|t| t.contains("comms_post_message")), "{:?}", tool_names(run));
+
+    // The report reached the Manager at its next turn start.
+    crate::assert_eventually!(
+        fake.requests().iter().any(|r| occurrences(r, "Subagent run 1 (implementer) finished: done.") > 0),
+        "the Manager's next turn did not carry the report"
+    );
+    assert_eq!(env.json(&["runs", "--agent", "lead"])["runs"][0]["status"], "done");
+}
