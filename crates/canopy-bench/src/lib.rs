@@ -1,6 +1,6 @@
-//! `canopy bench`: the figures of DESIGN section 11 for delivery, each printed beside its
-//! raw baseline measured in the same run on the same machine (these machines are noisy;
-//! ratios hold, absolute times do not).
+//! `canopy bench`: the figures of DESIGN section 11 (delivery here, prompt render in
+//! `prompt.rs`), each printed beside its raw baseline measured in the same run on the same
+//! machine (these machines are noisy; ratios hold, absolute times do not).
 //!
 //! Everything is real: a private `nats-server`, the daemon on a temporary data directory,
 //! SQLite files, and for steers a runner with a scripted harness session. The baselines use
@@ -8,6 +8,7 @@
 //! echo, a NATS request that commits one row and replies, and a plain NATS publish burst.
 //! Does not touch any existing workspace.
 
+pub mod prompt;
 pub mod setup;
 
 use std::time::{Duration, Instant};
@@ -58,6 +59,8 @@ pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
         figures.push(broadcast(&bench, agents).await?);
     }
     bench.stop().await;
+    eprintln!("bench: prompt render...");
+    figures.extend(prompt::figures(&canopy_daemon::prompts::catalog(), options.quick)?);
     Ok(figures)
 }
 

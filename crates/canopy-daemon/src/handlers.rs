@@ -260,6 +260,7 @@ impl Api {
                 prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
                 system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
                 cwd: crate::prompts::workdir(&self.config, &self.data_dir, s.agent.as_str()).display().to_string(),
+                model: self.model_for(&s),
                 run: s.run.map(|(id, definition, brief)| RunAssignment {
                     id,
                     definition,
@@ -413,7 +414,7 @@ impl Api {
                 .transpose()?
                 .filter(|p| !p.trim().is_empty()),
         };
-        let defaults = self.roles.for_role(spec.role.as_str());
+        let defaults = self.session_defaults(spec.role.as_str());
         let harness = req.harness.unwrap_or(defaults.harness);
         let script = match req.script {
             Some(source) => Some((source.name, source.text)),

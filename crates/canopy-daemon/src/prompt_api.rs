@@ -214,7 +214,7 @@ impl Api {
                         format!("the bundle has no role {role} (roles: {})", known.join(", ")),
                     ));
                 }
-                let harness = self.roles.for_role(role.as_str()).harness;
+                let harness = self.session_defaults(role.as_str()).harness;
                 let identity = Identity {
                     handle: format!("example-{role}"),
                     name: String::new(),
@@ -301,7 +301,7 @@ impl Api {
         if req.brief.len() > max {
             return Err(Error::TooLarge { field: "brief", len: req.brief.len(), max });
         }
-        let defaults = self.roles.for_role(&role.id);
+        let defaults = self.session_defaults(&role.id);
         let spec = RunSpec {
             definition: req.definition,
             brief: req.brief,
@@ -359,6 +359,35 @@ impl Api {
         self.publish_messages(vec![message]).await;
         self.poke_runners().await;
         Ok(true)
+    }
+
+    /// The harness (and script) a new session of `role` runs: `[roles.<role>]` in
+    /// `canopy.toml` when it lists the role; else the bundle role's `harness` when it names a
+    /// real harness (which needs no script); else the `manager` defaults.
+    pub(crate) fn session_defaults(&self, role: &str) -> crate::roles::SessionDefaults {
+        if let Some(configured) = self.roles.configured(role) {
+            return configured.clone();
+        }
+        let renderer = self.prompts.renderer();
+        match renderer.bundle().roles.get(role).map(|r| r.harness.as_str()) {
+            Some(harness) if !harness.is_empty() && harness != "scripted" => {
+                crate::roles::SessionDefaults { harness: harness.to_owned(), script: None }
+            }
+            _ => self.roles.for_role(role),
+        }
+    }
+
+    /// The model the bundle asks for a session: its run definition's `model`, else its role's
+    /// (empty: the harness's configured default).
+    pub(crate) fn model_for(&self, session: &LiveSession) -> String {
+        let renderer = self.prompts.renderer();
+        let bundle = renderer.bundle();
+        let definition = session.run.as_ref().and_then(|(_, d, _)| bundle.definitions.get(d));
+        let role = match &session.run {
+            Some((_, d, _)) => bundle.role_for_definition(d),
+            None => bundle.role(session.role.as_str()),
+        };
+        definition.and_then(|d| d.model.clone()).or_else(|| role.map(|r| r.model.clone())).unwrap_or_default()
     }
 
     /// The Manager of a subagent run's account (`None` for any other account).

@@ -56,11 +56,15 @@ impl RoleDefaults {
 
     /// The defaults for `role` (the `manager` ones when the role has none).
     pub fn for_role(&self, role: &str) -> SessionDefaults {
-        self.roles
-            .get(role)
+        self.configured(role)
             .or_else(|| self.roles.get("manager"))
             .cloned()
             .unwrap_or(SessionDefaults { harness: String::new(), script: None })
+    }
+
+    /// The defaults `canopy.toml` gives `role` itself, if it lists it.
+    pub fn configured(&self, role: &str) -> Option<&SessionDefaults> {
+        self.roles.get(role)
     }
 }
 

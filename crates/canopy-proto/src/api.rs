@@ -388,6 +388,9 @@ pub struct SessionAssignment {
     pub prompt_hash: String,
     /// The harness's working directory (empty: the runner's default for the agent).
     pub cwd: String,
+    /// The model the bundle asks for (a role's `model`, or a run definition's); empty: the
+    /// harness's configured default.
+    pub model: String,
     /// Set when the session is a subagent run: its brief is the first input, and its final
     /// report goes back with `runs.finish`.
     pub run: Option<RunAssignment>,

@@ -396,7 +396,10 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         mcp_url,
         mcp_token: assignment.token.clone(),
         env,
-        model: harness.model.clone(),
+        model: match assignment.model.is_empty() {
+            true => harness.model.clone(),
+            false => Some(assignment.model.clone()),
+        },
         provider: harness.provider.clone(),
         script: assignment.script.as_ref().map(|s| (s.name.clone(), s.text.clone())),
         max_line_bytes: settings.max_line_bytes,
