@@ -5,9 +5,11 @@
 //!
 //! Owns the Codex scenarios: the system prompt reaching the model verbatim, Canopy's tools
 //! offered and a scripted call posting as the agent, a post waking an idle session, an
-//! @mention steered into a running turn, a late mention falling back to the next turn, and
-//! `kill -9` of Codex (restart, redelivery), a graceful stop, and an implementer run whose
-//! delta arrives as `developerInstructions`. A missing binary fails with the install command.
+//! @mention steered into a running turn, a late mention falling back to the next turn,
+//! `canopy agents interrupt` during a slow tool (the turn ends interrupted, the same session
+//! takes the next message), `kill -9` of Codex (restart, redelivery), a graceful stop, and an
+//! implementer run whose delta arrives as `developerInstructions`. A missing binary fails
+//! with the install command.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -248,6 +250,46 @@ fn a_mention_after_the_codex_turn_ended_falls_back_to_the_next_turn() {
     assert!(env.watched("cx", "steer_injected").is_empty(), "the late mention was steered");
     signal(runner.0.id(), canopy_sys::SIGTERM);
     let _ = crate::env::wait_timeout(&mut runner.0, Duration::from_secs(15));
+}
+
+#[test]
+fn canopy_agents_interrupt_ends_a_codex_turn_during_a_slow_tool_and_the_session_takes_the_next_message() {
+    let fake = FakeOpenAi::start(vec![Reply::shell("sleep 60"), Reply::text("back at your service")]);
+    let env = started(&fake, &[]);
+    env.create_codex("cx");
+    let pid = env.wait_harness_pid("cx", 1);
+    crate::assert_eventually!(
+        env.watched("cx", "tool_running").iter().any(|i| i["detail"]["name"] == "command"),
+        "the slow tool never ran: {:?}",
+        env.watch("cx")
+    );
+
+    let interrupted = env.json(&["agents", "interrupt", "cx"]);
+    assert_eq!(interrupted["interrupted"], true, "{interrupted}");
+    assert_eq!(interrupted["incarnation"], 1, "{interrupted}");
+    let turn = interrupted["turn_id"].as_str().unwrap().to_owned();
+    let ended = |env: &TestEnv| env.watched("cx", "turn_ended").into_iter().find(|i| i["turn_id"] == turn.as_str());
+    crate::assert_eventually!(ended(&env).is_some(), "the interrupted turn never ended: {:?}", env.watch("cx"));
+    assert_eq!(ended(&env).unwrap()["detail"]["status"], "interrupted", "{:?}", ended(&env));
+    assert!(
+        env.watched("cx", "tool_aborted").iter().any(|i| i["detail"]["name"] == "command"),
+        "the cut-off tool was not reported: {:?}",
+        env.watch("cx")
+    );
+    crate::assert_eventually!(env.roster_entry("cx")["presence"] == "idle", "cx did not go idle");
+    assert_eq!(env.json(&["agents", "interrupt", "cx"])["interrupted"], false, "an idle agent was interrupted");
+
+    // Still usable, and still the same session: the next message is a new turn whose request
+    // reaches the model.
+    env.post("home-cx", "are you still there");
+    let requests = fake.wait_requests(2, PATIENCE);
+    assert_fenced(&last_user_message(&requests[1]), "are you still there");
+    crate::assert_eventually!(env.watched("cx", "turn_started").len() == 2, "the message did not start a turn");
+    let started = env.watched("cx", "turn_started");
+    assert_ne!(started[1]["turn_id"], turn.as_str());
+    assert_eq!(env.roster_entry("cx")["incarnation"], 1);
+    assert_eq!(env.wait_harness_pid("cx", 1), pid);
+    assert!(crate::env::alive(pid), "codex exited");
 }
 
 #[test]
