@@ -8,8 +8,9 @@
 //! @mention steered into a running turn, a late mention falling back to the next turn,
 //! `canopy agents interrupt` during a slow tool (the turn ends interrupted, the same session
 //! takes the next message), `kill -9` of Codex (restart, redelivery), a graceful stop, and an
-//! implementer run whose delta arrives as `developerInstructions`. A missing binary fails
-//! with the install command.
+//! implementer run whose delta arrives as `developerInstructions`, and `canopy doctor`
+//! starting a real Codex session (no model call). A missing binary fails with the install
+//! command.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -377,4 +378,55 @@ fn an_implementer_run_on_codex_keeps_codex_s_prompt_and_gets_the_delta_as_develo
         "the Manager's next turn did not carry the report"
     );
     assert_eq!(env.json(&["runs", "--agent", "lead"])["runs"][0]["status"], "done");
+}
+
+#[test]
+fn doctor_starts_a_codex_session_without_a_model_call_and_names_a_missing_api_key() {
+    let fake = FakeOpenAi::start(Vec::new());
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.data_dir()).unwrap();
+    let config = env.data_dir().join("canopy.toml");
+    let write = |provider_env: &str| {
+        let text = format!(
+            "[harness.codex]\nbin = {bin:?}\nmodel = \"fake-model\"\n{provider_env}\n\
+             [harness.codex.provider]\nbase_url = {url:?}\napi_key_env = \"FAKE_OPENAI_KEY\"\n\n\
+             [roles.manager]\nharness = \"codex\"\n",
+            bin = codex_bin().display().to_string(),
+            url = fake.base_url(),
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    let check = |report: &Value, name: &str| {
+        report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap()
+    };
+    write("\n[harness.codex.env]\nFAKE_OPENAI_KEY = \"sk-fake\"\n");
+    let report = env.json(&["doctor"]);
+    assert_eq!(report["ok"], true, "{report}");
+    let codex = check(&report, "codex");
+    assert_eq!(codex["required"], true, "{codex}");
+    assert_eq!(codex["session_starts"], true, "{codex}");
+    assert!(codex["version"].as_str().unwrap().contains("0.171.0"), "{codex}");
+    // Ready without a model call, and nothing left behind but the configuration.
+    assert!(
+        fake.requests().is_empty(),
+        "doctor called the model: {:?}",
+        fake.requests().iter().map(summary).collect::<Vec<_>>()
+    );
+    let left: Vec<String> = std::fs::read_dir(env.data_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["canopy.toml"], "doctor left files behind");
+
+    // Without the key the provider names, the adapter refuses to launch, and doctor says why.
+    write("");
+    let mut command = env.command(&["--json", "doctor"]);
+    command.env_remove("FAKE_OPENAI_KEY");
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(69), "{}", crate::env::text(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let codex = check(&report, "codex");
+    assert_eq!(codex["ok"], false, "{codex}");
+    assert_eq!(codex["session_starts"], false, "{codex}");
+    assert!(codex["problem"].as_str().unwrap().contains("needs the API key in FAKE_OPENAI_KEY"), "{codex}");
 }
