@@ -5,9 +5,11 @@
 //!
 //! Owns the scenarios the Claude adapter promises: the prompt and tools the model sees, a tool
 //! call that posts as the agent, turn-start delivery, a steer at a tool boundary, a steer that
-//! falls back to the next turn, a `kill -9` of the CLI, and an implementer run whose delta
-//! rides Claude Code's append mechanism. Interrupt has no operator command, so it is tested at
-//! the harness level (`crates/canopy-harness/tests/claude.rs`).
+//! falls back to the next turn, `canopy agents interrupt` during a model call (the turn ends
+//! interrupted, the same session takes the next message), a `kill -9` of the CLI, and an
+//! implementer run whose delta rides Claude Code's append mechanism. The codec's side of
+//! interrupt (cancelled queued steers) is tested at the harness level
+//! (`crates/canopy-harness/tests/claude.rs`).
 
 use std::time::Duration;
 
@@ -216,6 +218,49 @@ fn a_mention_during_the_final_model_call_falls_back_and_arrives_at_the_next_turn
     wait_presence(&env, "cc", "idle");
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(occurrences(fake.requests().last().unwrap(), "one more thing"), 1, "delivered twice");
+}
+
+#[test]
+fn canopy_agents_interrupt_ends_a_claude_turn_mid_model_call_and_the_session_takes_the_next_message() {
+    // The start turn's model call takes a minute; the operator interrupts it.
+    let fake = FakeAnthropic::start(vec![
+        Reply::text("a very long answer").after(Duration::from_secs(60)),
+        Reply::text("back at your service"),
+    ]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    let pid = env.wait_harness_pid("cc", 1);
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "working");
+
+    let interrupted = env.json(&["agents", "interrupt", "cc"]);
+    assert_eq!(interrupted["interrupted"], true, "{interrupted}");
+    assert_eq!(interrupted["incarnation"], 1, "{interrupted}");
+    let turn = interrupted["turn_id"].as_str().unwrap().to_owned();
+    let ended = |env: &TestEnv| {
+        env.activity("cc").into_iter().find(|i| i["kind"] == "turn_ended" && i["turn_id"] == turn.as_str())
+    };
+    crate::assert_eventually!(ended(&env).is_some(), "the interrupted turn never ended: {:?}", env.activity("cc"));
+    assert_eq!(ended(&env).unwrap()["detail"]["status"], "interrupted", "{:?}", ended(&env));
+    wait_presence(&env, "cc", "idle");
+    assert_eq!(env.json(&["agents", "interrupt", "cc"])["interrupted"], false, "an idle agent was interrupted");
+
+    // Still usable, and still the same session: the next message is a new turn whose request
+    // reaches the model.
+    env.json(&["post", "--channel", "home-cc", "--topic", "after", "--create-topic", "are you still there"]);
+    let requests = fake.wait_requests(2, PATIENCE);
+    assert_eq!(occurrences(&requests[1], "are you still there"), 1, "{}", requests[1]);
+    crate::assert_eventually!(
+        env.activity("cc").iter().any(|i| i["kind"] == "text" && i["summary"] == "back at your service"),
+        "the new turn's answer never arrived: {:?}",
+        env.activity("cc")
+    );
+    let started: Vec<Value> = env.activity("cc").into_iter().filter(|i| i["kind"] == "turn_started").collect();
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert_ne!(started[1]["turn_id"], turn.as_str());
+    assert_eq!(env.roster_entry("cc")["incarnation"], 1);
+    assert_eq!(env.wait_harness_pid("cc", 1), pid);
+    assert!(crate::env::alive(pid), "claude exited");
 }
 
 #[test]

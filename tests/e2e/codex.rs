@@ -5,9 +5,12 @@
 //!
 //! Owns the Codex scenarios: the system prompt reaching the model verbatim, Canopy's tools
 //! offered and a scripted call posting as the agent, a post waking an idle session, an
-//! @mention steered into a running turn, a late mention falling back to the next turn, and
-//! `kill -9` of Codex (restart, redelivery), a graceful stop, and an implementer run whose
-//! delta arrives as `developerInstructions`. A missing binary fails with the install command.
+//! @mention steered into a running turn, a late mention falling back to the next turn,
+//! `canopy agents interrupt` during a slow tool (the turn ends interrupted, the same session
+//! takes the next message), `kill -9` of Codex (restart, redelivery), a graceful stop, and an
+//! implementer run whose delta arrives as `developerInstructions`, and `canopy doctor`
+//! starting a real Codex session (no model call). A missing binary fails with the install
+//! command.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -251,6 +254,46 @@ fn a_mention_after_the_codex_turn_ended_falls_back_to_the_next_turn() {
 }
 
 #[test]
+fn canopy_agents_interrupt_ends_a_codex_turn_during_a_slow_tool_and_the_session_takes_the_next_message() {
+    let fake = FakeOpenAi::start(vec![Reply::shell("sleep 60"), Reply::text("back at your service")]);
+    let env = started(&fake, &[]);
+    env.create_codex("cx");
+    let pid = env.wait_harness_pid("cx", 1);
+    crate::assert_eventually!(
+        env.watched("cx", "tool_running").iter().any(|i| i["detail"]["name"] == "command"),
+        "the slow tool never ran: {:?}",
+        env.watch("cx")
+    );
+
+    let interrupted = env.json(&["agents", "interrupt", "cx"]);
+    assert_eq!(interrupted["interrupted"], true, "{interrupted}");
+    assert_eq!(interrupted["incarnation"], 1, "{interrupted}");
+    let turn = interrupted["turn_id"].as_str().unwrap().to_owned();
+    let ended = |env: &TestEnv| env.watched("cx", "turn_ended").into_iter().find(|i| i["turn_id"] == turn.as_str());
+    crate::assert_eventually!(ended(&env).is_some(), "the interrupted turn never ended: {:?}", env.watch("cx"));
+    assert_eq!(ended(&env).unwrap()["detail"]["status"], "interrupted", "{:?}", ended(&env));
+    assert!(
+        env.watched("cx", "tool_aborted").iter().any(|i| i["detail"]["name"] == "command"),
+        "the cut-off tool was not reported: {:?}",
+        env.watch("cx")
+    );
+    crate::assert_eventually!(env.roster_entry("cx")["presence"] == "idle", "cx did not go idle");
+    assert_eq!(env.json(&["agents", "interrupt", "cx"])["interrupted"], false, "an idle agent was interrupted");
+
+    // Still usable, and still the same session: the next message is a new turn whose request
+    // reaches the model.
+    env.post("home-cx", "are you still there");
+    let requests = fake.wait_requests(2, PATIENCE);
+    assert_fenced(&last_user_message(&requests[1]), "are you still there");
+    crate::assert_eventually!(env.watched("cx", "turn_started").len() == 2, "the message did not start a turn");
+    let started = env.watched("cx", "turn_started");
+    assert_ne!(started[1]["turn_id"], turn.as_str());
+    assert_eq!(env.roster_entry("cx")["incarnation"], 1);
+    assert_eq!(env.wait_harness_pid("cx", 1), pid);
+    assert!(crate::env::alive(pid), "codex exited");
+}
+
+#[test]
 fn a_killed_codex_restarts_as_incarnation_2_and_gets_the_undelivered_message() {
     let fake = FakeOpenAi::start(vec![Reply::shell("sleep 10"), Reply::text("back again")]);
     let env = started(&fake, &[]);
@@ -335,4 +378,55 @@ fn an_implementer_run_on_codex_keeps_codex_s_prompt_and_gets_the_delta_as_develo
         "the Manager's next turn did not carry the report"
     );
     assert_eq!(env.json(&["runs", "--agent", "lead"])["runs"][0]["status"], "done");
+}
+
+#[test]
+fn doctor_starts_a_codex_session_without_a_model_call_and_names_a_missing_api_key() {
+    let fake = FakeOpenAi::start(Vec::new());
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.data_dir()).unwrap();
+    let config = env.data_dir().join("canopy.toml");
+    let write = |provider_env: &str| {
+        let text = format!(
+            "[harness.codex]\nbin = {bin:?}\nmodel = \"fake-model\"\n{provider_env}\n\
+             [harness.codex.provider]\nbase_url = {url:?}\napi_key_env = \"FAKE_OPENAI_KEY\"\n\n\
+             [roles.manager]\nharness = \"codex\"\n",
+            bin = codex_bin().display().to_string(),
+            url = fake.base_url(),
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    let check = |report: &Value, name: &str| {
+        report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap()
+    };
+    write("\n[harness.codex.env]\nFAKE_OPENAI_KEY = \"sk-fake\"\n");
+    let report = env.json(&["doctor"]);
+    assert_eq!(report["ok"], true, "{report}");
+    let codex = check(&report, "codex");
+    assert_eq!(codex["required"], true, "{codex}");
+    assert_eq!(codex["session_starts"], true, "{codex}");
+    assert!(codex["version"].as_str().unwrap().contains("0.171.0"), "{codex}");
+    // Ready without a model call, and nothing left behind but the configuration.
+    assert!(
+        fake.requests().is_empty(),
+        "doctor called the model: {:?}",
+        fake.requests().iter().map(summary).collect::<Vec<_>>()
+    );
+    let left: Vec<String> = std::fs::read_dir(env.data_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["canopy.toml"], "doctor left files behind");
+
+    // Without the key the provider names, the adapter refuses to launch, and doctor says why.
+    write("");
+    let mut command = env.command(&["--json", "doctor"]);
+    command.env_remove("FAKE_OPENAI_KEY");
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(69), "{}", crate::env::text(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let codex = check(&report, "codex");
+    assert_eq!(codex["ok"], false, "{codex}");
+    assert_eq!(codex["session_starts"], false, "{codex}");
+    assert!(codex["problem"].as_str().unwrap().contains("needs the API key in FAKE_OPENAI_KEY"), "{codex}");
 }

@@ -19,6 +19,7 @@ mod demo;
 mod errors;
 mod gate;
 mod governance;
+mod interrupt;
 mod lifecycle;
 mod prompts;
 mod sessions;

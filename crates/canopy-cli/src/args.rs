@@ -245,6 +245,8 @@ pub enum AgentsCommand {
     Start { handle: String },
     /// Stop an agent's session; it stays stopped until `start`.
     Stop { handle: String },
+    /// Interrupt an agent's running turn; the session stays up and takes its next message.
+    Interrupt { handle: String },
     /// Despawn an agent and its subtree: sessions stop, history stays.
     Despawn { handle: String },
     /// Move an agent under another parent.

@@ -146,6 +146,25 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         Command::Agents(AgentsCommand::Stop { handle }) => {
             call(client, json, Method::AgentsStop, &AgentsStartStopRequest { handle }, output::roster_line).await
         }
+        Command::Agents(AgentsCommand::Interrupt { handle }) => {
+            call(
+                client,
+                json,
+                Method::AgentsInterrupt,
+                &AgentsInterruptRequest { handle },
+                |r: &AgentsInterruptResponse| match (&r.turn_id, &r.reason) {
+                    (Some(turn), _) if r.interrupted => {
+                        println!("interrupted {} turn {turn} (session #{} stays up)", r.agent, r.incarnation)
+                    }
+                    (_, reason) => println!(
+                        "{}: nothing to interrupt ({})",
+                        r.agent,
+                        reason.as_deref().unwrap_or("no turn is running")
+                    ),
+                },
+            )
+            .await
+        }
         Command::Agents(AgentsCommand::Despawn { handle }) => {
             call(client, json, Method::AgentsDespawn, &AgentsDespawnRequest { handle }, |r: &AgentsDespawnResponse| {
                 println!("despawned {}", r.despawned.join(", "))

@@ -1,11 +1,15 @@
 //! `canopy doctor`: can this machine run the workspace's sessions?
 //!
 //! Reports `nats-server` and every harness: where its program is, its `--version`, and for
-//! Claude Code whether a session actually starts (the adapter's launch and handshake, with no
-//! model call). Exits 69 when something the configuration needs (`nats-server`, or a harness
-//! a configured role runs) is missing or broken. It reads `canopy.toml` from the data
-//! directory when there is one and needs no daemon; it changes nothing but a temporary
-//! directory it removes.
+//! Claude Code and Codex whether a session actually starts (the adapter's launch and
+//! handshake with the configured settings, then a stop, with no model call). Codex is ready
+//! only once its MCP server is, so doctor serves a stand-in endpoint with no tools for it
+//! (`canopy_tools::probe`: the runner's HTTP front and transport, an empty tool list, no
+//! daemon). Exits 69 when something the configuration needs (`nats-server`, or a harness a
+//! configured role runs) is missing or broken. It reads `canopy.toml` from the data directory
+//! when there is one and needs no daemon; it changes nothing but a scratch directory it
+//! removes (`doctor-<pid>` in the data directory, since Codex refuses to put its helper
+//! binaries under the system temporary directory).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -52,7 +56,9 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let report = report(&config).await;
+    let scratch = Scratch::new(dir.root());
+    let report = report(&config, &scratch.path).await;
+    drop(scratch);
     if json {
         output::json(&report);
     } else {
@@ -87,7 +93,31 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
     if report.ok { 0 } else { EXIT_UNAVAILABLE }
 }
 
-pub async fn report(config: &Config) -> Report {
+/// Where session start checks put their files; removed on drop, with the data directory
+/// itself when doctor had to create it.
+struct Scratch {
+    path: PathBuf,
+    created_root: Option<PathBuf>,
+}
+
+impl Scratch {
+    fn new(root: &Path) -> Scratch {
+        let created_root = (!root.exists()).then(|| root.to_owned());
+        Scratch { path: root.join(format!("doctor-{}", std::process::id())), created_root }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        if let Some(root) = &self.created_root {
+            // Only if empty: anything else in it is not doctor's.
+            let _ = std::fs::remove_dir(root);
+        }
+    }
+}
+
+pub async fn report(config: &Config, scratch: &Path) -> Report {
     let used: Vec<HarnessKind> = config.roles.values().filter_map(|r| HarnessKind::parse(&r.harness)).collect();
     let mut checks = vec![nats_check().await];
     for &kind in HarnessKind::ALL {
@@ -102,7 +132,7 @@ pub async fn report(config: &Config) -> Report {
                 session_starts: None,
                 problem: None,
             },
-            Some(default) => harness_check(kind, default, &config.harness_settings(kind), required).await,
+            Some(default) => harness_check(kind, default, &config.harness_settings(kind), required, scratch).await,
         };
         checks.push(check);
     }
@@ -136,7 +166,13 @@ async fn nats_check() -> Check {
     check
 }
 
-async fn harness_check(kind: HarnessKind, default: &str, settings: &HarnessSettings, required: bool) -> Check {
+async fn harness_check(
+    kind: HarnessKind,
+    default: &str,
+    settings: &HarnessSettings,
+    required: bool,
+    scratch: &Path,
+) -> Check {
     let mut check = Check {
         name: kind.as_str().into(),
         required,
@@ -162,17 +198,19 @@ async fn harness_check(kind: HarnessKind, default: &str, settings: &HarnessSetti
             return check;
         }
     }
-    // Claude Code answers its `initialize` handshake without a model call, so a session can
-    // be started for real. The other harnesses are checked by their version only.
-    if kind == HarnessKind::Claude {
-        if !canopy_harness::claude::has_credentials(&settings.env) {
+    // Claude Code answers its `initialize` handshake, and Codex creates its thread and
+    // connects its MCP server, without a model call, so a session can be started for real.
+    // Other harnesses are checked by their version only.
+    if matches!(kind, HarnessKind::Claude | HarnessKind::Codex) {
+        if kind == HarnessKind::Claude && !canopy_harness::claude::has_credentials(&settings.env) {
             check.problem = Some(format!(
                 "no credentials: set one of {} in [harness.claude.env] or in the environment that runs canopy",
                 canopy_harness::claude::CREDENTIAL_ENV.join(", ")
             ));
             return check;
         }
-        match session_starts(kind, &program, settings).await {
+        // Codex's missing API key is refused by the adapter at launch, naming the variable.
+        match session_starts(kind, &program, settings, scratch).await {
             Ok(()) => check.session_starts = Some(true),
             Err(e) => {
                 check.session_starts = Some(false);
@@ -214,9 +252,25 @@ async fn version(program: &Path, env: &[(String, String)]) -> Result<String, Str
     Ok(first)
 }
 
-/// Starts one session of `kind` in a temporary directory, waits until it is ready, stops it.
-async fn session_starts(kind: HarnessKind, program: &Path, settings: &HarnessSettings) -> Result<(), String> {
-    let dir = std::env::temp_dir().join(format!("canopy-doctor-{}", std::process::id()));
+/// Starts one session of `kind` in the scratch directory, waits until it is ready, stops it.
+/// Claude Code needs no MCP server to be ready (nothing listens at its URL); Codex waits for
+/// its MCP server, so it gets the stand-in endpoint with no tools.
+async fn session_starts(
+    kind: HarnessKind,
+    program: &Path,
+    settings: &HarnessSettings,
+    scratch: &Path,
+) -> Result<(), String> {
+    const TOKEN: &str = "cns_doctor";
+    let dir = scratch.join(kind.as_str());
+    let probe = match kind {
+        HarnessKind::Codex => Some(
+            canopy_tools::probe::serve_probe(TOKEN.to_owned())
+                .await
+                .map_err(|e| format!("serving a stand-in MCP endpoint: {e}"))?,
+        ),
+        _ => None,
+    };
     let spec = LaunchSpec {
         kind,
         program: program.to_owned(),
@@ -224,9 +278,9 @@ async fn session_starts(kind: HarnessKind, program: &Path, settings: &HarnessSet
         session_dir: dir.join("session"),
         cwd: dir.join("work"),
         prompt: PromptMode::Replace("canopy doctor: a session start check.".into()),
-        // Nothing listens there: the check needs no tools and makes no model call.
-        mcp_url: "http://127.0.0.1:9/mcp".into(),
-        mcp_token: "cns_doctor".into(),
+        // For Claude Code nothing listens there: the check needs no tools and makes no model call.
+        mcp_url: probe.as_ref().map_or_else(|| "http://127.0.0.1:9/mcp".to_owned(), |p| p.url.clone()),
+        mcp_token: TOKEN.into(),
         env: settings.env.clone(),
         model: settings.model.clone(),
         provider: settings.provider.clone(),
@@ -241,6 +295,7 @@ async fn session_starts(kind: HarnessKind, program: &Path, settings: &HarnessSet
         }
         Err(e) => Err(e.to_string()),
     };
+    drop(probe);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

@@ -106,6 +106,7 @@ impl Api {
             Method::MessagesSync => ok(self.sync(caller, decode_request(payload)?).await?),
             Method::AgentsStart => ok(self.set_desired(caller, decode_request(payload)?, Desired::Running).await?),
             Method::AgentsStop => ok(self.set_desired(caller, decode_request(payload)?, Desired::Stopped).await?),
+            Method::AgentsInterrupt => ok(self.agents_interrupt(caller, decode_request(payload)?).await?),
             Method::AgentsSetActivity => ok(self.set_activity(caller, decode_request(payload)?).await?),
             Method::Roster => ok(self.roster(decode_request(payload)?).await?),
             Method::ActivityRead => ok(self.activity_read(caller, decode_request(payload)?).await?),
@@ -192,6 +193,52 @@ impl Api {
         let entry = self.store.write(move |conn| ops::set_desired(conn, &caller, &handle, desired)).await?;
         self.poke_runners().await;
         Ok(entry)
+    }
+
+    /// Stops an agent's running turn through the runner hosting its live session. The
+    /// session stays up; messages not yet delivered stay pending, and a steer taken but not
+    /// injected comes back as dropped and goes at the next turn start.
+    async fn agents_interrupt(
+        &self,
+        caller: Caller,
+        req: AgentsInterruptRequest,
+    ) -> Result<AgentsInterruptResponse, Error> {
+        canopy_core::acl::require_operator(&caller, "agents.interrupt")?;
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let name = handle.to_string();
+        let entry = self.store.read(move |conn| ops::roster_entry(conn, &name)).await?;
+        let Some(runner) = entry.runner.clone() else {
+            let reason = entry.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+            return Err(Error::ConflictOn {
+                field: "handle",
+                reason: format!(
+                    "{handle} has no live session to interrupt (it is {}{reason})",
+                    entry.presence.as_str()
+                ),
+            });
+        };
+        let request = InterruptRequest { agent: handle.to_string(), incarnation: entry.incarnation };
+        let timeout = self.config.delivery.steer_timeout.max(std::time::Duration::from_secs(5));
+        let reply =
+            self.bus.request(&self.subjects.runner_interrupt(&runner), None, encode(&request), timeout).await.map_err(
+                |e| Error::Unavailable(format!("the runner hosting {handle} ({runner}) did not answer ({e})")),
+            )?;
+        let reply: InterruptReply = serde_json::from_slice(&reply)
+            .map_err(|e| Error::Internal(format!("the answer of runner {runner} did not parse: {e}")))?;
+        let detail = match (&reply.turn_id, &reply.reason) {
+            (Some(turn), _) if reply.interrupted => format!("turn {turn} (incarnation {})", entry.incarnation),
+            (_, Some(reason)) => format!("nothing interrupted: {reason}"),
+            _ => "nothing interrupted".to_owned(),
+        };
+        let audited = handle.clone();
+        self.store.write(move |conn| ops::record_interrupt(conn, &caller, &audited, &detail)).await?;
+        Ok(AgentsInterruptResponse {
+            agent: handle.to_string(),
+            incarnation: entry.incarnation,
+            interrupted: reply.interrupted,
+            turn_id: reply.turn_id,
+            reason: reply.reason,
+        })
     }
 
     async fn set_activity(&self, caller: Caller, req: SetActivityRequest) -> Result<RosterEntry, Error> {

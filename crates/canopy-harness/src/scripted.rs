@@ -95,6 +95,9 @@ impl Codec for ScriptedCodec {
             Output::ToolFinished { turn_id, call_id, name, is_error: true, output } => {
                 event(HarnessEvent::ToolFailed { turn_id: Some(turn_id), call_id, name, output })
             }
+            Output::ToolAborted { turn_id, call_id, name } => {
+                event(HarnessEvent::ToolAborted { turn_id: Some(turn_id), call_id, name })
+            }
             Output::TurnEnded { turn_id, status } => {
                 let status = match status.as_str() {
                     "completed" => TurnStatus::Completed,

@@ -299,6 +299,31 @@ pub struct AgentsStartStopRequest {
     pub handle: String,
 }
 
+/// `agents.interrupt` (operators): stop the agent's running turn. The session stays up.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsInterruptRequest {
+    pub handle: String,
+}
+
+/// Reply to `agents.interrupt`. An idle agent is not an error: `interrupted` is false and
+/// `reason` says why.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsInterruptResponse {
+    pub agent: String,
+    /// The live session's incarnation, which the interrupt leaves running.
+    pub incarnation: u64,
+    /// Whether a turn was running and the harness was asked to stop it.
+    pub interrupted: bool,
+    /// The turn that was running.
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    /// Why nothing was interrupted.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
 /// `agents.set_activity`: the caller's roster activity line (agents only; empty clears it).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -634,6 +659,27 @@ pub struct SteerReply {
     /// Unix microseconds when the steer's line was written to the harness.
     #[serde(default)]
     pub written_at_us: Option<u64>,
+}
+
+/// Request on `canopy.<ws>.runner.<id>.interrupt`: stop this session's running turn.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InterruptRequest {
+    pub agent: String,
+    pub incarnation: u64,
+}
+
+/// Reply to an interrupt request.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InterruptReply {
+    /// Whether a turn was running and the harness was told to stop it.
+    pub interrupted: bool,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    /// Why nothing was interrupted (no turn running, the session is not here).
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// `spawn.request` (agents): ask the operator for a child Manager. Returns at once.

@@ -67,6 +67,7 @@ pub fn all() -> Vec<(String, Value)> {
             Method::HistorySearch => pair::<HistorySearchRequest, HistorySearchResponse>(*method),
             Method::SessionsContinuity => pair::<SessionsContinuityRequest, SessionsContinuityResponse>(*method),
             Method::Usage => pair::<UsageRequest, UsageResponse>(*method),
+            Method::AgentsInterrupt => pair::<AgentsInterruptRequest, AgentsInterruptResponse>(*method),
         };
         out.extend(schemas);
     }
@@ -75,6 +76,8 @@ pub fn all() -> Vec<(String, Value)> {
     out.push(("runner.deliver.json".to_owned(), schema_for!(DeliverDoorbell).to_value()));
     out.push(("runner.steer.request.json".to_owned(), schema_for!(SteerRequest).to_value()));
     out.push(("runner.steer.reply.json".to_owned(), schema_for!(SteerReply).to_value()));
+    out.push(("runner.interrupt.request.json".to_owned(), schema_for!(InterruptRequest).to_value()));
+    out.push(("runner.interrupt.reply.json".to_owned(), schema_for!(InterruptReply).to_value()));
     out.push(("error.json".to_owned(), schema_for!(WireError).to_value()));
     out
 }

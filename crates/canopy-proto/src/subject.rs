@@ -53,6 +53,7 @@ pub enum Method {
     HistorySearch,
     SessionsContinuity,
     Usage,
+    AgentsInterrupt,
 }
 
 impl Method {
@@ -101,6 +102,7 @@ impl Method {
         Method::HistorySearch,
         Method::SessionsContinuity,
         Method::Usage,
+        Method::AgentsInterrupt,
     ];
 
     /// The subject suffix after `api.`.
@@ -149,6 +151,7 @@ impl Method {
             Method::HistorySearch => "history.search",
             Method::SessionsContinuity => "sessions.continuity",
             Method::Usage => "usage",
+            Method::AgentsInterrupt => "agents.interrupt",
         }
     }
 
@@ -217,6 +220,11 @@ impl Subjects {
     /// `canopy.<ws>.runner.<id>.steer`: request/reply, inject a message into a running turn.
     pub fn runner_steer(&self, runner_id: &str) -> String {
         format!("{}.runner.{runner_id}.steer", self.prefix)
+    }
+
+    /// `canopy.<ws>.runner.<id>.interrupt`: request/reply, stop the agent's running turn.
+    pub fn runner_interrupt(&self, runner_id: &str) -> String {
+        format!("{}.runner.{runner_id}.interrupt", self.prefix)
     }
 
     /// `canopy.<ws>.runner.poke`: a doorbell telling runners to sync now.

@@ -9,8 +9,8 @@ use canopy_bus::{ApiClient, CallError};
 use canopy_harness::{HarnessKind, HarnessSettings};
 use canopy_proto::Method;
 use canopy_proto::api::{
-    DeliverDoorbell, ReportedActivity, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionReport,
-    SteerReply, SteerRequest,
+    DeliverDoorbell, InterruptReply, InterruptRequest, ReportedActivity, RunnersSyncRequest, RunnersSyncResponse,
+    RunningSession, SessionReport, SteerReply, SteerRequest,
 };
 use canopy_tools::http::{HttpEndpoint, TokenCheck};
 use canopy_tools::{CanopyTools, TokenSource};
@@ -107,6 +107,12 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         .serve(&options.api.subjects.runner_steer(&id), &id)
         .await
         .map_err(|e| RunnerError::Subscribe(e.to_string()))?;
+    let interrupts = options
+        .api
+        .bus
+        .serve(&options.api.subjects.runner_interrupt(&id), &id)
+        .await
+        .map_err(|e| RunnerError::Subscribe(e.to_string()))?;
     let (reports, reporter) =
         crate::reporter::spawn(options.api.clone(), options.token.clone(), id.clone(), options.settings.report_queue);
     let stop = CancellationToken::new();
@@ -124,7 +130,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         resync_now: false,
     };
     let task = tokio::spawn(async move {
-        actor.run(pokes, doorbells, steers).await;
+        actor.run(pokes, doorbells, steers, interrupts).await;
         let _ = reporter.await;
     });
     tracing::info!(runner = %id, mcp = %mcp_url, "runner started");
@@ -164,6 +170,7 @@ impl RunnerActor {
         mut pokes: impl futures_util::Stream<Item = canopy_bus::Received> + Unpin,
         mut doorbells: impl futures_util::Stream<Item = canopy_bus::Received> + Unpin,
         mut steers: impl futures_util::Stream<Item = canopy_bus::Incoming> + Unpin,
+        mut interrupts: impl futures_util::Stream<Item = canopy_bus::Incoming> + Unpin,
     ) {
         let (exits_tx, mut exits) = mpsc::channel::<SessionExit>(64);
         let mut tick = tokio::time::interval(self.options.settings.sync_interval);
@@ -179,6 +186,7 @@ impl RunnerActor {
                 Some(_) = pokes.next() => self.sync(&exits_tx).await,
                 Some(doorbell) = doorbells.next() => self.ring(&doorbell.payload),
                 Some(request) = steers.next() => self.steer(request),
+                Some(request) = interrupts.next() => self.interrupt(request),
                 Some(exit) = exits.recv() => {
                     self.on_exit(exit).await;
                     self.sync(&exits_tx).await;
@@ -370,6 +378,34 @@ impl RunnerActor {
             let payload = serde_json::to_vec(&answer).unwrap_or_default();
             if let Err(e) = bus.publish(&reply_to, payload.into()).await {
                 tracing::debug!(error = %e, "answering a steer request failed");
+            }
+        });
+    }
+
+    /// Routes an interrupt request to its session and answers it without blocking the actor.
+    fn interrupt(&self, request: canopy_bus::Incoming) {
+        let bus = self.options.api.bus.clone();
+        let Some(reply_to) = request.reply.clone() else { return };
+        let parsed = serde_json::from_slice::<InterruptRequest>(&request.payload);
+        let target = parsed.as_ref().ok().and_then(|r| {
+            self.sessions.get(&r.agent).filter(|s| s.incarnation == r.incarnation).map(|s| s.commands.clone())
+        });
+        let refused = |reason: String| InterruptReply { interrupted: false, turn_id: None, reason: Some(reason) };
+        tokio::spawn(async move {
+            let answer = match (parsed, target) {
+                (Err(e), _) => refused(format!("bad interrupt request: {e}")),
+                (Ok(_), None) => refused("the session is not live on this runner".into()),
+                (Ok(_), Some(commands)) => {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    match (commands.send(SessionCommand::Interrupt { reply: tx }).await, rx.await) {
+                        (Ok(()), Ok(answer)) => answer,
+                        _ => refused("the session ended".into()),
+                    }
+                }
+            };
+            let payload = serde_json::to_vec(&answer).unwrap_or_default();
+            if let Err(e) = bus.publish(&reply_to, payload.into()).await {
+                tracing::debug!(error = %e, "answering an interrupt request failed");
             }
         });
     }

@@ -21,8 +21,8 @@ use canopy_harness::{HarnessEvent, HarnessKind, InputContext, LaunchSpec, Prompt
 use canopy_proto::Method;
 use canopy_proto::api::{
     ContinuityWhen, DeliveriesAckRequest, DeliveriesAckResponse, DeliveriesPullRequest, DeliveriesPullResponse,
-    PromptModeWire, ReportedActivity, ReportedUsage, RunsFinishRequest, RunsFinishResponse, SessionAssignment,
-    SessionReport, SessionsContinuityRequest, SessionsContinuityResponse, SteerReply,
+    InterruptReply, PromptModeWire, ReportedActivity, ReportedUsage, RunsFinishRequest, RunsFinishResponse,
+    SessionAssignment, SessionReport, SessionsContinuityRequest, SessionsContinuityResponse, SteerReply,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -38,6 +38,8 @@ pub(crate) enum SessionCommand {
     Hint,
     /// Inject this message into the running turn, and say whether it worked.
     Steer { message: Message, reply: oneshot::Sender<SteerReply> },
+    /// Stop the running turn (an operator's `agents.interrupt`); the session stays up.
+    Interrupt { reply: oneshot::Sender<InterruptReply> },
 }
 
 /// What the runner keeps for a running session.
@@ -554,6 +556,32 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                     _ => {
                         let reason = Some("no turn is running".to_owned());
                         let _ = reply.send(SteerReply { steered: false, turn_id: None, reason, written_at_us: None });
+                    }
+                },
+                Some(SessionCommand::Interrupt { reply }) => match (&session, &turn) {
+                    // The harness ends the turn as interrupted; `TurnEnded` clears `turn` and
+                    // messages still pending go at the next turn start, as after any turn.
+                    (Some(session), Some(turn_id)) => {
+                        let (session, turn_id) = (session.clone(), turn_id.clone());
+                        tokio::spawn(async move {
+                            let answer = match session.interrupt().await {
+                                Ok(()) => InterruptReply { interrupted: true, turn_id: Some(turn_id), reason: None },
+                                Err(e) => InterruptReply {
+                                    interrupted: false,
+                                    turn_id: Some(turn_id),
+                                    reason: Some(format!("the harness could not be told: {e}")),
+                                },
+                            };
+                            let _ = reply.send(answer);
+                        });
+                    }
+                    (None, _) => {
+                        let reason = Some("the session is stopping".to_owned());
+                        let _ = reply.send(InterruptReply { interrupted: false, turn_id: None, reason });
+                    }
+                    (Some(_), None) => {
+                        let reason = Some("no turn is running".to_owned());
+                        let _ = reply.send(InterruptReply { interrupted: false, turn_id: None, reason });
                     }
                 },
                 None => {}

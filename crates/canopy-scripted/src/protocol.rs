@@ -45,7 +45,8 @@ pub enum Input {
         #[serde(default)]
         meta: InputMeta,
     },
-    /// Stop the running turn after the current action; it ends with status `interrupted`.
+    /// Stop the running turn; it ends with status `interrupted`. A `sleep` action is cut off
+    /// at once (`tool_aborted`); any other action finishes first.
     Abort,
     /// Finish the current action, then exit 0.
     Shutdown,
@@ -65,6 +66,8 @@ pub enum Output {
     ToolStarted { turn_id: String, call_id: String, name: String, args: Value },
     /// A tool call finished; `is_error` carries MCP tool errors and transport failures.
     ToolFinished { turn_id: String, call_id: String, name: String, is_error: bool, output: Value },
+    /// A tool call was cut off by an abort and has no result.
+    ToolAborted { turn_id: String, call_id: String, name: String },
     /// The turn ended: status `completed`, `interrupted` or `failed`.
     TurnEnded { turn_id: String, status: String },
     /// A steer was taken for the running turn (like Codex's `turn/steer` reply): it is

@@ -479,14 +479,26 @@ impl Harness {
                 *calls += 1;
                 let call_id = format!("c{calls}");
                 start_tool(out, turn, &call_id, &tool, &args)?;
-                let (is_error, output) = during(out, turn, rx, call_tool(mcp, env, &tool, args)).await?;
-                finish_tool(out, turn, &call_id, &tool, is_error, output)?;
+                // A real call runs to its end: an abort takes effect at the next boundary.
+                let work = call_tool(mcp, env, &tool, args);
+                if let Some((is_error, output)) = during(out, turn, rx, work, false).await? {
+                    finish_tool(out, turn, &call_id, &tool, is_error, output)?;
+                }
             }
             Action::Sleep { duration, text } => {
                 *calls += 1;
                 let call_id = format!("c{calls}");
                 start_tool(out, turn, &call_id, "sleep", &json!({ "duration": text }))?;
-                during(out, turn, rx, tokio::time::sleep(duration)).await?;
+                // A pretend tool is cut off by an abort, as a real harness cuts off its tools.
+                if during(out, turn, rx, tokio::time::sleep(duration), true).await?.is_none() {
+                    out.record(json!({ "kind": "tool_aborted", "turn_id": turn.id, "call_id": call_id }))?;
+                    out.emit(&Output::ToolAborted {
+                        turn_id: turn.id.clone(),
+                        call_id: call_id.clone(),
+                        name: "sleep".to_owned(),
+                    })?;
+                    return Ok(());
+                }
                 let slept_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
                 finish_tool(out, turn, &call_id, "sleep", false, json!({ "slept_ms": slept_ms }))?;
             }
@@ -561,21 +573,26 @@ fn finish_tool(
 }
 
 /// Drives `work` to completion while answering inputs as they arrive, so a rejected steer or
-/// prompt is answered at once rather than after a long action. The action itself always
-/// finishes: aborts and steers only take effect at the next boundary.
+/// prompt is answered at once rather than after a long action. Steers take effect at the next
+/// boundary. An abort does too, unless `abortable`: then the work is dropped at once and the
+/// answer is `None` (a pretend tool cut off mid-run, as a real harness cuts off its tools).
 async fn during<T>(
     out: &mut Emitter,
     turn: &mut Turn,
     rx: &mut mpsc::Receiver<Event>,
     work: impl Future<Output = T>,
-) -> Result<T, RunError> {
+    abortable: bool,
+) -> Result<Option<T>, RunError> {
     tokio::pin!(work);
     loop {
         tokio::select! {
             biased;
-            result = &mut work => return Ok(result),
+            result = &mut work => return Ok(Some(result)),
             event = rx.recv(), if !turn.input_closed => {
                 handle_mid_turn(out, turn, event.unwrap_or(Event::Eof))?;
+                if abortable && turn.stop == Some(Stop::Abort) {
+                    return Ok(None);
+                }
             }
         }
     }

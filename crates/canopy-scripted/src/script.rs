@@ -70,7 +70,7 @@ pub enum Action {
     Call { tool: String, args: Value },
     /// Emit model text; takes placeholders.
     Say { text: String },
-    /// A pretend tool call named `sleep` that lasts `duration` and is never cut short.
+    /// A pretend tool call named `sleep` that lasts `duration`, or until an abort cuts it off.
     Sleep { duration: Duration, text: String },
     /// Emit a context compaction (start, then end).
     Compact,

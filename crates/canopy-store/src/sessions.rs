@@ -324,6 +324,14 @@ pub fn set_desired(
     roster_entry(conn, handle.as_str())
 }
 
+/// Records an operator's interrupt of an agent's turn in the audit log (`agents.interrupt`).
+/// The interrupt itself goes to the runner; this only keeps the record.
+pub fn record_interrupt(conn: &Connection, caller: &Caller, handle: &Handle, detail: &str) -> Result<(), Error> {
+    require_operator(caller, &format!("interrupt {handle}"))?;
+    let actor = require_account(conn, "caller", caller.handle.as_str())?;
+    audit(conn, Some(actor.id), "agents.interrupt", handle.as_str(), detail)
+}
+
 /// Sets the caller's own activity line.
 pub fn set_activity(conn: &Connection, caller: &Caller, text: &str) -> Result<RosterEntry, Error> {
     if caller.kind != AccountKind::Agent {

@@ -19,8 +19,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
-use crate::server::CanopyTools;
-
 /// Decides whether a bearer token belongs to a session this endpoint serves.
 pub type TokenCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
@@ -54,8 +52,12 @@ pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty()).then(|| token.trim())
 }
 
-/// Binds 127.0.0.1 on a free port and serves the tools until stopped.
-pub async fn serve(tools: CanopyTools, check: TokenCheck) -> std::io::Result<HttpEndpoint> {
+/// Binds 127.0.0.1 on a free port and serves the tools until stopped. `tools` is Canopy's
+/// (`CanopyTools`) for a runner, or `probe::NoTools` for `canopy doctor`.
+pub async fn serve<S>(tools: S, check: TokenCheck) -> std::io::Result<HttpEndpoint>
+where
+    S: rmcp::ServerHandler + Clone + Send + Sync + 'static,
+{
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let stop = CancellationToken::new();

@@ -6,10 +6,12 @@
 //! typed code, message and field, never as protocol failures. `http` serves the tools as
 //! streamable HTTP on loopback (the runner's endpoint, refusing unknown tokens before MCP
 //! sees the request); `serve_stdio` serves them on stdio with one fixed token (`canopy mcp
-//! --stdio`). Does not know sessions or harnesses.
+//! --stdio`). `probe` serves an endpoint with no tools on the same HTTP front, for `canopy
+//! doctor`'s session start check. Does not know sessions or harnesses.
 
 mod catalog;
 pub mod http;
+pub mod probe;
 mod server;
 
 pub use catalog::{TOOL_NAMES, tool_for, tool_names};
