@@ -36,7 +36,8 @@ impl BundleError {
     }
 }
 
-fn location(file: &str, line: usize) -> String {
+/// `file:line`, or just `file` when the problem is the whole file (line 0).
+pub(crate) fn location(file: &str, line: usize) -> String {
     match line {
         0 => file.to_owned(),
         n => format!("{file}:{n}"),

@@ -4,7 +4,8 @@
 //! skills and their bodies, rules, the delta of every definition the role runs), skips the
 //! lines a `requires:` marker would drop for that role's tools, and reports any word that
 //! looks like a native tool (it starts with a tool family prefix) but is not registered for
-//! the role. Role tool patterns that match no tool are reported too (a typo hides a tool).
+//! the role. Exact tool and skill names in a role file that match nothing are reported too (a
+//! typo hides a tool or a skill).
 //! It changes nothing and renders nothing.
 
 use std::fmt;
@@ -26,7 +27,7 @@ pub struct Finding {
 
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {} (role {})", self.file, self.line, self.message, self.role)
+        write!(f, "{}: {} (role {})", crate::location(&self.file, self.line), self.message, self.role)
     }
 }
 
@@ -43,6 +44,16 @@ pub fn lint(renderer: &Renderer) -> Vec<Finding> {
                     line: 0,
                     role: role.id.clone(),
                     message: format!("tools pattern {pattern:?} matches no native tool"),
+                });
+            }
+        }
+        for pattern in role.skills.iter().filter(|p| !p.contains(['*', '?'])) {
+            if !bundle.skills.contains_key(pattern) {
+                findings.push(Finding {
+                    file: role.file.clone(),
+                    line: 0,
+                    role: role.id.clone(),
+                    message: format!("skills lists {pattern:?}, but there is no skills/{pattern}/SKILL.md"),
                 });
             }
         }

@@ -248,3 +248,20 @@ fn names_and_links_cannot_leave_the_bundle() {
     });
     assert_eq!(bundle.unwrap_err().to_string(), "rules/leak.md: points outside the bundle");
 }
+
+#[test]
+fn the_lint_catches_a_role_listing_a_skill_that_does_not_exist() {
+    let (_dir, bundle) = planted(|root| {
+        let role = root.join("config/roles/manager.toml");
+        let text = std::fs::read_to_string(&role)
+            .unwrap()
+            .replace("skills = [\"alpha\", \"beta\"]", "skills = [\"alpha\", \"gamma\"]");
+        std::fs::write(&role, text).unwrap();
+    });
+    let findings = lint(&Renderer::new(Arc::new(bundle.unwrap()), CATALOG));
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(
+        findings[0].to_string(),
+        "config/roles/manager.toml: skills lists \"gamma\", but there is no skills/gamma/SKILL.md (role manager)"
+    );
+}
