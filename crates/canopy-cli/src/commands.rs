@@ -623,12 +623,13 @@ fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf>) -
             if json {
                 output::json(&serde_json::json!({ "ok": true, "bundle": name, "counts": counts, "problems": [] }));
             } else {
+                let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
                 println!(
-                    "bundle {name}: ok ({} roles, {} definitions, {} skills, {} rules)",
-                    b.roles.len(),
-                    b.definitions.len(),
-                    b.skills.len(),
-                    b.rules.len()
+                    "bundle {name}: ok ({}, {}, {}, {})",
+                    count(b.roles.len(), "role"),
+                    count(b.definitions.len(), "definition"),
+                    count(b.skills.len(), "skill"),
+                    count(b.rules.len(), "rule")
                 );
             }
             0
