@@ -7,6 +7,7 @@
 
 mod env;
 mod fake_anthropic;
+mod fake_http;
 mod fake_openai;
 
 mod claude;

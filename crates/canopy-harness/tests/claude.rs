@@ -9,6 +9,8 @@
 
 #[path = "../../../tests/e2e/fake_anthropic.rs"]
 mod fake_anthropic;
+#[path = "../../../tests/e2e/fake_http.rs"]
+mod fake_http;
 
 use std::time::Duration;
 

@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
+#[path = "../../../tests/e2e/fake_http.rs"]
+mod fake_http;
 #[path = "../../../tests/e2e/fake_openai.rs"]
 mod fake_openai;
 
