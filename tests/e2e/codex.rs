@@ -12,7 +12,6 @@
 //! starting a real Codex session (no model call). A missing binary fails with the install
 //! command.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -20,6 +19,7 @@ use serde_json::{Value, json};
 
 use crate::env::{Guarded, TestEnv, signal};
 use crate::fake_openai::{FakeOpenAi, Reply, input_items, item_text, messages_of, offers_tool, summary};
+use crate::harness_bins::codex_bin;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -30,30 +30,6 @@ const QUICK: &[(&str, &str)] = &[
     ("quiet_window = \"2s\"", "quiet_window = \"100ms\""),
     ("resync = \"5s\"", "resync = \"500ms\""),
 ];
-
-/// The pinned Codex binary: `CANOPY_TEST_CODEX_BIN`, else where `scripts/install-harnesses.sh`
-/// puts it. Missing means failing, with the command that installs it.
-fn codex_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("CANOPY_TEST_CODEX_BIN") {
-        let bin = PathBuf::from(bin);
-        assert!(bin.is_file(), "CANOPY_TEST_CODEX_BIN={} is not a file", bin.display());
-        return bin;
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_default();
-    let bin = cache.join(
-        "canopy/npm/codex-0.171.0/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
-    );
-    assert!(
-        bin.is_file(),
-        "the Codex CLI (@openai/codex@0.171.0) is not installed: run `eval \"$(scripts/install-harnesses.sh)\"` \
-         (sets CANOPY_TEST_CODEX_BIN); looked for {}",
-        bin.display()
-    );
-    bin
-}
 
 /// A workspace whose `[harness.codex]` runs the pinned binary against `fake`.
 fn started(fake: &FakeOpenAi, extra: &[(&str, &str)]) -> TestEnv {

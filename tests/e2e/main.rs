@@ -9,6 +9,7 @@ mod env;
 mod fake_anthropic;
 mod fake_http;
 mod fake_openai;
+mod harness_bins;
 
 mod claude;
 mod cli;
