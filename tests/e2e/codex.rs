@@ -12,12 +12,11 @@
 //! starting a real Codex session (no model call). A missing binary fails with the install
 //! command.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::env::{Guarded, TestEnv, signal};
+use crate::env::{TestEnv, signal};
 use crate::fake_openai::{FakeOpenAi, Reply, input_items, item_text, messages_of, offers_tool, summary};
 use crate::harness_bins::codex_bin;
 
@@ -176,14 +175,7 @@ fn a_mention_after_the_codex_turn_ended_falls_back_to_the_next_turn() {
     let hold = Duration::from_millis(1500);
     let fake = FakeOpenAi::start(vec![Reply { hold, ..Reply::text("my last words") }, Reply::text("got it")]);
     let env = started(&fake, &[("embedded = true", "embedded = false")]);
-    let mut runner = Guarded(
-        env.command(&["runner", "--nats-url", &env.nats_url()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut runner = env.spawn_runner();
     env.create_codex("cx");
     fake.wait_requests(1, PATIENCE);
     crate::assert_eventually!(env.roster_entry("cx")["presence"] == "working", "cx never started working");
