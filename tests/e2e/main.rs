@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
+mod copy_dir;
 mod env;
 mod fake_anthropic;
 mod fake_http;
