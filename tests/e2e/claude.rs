@@ -17,18 +17,7 @@ use serde_json::{Value, json};
 
 use crate::env::{TestEnv, signal};
 use crate::fake_anthropic::{FakeAnthropic, Reply, system_text, tool_names, user_texts};
-
-/// The installed CLI; a missing one fails the test with the way to get it.
-fn claude_bin() -> String {
-    match std::env::var("CANOPY_TEST_CLAUDE_BIN") {
-        Ok(path) if std::path::Path::new(&path).is_file() => path,
-        other => panic!(
-            "CANOPY_TEST_CLAUDE_BIN is {other:?}: these tests drive the real Claude Code CLI. Run \
-             `eval \"$(scripts/install-harnesses.sh)\"` (or scripts/test.sh), which installs \
-             @anthropic-ai/claude-code@2.1.332 from npm"
-        ),
-    }
-}
+use crate::harness_bins::claude_bin;
 
 /// A workspace whose sessions run Claude Code against `fake`, with quick delivery timers and
 /// a steer timeout long enough to cover one model call (the adapter answers a steer written
@@ -42,7 +31,7 @@ fn claude_env_with(fake: &FakeAnthropic, more: &[(&str, &str)]) -> TestEnv {
     let harness = format!(
         "[harness.claude]\nbin = {bin:?}\nmodel = \"claude-fake\"\n\n[harness.claude.env]\n\
          ANTHROPIC_BASE_URL = {url:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\n",
-        bin = claude_bin(),
+        bin = claude_bin().display().to_string(),
         url = fake.base_url(),
     );
     let mut edits: Vec<(&str, &str)> = vec![
@@ -303,7 +292,7 @@ fn doctor_finds_the_claude_cli_starts_a_session_and_fails_when_a_role_needs_a_mi
         format!(
             "[harness.claude]\nbin = {:?}\n\n[harness.claude.env]\nANTHROPIC_API_KEY = \"sk-ant-test\"\n\n\
              [roles.manager]\nharness = \"claude\"\n",
-            claude_bin()
+            claude_bin().display().to_string()
         ),
     )
     .unwrap();
@@ -331,7 +320,10 @@ fn doctor_finds_the_claude_cli_starts_a_session_and_fails_when_a_role_needs_a_mi
     // Claude Code without a credential (configured or inherited) cannot reach the model.
     std::fs::write(
         &config,
-        format!("[harness.claude]\nbin = {:?}\n\n[roles.manager]\nharness = \"claude\"\n", claude_bin()),
+        format!(
+            "[harness.claude]\nbin = {:?}\n\n[roles.manager]\nharness = \"claude\"\n",
+            claude_bin().display().to_string()
+        ),
     )
     .unwrap();
     let mut command = env.command(&["--json", "doctor"]);

@@ -12,14 +12,13 @@
 //! starting a real Codex session (no model call). A missing binary fails with the install
 //! command.
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::env::{Guarded, TestEnv, signal};
+use crate::env::{TestEnv, signal};
 use crate::fake_openai::{FakeOpenAi, Reply, input_items, item_text, messages_of, offers_tool, summary};
+use crate::harness_bins::codex_bin;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -30,30 +29,6 @@ const QUICK: &[(&str, &str)] = &[
     ("quiet_window = \"2s\"", "quiet_window = \"100ms\""),
     ("resync = \"5s\"", "resync = \"500ms\""),
 ];
-
-/// The pinned Codex binary: `CANOPY_TEST_CODEX_BIN`, else where `scripts/install-harnesses.sh`
-/// puts it. Missing means failing, with the command that installs it.
-fn codex_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("CANOPY_TEST_CODEX_BIN") {
-        let bin = PathBuf::from(bin);
-        assert!(bin.is_file(), "CANOPY_TEST_CODEX_BIN={} is not a file", bin.display());
-        return bin;
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_default();
-    let bin = cache.join(
-        "canopy/npm/codex-0.171.0/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
-    );
-    assert!(
-        bin.is_file(),
-        "the Codex CLI (@openai/codex@0.171.0) is not installed: run `eval \"$(scripts/install-harnesses.sh)\"` \
-         (sets CANOPY_TEST_CODEX_BIN); looked for {}",
-        bin.display()
-    );
-    bin
-}
 
 /// A workspace whose `[harness.codex]` runs the pinned binary against `fake`.
 fn started(fake: &FakeOpenAi, extra: &[(&str, &str)]) -> TestEnv {
@@ -200,14 +175,7 @@ fn a_mention_after_the_codex_turn_ended_falls_back_to_the_next_turn() {
     let hold = Duration::from_millis(1500);
     let fake = FakeOpenAi::start(vec![Reply { hold, ..Reply::text("my last words") }, Reply::text("got it")]);
     let env = started(&fake, &[("embedded = true", "embedded = false")]);
-    let mut runner = Guarded(
-        env.command(&["runner", "--nats-url", &env.nats_url()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut runner = env.spawn_runner();
     env.create_codex("cx");
     fake.wait_requests(1, PATIENCE);
     crate::assert_eventually!(env.roster_entry("cx")["presence"] == "working", "cx never started working");

@@ -2,7 +2,6 @@
 //! delivery that wakes an idle agent, @mention steers inside a running turn, fallback,
 //! crash and NATS-restart safety, broadcast to many agents exactly once, the loop guard.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -128,14 +127,7 @@ fn a_steer_that_cannot_land_falls_back_to_the_next_turn_start() {
         &[QUICK, &[("embedded = true", "embedded = false"), ("steer_timeout = \"2s\"", "steer_timeout = \"300ms\"")]]
             .concat(),
     );
-    let mut runner = crate::env::Guarded(
-        env.command(&["runner", "--nats-url", &env.nats_url()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut runner = env.spawn_runner();
     env.create_scripted("beta", "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ sleep = \"2s\" }]\n");
     crate::assert_eventually!(env.roster_entry("beta")["presence"] == "working", "beta never started working");
     signal(runner.0.id(), canopy_sys::SIGSTOP);

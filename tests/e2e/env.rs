@@ -172,6 +172,19 @@ impl TestEnv {
         self.wait_ready();
     }
 
+    /// Starts a standalone runner (`canopy runner`) on this workspace's NATS, its output
+    /// discarded; dropping the guard kills it.
+    pub fn spawn_runner(&self) -> Guarded {
+        Guarded(
+            self.command(&["runner", "--nats-url", &self.nats_url()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
     /// Waits until `whoami` succeeds.
     pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);

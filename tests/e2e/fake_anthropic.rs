@@ -10,18 +10,17 @@
 //! recording them, and it is not a general HTTP server (one request per connection,
 //! `Content-Length` bodies, `connection: close`).
 //!
-//! Used by `crates/canopy-harness/tests/claude.rs` and the end-to-end tests, so it needs only
-//! `std` and `serde_json`.
+//! The listener, the script queue and the request log are `fake_http`'s (shared with
+//! `fake_openai`). Used by `crates/canopy-harness/tests/claude.rs` and the end-to-end tests,
+//! so it needs only `std` and `serde_json`.
 
 #![allow(dead_code, reason = "each test binary uses a different part of it")]
 
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
 
+use crate::fake_http::{Exchange, FakeServer, HttpRequest, SSE_HEAD, not_found};
 use serde_json::{Value, json};
 
 /// One scripted model reply: optional text, then tool calls (`tool_use` blocks), streamed
@@ -56,86 +55,41 @@ impl Reply {
     }
 }
 
-#[derive(Default)]
-struct State {
-    script: VecDeque<Reply>,
-    requests: Vec<Value>,
-    served: u64,
-}
-
-type Shared = Arc<(Mutex<State>, Condvar)>;
-
 /// The running fake; dropping it stops accepting connections.
 pub struct FakeAnthropic {
-    port: u16,
-    state: Shared,
-    stop: Arc<AtomicBool>,
+    server: FakeServer<Reply>,
 }
 
 impl FakeAnthropic {
     /// Starts the server with `script`; requests past its end get a short text reply.
     pub fn start(script: Vec<Reply>) -> FakeAnthropic {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port for the fake Anthropic API");
-        let port = listener.local_addr().expect("the fake's address").port();
-        let state: Shared = Arc::new((Mutex::new(State { script: script.into(), ..State::default() }), Condvar::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (state_for_thread, stop_for_thread) = (state.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if stop_for_thread.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(stream) = stream else { continue };
-                let state = state_for_thread.clone();
-                std::thread::spawn(move || serve(stream, &state));
-            }
-        });
-        FakeAnthropic { port, state, stop }
+        FakeAnthropic { server: FakeServer::start("the fake Anthropic API", script, serve) }
     }
 
     /// The `ANTHROPIC_BASE_URL` Claude Code is given.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.server.port())
     }
 
     /// Adds replies to the end of the script.
     pub fn push(&self, reply: Reply) {
-        self.lock().script.push_back(reply);
+        self.server.push(reply);
     }
 
     /// Every request body so far, in arrival order.
     pub fn requests(&self) -> Vec<Value> {
-        self.lock().requests.clone()
+        self.server.requests()
     }
 
     /// Waits until at least `count` requests arrived; panics with what arrived otherwise.
     pub fn wait_requests(&self, count: usize, patience: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + patience;
-        let (lock, ready) = &*self.state;
-        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while state.requests.len() < count {
-            let now = Instant::now();
-            assert!(
-                now < deadline,
+        self.server.wait_requests(count, patience).unwrap_or_else(|arrived| {
+            panic!(
                 "the fake Anthropic API got {} requests, not {count}: {:#?}",
-                state.requests.len(),
-                state.requests.iter().map(last_user_text).collect::<Vec<_>>()
-            );
-            state = ready.wait_timeout(state, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
-        }
-        state.requests.clone()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Drop for FakeAnthropic {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop so it sees the flag.
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
+                arrived.len(),
+                arrived.iter().map(last_user_text).collect::<Vec<_>>()
+            )
+        })
     }
 }
 
@@ -179,53 +133,21 @@ pub fn last_user_text(request: &Value) -> String {
     user_texts(request).pop().unwrap_or_default()
 }
 
-fn serve(mut stream: TcpStream, state: &Shared) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let Ok(reader_stream) = stream.try_clone() else { return };
-    let mut reader = BufReader::new(reader_stream);
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
-        return;
-    }
-    let mut length = 0usize;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).is_err() || header == "\r\n" || header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':')
-            && name.trim().eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut parts = request_line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let mut body = vec![0u8; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
+fn serve(mut stream: TcpStream, request: HttpRequest, exchange: &Exchange<Reply>) {
+    let (method, path) = (request.method.as_str(), request.path());
     if method == "HEAD" || (method == "GET" && path == "/") {
         let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
         return;
     }
     if method != "POST" || path != "/v1/messages" {
-        let _ = stream.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        not_found(&mut stream);
         return;
     }
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let request: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
     // Side requests (titles, summaries) are not streamed; the scripted turns always are.
     let streamed = request["stream"].as_bool().unwrap_or(false);
-    let (reply, number) = {
-        let (lock, ready) = &**state;
-        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
-        state.requests.push(request);
-        state.served += 1;
-        ready.notify_all();
-        let reply = if streamed { state.script.pop_front() } else { None };
-        (reply.unwrap_or_else(|| Reply::text("ok")), state.served)
-    };
+    let (reply, number) = exchange.record(request, streamed);
+    let reply = reply.unwrap_or_else(|| Reply::text("ok"));
     std::thread::sleep(reply.delay);
     let events = events(&reply, number);
     if !streamed {
@@ -243,9 +165,7 @@ fn serve(mut stream: TcpStream, state: &Shared) {
         let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body.as_bytes()));
         return;
     }
-    let head =
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";
-    if stream.write_all(head.as_bytes()).is_err() {
+    if stream.write_all(SSE_HEAD).is_err() {
         return;
     }
     for (name, data) in events {

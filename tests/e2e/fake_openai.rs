@@ -8,17 +8,17 @@
 //! not interpret what Codex sends beyond recording it, and it is not a general HTTP server
 //! (one request per connection, `Content-Length` bodies, `connection: close`).
 //!
-//! Used by `crates/canopy-harness/tests/codex.rs` and the end-to-end tests, so it needs
-//! only `std` and `serde_json`.
+//! The listener, the script queue and the request log are `fake_http`'s (shared with
+//! `fake_anthropic`). Used by `crates/canopy-harness/tests/codex.rs` and the end-to-end
+//! tests, so it needs only `std` and `serde_json`.
 
 #![allow(dead_code, reason = "each test binary uses a different part of it")]
 
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
 
+use crate::fake_http::{Exchange, FakeServer, HttpRequest, SSE_HEAD, not_found};
 use serde_json::{Value, json};
 
 /// One function call the fake model makes.
@@ -67,80 +67,41 @@ impl Reply {
     }
 }
 
-#[derive(Default)]
-struct State {
-    script: VecDeque<Reply>,
-    requests: Vec<Value>,
-    served: u64,
-}
-
 /// The running fake; dropping it stops accepting connections.
 pub struct FakeOpenAi {
-    port: u16,
-    state: Arc<(Mutex<State>, Condvar)>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    server: FakeServer<Reply>,
 }
 
 impl FakeOpenAi {
     /// Starts the server with `script`; requests past its end get a short text reply.
     pub fn start(script: Vec<Reply>) -> FakeOpenAi {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port for the fake OpenAI API");
-        let port = listener.local_addr().expect("the fake's address").port();
-        let state = Arc::new((Mutex::new(State { script: script.into(), ..State::default() }), Condvar::new()));
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (state_for_thread, stop_for_thread) = (state.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if stop_for_thread.load(std::sync::atomic::Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(stream) = stream else { continue };
-                let state = state_for_thread.clone();
-                std::thread::spawn(move || serve(stream, &state));
-            }
-        });
-        FakeOpenAi { port, state, stop }
+        FakeOpenAi { server: FakeServer::start("the fake OpenAI API", script, serve) }
     }
 
     /// The provider base URL Codex is configured with (Codex appends `/responses`).
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}/v1", self.port)
+        format!("http://127.0.0.1:{}/v1", self.server.port())
     }
 
     /// Adds replies to the end of the script.
     pub fn push(&self, reply: Reply) {
-        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).script.push_back(reply);
+        self.server.push(reply);
     }
 
     /// Every request body so far, in arrival order.
     pub fn requests(&self) -> Vec<Value> {
-        self.state.0.lock().unwrap_or_else(|e| e.into_inner()).requests.clone()
+        self.server.requests()
     }
 
     /// Waits until at least `count` requests arrived; panics with what arrived otherwise.
     pub fn wait_requests(&self, count: usize, patience: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + patience;
-        let (lock, arrived) = &*self.state;
-        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
-        while state.requests.len() < count {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                !left.is_zero(),
+        self.server.wait_requests(count, patience).unwrap_or_else(|arrived| {
+            panic!(
                 "the fake OpenAI API got {} requests, expected {count}: {:#?}",
-                state.requests.len(),
-                state.requests.iter().map(summary).collect::<Vec<_>>()
-            );
-            state = arrived.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0;
-        }
-        state.requests.clone()
-    }
-}
-
-impl Drop for FakeOpenAi {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        // Wake the accept loop so it sees the flag.
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
+                arrived.len(),
+                arrived.iter().map(summary).collect::<Vec<_>>()
+            )
+        })
     }
 }
 
@@ -187,59 +148,21 @@ pub fn offers_tool(request: &Value, namespace: Option<&str>, name: &str) -> bool
     })
 }
 
-fn serve(stream: TcpStream, state: &(Mutex<State>, Condvar)) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let Ok(read_half) = stream.try_clone() else { return };
-    let mut reader = BufReader::new(read_half);
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
+fn serve(mut stream: TcpStream, request: HttpRequest, exchange: &Exchange<Reply>) {
+    if request.method != "POST" || !request.target.ends_with("/responses") {
+        not_found(&mut stream);
         return;
     }
-    let mut length = 0usize;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).is_err() {
-            return;
-        }
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0u8; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let mut stream = stream;
-    let mut parts = request_line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
-    if method != "POST" || !path.ends_with("/responses") {
-        let _ = stream.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-        return;
-    }
+    let body = request.body;
     let request: Value =
         serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    let (reply, number) = {
-        let (lock, arrived) = state;
-        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
-        state.requests.push(request);
-        state.served += 1;
-        arrived.notify_all();
-        let reply = state.script.pop_front().unwrap_or_else(|| Reply::text("(the fake's script has ended)"));
-        (reply, state.served)
-    };
+    let (reply, number) = exchange.record(request, true);
+    let reply = reply.unwrap_or_else(|| Reply::text("(the fake's script has ended)"));
     let _ = stream_reply(&mut stream, &reply, number);
 }
 
 fn stream_reply(stream: &mut TcpStream, reply: &Reply, number: u64) -> std::io::Result<()> {
-    stream.write_all(
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
-    )?;
+    stream.write_all(SSE_HEAD)?;
     let response_id = format!("resp_{number}");
     let mut send = |event: Value| -> std::io::Result<()> {
         let kind = event["type"].as_str().unwrap_or_default().to_owned();

@@ -5,9 +5,12 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
+mod copy_dir;
 mod env;
 mod fake_anthropic;
+mod fake_http;
 mod fake_openai;
+mod harness_bins;
 
 mod claude;
 mod cli;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::copy_dir::copy_dir;
 use crate::env::TestEnv;
 use crate::sessions::FAST;
 
@@ -71,22 +72,10 @@ fn bundle_copy() -> (tempfile::TempDir, PathBuf) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = tempfile::tempdir().unwrap();
     for sub in ["config/prompts", "config/roles", "agents", "skills", "rules"] {
-        copy(&root.join(sub), &dir.path().join(sub));
+        copy_dir(&root.join(sub), &dir.path().join(sub));
     }
     let path = dir.path().to_owned();
     (dir, path)
-}
-
-fn copy(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 #[test]

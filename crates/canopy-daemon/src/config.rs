@@ -271,6 +271,10 @@ pub struct HarnessTables {
 }
 
 /// `[harness.claude]`: Claude Code.
+///
+/// `bin`, `model` and `env` are repeated in `CodexConfig` on purpose: serde cannot
+/// `#[serde(flatten)]` a shared struct into a table that denies unknown keys. What the two
+/// tables do with those keys is shared instead, through `HarnessKeys`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClaudeConfig {
@@ -318,56 +322,74 @@ impl Config {
     /// The settings the runner copies into every launch of `kind`.
     pub fn harness_settings(&self, kind: canopy_harness::HarnessKind) -> canopy_harness::HarnessSettings {
         use canopy_harness::{HarnessKind, HarnessSettings, ProviderSettings};
-        let env = |env: &BTreeMap<String, String>| env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         match kind {
             HarnessKind::Scripted => HarnessSettings::default(),
-            HarnessKind::Claude => {
-                let claude = &self.harness.claude;
-                HarnessSettings {
-                    program: claude.bin.clone(),
-                    model: claude.model.clone(),
-                    env: env(&claude.env),
-                    provider: None,
-                }
-            }
+            HarnessKind::Claude => self.harness.claude.keys().settings(),
             HarnessKind::Codex => {
                 let codex = &self.harness.codex;
                 HarnessSettings {
-                    program: codex.bin.clone(),
-                    model: codex.model.clone(),
-                    env: env(&codex.env),
                     provider: codex
                         .provider
                         .as_ref()
                         .map(|p| ProviderSettings { base_url: p.base_url.clone(), api_key_env: p.api_key_env.clone() }),
+                    ..codex.keys().settings()
                 }
             }
         }
     }
 }
 
-/// Checks one harness table's values, naming the key at fault.
-fn validate_harness(
-    name: &str,
-    bin: Option<&Path>,
-    model: Option<&str>,
-    env: &BTreeMap<String, String>,
-) -> Result<(), (String, String)> {
-    if bin.is_some_and(|b| b.as_os_str().is_empty()) {
-        return Err((format!("harness.{name}.bin"), "must not be empty".into()));
+impl ClaudeConfig {
+    fn keys(&self) -> HarnessKeys<'_> {
+        HarnessKeys { table: "claude", bin: self.bin.as_deref(), model: self.model.as_deref(), env: &self.env }
     }
-    if model.is_some_and(|m| m.trim().is_empty() || m.chars().any(char::is_control)) {
-        return Err((format!("harness.{name}.model"), "must be a non-empty model name".into()));
+}
+
+impl CodexConfig {
+    fn keys(&self) -> HarnessKeys<'_> {
+        HarnessKeys { table: "codex", bin: self.bin.as_deref(), model: self.model.as_deref(), env: &self.env }
     }
-    for (key, value) in env {
-        if !is_env_name(key) {
-            return Err((format!("harness.{name}.env.{key}"), "is not an environment variable name".into()));
+}
+
+/// The keys every `[harness.<table>]` has, borrowed from its table: what validation and the
+/// launch settings read alike for every harness.
+struct HarnessKeys<'a> {
+    table: &'static str,
+    bin: Option<&'a Path>,
+    model: Option<&'a str>,
+    env: &'a BTreeMap<String, String>,
+}
+
+impl HarnessKeys<'_> {
+    /// Checks the values, naming the key at fault.
+    fn validate(&self) -> Result<(), (String, String)> {
+        let name = self.table;
+        if self.bin.is_some_and(|b| b.as_os_str().is_empty()) {
+            return Err((format!("harness.{name}.bin"), "must not be empty".into()));
         }
-        if value.contains('\0') {
-            return Err((format!("harness.{name}.env.{key}"), "must not contain a NUL byte".into()));
+        if self.model.is_some_and(|m| m.trim().is_empty() || m.chars().any(char::is_control)) {
+            return Err((format!("harness.{name}.model"), "must be a non-empty model name".into()));
+        }
+        for (key, value) in self.env {
+            if !is_env_name(key) {
+                return Err((format!("harness.{name}.env.{key}"), "is not an environment variable name".into()));
+            }
+            if value.contains('\0') {
+                return Err((format!("harness.{name}.env.{key}"), "must not contain a NUL byte".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The launch settings these keys give, with no provider.
+    fn settings(&self) -> canopy_harness::HarnessSettings {
+        canopy_harness::HarnessSettings {
+            program: self.bin.map(Path::to_path_buf),
+            model: self.model.map(str::to_owned),
+            env: self.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            provider: None,
         }
     }
-    Ok(())
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`, what a shell accepts.
@@ -471,10 +493,9 @@ impl Config {
 
     /// Checks `[harness.*]`; keys there are dynamic (`harness.claude.env.NAME`).
     fn validate_harnesses(&self) -> Result<(), (String, String)> {
-        let claude = &self.harness.claude;
-        validate_harness("claude", claude.bin.as_deref(), claude.model.as_deref(), &claude.env)?;
+        self.harness.claude.keys().validate()?;
         let codex = &self.harness.codex;
-        validate_harness("codex", codex.bin.as_deref(), codex.model.as_deref(), &codex.env)?;
+        codex.keys().validate()?;
         if let Some(provider) = &codex.provider {
             let url = provider.base_url.as_str();
             if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {

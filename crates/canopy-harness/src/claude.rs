@@ -259,15 +259,7 @@ impl ClaudeCodec {
 
     fn on_assistant(&mut self, line: &Value, out: &mut Vec<Decoded>) {
         let turn_id = self.turn_id();
-        let blocks = line.pointer("/message/content").and_then(Value::as_array).cloned().unwrap_or_default();
-        if let Some(parent) = line.get("parent_tool_use_id").and_then(Value::as_str) {
-            // A subagent's step: progress of the task its parent tool call started.
-            out.push(Decoded::Event(HarnessEvent::SubagentProgress {
-                id: parent.to_owned(),
-                detail: json!({ "assistant": blocks }),
-            }));
-            return;
-        }
+        let Some(blocks) = own_blocks(line, "assistant", out) else { return };
         let mut calls_tool = false;
         for block in blocks {
             match block.get("type").and_then(Value::as_str) {
@@ -311,14 +303,7 @@ impl ClaudeCodec {
             }
             return;
         }
-        let blocks = line.pointer("/message/content").and_then(Value::as_array).cloned().unwrap_or_default();
-        if let Some(parent) = line.get("parent_tool_use_id").and_then(Value::as_str) {
-            out.push(Decoded::Event(HarnessEvent::SubagentProgress {
-                id: parent.to_owned(),
-                detail: json!({ "tool_results": blocks }),
-            }));
-            return;
-        }
+        let Some(blocks) = own_blocks(line, "tool_results", out) else { return };
         let turn_id = self.turn_id();
         for block in blocks.iter().filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")) {
             let call_id = block.get("tool_use_id").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -448,6 +433,16 @@ impl ClaudeCodec {
             _ => {}
         }
     }
+}
+
+/// The content blocks of an `assistant` or `user` line's message, or `None` for a subagent's
+/// step (the line names a `parent_tool_use_id`): that is reported as progress of the task its
+/// parent tool call started, the blocks under `key`, and is not the turn's own.
+fn own_blocks(line: &Value, key: &str, out: &mut Vec<Decoded>) -> Option<Vec<Value>> {
+    let blocks = line.pointer("/message/content").and_then(Value::as_array).cloned().unwrap_or_default();
+    let Some(parent) = line.get("parent_tool_use_id").and_then(Value::as_str) else { return Some(blocks) };
+    out.push(Decoded::Event(HarnessEvent::SubagentProgress { id: parent.to_owned(), detail: json!({ key: blocks }) }));
+    None
 }
 
 /// A background task or subagent event (`task_started`, `task_progress`, `task_notification`).
@@ -677,6 +672,39 @@ mod tests {
             ]
         );
         assert!(codec.answer_now(&SendMode::NextTurn).is_none(), "idle again");
+    }
+
+    #[test]
+    fn a_subagents_steps_are_progress_of_its_parent_task_not_the_turns_own() {
+        let mut codec = ClaudeCodec::default();
+        start_turn(&mut codec);
+        let out = decode(
+            &mut codec,
+            json!({"type":"assistant","parent_tool_use_id":"toolu_task","message":{"content":[
+                {"type":"text","text":"looking"},
+                {"type":"tool_use","id":"toolu_2","name":"Read","input":{}}]}}),
+        );
+        assert_eq!(
+            events(&out),
+            vec![HarnessEvent::SubagentProgress {
+                id: "toolu_task".into(),
+                detail: json!({"assistant": [
+                    {"type":"text","text":"looking"},
+                    {"type":"tool_use","id":"toolu_2","name":"Read","input":{}}]}),
+            }]
+        );
+        let out = decode(
+            &mut codec,
+            json!({"type":"user","parent_tool_use_id":"toolu_task","message":{"content":[
+                {"type":"tool_result","tool_use_id":"toolu_2","content":"text"}]}}),
+        );
+        assert_eq!(
+            events(&out),
+            vec![HarnessEvent::SubagentProgress {
+                id: "toolu_task".into(),
+                detail: json!({"tool_results": [{"type":"tool_result","tool_use_id":"toolu_2","content":"text"}]}),
+            }]
+        );
     }
 
     #[test]

@@ -9,6 +9,10 @@
 
 #[path = "../../../tests/e2e/fake_anthropic.rs"]
 mod fake_anthropic;
+#[path = "../../../tests/e2e/fake_http.rs"]
+mod fake_http;
+#[path = "../../../tests/e2e/harness_bins.rs"]
+mod harness_bins;
 
 use std::time::Duration;
 
@@ -16,19 +20,8 @@ use canopy_harness::{
     HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SendMode, SendOutcome, Session, TurnStatus,
 };
 use fake_anthropic::{FakeAnthropic, Reply, system_text, user_texts};
+use harness_bins::claude_bin;
 use tokio::sync::mpsc;
-
-/// The installed CLI; a missing one fails the test with the way to get it.
-pub fn claude_bin() -> std::path::PathBuf {
-    match std::env::var_os("CANOPY_TEST_CLAUDE_BIN") {
-        Some(path) if std::path::Path::new(&path).is_file() => path.into(),
-        other => panic!(
-            "CANOPY_TEST_CLAUDE_BIN is {other:?}: these tests drive the real Claude Code CLI. Run \
-             `eval \"$(scripts/install-harnesses.sh)\"` (or scripts/test.sh), which installs \
-             @anthropic-ai/claude-code@2.1.332 from npm"
-        ),
-    }
-}
 
 fn spec(dir: &std::path::Path, fake: &FakeAnthropic, prompt: PromptMode) -> LaunchSpec {
     LaunchSpec {

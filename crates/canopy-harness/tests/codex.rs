@@ -10,8 +10,12 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
+#[path = "../../../tests/e2e/fake_http.rs"]
+mod fake_http;
 #[path = "../../../tests/e2e/fake_openai.rs"]
 mod fake_openai;
+#[path = "../../../tests/e2e/harness_bins.rs"]
+mod harness_bins;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -23,34 +27,11 @@ use canopy_harness::{
     TurnStatus,
 };
 use fake_openai::{FakeOpenAi, Reply, messages_of, offers_tool};
+use harness_bins::codex_bin;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 const PATIENCE: Duration = Duration::from_secs(20);
-
-/// The pinned Codex binary: `CANOPY_TEST_CODEX_BIN`, else where `scripts/install-harnesses.sh`
-/// puts it. Missing means failing, with the command that installs it.
-pub fn codex_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("CANOPY_TEST_CODEX_BIN") {
-        let bin = PathBuf::from(bin);
-        assert!(bin.is_file(), "CANOPY_TEST_CODEX_BIN={} is not a file", bin.display());
-        return bin;
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_default();
-    let bin = cache.join(
-        "canopy/npm/codex-0.171.0/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
-    );
-    assert!(
-        bin.is_file(),
-        "the Codex CLI (@openai/codex@0.171.0) is not installed: run `eval \"$(scripts/install-harnesses.sh)\"` \
-         (sets CANOPY_TEST_CODEX_BIN); looked for {}",
-        bin.display()
-    );
-    bin
-}
 
 /// A minimal MCP server over streamable HTTP (JSON answers, no sessions): `initialize`,
 /// `tools/list` with one tool, `tools/call` echoing its arguments. It checks the bearer

@@ -303,15 +303,22 @@ fn body(fm: &frontmatter::Frontmatter, text: &str) -> Body {
     Body { text: text.to_owned(), first_line: fm.body_line }
 }
 
+/// The frontmatter's `name` must equal `expected`, the file or directory name (`what`) the
+/// definition or skill is found by; a mismatch names the line.
+fn require_name(fm: &frontmatter::Frontmatter, path: &str, expected: &str, what: &str) -> Result<(), BundleError> {
+    let declared = fm.string(path, "name")?;
+    if declared != expected {
+        let line = fm.fields.get("name").map_or(0, |(_, l)| *l);
+        return Err(BundleError::at(path, line, format!("name {declared:?} must equal the {what} ({expected:?})")));
+    }
+    Ok(())
+}
+
 fn parse_definition(path: &str, file: &str, text: &str) -> Result<Definition, BundleError> {
     let name = stem(path, file, ".md")?;
     let (fm, rest) = frontmatter::split(path, text)?;
     fm.only(path, &["name", "description", "tools", "model"])?;
-    let declared = fm.string(path, "name")?;
-    if declared != name {
-        let line = fm.fields.get("name").map_or(0, |(_, l)| *l);
-        return Err(BundleError::at(path, line, format!("name {declared:?} must equal the file name ({name:?})")));
-    }
+    require_name(&fm, path, name, "file name")?;
     Ok(Definition {
         name: name.to_owned(),
         file: path.to_owned(),
@@ -326,11 +333,7 @@ fn parse_skill(path: &str, dir: &str, text: &str) -> Result<Skill, BundleError> 
     check_name(dir).map_err(|m| BundleError::at(path, 0, m))?;
     let (fm, rest) = frontmatter::split(path, text)?;
     fm.only(path, &["name", "description"])?;
-    let declared = fm.string(path, "name")?;
-    if declared != dir {
-        let line = fm.fields.get("name").map_or(0, |(_, l)| *l);
-        return Err(BundleError::at(path, line, format!("name {declared:?} must equal the directory name ({dir:?})")));
-    }
+    require_name(&fm, path, dir, "directory name")?;
     Ok(Skill {
         name: dir.to_owned(),
         file: path.to_owned(),

@@ -4,10 +4,14 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
+#[path = "../../../tests/e2e/copy_dir.rs"]
+mod copy_dir;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use canopy_prompt::{Bundle, Delivery, Facts, Renderer, lint};
+use copy_dir::copy_dir;
 
 const CATALOG: &[&str] = &[
     "comms_post_message",
@@ -167,22 +171,10 @@ fn the_fixture_passes_the_lint() {
 /// Copies the fixture into a temp dir, applies `edit`, and loads it.
 fn planted(edit: impl FnOnce(&Path)) -> (tempfile::TempDir, Result<Bundle, canopy_prompt::BundleError>) {
     let dir = tempfile::tempdir().unwrap();
-    copy(&fixture(), dir.path());
+    copy_dir(&fixture(), dir.path());
     edit(dir.path());
     let loaded = Bundle::load(dir.path());
     (dir, loaded)
-}
-
-fn copy(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -221,15 +221,10 @@ impl Mailbox {
             status: if done { "done" } else { "failed" }.to_owned(),
             report,
         };
-        for attempt in 0..5u32 {
-            match self.api.call::<_, RunsFinishResponse>(Method::RunsFinish, &self.token, &request).await {
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::debug!(error = %e, attempt, "reporting a run's end failed");
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                }
-            }
-        }
+        retrying("reporting a run's end failed", || {
+            self.api.call::<_, RunsFinishResponse>(Method::RunsFinish, &self.token, &request)
+        })
+        .await;
     }
 
     /// The continuity block the daemon builds for this session, or `None` if it cannot be
@@ -273,13 +268,26 @@ impl Mailbox {
             seqs,
             steered,
         };
-        for attempt in 0..5u32 {
-            match self.api.call::<_, DeliveriesAckResponse>(Method::DeliveriesAck, &self.token, &request).await {
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::debug!(error = %e, attempt, "acknowledging a delivery failed");
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                }
+        retrying("acknowledging a delivery failed", || {
+            self.api.call::<_, DeliveriesAckResponse>(Method::DeliveriesAck, &self.token, &request)
+        })
+        .await;
+    }
+}
+
+/// Makes a daemon call up to five times, waiting 200 ms, doubling, after each failure and
+/// logging it at debug as `failure`, then gives up quietly: it serves only calls whose loss
+/// the caller accepts (`Mailbox::acknowledge`, `Mailbox::finish_run`).
+async fn retrying<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
+    failure: &str,
+    mut call: impl FnMut() -> F,
+) {
+    for attempt in 0..5u32 {
+        match call().await {
+            Ok(_) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, attempt, "{failure}");
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
             }
         }
     }
