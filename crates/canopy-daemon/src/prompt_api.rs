@@ -100,7 +100,8 @@ impl Api {
     }
 
     /// Renders the prompt of each session about to start; `None` for a run whose session
-    /// was lost (it is reported failed instead of started again).
+    /// was lost or whose definition no longer renders (it is reported failed instead of
+    /// started).
     pub(crate) async fn render_sessions(&self, fresh: &[LiveSession]) -> Result<Vec<Option<Rendered>>, Error> {
         if fresh.is_empty() {
             return Ok(Vec::new());
@@ -112,7 +113,8 @@ impl Api {
             .await?
             .ok_or_else(|| Error::Internal("the workspace row is missing".into()))?;
         let mut out = Vec::with_capacity(fresh.len());
-        let mut lost = Vec::new();
+        // Runs that will not start: (run id, why).
+        let mut lost: Vec<(i64, String)> = Vec::new();
         for s in fresh {
             let identity = Identity {
                 handle: s.agent.to_string(),
@@ -122,21 +124,30 @@ impl Api {
                 home_channel: s.home_channel.clone(),
                 charter: s.charter.clone(),
                 persona: s.persona.clone(),
-                harness: s.harness.clone(),
             };
             let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
             let owns = prompts::owns_default_prompt(&s.harness);
             let rendered = match &s.run {
                 Some((id, _, _)) if s.incarnation > 1 => {
-                    lost.push(*id);
+                    let why = "Its session was lost (the runner stopped or the process died) before it reported.";
+                    lost.push((*id, why.to_owned()));
                     None
                 }
-                Some((_, definition, _)) => renderer.render_run(definition, &facts, owns).ok(),
-                None => renderer.render(&facts, owns).ok(),
+                Some((id, definition, _)) => match renderer.render_run(definition, &facts, owns) {
+                    Ok(rendered) => Some(rendered),
+                    Err(e) => {
+                        lost.push((*id, format!("It could not start: {e}.")));
+                        None
+                    }
+                },
+                None => match renderer.render(&facts, owns) {
+                    Ok(rendered) => Some(rendered),
+                    Err(e) => {
+                        tracing::error!(agent = %s.agent, role = %s.role, error = %e, "no prompt could be rendered");
+                        None
+                    }
+                },
             };
-            if rendered.is_none() && s.run.is_none() {
-                tracing::error!(agent = %s.agent, role = %s.role, "no prompt could be rendered for the session");
-            }
             out.push(rendered);
         }
         let hashes: Vec<(String, u64, String)> = fresh
@@ -145,13 +156,8 @@ impl Api {
             .filter_map(|(s, r)| r.as_ref().map(|r| (s.agent.to_string(), s.incarnation, r.hash.clone())))
             .collect();
         self.store.write(move |conn| ops::record_prompt_hashes(conn, &hashes)).await?;
-        for id in lost {
-            self.finish_run(
-                id,
-                RunStatus::Failed,
-                "Its session was lost (the runner stopped or the process died) before it reported.".into(),
-            )
-            .await?;
+        for (id, why) in lost {
+            self.finish_run(id, RunStatus::Failed, why).await?;
         }
         Ok(out)
     }
@@ -196,7 +202,6 @@ impl Api {
                     home_channel: account.home_channel.map(|c| c.to_string()).unwrap_or_default(),
                     charter: account.charter,
                     persona,
-                    harness: harness.clone(),
                 };
                 let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
                 let rendered = renderer
@@ -221,7 +226,6 @@ impl Api {
                     role: role.to_string(),
                     parent: (!role.is_supervisor()).then(|| "supervisor".to_owned()),
                     home_channel: format!("home-example-{role}"),
-                    harness: harness.clone(),
                     ..Identity::default()
                 };
                 let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);

@@ -186,7 +186,6 @@ pub struct Identity {
     pub home_channel: String,
     pub charter: String,
     pub persona: Option<String>,
-    pub harness: String,
 }
 
 /// The renderer's facts for `identity` in this workspace.
