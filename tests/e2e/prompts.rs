@@ -258,3 +258,58 @@ actions = [
     assert!(report["body"].as_str().unwrap().contains("timed out"), "{report}");
     assert_eq!(env.json(&["runs", "--agent", "busy"])["runs"][0]["status"], "timed_out");
 }
+
+#[test]
+fn a_managers_runs_show_in_its_continuity_block_and_history() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    std::fs::write(
+        env.data_dir().join("busy-implementer.toml"),
+        "[[rule]]\nmatch = { kind = \"start\" }\n\
+         actions = [{ fake_tool = \"bash\", output = \"built the verbose flag\" }, { sleep = \"1h\" }]\n",
+    )
+    .unwrap();
+    let mut edits = FAST.to_vec();
+    edits.push(("script = \"implementer.toml\"", "script = \"busy-implementer.toml\""));
+    env.edit_config(&edits);
+    env.start_daemon();
+    env.create_scripted(
+        "lead",
+        r#"
+[[rule]]
+match = { kind = "start", text_contains = "Session 1 started" }
+actions = [{ call = "agents_run_subagent", args = { definition = "implementer", brief = "Add a --verbose flag." } }]
+
+[[rule]]
+match = { kind = "message", text_contains = "search now" }
+actions = [{ call = "history_search", args = { query = "verbose flag", include_tool_events = true } }]
+"#,
+    );
+    // The run is out and has done a tool call.
+    crate::assert_eventually!(
+        env.activity("lead").iter().any(|i| i["agent"] == "run-1" && i["kind"] == "tool_result"),
+        "the run never made its tool call: {:?}",
+        env.activity("lead")
+    );
+    // The Manager's harness dies; its next session opens with the run still out.
+    let pid = env.wait_harness_pid("lead", 1);
+    crate::env::signal(pid, canopy_sys::SIGKILL);
+    crate::assert_eventually!(
+        !crate::delivery::inputs_containing(&env, "lead", "Session 2 started").is_empty(),
+        "the Manager was not restarted"
+    );
+    let first = crate::delivery::inputs_containing(&env, "lead", "Session 2 started").remove(0);
+    let text = first["text"].as_str().unwrap();
+    assert!(text.contains("run 1 (implementer"), "the continuity block does not list the run out: {text}");
+
+    // history_search of the Manager spans its run's tool events.
+    env.json(&["post", "--channel", "home-lead", "--topic", "t", "--create-topic", "search now"]);
+    let found = || {
+        crate::delivery::transcript(&env, "lead")
+            .into_iter()
+            .find(|l| l["kind"] == "tool_result" && l["name"] == "history_search")
+    };
+    crate::assert_eventually!(found().is_some(), "history_search never answered");
+    let output = found().unwrap()["output"].to_string();
+    assert!(output.contains("built the verbose flag"), "{output}");
+}

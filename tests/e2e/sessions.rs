@@ -33,7 +33,8 @@ impl TestEnv {
         self.activity(handle)
             .iter()
             .rev()
-            .find(|i| i["kind"] == "session_ready" && i["incarnation"] == incarnation)
+            // Its own sessions only: the watch of a Manager also shows its runs.
+            .find(|i| i["kind"] == "session_ready" && i["incarnation"] == incarnation && i["agent"] == handle)
             .and_then(|i| i["detail"]["pid"].as_u64())
             .map(|p| p as u32)
     }
