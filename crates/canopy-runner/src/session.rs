@@ -387,6 +387,9 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         program,
         program_args,
         session_dir: agent_dir.join(assignment.incarnation.to_string()),
+        // Conversations a harness keeps live here across incarnations on this runner; a
+        // session placed on another runner has none and starts fresh.
+        agent_dir: Some(agent_dir.clone()),
         cwd: match assignment.cwd.is_empty() {
             true => agent_dir.join("work"),
             false => std::path::PathBuf::from(&assignment.cwd),
