@@ -312,3 +312,32 @@ async fn a_conversation_that_cannot_be_resumed_falls_back_to_a_fresh_one_and_say
     assert_eq!(user_texts(&fake.wait_requests(3, Duration::from_secs(20))[2]), vec!["third".to_owned()]);
     session.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn append_mode_resumes_with_this_incarnation_s_delta_and_no_project_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeAnthropic::start(vec![Reply::text("noted: 42"), Reply::text("it was 42")]);
+    // Project memory in the working directory must stay out, resumed or not.
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    std::fs::write(dir.path().join("work/CLAUDE.md"), "LEAKED-PROJECT-MEMORY\n").unwrap();
+    let (session, mut events) =
+        Session::launch(incarnation(dir.path(), "1", &fake, PromptMode::Append("delta one".into())), 64).await.unwrap();
+    let mut seen = Vec::new();
+    start(&session, "start-1", "remember the number 42").await;
+    until(&mut events, &mut seen, turn_ended).await;
+    session.kill();
+    until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::Exited { .. })).await;
+
+    let (session, mut events) =
+        Session::launch(incarnation(dir.path(), "2", &fake, PromptMode::Append("delta two".into())), 64).await.unwrap();
+    start(&session, "start-2", "what was the number?").await;
+    until(&mut events, &mut seen, turn_ended).await;
+    let resumed = &fake.wait_requests(2, Duration::from_secs(20))[1];
+    assert!(user_texts(resumed).iter().any(|t| t == "remember the number 42"), "{resumed}");
+    assert!(assistant_texts(resumed).iter().any(|t| t == "noted: 42"), "{resumed}");
+    let system = system_text(resumed);
+    assert!(system.trim_end().ends_with("delta two"), "…{}", tail(&system));
+    assert!(!system.contains("delta one"), "the first incarnation's prompt was replayed");
+    assert!(!resumed.to_string().contains("LEAKED-PROJECT-MEMORY"), "CLAUDE.md reached the model");
+    session.shutdown(Duration::from_secs(5)).await;
+}
