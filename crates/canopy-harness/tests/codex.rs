@@ -410,6 +410,9 @@ async fn the_next_incarnation_resumes_the_thread_and_its_tools_still_work() {
     let next = users.iter().position(|t| t == "what was the number?");
     assert!(first.is_some() && first < next, "{:?}", fake_openai::summary(resumed));
     assert!(messages_of(resumed, "assistant").iter().any(|t| t == "noted: 42"), "{:?}", fake_openai::summary(resumed));
+    // This incarnation's prompt is the first item; the first one's is gone.
+    assert_eq!(messages_of(resumed, "developer").first().map(String::as_str), Some("prompt two"));
+    assert!(!resumed.to_string().contains("prompt one"), "{:?}", fake_openai::summary(resumed));
     // Canopy's MCP server was defined again for the resumed thread, with this process's token.
     assert!(offers_tool(resumed, Some("mcp__canopy"), "note"), "no MCP tools after resume");
     let output = fake_openai::input_items(&requests[2]).into_iter().find(|i| i["type"] == "function_call_output");
