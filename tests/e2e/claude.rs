@@ -6,7 +6,8 @@
 //! Owns the scenarios the Claude adapter promises: the prompt and tools the model sees, a tool
 //! call that posts as the agent, turn-start delivery, a steer at a tool boundary, a steer that
 //! falls back to the next turn, `canopy agents interrupt` during a model call (the turn ends
-//! interrupted, the same session takes the next message), a `kill -9` of the CLI, and an
+//! interrupted, the same session takes the next message), a `kill -9` of the CLI (incarnation
+//! 2 resumes the conversation, or starts fresh when the recorded one is missing), and an
 //! implementer run whose delta rides Claude Code's append mechanism. The codec's side of
 //! interrupt (cancelled queued steers) is tested at the harness level
 //! (`crates/canopy-harness/tests/claude.rs`).
@@ -16,7 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::env::{TestEnv, signal};
-use crate::fake_anthropic::{FakeAnthropic, Reply, system_text, tool_names, user_texts};
+use crate::fake_anthropic::{FakeAnthropic, Reply, assistant_texts, system_text, tool_names, user_texts};
 use crate::harness_bins::claude_bin;
 
 /// A workspace whose sessions run Claude Code against `fake`, with quick delivery timers and
@@ -252,14 +253,20 @@ fn canopy_agents_interrupt_ends_a_claude_turn_mid_model_call_and_the_session_tak
     assert!(crate::env::alive(pid), "claude exited");
 }
 
-#[test]
-fn a_killed_claude_cli_restarts_as_incarnation_2_and_gets_the_undelivered_message() {
-    let fake = FakeAnthropic::start(vec![Reply::text("thinking hard").after(Duration::from_secs(20))]);
-    let env = claude_env(&fake);
-    create_claude_agent(&env, "cc");
+/// The reply to incarnation 1's start turn, which incarnation 2 should remember.
+const NOTED: &str = "noted: the code word is heron";
+
+/// Incarnation 1 of `cc` answers its start turn with `NOTED`, then works on a woken turn
+/// (whose model call never answers in time) while a plain post waits for the next turn start;
+/// then the CLI is killed with SIGKILL. Returns once incarnation 2 runs.
+fn kill_claude_mid_turn(env: &TestEnv, fake: &FakeAnthropic) {
+    create_claude_agent(env, "cc");
     let first = env.wait_harness_pid("cc", 1);
     fake.wait_requests(1, PATIENCE);
-    wait_presence(&env, "cc", "working");
+    wait_presence(env, "cc", "idle");
+    env.json(&["post", "--channel", "home-cc", "--topic", "job", "--create-topic", "start the long job"]);
+    fake.wait_requests(2, PATIENCE);
+    wait_presence(env, "cc", "working");
     // Not a mention: it waits for the next turn start, which this session never reaches.
     let posted = env.json(&[
         "post",
@@ -272,14 +279,114 @@ fn a_killed_claude_cli_restarts_as_incarnation_2_and_gets_the_undelivered_messag
     ]);
     assert_eq!(posted["outcomes"][0]["outcome"], "queued", "{posted}");
     signal(first, canopy_sys::SIGKILL);
-
     let second = env.wait_harness_pid("cc", 2);
     assert_ne!(first, second);
     crate::assert_eventually!(env.roster_entry("cc")["incarnation"] == 2, "the roster did not move to session 2");
-    let requests = fake.wait_requests(2, PATIENCE);
-    let restarted = &requests[1];
+}
+
+/// The replies for `kill_claude_mid_turn`, then `after` for incarnation 2.
+fn killed_mid_turn_script(after: Vec<Reply>) -> Vec<Reply> {
+    let mut script = vec![Reply::text(NOTED), Reply::text("thinking hard").after(Duration::from_secs(20))];
+    script.extend(after);
+    script
+}
+
+#[test]
+fn a_killed_claude_cli_restarts_as_incarnation_2_resumes_its_conversation_and_gets_the_undelivered_message() {
+    let fake = FakeAnthropic::start(killed_mid_turn_script(vec![
+        Reply::canopy_tool(
+            "comms_post_message",
+            json!({"channel": "home-cc", "topic": "back", "body": "back after the restart", "create_topic": true}),
+        ),
+        Reply::text("posted after the restart"),
+    ]));
+    let env = claude_env(&fake);
+    kill_claude_mid_turn(&env, &fake);
+
+    let requests = fake.wait_requests(3, PATIENCE);
+    let restarted = &requests[2];
+    // The earlier conversation is history (same session id), then the restart's input.
+    assert!(assistant_texts(restarted).iter().any(|t| t == NOTED), "{restarted}");
+    assert_eq!(occurrences(restarted, "Session 1 started for cc"), 1, "{restarted}");
     assert_eq!(occurrences(restarted, "Session 2 started for cc"), 1, "{restarted}");
     assert_eq!(occurrences(restarted, "the release moved to Monday"), 1, "{restarted}");
+    let record = std::fs::read_to_string(env.data_dir().join("sessions/cc/claude-session")).unwrap();
+    let transcripts = env.data_dir().join("sessions/cc/claude-config/projects");
+    assert!(
+        walk(&transcripts).iter().any(|p| p.ends_with(format!("{}.jsonl", record.trim()))),
+        "no transcript for {record} under {}",
+        transcripts.display()
+    );
+    // Canopy's tools work in the resumed conversation: the post is the agent's.
+    crate::assert_eventually!(
+        env.messages("home-cc").iter().any(|m| m["body"] == "back after the restart"),
+        "the tool call after the restart did not post: {:?}",
+        env.messages("home-cc")
+    );
+    let message = env.messages("home-cc").into_iter().find(|m| m["body"] == "back after the restart").unwrap();
+    assert_eq!(message["sender"]["handle"], "cc");
+    assert!(
+        !env.activity("cc")
+            .iter()
+            .any(|a| a["kind"] == "status" && a["summary"].as_str().unwrap_or_default().contains("could not resume"))
+    );
+}
+
+#[test]
+fn a_claude_conversation_that_cannot_be_resumed_starts_fresh_and_the_session_still_works() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::text(NOTED),
+        Reply::canopy_tool(
+            "comms_post_message",
+            json!({"channel": "home-cc", "topic": "fresh", "body": "fresh but working", "create_topic": true}),
+        ),
+        Reply::text("posted"),
+    ]);
+    let env = claude_env(&fake);
+    // Point the record at a conversation Claude Code does not have before incarnation 2 starts.
+    let record = env.data_dir().join("sessions/cc/claude-session");
+    let missing = "0badc0de-0000-4000-8000-000000000000";
+    let corrupt = || std::fs::write(&record, missing).unwrap();
+    create_claude_agent(&env, "cc");
+    fake.wait_requests(1, PATIENCE);
+    wait_presence(&env, "cc", "idle");
+    corrupt();
+    let first = env.wait_harness_pid("cc", 1);
+    signal(first, canopy_sys::SIGKILL);
+    env.wait_harness_pid("cc", 2);
+
+    let requests = fake.wait_requests(2, PATIENCE);
+    let fresh = &requests[1];
+    assert!(assistant_texts(fresh).is_empty(), "{fresh}");
+    assert_eq!(occurrences(fresh, "Session 1 started for cc"), 0, "{fresh}");
+    assert_eq!(occurrences(fresh, "Session 2 started for cc"), 1, "{fresh}");
+    crate::assert_eventually!(
+        env.messages("home-cc").iter().any(|m| m["body"] == "fresh but working"),
+        "the fresh session's tool call did not post"
+    );
+    let note = env
+        .activity("cc")
+        .into_iter()
+        .find(|a| a["kind"] == "status" && a["summary"].as_str().unwrap_or_default().contains("could not resume"));
+    let note = note.unwrap_or_else(|| panic!("no status about the failed resume: {:?}", env.activity("cc")));
+    assert!(note["summary"].as_str().unwrap().contains(missing), "{note}");
+    assert!(env.data_dir().join("sessions/cc/2/stderr.resume-failed.log").is_file());
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert_ne!(recorded.trim(), missing, "the fresh conversation was recorded");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! offered and a scripted call posting as the agent, a post waking an idle session, an
 //! @mention steered into a running turn, a late mention falling back to the next turn,
 //! `canopy agents interrupt` during a slow tool (the turn ends interrupted, the same session
-//! takes the next message), `kill -9` of Codex (restart, redelivery), a graceful stop, and an
+//! takes the next message), `kill -9` of Codex (restart, the thread resumed, redelivery; a
+//! thread that cannot be resumed starts fresh), a graceful stop, and an
 //! implementer run whose delta arrives as `developerInstructions`, and `canopy doctor`
 //! starting a real Codex session (no model call). A missing binary fails with the install
 //! command.
@@ -261,12 +262,26 @@ fn canopy_agents_interrupt_ends_a_codex_turn_during_a_slow_tool_and_the_session_
     assert!(crate::env::alive(pid), "codex exited");
 }
 
+/// The reply to incarnation 1's start turn, which incarnation 2 should remember.
+const NOTED: &str = "noted: the code word is heron";
+
 #[test]
-fn a_killed_codex_restarts_as_incarnation_2_and_gets_the_undelivered_message() {
-    let fake = FakeOpenAi::start(vec![Reply::shell("sleep 10"), Reply::text("back again")]);
+fn a_killed_codex_restarts_as_incarnation_2_resumes_its_thread_and_gets_the_undelivered_message() {
+    let fake = FakeOpenAi::start(vec![
+        Reply::text(NOTED),
+        Reply::shell("sleep 10"),
+        Reply::canopy_tool(
+            "comms_post_message",
+            json!({ "channel": "home-cx", "topic": "back", "body": "back after the restart", "create_topic": true }),
+        ),
+        Reply::text("back again"),
+    ]);
     let env = started(&fake, &[]);
     env.create_codex("cx");
     let first = env.wait_harness_pid("cx", 1);
+    crate::assert_eventually!(env.roster_entry("cx")["presence"] == "idle", "cx never went idle");
+    let thread = std::fs::read_to_string(env.data_dir().join("sessions/cx/codex-thread")).unwrap();
+    env.post("home-cx", "start the long job");
     crate::assert_eventually!(
         env.watched("cx", "tool_running").iter().any(|i| i["detail"]["name"] == "command"),
         "the long tool never ran"
@@ -278,13 +293,69 @@ fn a_killed_codex_restarts_as_incarnation_2_and_gets_the_undelivered_message() {
     let second = env.wait_harness_pid("cx", 2);
     assert_ne!(first, second);
     crate::assert_eventually!(env.roster_entry("cx")["incarnation"] == 2, "the roster did not move to session 2");
-    let requests = fake.wait_requests(2, PATIENCE);
-    let redelivered = last_user_message(&requests[1]);
+    let requests = fake.wait_requests(3, PATIENCE);
+    let resumed = &requests[2];
+    // The same thread goes on: the earlier turns are history, then the restart's input.
+    assert!(messages_of(resumed, "assistant").iter().any(|t| t == NOTED), "{:?}", summary(resumed));
+    assert!(
+        messages_of(resumed, "user").iter().any(|t| t.contains("Session 1 started for cx")),
+        "{:?}",
+        summary(resumed)
+    );
+    let redelivered = last_user_message(resumed);
     assert!(redelivered.contains("Session 2 started for cx"), "{redelivered}");
     assert_fenced(&redelivered, "keep this for when you are back");
-    // Session 2 is a fresh Codex thread in a fresh CODEX_HOME.
-    assert!(env.data_dir().join("sessions/cx/2/codex-home/config.toml").is_file());
-    assert!(!input_items(&requests[1]).iter().any(|i| i["type"] == "function_call"), "{:?}", summary(&requests[1]));
+    assert_eq!(std::fs::read_to_string(env.data_dir().join("sessions/cx/codex-thread")).unwrap(), thread);
+    // CODEX_HOME is the agent's, so the thread's rollout survived the incarnation.
+    assert!(env.data_dir().join("sessions/cx/codex-home/config.toml").is_file());
+    assert!(!env.data_dir().join("sessions/cx/2/codex-home").exists());
+    // Canopy's tools work on the resumed thread, with incarnation 2's token: the post is cx's.
+    crate::assert_eventually!(
+        env.messages("home-cx").iter().any(|m| m["body"] == "back after the restart"),
+        "the tool call after the restart did not post: {:?} {:?}",
+        fake.requests().iter().map(summary).collect::<Vec<_>>(),
+        env.watch("cx")
+    );
+    let message = env.messages("home-cx").into_iter().find(|m| m["body"] == "back after the restart").unwrap();
+    assert_eq!(message["sender"]["handle"], "cx");
+}
+
+#[test]
+fn a_codex_thread_that_cannot_be_resumed_starts_fresh_and_the_session_still_works() {
+    let fake = FakeOpenAi::start(vec![
+        Reply::text(NOTED),
+        Reply::canopy_tool(
+            "comms_post_message",
+            json!({ "channel": "home-cx", "topic": "fresh", "body": "fresh but working", "create_topic": true }),
+        ),
+        Reply::text("posted"),
+    ]);
+    let env = started(&fake, &[]);
+    env.create_codex("cx");
+    let first = env.wait_harness_pid("cx", 1);
+    crate::assert_eventually!(env.roster_entry("cx")["presence"] == "idle", "cx never went idle");
+    let record = env.data_dir().join("sessions/cx/codex-thread");
+    let missing = "019a0000-0000-7000-8000-000000000000";
+    std::fs::write(&record, missing).unwrap();
+    signal(first, canopy_sys::SIGKILL);
+    env.wait_harness_pid("cx", 2);
+
+    let requests = fake.wait_requests(2, PATIENCE);
+    let fresh = &requests[1];
+    assert!(messages_of(fresh, "assistant").is_empty(), "{:?}", summary(fresh));
+    assert!(last_user_message(fresh).contains("Session 2 started for cx"), "{:?}", summary(fresh));
+    crate::assert_eventually!(
+        env.messages("home-cx").iter().any(|m| m["body"] == "fresh but working"),
+        "the fresh session's tool call did not post: {:?}",
+        env.watch("cx")
+    );
+    let note = env
+        .watched("cx", "status")
+        .into_iter()
+        .find(|a| a["summary"].as_str().unwrap_or_default().contains("could not resume"));
+    let note = note.unwrap_or_else(|| panic!("no status about the failed resume: {:?}", env.watch("cx")));
+    assert!(note["summary"].as_str().unwrap().contains(missing), "{note}");
+    assert_ne!(std::fs::read_to_string(&record).unwrap().trim(), missing, "the fresh thread was recorded");
 }
 
 #[test]

@@ -128,6 +128,20 @@ pub fn user_texts(request: &Value) -> Vec<String> {
     texts
 }
 
+/// Every text block the assistant side of the conversation carries (earlier replies).
+pub fn assistant_texts(request: &Value) -> Vec<String> {
+    let messages = request["messages"].as_array().into_iter().flatten().filter(|m| m["role"] == "assistant");
+    let mut texts = Vec::new();
+    for message in messages {
+        match &message["content"] {
+            Value::String(text) => texts.push(text.clone()),
+            Value::Array(blocks) => texts.extend(blocks.iter().filter_map(|b| b["text"].as_str().map(str::to_owned))),
+            _ => {}
+        }
+    }
+    texts
+}
+
 /// The newest user text of a request (for failure messages).
 pub fn last_user_text(request: &Value) -> String {
     user_texts(request).pop().unwrap_or_default()

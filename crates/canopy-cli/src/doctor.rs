@@ -276,6 +276,7 @@ async fn session_starts(
         program: program.to_owned(),
         program_args: Vec::new(),
         session_dir: dir.join("session"),
+        agent_dir: None,
         cwd: dir.join("work"),
         prompt: PromptMode::Replace("canopy doctor: a session start check.".into()),
         // For Claude Code nothing listens there: the check needs no tools and makes no model call.

@@ -1,10 +1,19 @@
 //! The Claude Code adapter: `claude -p` in stream-json mode, one long-lived process per session.
 //!
 //! Owns the command line (lean flags, the prompt file for replace or append mode, Canopy's
-//! tools as one HTTP MCP server, nothing else allowed), the per-session `HOME` and
+//! tools as one HTTP MCP server, nothing else allowed), the per-session `HOME`, the per-agent
 //! `CLAUDE_CONFIG_DIR`, and the mapping of Claude Code's stream-json lines onto the
 //! normalised events. It does not decide when to send: the runner starts turns and asks for
 //! steers; this codec says what Claude Code made of them.
+//!
+//! Conversations survive incarnations on the same machine: `CLAUDE_CONFIG_DIR` lives in the
+//! agent's directory (`sessions/<agent>/claude-config`, where Claude Code keeps its
+//! transcripts), a new conversation gets `--session-id <uuid>`, the codec records the id from
+//! `system/init` in `sessions/<agent>/claude-session`, and the next launch passes `--resume
+//! <id>` (with `--system-prompt-snapshot off`, so this incarnation's prompt is what is sent).
+//! A conversation Claude Code cannot find makes it exit before it is ready; the session then
+//! starts once more with a fresh conversation (see `Session::launch`). Without an agent
+//! directory nothing is kept (`--no-session-persistence`).
 //!
 //! Protocol facts this relies on (Claude Code 2.1.332, see ARCHITECTURE.md):
 //! - Nothing is printed until the first stdin line, so the codec opens with an `initialize`
@@ -31,7 +40,7 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
-use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode};
+use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode, Resume};
 
 pub const CAPABILITIES: Capabilities =
     Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: true };
@@ -39,7 +48,11 @@ pub const CAPABILITIES: Capabilities =
 /// Files and directories inside the session directory.
 pub const PROMPT_FILE: &str = "system-prompt.md";
 pub const MCP_CONFIG_FILE: &str = "mcp.json";
+/// `CLAUDE_CONFIG_DIR`: in the agent's directory when there is one (it holds the transcripts
+/// a later incarnation resumes), else in the session directory.
 pub const CONFIG_DIR: &str = "claude-config";
+/// The file in the agent's directory that names the conversation to resume (a session id).
+pub const CONVERSATION_FILE: &str = "claude-session";
 
 /// The MCP server name, so Canopy's tools arrive as `mcp__canopy__<tool>`.
 const MCP_SERVER: &str = "canopy";
@@ -67,9 +80,20 @@ pub fn has_credentials(env: &[(String, String)]) -> bool {
     CREDENTIAL_ENV.iter().any(|key| env.iter().any(|(k, _)| k == key) || std::env::var_os(key).is_some())
 }
 
-/// The arguments for one session, without the program. Public so `canopy doctor` and tests
-/// can show exactly what a session runs.
-pub fn arguments(spec: &LaunchSpec) -> Vec<String> {
+/// Which conversation a launch runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conversation {
+    /// Nothing is kept on disk (`--no-session-persistence`): no agent directory.
+    Ephemeral,
+    /// A new conversation with this session id (`--session-id`), kept for a later resume.
+    New(String),
+    /// The agent's previous conversation (`--resume`), continued under the same id.
+    Resume(String),
+}
+
+/// The arguments for one session, without the program. Public so tests can show exactly what
+/// a session runs.
+pub fn arguments(spec: &LaunchSpec, conversation: &Conversation) -> Vec<String> {
     let dir = &spec.session_dir;
     let mut args: Vec<String> = [
         "-p",
@@ -100,11 +124,21 @@ pub fn arguments(spec: &LaunchSpec) -> Vec<String> {
         args.push("--model".into());
         args.push(model.clone());
     }
-    // Built-in tools off, no slash commands, no transcript on disk, and no settings, hooks
-    // or CLAUDE.md from the user or the project: the session sees its prompt and Canopy's
-    // tools only. `--bare` would also drop the default prompt that append mode keeps, so
-    // append mode turns off the setting sources instead.
-    args.extend(["--tools", "", "--disable-slash-commands", "--no-session-persistence"].map(String::from));
+    // Built-in tools off, no slash commands, and no settings, hooks or CLAUDE.md from the
+    // user or the project: the session sees its prompt and Canopy's tools only. `--bare`
+    // would also drop the default prompt that append mode keeps, so append mode turns off
+    // the setting sources instead. Neither stops the transcript from being written.
+    args.extend(["--tools", "", "--disable-slash-commands"].map(String::from));
+    match conversation {
+        Conversation::Ephemeral => args.push("--no-session-persistence".into()),
+        Conversation::New(id) => args.extend(["--session-id".into(), id.clone()]),
+        Conversation::Resume(id) => args.extend(["--resume".into(), id.clone()]),
+    }
+    if *conversation != Conversation::Ephemeral {
+        // Without this, append mode (no `--bare`) records the first prompt and a resumed
+        // conversation keeps sending it; this incarnation's prompt file is what counts.
+        args.extend(["--system-prompt-snapshot", "off"].map(String::from));
+    }
     args.push(match spec.prompt {
         PromptMode::Replace(_) => "--bare".into(),
         PromptMode::Append(_) => "--setting-sources=".into(),
@@ -121,8 +155,50 @@ pub fn mcp_config(url: &str, token: &str) -> Value {
     })
 }
 
+/// Whether `text` is a UUID as Claude Code's `--session-id` and `--resume` take it.
+fn is_uuid(text: &str) -> bool {
+    text.len() == 36
+        && text.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// A fresh session id: random, version 4, variant 10xx, as Claude Code expects a UUID.
+fn new_uuid() -> String {
+    let hex = canopy_sys::random_hex(16).unwrap_or_else(|_| format!("{:032x}", std::process::id()));
+    // 32 hex digits either way; `get` keeps a short string from panicking regardless.
+    let part = |a: usize, b: usize| hex.get(a..b).unwrap_or("0").to_owned();
+    format!("{}-{}-4{}-8{}-{}", part(0, 8), part(8, 12), part(13, 16), part(17, 20), part(20, 32))
+}
+
+/// Picks the conversation for this launch from the agent directory's record, and says why
+/// when a record exists but cannot be used.
+fn conversation(spec: &LaunchSpec, resume: Resume) -> (Conversation, Option<String>) {
+    let Some(agent_dir) = &spec.agent_dir else { return (Conversation::Ephemeral, None) };
+    let record = agent_dir.join(CONVERSATION_FILE);
+    if resume == Resume::Fresh {
+        // The resume failed: forget it, so the next start does not try it again.
+        let _ = std::fs::remove_file(&record);
+        return (Conversation::New(new_uuid()), None);
+    }
+    match std::fs::read_to_string(&record) {
+        Ok(text) if is_uuid(text.trim()) => (Conversation::Resume(text.trim().to_owned()), None),
+        Ok(text) => {
+            let _ = std::fs::remove_file(&record);
+            let note = format!(
+                "the recorded conversation id {:?} in {} is not a session id; started a fresh conversation",
+                text.trim(),
+                record.display()
+            );
+            (Conversation::New(new_uuid()), Some(note))
+        }
+        Err(_) => (Conversation::New(new_uuid()), None),
+    }
+}
+
 /// Writes the prompt and MCP files and adds Claude Code's arguments and environment.
-pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dyn Codec>, LaunchError> {
+pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) -> Result<Box<dyn Codec>, LaunchError> {
     let files = |path: std::path::PathBuf| move |source| LaunchError::Files { path, source };
     let write = |name: &str, text: &[u8]| {
         let path = spec.session_dir.join(name);
@@ -144,9 +220,10 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dy
             .and_then(|mut file| file.write_all(&mcp))
             .map_err(files(path))?;
     }
-    let config_dir = spec.session_dir.join(CONFIG_DIR);
+    let config_dir = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir).join(CONFIG_DIR);
     std::fs::create_dir_all(&config_dir).map_err(files(config_dir.clone()))?;
-    command.args(arguments(spec)).env("CLAUDE_CONFIG_DIR", &config_dir);
+    let (conversation, note) = conversation(spec, resume);
+    command.args(arguments(spec, &conversation)).env("CLAUDE_CONFIG_DIR", &config_dir);
     for (key, value) in QUIET_ENV {
         command.env(key, value);
     }
@@ -157,7 +234,18 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dy
             command.env(key, value);
         }
     }
-    Ok(Box::new(ClaudeCodec::default()))
+    let mut codec = ClaudeCodec { ready_note: note, ..ClaudeCodec::default() };
+    if let Some(agent_dir) = &spec.agent_dir {
+        codec.record = Some(agent_dir.join(CONVERSATION_FILE));
+    }
+    match conversation {
+        Conversation::Resume(id) => {
+            codec.resuming = Some(id.clone());
+            codec.recorded = Some(id);
+        }
+        Conversation::New(_) | Conversation::Ephemeral => {}
+    }
+    Ok(Box::new(codec))
 }
 
 /// One stdin line Canopy wrote, by the uuid it carried.
@@ -190,15 +278,39 @@ struct ClaudeCodec {
     /// The answer `written` gives for the line just written.
     answer_after_write: Option<(String, SendOutcome)>,
     compacting: bool,
+    /// The agent directory's conversation record, rewritten when `system/init` names a
+    /// session id other than the one recorded; `None` when nothing is kept.
+    record: Option<std::path::PathBuf>,
+    /// The session id the record holds.
+    recorded: Option<String>,
+    /// The conversation this launch resumes.
+    resuming: Option<String>,
+    /// A status reported right after `Ready` (why a recorded conversation was not resumed).
+    ready_note: Option<String>,
 }
 
 impl ClaudeCodec {
     fn uuid() -> String {
-        let hex = canopy_sys::random_hex(16).unwrap_or_else(|_| format!("{:032x}", std::process::id()));
-        // 32 hex digits either way; `get` keeps a short string from panicking regardless.
-        let part = |a: usize, b: usize| hex.get(a..b).unwrap_or("0").to_owned();
-        // Version 4, variant 10xx, as Claude Code expects a UUID.
-        format!("{}-{}-4{}-8{}-{}", part(0, 8), part(8, 12), part(13, 16), part(17, 20), part(20, 32))
+        new_uuid()
+    }
+
+    /// Records the conversation's session id in the agent's directory, once per id: from the
+    /// first `system/init` on, the transcript is on disk and a later incarnation can resume it.
+    fn record(&mut self, session_id: &str, out: &mut Vec<Decoded>) {
+        let Some(path) = &self.record else { return };
+        if self.recorded.as_deref() == Some(session_id) || !is_uuid(session_id) {
+            return;
+        }
+        match std::fs::write(path, format!("{session_id}\n")) {
+            Ok(()) => self.recorded = Some(session_id.to_owned()),
+            Err(e) => {
+                // Once is enough: the next start simply begins a fresh conversation.
+                self.recorded = Some(session_id.to_owned());
+                out.push(Decoded::Event(HarnessEvent::Status {
+                    text: format!("could not record the conversation id in {}: {e}", path.display()),
+                }));
+            }
+        }
     }
 
     fn user_line(text: &str, uuid: &str) -> Vec<u8> {
@@ -394,6 +506,9 @@ impl ClaudeCodec {
         let event = |e| Decoded::Event(e);
         match line.get("subtype").and_then(Value::as_str) {
             Some("init") => {
+                if let Some(session_id) = line.get("session_id").and_then(Value::as_str) {
+                    self.record(session_id, out);
+                }
                 let servers = line.get("mcp_servers").and_then(Value::as_array).cloned().unwrap_or_default();
                 let canopy = servers
                     .iter()
@@ -458,6 +573,10 @@ fn subagent(kind: &str, line: &Value) -> HarnessEvent {
 }
 
 impl Codec for ClaudeCodec {
+    fn resuming(&self) -> Option<String> {
+        self.resuming.clone()
+    }
+
     fn start(&mut self) -> Vec<Vec<u8>> {
         let line =
             json!({ "type": "control_request", "request_id": INIT_REQUEST, "request": { "subtype": "initialize" } });
@@ -539,6 +658,9 @@ impl Codec for ClaudeCodec {
                         out.push(Decoded::Event(HarnessEvent::Status { text }));
                     }
                     out.push(Decoded::Event(HarnessEvent::Ready));
+                    if let Some(text) = self.ready_note.take() {
+                        out.push(Decoded::Event(HarnessEvent::Status { text }));
+                    }
                 }
             }
             Some("control_request") => {
@@ -618,6 +740,74 @@ mod tests {
         let out = decode(codec, replay(&uuid_of(&line)));
         assert_eq!(acks(&out), vec![("first".into(), SendOutcome::Started { turn_id: "t1".into() })]);
         "t1".into()
+    }
+
+    fn spec(agent_dir: Option<&std::path::Path>, prompt: PromptMode) -> LaunchSpec {
+        LaunchSpec {
+            kind: crate::HarnessKind::Claude,
+            program: "claude".into(),
+            program_args: vec![],
+            session_dir: "/s/a/1".into(),
+            agent_dir: agent_dir.map(std::path::Path::to_owned),
+            cwd: "/w".into(),
+            prompt,
+            mcp_url: "http://127.0.0.1:1/mcp".into(),
+            mcp_token: "t".into(),
+            env: vec![],
+            model: None,
+            provider: None,
+            script: None,
+            max_line_bytes: 1024,
+            ready_timeout: std::time::Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_recorded_session_id_is_resumed_and_an_unreadable_one_is_replaced_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join(CONVERSATION_FILE);
+        let replace = spec(Some(dir.path()), PromptMode::Replace("p".into()));
+        let (first, note) = conversation(&replace, Resume::IfRecorded);
+        assert!(matches!(&first, Conversation::New(id) if is_uuid(id)) && note.is_none(), "{first:?}");
+        let args = arguments(&replace, &first);
+        assert!(args.contains(&"--session-id".into()) && !args.contains(&"--no-session-persistence".into()));
+        assert!(args.windows(2).any(|w| w == ["--system-prompt-snapshot", "off"]), "{args:?}");
+
+        let id = "0badc0de-0000-4000-8000-000000000000";
+        std::fs::write(&record, format!("{id}\n")).unwrap();
+        assert_eq!(conversation(&replace, Resume::IfRecorded), (Conversation::Resume(id.into()), None));
+        let append = spec(Some(dir.path()), PromptMode::Append("d".into()));
+        let args = arguments(&append, &Conversation::Resume(id.into()));
+        assert!(args.windows(2).any(|w| w == ["--resume", id]) && args.contains(&"--setting-sources=".into()));
+        // A failed resume forgets the record.
+        assert!(matches!(conversation(&replace, Resume::Fresh), (Conversation::New(_), None)));
+        assert!(!record.exists());
+
+        std::fs::write(&record, "not-a-uuid").unwrap();
+        let (fresh, note) = conversation(&replace, Resume::IfRecorded);
+        assert!(matches!(fresh, Conversation::New(_)) && note.unwrap().contains("not-a-uuid"));
+
+        let ephemeral = spec(None, PromptMode::Replace("p".into()));
+        assert_eq!(conversation(&ephemeral, Resume::IfRecorded), (Conversation::Ephemeral, None));
+        let args = arguments(&ephemeral, &Conversation::Ephemeral);
+        assert!(
+            args.contains(&"--no-session-persistence".into()) && !args.contains(&"--system-prompt-snapshot".into())
+        );
+    }
+
+    #[test]
+    fn init_records_the_session_id_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join(CONVERSATION_FILE);
+        let mut codec = ClaudeCodec { record: Some(record.clone()), ..ClaudeCodec::default() };
+        let id = "0badc0de-0000-4000-8000-000000000001";
+        let init = json!({"type":"system","subtype":"init","session_id":id,
+                          "mcp_servers":[{"name":"canopy","status":"connected"}]});
+        assert!(decode(&mut codec, init.clone()).is_empty());
+        assert_eq!(std::fs::read_to_string(&record).unwrap().trim(), id);
+        std::fs::remove_file(&record).unwrap();
+        decode(&mut codec, init);
+        assert!(!record.exists(), "written once per id");
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! The Codex adapter: `codex app-server`, JSON-RPC over stdio (one object per line, no
 //! `jsonrpc` field), mapped onto the normalised session vocabulary.
 //!
-//! Owns the per-session `CODEX_HOME` (a generated `config.toml`: model, provider, approval
-//! `never`, analytics and feedback off, plugins and apps off), the handshake (`initialize`,
-//! `initialized`, `thread/start` with the prompt and Canopy's MCP server defined for the
-//! thread, then the wait for that server's `ready`), and the correlation of JSON-RPC ids
+//! Owns `CODEX_HOME` (per agent, so the rollout files of its threads survive incarnations; a
+//! generated `config.toml`: model, provider, approval `never`, analytics and feedback off,
+//! plugins and apps off), the handshake (`initialize`, `initialized`, `thread/start` with the
+//! prompt and Canopy's MCP server defined for the thread, or `thread/resume` of the thread
+//! recorded in `sessions/<agent>/codex-thread` with the same parameters, falling back to
+//! `thread/start` with a status when Codex cannot load it; then the wait for that server's
+//! `ready`), and the correlation of JSON-RPC ids
 //! with Canopy's inputs: a `turn/start` answer is a `Started`, a `turn/steer` answer a
 //! `Steered`, a `turn/steer` error a `FellBack`. A steer's injection is recognised by the
 //! user-message item carrying the steer's input id as its client id.
@@ -21,16 +24,19 @@ use tokio::process::Command;
 
 use crate::ProviderSettings;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
-use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode};
+use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode, Resume};
 
 /// `turn/steer` bound to a turn id, `baseInstructions` (replace), `developerInstructions`
 /// (append), and a default prompt of Codex's own.
 pub const CAPABILITIES: Capabilities =
     Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: true };
 
-/// The per-session Codex home, inside the session directory. Not under the system temporary
-/// directory: Codex refuses to create its helper binaries there.
+/// `CODEX_HOME`: in the agent's directory when there is one (its rollout files are the
+/// threads a later incarnation resumes), else in the session directory. Not under the system
+/// temporary directory: Codex refuses to create its helper binaries there.
 pub const CODEX_HOME_DIR: &str = "codex-home";
+/// The file in the agent's directory that names the thread to resume.
+pub const THREAD_FILE: &str = "codex-thread";
 pub const CONFIG_FILE: &str = "config.toml";
 /// The session's system prompt (or appended delta), as sent, inside the session directory.
 pub const PROMPT_FILE: &str = "system-prompt.md";
@@ -48,8 +54,8 @@ pub const OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
 
 /// Writes `CODEX_HOME`, adds `app-server` and the environment to `command`, and returns the
 /// codec that performs the handshake.
-pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dyn Codec>, LaunchError> {
-    let home = spec.session_dir.join(CODEX_HOME_DIR);
+pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) -> Result<Box<dyn Codec>, LaunchError> {
+    let home = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir).join(CODEX_HOME_DIR);
     std::fs::create_dir_all(&home).map_err(|source| LaunchError::Files { path: home.clone(), source })?;
     // The prompt as given, for the operator (and tests) to compare with what the model got.
     let prompt_path = spec.session_dir.join(PROMPT_FILE);
@@ -77,7 +83,23 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dy
         })?;
         command.env(key_env, key);
     }
-    Ok(Box::new(CodexCodec::new(thread_start_params(spec))))
+    let mut codec = CodexCodec::new(thread_start_params(spec));
+    if let Some(agent_dir) = &spec.agent_dir {
+        let record = agent_dir.join(THREAD_FILE);
+        match resume {
+            Resume::IfRecorded => {
+                let recorded = std::fs::read_to_string(&record).ok().map(|t| t.trim().to_owned());
+                codec.resume = recorded.filter(|id| !id.is_empty());
+                codec.recorded.clone_from(&codec.resume);
+            }
+            // The resume failed at the process level: forget it.
+            Resume::Fresh => {
+                let _ = std::fs::remove_file(&record);
+            }
+        }
+        codec.record = Some(record);
+    }
+    Ok(Box::new(codec))
 }
 
 /// `config.toml` for one session: `model` when set, and a provider that is either the
@@ -172,6 +194,7 @@ fn path_text(path: &Path) -> String {
 enum Request {
     Initialize,
     ThreadStart,
+    ThreadResume { thread_id: String },
     TurnStart { input_id: String },
     Steer { input_id: String, turn_id: String },
     Interrupt,
@@ -186,8 +209,15 @@ struct RunningTool {
 struct CodexCodec {
     next_id: u64,
     requests: HashMap<u64, Request>,
-    /// Sent once `initialize` is answered.
+    /// Sent once `initialize` is answered (after a failed `thread/resume`, once that failed).
     thread_start: Option<Value>,
+    /// The agent's previous thread, resumed instead of starting one (`thread/resume`).
+    resume: Option<String>,
+    /// The agent directory's thread record, rewritten when the thread id changes; `None`
+    /// when nothing is kept.
+    record: Option<std::path::PathBuf>,
+    /// The thread id the record holds.
+    recorded: Option<String>,
     thread_id: Option<String>,
     mcp_ready: bool,
     /// `Ready` is reported once: the thread exists and Canopy's MCP server is up.
@@ -206,6 +236,9 @@ impl CodexCodec {
             next_id: 0,
             requests: HashMap::new(),
             thread_start: Some(thread_start),
+            resume: None,
+            record: None,
+            recorded: None,
             thread_id: None,
             mcp_ready: false,
             ready_sent: false,
@@ -221,6 +254,34 @@ impl CodexCodec {
         self.next_id += 1;
         self.requests.insert(id, request);
         line(&json!({ "method": method, "id": id, "params": params }))
+    }
+
+    /// `thread/start`, once.
+    fn start_thread(&mut self) -> Option<Decoded> {
+        let params = self.thread_start.take()?;
+        Some(Decoded::Write(self.request(Request::ThreadStart, "thread/start", params)))
+    }
+
+    /// `thread/resume` of `thread_id` with this launch's working directory, prompt, policy
+    /// and Canopy's MCP server (the token is this incarnation's, read from the environment).
+    fn resume_request(&mut self, thread_id: String) -> Vec<u8> {
+        let mut params = self.thread_start.clone().unwrap_or_else(|| json!({}));
+        params["threadId"] = Value::String(thread_id.clone());
+        // The answer would otherwise carry every earlier turn, on one line.
+        params["excludeTurns"] = Value::Bool(true);
+        self.request(Request::ThreadResume { thread_id }, "thread/resume", params)
+    }
+
+    /// Records the thread id in the agent's directory when it changes.
+    fn record_thread(&mut self, thread_id: &str, out: &mut Vec<Decoded>) {
+        let Some(path) = &self.record else { return };
+        if self.recorded.as_deref() == Some(thread_id) {
+            return;
+        }
+        self.recorded = Some(thread_id.to_owned());
+        if let Err(e) = std::fs::write(path, format!("{thread_id}\n")) {
+            out.push(status(&format!("could not record the thread id in {}: {e}", path.display())));
+        }
     }
 
     fn thread(&self) -> String {
@@ -248,17 +309,29 @@ impl CodexCodec {
         match (request, error) {
             (Request::Initialize, None) => {
                 out.push(Decoded::Write(line(&json!({ "method": "initialized" }))));
-                if let Some(params) = self.thread_start.take() {
-                    out.push(Decoded::Write(self.request(Request::ThreadStart, "thread/start", params)));
+                match self.resume.clone() {
+                    Some(thread_id) => out.push(Decoded::Write(self.resume_request(thread_id))),
+                    None => out.extend(self.start_thread()),
                 }
             }
-            (Request::ThreadStart, None) => match result.pointer("/thread/id").and_then(Value::as_str) {
-                Some(thread_id) => {
-                    self.thread_id = Some(thread_id.to_owned());
-                    self.ready_if_due(&mut out);
+            (Request::ThreadStart | Request::ThreadResume { .. }, None) => {
+                match result.pointer("/thread/id").and_then(Value::as_str) {
+                    Some(thread_id) => {
+                        self.thread_id = Some(thread_id.to_owned());
+                        self.record_thread(thread_id, &mut out);
+                        self.ready_if_due(&mut out);
+                    }
+                    None => out.push(status("codex answered thread/start without a thread id")),
                 }
-                None => out.push(status("codex answered thread/start without a thread id")),
-            },
+            }
+            // The recorded thread cannot be loaded (its rollout is gone or unreadable): say
+            // so and start a fresh one; the session goes on.
+            (Request::ThreadResume { thread_id }, Some(error)) => {
+                out.push(status(&format!(
+                    "could not resume the previous thread {thread_id} ({error}); started a fresh thread"
+                )));
+                out.extend(self.start_thread());
+            }
             // The session is never ready; the launch times out and reports it.
             (Request::Initialize, Some(error)) => out.push(status(&format!("codex refused initialize: {error}"))),
             (Request::ThreadStart, Some(error)) => out.push(status(&format!("codex refused thread/start: {error}"))),
@@ -541,6 +614,10 @@ fn tool_completed(item: &Value, turn_id: Option<String>) -> Option<HarnessEvent>
 }
 
 impl Codec for CodexCodec {
+    fn resuming(&self) -> Option<String> {
+        self.resume.clone()
+    }
+
     fn start(&mut self) -> Vec<Vec<u8>> {
         let params = json!({
             "clientInfo": { "name": "canopy", "title": "Canopy", "version": env!("CARGO_PKG_VERSION") },
@@ -708,6 +785,31 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_thread_is_resumed_and_a_failed_resume_starts_a_fresh_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join(THREAD_FILE);
+        let mut codec = CodexCodec::new(json!({ "cwd": "/w", "baseInstructions": "P", "config": { "k": 1 } }));
+        codec.resume = Some("thr-old".into());
+        codec.recorded = Some("thr-old".into());
+        codec.record = Some(record.clone());
+        assert_eq!(codec.resuming().as_deref(), Some("thr-old"));
+        codec.start();
+        let resume = written(&decode(&mut codec, json!({ "id": 0, "result": {} })));
+        assert_eq!(resume[1]["method"], "thread/resume");
+        let params = &resume[1]["params"];
+        assert_eq!((params["threadId"].as_str(), params["excludeTurns"].as_bool()), (Some("thr-old"), Some(true)));
+        assert_eq!((params["baseInstructions"].as_str(), params["config"]["k"].as_i64()), (Some("P"), Some(1)));
+
+        let refused = decode(&mut codec, json!({ "id": 1, "error": { "code": -32600, "message": "no rollout" } }));
+        assert_eq!(written(&refused)[0]["method"], "thread/start");
+        assert!(
+            matches!(&events(refused)[..], [HarnessEvent::Status { text }] if text.contains("could not resume") && text.contains("thr-old"))
+        );
+        decode(&mut codec, json!({ "id": 2, "result": { "thread": { "id": "thr-new" } } }));
+        assert_eq!(std::fs::read_to_string(&record).unwrap().trim(), "thr-new");
+    }
+
+    #[test]
     fn steer_answers_are_correlated_by_request_id() {
         let mut codec = ready_codec();
         let context = InputContext::default();
@@ -832,6 +934,7 @@ mod tests {
             program: "codex".into(),
             program_args: vec![],
             session_dir: dir.path().to_owned(),
+            agent_dir: None,
             cwd: dir.path().join("work"),
             prompt: PromptMode::Replace("p".into()),
             mcp_url: "http://127.0.0.1:1/mcp".into(),
@@ -843,10 +946,13 @@ mod tests {
             max_line_bytes: 1024,
             ready_timeout: std::time::Duration::from_secs(1),
         };
-        let error = prepare(&spec, &mut Command::new("codex")).err().map(|e| e.to_string()).unwrap_or_default();
+        let error = prepare(&spec, &mut Command::new("codex"), Resume::IfRecorded)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(error.contains("CANOPY_TEST_KEY_THAT_IS_NEVER_SET"), "{error}");
         spec.env.push(("CANOPY_TEST_KEY_THAT_IS_NEVER_SET".into(), "k".into()));
-        assert!(prepare(&spec, &mut Command::new("codex")).is_ok());
+        assert!(prepare(&spec, &mut Command::new("codex"), Resume::IfRecorded).is_ok());
         assert!(dir.path().join("codex-home/config.toml").is_file());
         assert_eq!(std::fs::read_to_string(dir.path().join(PROMPT_FILE)).unwrap(), "p");
     }

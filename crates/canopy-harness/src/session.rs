@@ -6,6 +6,10 @@
 //! them. Another task waits for the exit and reports it last. Stopping is shutdown line,
 //! grace, SIGTERM to the process group, grace, SIGKILL. The child has its own process
 //! group and dies with its parent.
+//!
+//! A launch that resumes the agent's previous conversation and fails before the harness is
+//! ready is retried once with a fresh conversation, and the first event then says so: a
+//! failed resume never fails the session.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -47,6 +51,12 @@ pub struct LaunchSpec {
     pub program_args: Vec<String>,
     /// A private directory for this session: prompt file, transcript, HOME, logs.
     pub session_dir: PathBuf,
+    /// The agent's directory on this machine (`sessions/<agent>`, the parent of
+    /// `session_dir`), which outlives incarnations. A harness that can resume a conversation
+    /// keeps it there (Claude Code's config directory, Codex's home) with a small file naming
+    /// it, and the next incarnation resumes it. `None` starts a fresh conversation every time
+    /// and keeps nothing (`canopy doctor`'s start check).
+    pub agent_dir: Option<PathBuf>,
     /// The working directory of the harness.
     pub cwd: PathBuf,
     pub prompt: PromptMode,
@@ -103,8 +113,22 @@ pub enum SessionError {
     Exited,
 }
 
+/// Whether `prepare` may resume the agent's previous conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resume {
+    /// Resume the recorded conversation if there is one (and `agent_dir` is set).
+    IfRecorded,
+    /// Start a fresh conversation: the resume was tried and failed.
+    Fresh,
+}
+
 /// Encodes inputs and decodes output lines for one harness's protocol.
 pub(crate) trait Codec: Send + 'static {
+    /// The conversation this launch resumes, if it resumes one: a launch that fails is then
+    /// tried once more with a fresh conversation.
+    fn resuming(&self) -> Option<String> {
+        None
+    }
     /// Lines written as soon as the process starts, before it is ready (a handshake's first
     /// step; later steps are `Decoded::Write`s answering what the harness printed).
     fn start(&mut self) -> Vec<Vec<u8>> {
@@ -168,9 +192,49 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Starts the harness and waits until it is ready. Events arrive on the returned
     /// receiver (bounded by `event_capacity`; the reader waits when it is full).
+    ///
+    /// A harness that keeps conversations resumes the agent's previous one when it recorded
+    /// one in `agent_dir`. If that launch fails (the conversation is missing or cannot be
+    /// loaded, and the harness exits or never becomes ready), the record is dropped and the
+    /// harness starts once more with a fresh conversation; a `Status` event says so. A failed
+    /// resume never fails the session.
     pub async fn launch(
         spec: LaunchSpec,
         event_capacity: usize,
+    ) -> Result<(Session, mpsc::Receiver<HarnessEvent>), LaunchError> {
+        let (resumed, error) = match Session::launch_once(&spec, event_capacity, Resume::IfRecorded, None).await {
+            Ok(launched) => return Ok(launched),
+            Err((Some(resumed), error @ (LaunchError::ExitedEarly(_) | LaunchError::NotReady(_)))) => (resumed, error),
+            Err((_, error)) => return Err(error),
+        };
+        tracing::warn!(conversation = %resumed, %error, "resuming the previous conversation failed; starting fresh");
+        // Keep what the failed attempt printed; the fresh attempt writes its own stderr.log.
+        let _ = std::fs::rename(spec.session_dir.join("stderr.log"), spec.session_dir.join("stderr.resume-failed.log"));
+        let note = HarnessEvent::Status {
+            text: format!(
+                "could not resume the previous conversation {resumed} ({error}); started a fresh conversation"
+            ),
+        };
+        Session::launch_once(&spec, event_capacity, Resume::Fresh, Some(note)).await.map_err(|(_, error)| error)
+    }
+
+    /// One launch attempt. The error carries the conversation it tried to resume, if any.
+    async fn launch_once(
+        spec: &LaunchSpec,
+        event_capacity: usize,
+        resume: Resume,
+        note: Option<HarnessEvent>,
+    ) -> Result<(Session, mpsc::Receiver<HarnessEvent>), (Option<String>, LaunchError)> {
+        let mut resuming = None;
+        Session::spawn(spec, event_capacity, resume, note, &mut resuming).await.map_err(|e| (resuming, e))
+    }
+
+    async fn spawn(
+        spec: &LaunchSpec,
+        event_capacity: usize,
+        resume: Resume,
+        note: Option<HarnessEvent>,
+        resuming: &mut Option<String>,
     ) -> Result<(Session, mpsc::Receiver<HarnessEvent>), LaunchError> {
         let files = |path: PathBuf| move |source| LaunchError::Files { path, source };
         std::fs::create_dir_all(spec.session_dir.join("home")).map_err(files(spec.session_dir.clone()))?;
@@ -185,10 +249,11 @@ impl Session {
             .env("HOME", spec.session_dir.join("home"))
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let mut codec: Box<dyn Codec> = match spec.kind {
-            HarnessKind::Scripted => scripted::prepare(&spec, &mut command)?,
-            HarnessKind::Claude => claude::prepare(&spec, &mut command)?,
-            HarnessKind::Codex => crate::codex::prepare(&spec, &mut command)?,
+            HarnessKind::Scripted => scripted::prepare(spec, &mut command)?,
+            HarnessKind::Claude => claude::prepare(spec, &mut command, resume)?,
+            HarnessKind::Codex => crate::codex::prepare(spec, &mut command, resume)?,
         };
+        *resuming = codec.resuming();
         let stderr_path = spec.session_dir.join("stderr.log");
         let stderr = std::fs::File::create(&stderr_path).map_err(files(stderr_path))?;
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true).process_group(0);
@@ -209,6 +274,10 @@ impl Session {
         let codec = Arc::new(Mutex::new(codec));
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let (events_tx, events_rx) = mpsc::channel(event_capacity.max(16));
+        if let Some(note) = note {
+            // The channel is new and has room: the note is the first event the caller reads.
+            let _ = events_tx.try_send(note);
+        }
         let (exited_tx, exited) = watch::channel(false);
         let (ready_tx, ready_rx) = oneshot::channel();
 

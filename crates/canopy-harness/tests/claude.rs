@@ -1,6 +1,8 @@
 //! The Claude Code adapter against the real `claude` binary (the pinned version that
 //! `scripts/install-harnesses.sh` installs, found through `CANOPY_TEST_CLAUDE_BIN`), with only
-//! the model API faked: prompt modes, turn start, a steer that falls back, interrupt.
+//! the model API faked: prompt modes, turn start, a steer that falls back, interrupt, and
+//! resuming the agent's conversation in the next incarnation (or starting fresh when the
+//! recorded conversation cannot be resumed).
 //!
 //! Canopy's tools are not served here (the end-to-end tests do that through a real runner),
 //! so the session's MCP server is unreachable and the model sees no Canopy tools.
@@ -19,16 +21,22 @@ use std::time::Duration;
 use canopy_harness::{
     HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SendMode, SendOutcome, Session, TurnStatus,
 };
-use fake_anthropic::{FakeAnthropic, Reply, system_text, user_texts};
+use fake_anthropic::{FakeAnthropic, Reply, assistant_texts, system_text, user_texts};
 use harness_bins::claude_bin;
 use tokio::sync::mpsc;
 
 fn spec(dir: &std::path::Path, fake: &FakeAnthropic, prompt: PromptMode) -> LaunchSpec {
+    incarnation(dir, "session", fake, prompt)
+}
+
+/// The spec for one incarnation of the agent whose directory is `dir`.
+fn incarnation(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: PromptMode) -> LaunchSpec {
     LaunchSpec {
         kind: HarnessKind::Claude,
         program: claude_bin(),
         program_args: vec![],
-        session_dir: dir.join("session"),
+        session_dir: dir.join(name),
+        agent_dir: Some(dir.to_owned()),
         cwd: dir.join("work"),
         prompt,
         mcp_url: "http://127.0.0.1:9/mcp".into(),
@@ -177,7 +185,8 @@ async fn the_session_gets_a_clean_environment_and_private_config_directories() {
     let get = |key: &str| environ.iter().find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_owned));
     let session_dir = dir.path().join("session");
     assert_eq!(get("HOME"), Some(session_dir.join("home").display().to_string()));
-    assert_eq!(get("CLAUDE_CONFIG_DIR"), Some(session_dir.join("claude-config").display().to_string()));
+    // Per agent, not per incarnation: it holds the transcript the next incarnation resumes.
+    assert_eq!(get("CLAUDE_CONFIG_DIR"), Some(dir.path().join("claude-config").display().to_string()));
     assert_eq!(get("DISABLE_TELEMETRY").as_deref(), Some("1"));
     assert_eq!(get("ANTHROPIC_BASE_URL"), Some(fake.base_url()));
     let allowed = [
@@ -209,5 +218,119 @@ async fn the_session_gets_a_clean_environment_and_private_config_directories() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(session_dir.join("mcp.json")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the MCP config holds the session token");
+    session.shutdown(Duration::from_secs(5)).await;
+}
+
+/// The conversation id the agent's directory records, if any.
+fn recorded(dir: &std::path::Path) -> Option<String> {
+    std::fs::read_to_string(dir.join(canopy_harness::claude::CONVERSATION_FILE)).ok().map(|t| t.trim().to_owned())
+}
+
+/// Runs incarnation 1 of an agent in `dir` for one turn ("remember ...", answered "noted: 42"),
+/// then kills it as `kill -9` would; returns the recorded conversation id.
+async fn first_incarnation(dir: &std::path::Path, fake: &FakeAnthropic) -> String {
+    let (session, mut events) =
+        Session::launch(incarnation(dir, "1", fake, PromptMode::Replace("prompt one".into())), 64).await.unwrap();
+    let mut seen = Vec::new();
+    start(&session, "start-1", "remember the number 42").await;
+    until(&mut events, &mut seen, turn_ended).await;
+    let id = recorded(dir).unwrap_or_else(|| panic!("no conversation recorded in {}", dir.display()));
+    session.kill();
+    until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::Exited { .. })).await;
+    id
+}
+
+#[tokio::test]
+async fn the_next_incarnation_resumes_the_conversation_with_its_own_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeAnthropic::start(vec![Reply::text("noted: 42"), Reply::text("it was 42")]);
+    let id = first_incarnation(dir.path(), &fake).await;
+
+    let (session, mut events) =
+        Session::launch(incarnation(dir.path(), "2", &fake, PromptMode::Replace("prompt two".into())), 64)
+            .await
+            .unwrap();
+    let mut seen = Vec::new();
+    start(&session, "start-2", "what was the number?").await;
+    until(&mut events, &mut seen, turn_ended).await;
+    let requests = fake.wait_requests(2, Duration::from_secs(20));
+    let resumed = &requests[1];
+    // The earlier turn is history in the first request of the new process, then the new input.
+    let users = user_texts(resumed);
+    let first = users.iter().position(|t| t == "remember the number 42");
+    let next = users.iter().position(|t| t == "what was the number?");
+    assert!(first.is_some() && first < next, "{users:?}");
+    assert!(assistant_texts(resumed).iter().any(|t| t == "noted: 42"), "{resumed}");
+    // This incarnation's prompt, not the one the conversation started with.
+    assert_eq!(resumed["system"].as_array().unwrap().last().unwrap()["text"], "prompt two");
+    // Continued under the same id, with no word of a fallback.
+    assert_eq!(recorded(dir.path()), Some(id));
+    assert!(!seen.iter().any(|e| matches!(e, HarnessEvent::Status { text } if text.contains("resume"))), "{seen:#?}");
+    session.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_conversation_that_cannot_be_resumed_falls_back_to_a_fresh_one_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeAnthropic::start(vec![Reply::text("noted: 42"), Reply::text("fresh start"), Reply::text("again")]);
+    let id = first_incarnation(dir.path(), &fake).await;
+    // A session id Claude Code has no transcript for: it exits at start ("No conversation
+    // found with session ID"), and the launch is tried again with a fresh conversation.
+    let missing = "0badc0de-0000-4000-8000-000000000000";
+    std::fs::write(dir.path().join(canopy_harness::claude::CONVERSATION_FILE), missing).unwrap();
+    let (session, mut events) =
+        Session::launch(incarnation(dir.path(), "2", &fake, PromptMode::Replace("prompt".into())), 64).await.unwrap();
+    let mut seen = Vec::new();
+    let note = until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::Status { .. })).await;
+    assert!(
+        matches!(&note, HarnessEvent::Status { text } if text.contains("could not resume") && text.contains(missing)),
+        "{note:?}"
+    );
+    start(&session, "start-2", "hello again").await;
+    until(&mut events, &mut seen, turn_ended).await;
+    let requests = fake.wait_requests(2, Duration::from_secs(20));
+    assert_eq!(user_texts(&requests[1]), vec!["hello again".to_owned()], "{}", requests[1]);
+    let fresh = recorded(dir.path()).unwrap();
+    assert!(fresh != id && fresh != missing, "{fresh}");
+    session.shutdown(Duration::from_secs(5)).await;
+
+    // A record that is not a session id at all: fresh at once, with a note.
+    std::fs::write(dir.path().join(canopy_harness::claude::CONVERSATION_FILE), "garbage\n").unwrap();
+    let (session, mut events) =
+        Session::launch(incarnation(dir.path(), "3", &fake, PromptMode::Replace("prompt".into())), 64).await.unwrap();
+    let note = until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::Status { .. })).await;
+    assert!(matches!(&note, HarnessEvent::Status { text } if text.contains("garbage")), "{note:?}");
+    start(&session, "start-3", "third").await;
+    until(&mut events, &mut seen, turn_ended).await;
+    assert_eq!(user_texts(&fake.wait_requests(3, Duration::from_secs(20))[2]), vec!["third".to_owned()]);
+    session.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn append_mode_resumes_with_this_incarnation_s_delta_and_no_project_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeAnthropic::start(vec![Reply::text("noted: 42"), Reply::text("it was 42")]);
+    // Project memory in the working directory must stay out, resumed or not.
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    std::fs::write(dir.path().join("work/CLAUDE.md"), "LEAKED-PROJECT-MEMORY\n").unwrap();
+    let (session, mut events) =
+        Session::launch(incarnation(dir.path(), "1", &fake, PromptMode::Append("delta one".into())), 64).await.unwrap();
+    let mut seen = Vec::new();
+    start(&session, "start-1", "remember the number 42").await;
+    until(&mut events, &mut seen, turn_ended).await;
+    session.kill();
+    until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::Exited { .. })).await;
+
+    let (session, mut events) =
+        Session::launch(incarnation(dir.path(), "2", &fake, PromptMode::Append("delta two".into())), 64).await.unwrap();
+    start(&session, "start-2", "what was the number?").await;
+    until(&mut events, &mut seen, turn_ended).await;
+    let resumed = &fake.wait_requests(2, Duration::from_secs(20))[1];
+    assert!(user_texts(resumed).iter().any(|t| t == "remember the number 42"), "{resumed}");
+    assert!(assistant_texts(resumed).iter().any(|t| t == "noted: 42"), "{resumed}");
+    let system = system_text(resumed);
+    assert!(system.trim_end().ends_with("delta two"), "…{}", tail(&system));
+    assert!(!system.contains("delta one"), "the first incarnation's prompt was replayed");
+    assert!(!resumed.to_string().contains("LEAKED-PROJECT-MEMORY"), "CLAUDE.md reached the model");
     session.shutdown(Duration::from_secs(5)).await;
 }

@@ -1,7 +1,8 @@
 //! The Codex adapter against the real `codex app-server` (pinned 0.171.0) and the fake
 //! OpenAI Responses API: the handshake and the wait for Canopy's MCP server, the replace
 //! and append prompts as they reach the model, turn start, a steer during a slow tool and
-//! during the final model call, a steer after the turn (fallback), interrupt, a clean stop.
+//! during the final model call, a steer after the turn (fallback), interrupt, a clean stop,
+//! and the next incarnation resuming the thread (or starting a fresh one when it cannot).
 //!
 //! Only the model API is fake. Canopy's MCP endpoint lives above this crate, so a minimal
 //! MCP responder (`McpStub`, one tool) stands in for it here; the end-to-end tests
@@ -148,12 +149,26 @@ async fn launch(prompt: PromptMode, script: Vec<Reply>) -> Codex {
     let dir = tempfile::Builder::new().prefix("codex-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let fake = FakeOpenAi::start(script);
     let mcp = McpStub::start();
-    let session_dir = dir.path().join("session");
+    launch_in(dir, "session", fake, mcp, prompt).await
+}
+
+/// The next incarnation of the same agent (same agent directory, model and MCP endpoint),
+/// once `previous` is gone.
+async fn relaunch(previous: Codex, name: &str, prompt: PromptMode) -> Codex {
+    let Codex { _dir: dir, fake, _mcp: mcp, session, .. } = previous;
+    drop(session);
+    launch_in(dir, name, fake, mcp, prompt).await
+}
+
+/// Launches one incarnation whose agent directory is `dir` and session directory `dir/name`.
+async fn launch_in(dir: tempfile::TempDir, name: &str, fake: FakeOpenAi, mcp: McpStub, prompt: PromptMode) -> Codex {
+    let session_dir = dir.path().join(name);
     let spec = LaunchSpec {
         kind: HarnessKind::Codex,
         program: codex_bin(),
         program_args: vec![],
         session_dir: session_dir.clone(),
+        agent_dir: Some(dir.path().to_owned()),
         cwd: dir.path().join("work"),
         prompt,
         mcp_url: mcp.url(),
@@ -236,7 +251,7 @@ async fn the_replace_prompt_reaches_the_model_verbatim_as_the_first_input_item()
     assert!(messages_of(request, "user").iter().any(|m| m == "who am I?"), "{:?}", fake_openai::summary(request));
     // Ready waited for the MCP server: its tool is in the very first request.
     assert!(offers_tool(request, Some("mcp__canopy"), "note"), "the MCP tools were missing from the first request");
-    let config = std::fs::read_to_string(codex.session_dir.join("codex-home/config.toml")).unwrap();
+    let config = std::fs::read_to_string(codex._dir.path().join("codex-home/config.toml")).unwrap();
     assert!(config.contains("approval_policy = \"never\"") && config.contains("plugins = false"), "{config}");
 }
 
@@ -336,4 +351,84 @@ async fn shutdown_closes_stdin_and_codex_exits_cleanly() {
     let exited = codex.until("the exit", |e| matches!(e, HarnessEvent::Exited { .. })).await;
     assert_eq!(exited, HarnessEvent::Exited { code: Some(0), signal: None });
     assert!(!canopy_sys::alive(pid));
+}
+
+/// The thread id the agent's directory records, if any.
+fn recorded(codex: &Codex) -> Option<String> {
+    let path = codex._dir.path().join(canopy_harness::codex::THREAD_FILE);
+    std::fs::read_to_string(path).ok().map(|t| t.trim().to_owned())
+}
+
+/// Incarnation 1 runs one turn ("remember the number 42", answered "noted: 42") and is killed
+/// as `kill -9` would; returns it with the recorded thread id.
+async fn first_incarnation(script: Vec<Reply>) -> (Codex, String) {
+    let mut codex = launch(PromptMode::Replace("prompt one".into()), script).await;
+    codex.start_turn("start-1", "remember the number 42").await;
+    assert_eq!(codex.turn_ended().await.1, TurnStatus::Completed);
+    let thread = recorded(&codex).unwrap_or_else(|| panic!("no thread recorded"));
+    codex.session.kill();
+    codex.until("the exit", |e| matches!(e, HarnessEvent::Exited { .. })).await;
+    (codex, thread)
+}
+
+#[tokio::test]
+async fn the_next_incarnation_resumes_the_thread_and_its_tools_still_work() {
+    let script = vec![
+        Reply::text("noted: 42"),
+        Reply::text("calling the tool").and_call(Some("mcp__canopy"), "note", json!({ "text": "after resume" })),
+        Reply::text("it was 42"),
+    ];
+    let (codex, thread) = first_incarnation(script).await;
+    let mut codex = relaunch(codex, "2", PromptMode::Replace("prompt two".into())).await;
+    codex.start_turn("start-2", "what was the number?").await;
+    assert_eq!(codex.turn_ended().await.1, TurnStatus::Completed);
+
+    let requests = codex.fake.wait_requests(3, PATIENCE);
+    let resumed = &requests[1];
+    // The earlier turn is history in the new process's first request, then the new input.
+    let users = messages_of(resumed, "user");
+    let first = users.iter().position(|t| t == "remember the number 42");
+    let next = users.iter().position(|t| t == "what was the number?");
+    assert!(first.is_some() && first < next, "{:?}", fake_openai::summary(resumed));
+    assert!(messages_of(resumed, "assistant").iter().any(|t| t == "noted: 42"), "{:?}", fake_openai::summary(resumed));
+    // This incarnation's prompt is the first item; the first one's is gone.
+    assert_eq!(messages_of(resumed, "developer").first().map(String::as_str), Some("prompt two"));
+    assert!(!resumed.to_string().contains("prompt one"), "{:?}", fake_openai::summary(resumed));
+    // Canopy's MCP server was defined again for the resumed thread, with this process's token.
+    assert!(offers_tool(resumed, Some("mcp__canopy"), "note"), "no MCP tools after resume");
+    let output = fake_openai::input_items(&requests[2]).into_iter().find(|i| i["type"] == "function_call_output");
+    let output = output.unwrap_or_else(|| panic!("{:?}", fake_openai::summary(&requests[2])));
+    assert!(output["output"].to_string().contains("after resume"), "{output}");
+    assert_eq!(recorded(&codex), Some(thread), "the same thread goes on");
+    assert!(
+        !codex.seen.iter().any(|e| matches!(e, HarnessEvent::Status { text } if text.contains("resume"))),
+        "{:#?}",
+        codex.seen
+    );
+}
+
+#[tokio::test]
+async fn a_thread_that_cannot_be_resumed_falls_back_to_a_fresh_thread_and_says_so() {
+    let (codex, thread) = first_incarnation(vec![Reply::text("noted: 42"), Reply::text("fresh")]).await;
+    let missing = "019a0000-0000-7000-8000-000000000000";
+    std::fs::write(codex._dir.path().join(canopy_harness::codex::THREAD_FILE), missing).unwrap();
+    let mut codex = relaunch(codex, "2", PromptMode::Replace("prompt".into())).await;
+    let note = codex
+        .until("the fallback note", |e| matches!(e, HarnessEvent::Status { text } if text.contains("resume")))
+        .await;
+    assert!(
+        matches!(&note, HarnessEvent::Status { text } if text.contains("could not resume") && text.contains(missing)),
+        "{note:?}"
+    );
+    codex.start_turn("start-2", "hello again").await;
+    assert_eq!(codex.turn_ended().await.1, TurnStatus::Completed);
+    let requests = codex.fake.wait_requests(2, PATIENCE);
+    assert_eq!(messages_of(&requests[1], "user").last().map(String::as_str), Some("hello again"));
+    assert!(
+        !messages_of(&requests[1], "user").iter().any(|t| t.contains("42")),
+        "{:?}",
+        fake_openai::summary(&requests[1])
+    );
+    let fresh = recorded(&codex).unwrap();
+    assert!(fresh != thread && fresh != missing, "{fresh}");
 }

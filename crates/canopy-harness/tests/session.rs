@@ -14,6 +14,7 @@ fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSp
         // The scripted adapter appends its own flags; `sh -c` takes them as $0, $1, ...
         program_args: vec!["-c".into(), shell.into()],
         session_dir: dir.join("session"),
+        agent_dir: None,
         cwd: dir.join("work"),
         prompt: PromptMode::Replace("prompt".into()),
         mcp_url: "http://127.0.0.1:1/mcp".into(),

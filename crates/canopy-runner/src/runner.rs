@@ -124,6 +124,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         tokens,
         reports,
         sessions: HashMap::new(),
+        stopping: HashMap::new(),
         crashes: HashMap::new(),
         not_before: HashMap::new(),
         stop: stop.clone(),
@@ -155,6 +156,9 @@ struct RunnerActor {
     reports: mpsc::Sender<SessionReport>,
     /// agent -> its running session.
     sessions: HashMap<String, SessionSlot>,
+    /// agent -> a session asked to stop and not yet gone. The agent's next session waits for
+    /// it, so two harness processes never share the agent's conversation state on disk.
+    stopping: HashMap<String, tokio::task::JoinHandle<()>>,
     /// agent -> recent crash times, for the crash-loop rule.
     crashes: HashMap<String, VecDeque<Instant>>,
     /// agent -> earliest restart time (backoff after a crash).
@@ -235,11 +239,12 @@ impl RunnerActor {
             .filter(|(agent, slot)| wanted.get(agent.as_str()) != Some(&slot.incarnation))
             .map(|(agent, _)| agent.clone())
             .collect();
+        self.stopping.retain(|_, task| !task.is_finished());
         for agent in unwanted {
-            if let Some(mut slot) = self.sessions.remove(&agent) {
+            if let Some(slot) = self.sessions.remove(&agent) {
                 tracing::info!(%agent, incarnation = slot.incarnation, "stopping a session the daemon no longer assigns");
                 self.forget_token(&slot.token);
-                slot.stop();
+                self.stopping.insert(agent, tokio::spawn(slot.join()));
             }
         }
         let now = Instant::now();
@@ -257,7 +262,9 @@ impl RunnerActor {
             if let Ok(mut tokens) = self.tokens.write() {
                 tokens.insert(assignment.token.clone(), assignment.agent.clone());
             }
+            let previous = self.stopping.remove(&assignment.agent);
             let slot = session::spawn(session::SessionContext {
+                previous,
                 assignment,
                 options: self.options.clone(),
                 runner_id: self.id.clone(),
@@ -423,6 +430,9 @@ impl RunnerActor {
         }
         for slot in slots {
             slot.join().await;
+        }
+        for (_, task) in self.stopping.drain() {
+            let _ = task.await;
         }
     }
 }

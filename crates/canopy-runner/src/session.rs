@@ -76,6 +76,9 @@ pub(crate) struct SessionExit {
 }
 
 pub(crate) struct SessionContext {
+    /// The agent's previous session on this runner, still stopping: the harness is launched
+    /// once it is gone (it may be finishing a turn in the conversation this one resumes).
+    pub previous: Option<tokio::task::JoinHandle<()>>,
     pub assignment: SessionAssignment,
     pub options: RunnerOptions,
     pub runner_id: String,
@@ -342,7 +345,11 @@ struct Delivered {
 }
 
 async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut commands: mpsc::Receiver<SessionCommand>) {
-    let SessionContext { assignment, options, runner_id, mcp_url, reports, exits } = context;
+    let SessionContext { previous, assignment, options, runner_id, mcp_url, reports, exits } = context;
+    if let Some(previous) = previous {
+        // Its stop ladder (grace, SIGTERM, grace, SIGKILL) bounds the wait.
+        let _ = previous.await;
+    }
     let reporter = Reporter { agent: assignment.agent.clone(), incarnation: assignment.incarnation, tx: reports };
     let settings = &options.settings;
     let mailbox = Mailbox {
@@ -395,6 +402,9 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         program,
         program_args,
         session_dir: agent_dir.join(assignment.incarnation.to_string()),
+        // Conversations a harness keeps live here across incarnations on this runner; a
+        // session placed on another runner has none and starts fresh.
+        agent_dir: Some(agent_dir.clone()),
         cwd: match assignment.cwd.is_empty() {
             true => agent_dir.join("work"),
             false => std::path::PathBuf::from(&assignment.cwd),
