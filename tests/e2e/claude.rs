@@ -452,6 +452,9 @@ fn an_implementer_run_on_claude_keeps_the_cli_default_with_the_delta_appended() 
             json!({"definition": "implementer", "brief": "Add a --verbose flag to the build script."}),
         ),
         Reply::text("briefed; waiting for the report"),
+        // The run uses Claude Code's own Bash tool, which its role allows.
+        Reply::default()
+            .and_call("Bash", json!({"command": "echo built > made-by-run.txt", "description": "make a file"})),
         Reply::text("Report: added --verbose; verified with the build script's own test."),
     ]);
     let env = claude_env_with(
@@ -483,8 +486,21 @@ fn an_implementer_run_on_claude_keeps_the_cli_default_with_the_delta_appended() 
     assert!(appended.contains("- Parent: @lead"), "{appended}");
     assert!(!appended.contains("Careful coding"), "the delta never copies Canopy's default block-0");
     assert!(occurrences(run, "Add a --verbose flag") == 1, "the brief is the run's first input");
-    // The run's only tools are the ones its role registers (none of the comms tools).
-    assert!(!tool_names(run).iter().any(|t| t.contains("comms_post_message")), "{:?}", tool_names(run));
+    // The run's tools are the ones its role registers: no comms tools, and Claude Code's own
+    // editing tools; the Manager gets the read-only ones and Bash, never Edit.
+    let run_tools = tool_names(run);
+    assert!(!run_tools.iter().any(|t| t.contains("comms_post_message")), "{run_tools:?}");
+    for tool in ["Bash", "Read", "Edit", "Write"] {
+        assert!(run_tools.iter().any(|t| t == tool), "{tool} missing from the run's tools {run_tools:?}");
+    }
+    let manager_tools = tool_names(&requests[0]);
+    assert!(
+        manager_tools.iter().any(|t| t == "Bash") && !manager_tools.iter().any(|t| t == "Edit"),
+        "{manager_tools:?}"
+    );
+    let made = env.data_dir().join("sessions/run-1/work/made-by-run.txt");
+    crate::assert_eventually!(made.exists(), "the run's Bash call did not run in its working directory");
+    assert_eq!(std::fs::read_to_string(&made).unwrap().trim(), "built");
 
     // The report reached the Manager at its next turn start.
     crate::assert_eventually!(

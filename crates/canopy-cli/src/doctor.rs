@@ -278,6 +278,7 @@ async fn session_starts(
         session_dir: dir.join("session"),
         agent_dir: None,
         cwd: dir.join("work"),
+        builtin_tools: Vec::new(),
         prompt: PromptMode::Replace("canopy doctor: a session start check.".into()),
         // For Claude Code nothing listens there: the check needs no tools and makes no model call.
         mcp_url: probe.as_ref().map_or_else(|| "http://127.0.0.1:9/mcp".to_owned(), |p| p.url.clone()),

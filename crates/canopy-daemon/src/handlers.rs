@@ -308,6 +308,7 @@ impl Api {
                 system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
                 cwd: crate::prompts::workdir(&self.config, &self.data_dir, s.agent.as_str()).display().to_string(),
                 model: self.model_for(&s),
+                harness_tools: self.harness_tools_for(&s),
                 run: s.run.map(|(id, definition, brief)| RunAssignment {
                     id,
                     definition,

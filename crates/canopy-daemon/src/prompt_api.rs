@@ -394,6 +394,17 @@ impl Api {
         definition.and_then(|d| d.model.clone()).or_else(|| role.map(|r| r.model.clone())).unwrap_or_default()
     }
 
+    /// The harness built-in tools a session's role allows (a run: its delta role's).
+    pub(crate) fn harness_tools_for(&self, session: &LiveSession) -> Vec<String> {
+        let renderer = self.prompts.renderer();
+        let bundle = renderer.bundle();
+        let role = match &session.run {
+            Some((_, d, _)) => bundle.role_for_definition(d),
+            None => bundle.role(session.role.as_str()),
+        };
+        role.map(|r| r.harness_tools.clone()).unwrap_or_default()
+    }
+
     /// The Manager of a subagent run's account (`None` for any other account).
     pub(crate) async fn manager_of_run(&self, handle: &str) -> Option<String> {
         if !handle.starts_with("run-") {

@@ -118,17 +118,21 @@ pub fn arguments(spec: &LaunchSpec, conversation: &Conversation) -> Vec<String> 
         "--mcp-config".to_owned(),
         dir.join(MCP_CONFIG_FILE).display().to_string(),
         "--allowedTools".to_owned(),
-        format!("mcp__{MCP_SERVER}__*"),
+        std::iter::once(format!("mcp__{MCP_SERVER}__*"))
+            .chain(spec.builtin_tools.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(","),
     ]);
     if let Some(model) = &spec.model {
         args.push("--model".into());
         args.push(model.clone());
     }
-    // Built-in tools off, no slash commands, and no settings, hooks or CLAUDE.md from the
-    // user or the project: the session sees its prompt and Canopy's tools only. `--bare`
-    // would also drop the default prompt that append mode keeps, so append mode turns off
-    // the setting sources instead. Neither stops the transcript from being written.
-    args.extend(["--tools", "", "--disable-slash-commands"].map(String::from));
+    // Only the built-in tools the role allows (none by default), no slash commands, and no
+    // settings, hooks or CLAUDE.md from the user or the project: the session sees its prompt,
+    // Canopy's tools and its role's built-ins only. `--bare` would also drop the default
+    // prompt that append mode keeps, so append mode turns off the setting sources instead.
+    // Neither stops the transcript from being written.
+    args.extend(["--tools".to_owned(), spec.builtin_tools.join(","), "--disable-slash-commands".to_owned()]);
     match conversation {
         Conversation::Ephemeral => args.push("--no-session-persistence".into()),
         Conversation::New(id) => args.extend(["--session-id".into(), id.clone()]),
@@ -750,6 +754,7 @@ mod tests {
             session_dir: "/s/a/1".into(),
             agent_dir: agent_dir.map(std::path::Path::to_owned),
             cwd: "/w".into(),
+            builtin_tools: Vec::new(),
             prompt,
             mcp_url: "http://127.0.0.1:1/mcp".into(),
             mcp_token: "t".into(),

@@ -936,6 +936,7 @@ mod tests {
             session_dir: dir.path().to_owned(),
             agent_dir: None,
             cwd: dir.path().join("work"),
+            builtin_tools: Vec::new(),
             prompt: PromptMode::Replace("p".into()),
             mcp_url: "http://127.0.0.1:1/mcp".into(),
             mcp_token: "t".into(),

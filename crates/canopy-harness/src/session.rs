@@ -60,6 +60,8 @@ pub struct LaunchSpec {
     /// The working directory of the harness.
     pub cwd: PathBuf,
     pub prompt: PromptMode,
+    /// The harness's own built-in tools the session may use (Claude Code); empty: none.
+    pub builtin_tools: Vec<String>,
     /// Canopy's MCP endpoint and this session's bearer token.
     pub mcp_url: String,
     pub mcp_token: String,

@@ -38,6 +38,7 @@ fn incarnation(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: 
         session_dir: dir.join(name),
         agent_dir: Some(dir.to_owned()),
         cwd: dir.join("work"),
+        builtin_tools: Vec::new(),
         prompt,
         mcp_url: "http://127.0.0.1:9/mcp".into(),
         mcp_token: "cns_test".into(),

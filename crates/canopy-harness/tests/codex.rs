@@ -170,6 +170,7 @@ async fn launch_in(dir: tempfile::TempDir, name: &str, fake: FakeOpenAi, mcp: Mc
         session_dir: session_dir.clone(),
         agent_dir: Some(dir.path().to_owned()),
         cwd: dir.path().join("work"),
+        builtin_tools: Vec::new(),
         prompt,
         mcp_url: mcp.url(),
         mcp_token: STUB_TOKEN.into(),

@@ -16,6 +16,7 @@ fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSp
         session_dir: dir.join("session"),
         agent_dir: None,
         cwd: dir.join("work"),
+        builtin_tools: Vec::new(),
         prompt: PromptMode::Replace("prompt".into()),
         mcp_url: "http://127.0.0.1:1/mcp".into(),
         mcp_token: "t".into(),

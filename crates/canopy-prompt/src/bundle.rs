@@ -53,6 +53,9 @@ pub struct Role {
     pub skills: Vec<String>,
     pub harness: String,
     pub model: String,
+    /// The harness's own built-in tools the session may use (Claude Code: `Bash`, `Read`,
+    /// `Edit`...); empty: none, only Canopy's.
+    pub harness_tools: Vec<String>,
     /// Delta roles: the subagent definition whose body is the delta.
     pub definition: Option<String>,
 }
@@ -242,6 +245,8 @@ struct RoleFile {
     harness: String,
     #[serde(default)]
     model: String,
+    #[serde(default)]
+    harness_tools: Vec<String>,
     definition: Option<String>,
 }
 
@@ -286,6 +291,14 @@ fn parse_role(path: &str, file: &str, text: &str) -> Result<Role, BundleError> {
     if let Some(d) = &raw.definition {
         check_name(d).map_err(|m| field("definition", m))?;
     }
+    for tool in &raw.harness_tools {
+        let ok = tool.len() <= 64
+            && tool.starts_with(|c: char| c.is_ascii_alphabetic())
+            && tool.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(field("harness_tools", format!("{tool:?} is not a tool name (letters, digits, '_')")));
+        }
+    }
     Ok(Role {
         id: id.to_owned(),
         file: path.to_owned(),
@@ -295,6 +308,7 @@ fn parse_role(path: &str, file: &str, text: &str) -> Result<Role, BundleError> {
         skills: raw.skills,
         harness: raw.harness,
         model: raw.model,
+        harness_tools: raw.harness_tools,
         definition: raw.definition,
     })
 }

@@ -416,6 +416,8 @@ pub struct SessionAssignment {
     /// The model the bundle asks for (a role's `model`, or a run definition's); empty: the
     /// harness's configured default.
     pub model: String,
+    /// The harness's built-in tools the role allows (Claude Code's `Bash`, `Read`, ...).
+    pub harness_tools: Vec<String>,
     /// Set when the session is a subagent run: its brief is the first input, and its final
     /// report goes back with `runs.finish`.
     pub run: Option<RunAssignment>,

@@ -409,6 +409,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
             true => agent_dir.join("work"),
             false => std::path::PathBuf::from(&assignment.cwd),
         },
+        builtin_tools: assignment.harness_tools.clone(),
         prompt: match assignment.prompt_mode {
             PromptModeWire::Replace => PromptMode::Replace(assignment.system_prompt.clone()),
             PromptModeWire::Append => PromptMode::Append(assignment.system_prompt.clone()),
