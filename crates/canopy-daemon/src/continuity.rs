@@ -139,8 +139,28 @@ fn prune_session_dirs(sessions: &Path, live: &[(String, u64)], keep_for: Duratio
     for agent in agents.flatten() {
         let agent_name = agent.file_name().to_string_lossy().into_owned();
         let Ok(incarnations) = std::fs::read_dir(agent.path()) else { continue };
+        let idle = !live.iter().any(|(a, _)| *a == agent_name);
         for entry in incarnations.flatten() {
-            let Some(incarnation) = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok()) else {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if idle && canopy_harness::CONVERSATION_STATE.contains(&name.as_str()) {
+                // A resumable conversation of an agent with no live session, untouched this
+                // long: its next session starts fresh (with its continuity block).
+                let stale = newest_mtime(&entry.path()).or_else(|| entry.metadata().and_then(|m| m.modified()).ok());
+                if stale.is_some_and(|t| t < cutoff) {
+                    let gone = match entry.path().is_dir() {
+                        true => std::fs::remove_dir_all(entry.path()),
+                        false => std::fs::remove_file(entry.path()),
+                    };
+                    match gone {
+                        Ok(()) => removed += 1,
+                        Err(e) => {
+                            tracing::warn!(path = %entry.path().display(), error = %e, "removing a conversation failed")
+                        }
+                    }
+                }
+                continue;
+            }
+            let Some(incarnation) = name.parse::<u64>().ok() else {
                 continue; // `work/` and anything else that is not a session directory stays.
             };
             if live.iter().any(|(a, i)| *a == agent_name && *i == incarnation) {
@@ -191,5 +211,22 @@ mod tests {
         assert!(!dir.path().join("a/1").exists() && !dir.path().join("b/1").exists());
         assert!(dir.path().join("a/2").exists(), "a live session keeps its directory");
         assert!(dir.path().join("a/work").exists(), "the working directory is not a session");
+    }
+
+    #[test]
+    fn conversations_go_only_when_their_agent_has_no_live_session() {
+        let dir = tempfile::tempdir().unwrap();
+        for agent in ["live", "idle"] {
+            std::fs::create_dir_all(dir.path().join(agent).join("claude-config/projects")).unwrap();
+            std::fs::write(dir.path().join(agent).join("claude-session"), "id").unwrap();
+            std::fs::create_dir_all(dir.path().join(agent).join("work")).unwrap();
+        }
+        std::fs::create_dir_all(dir.path().join("live/3")).unwrap();
+        let live = vec![("live".to_owned(), 3)];
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_millis(1)), 2);
+        assert!(!dir.path().join("idle/claude-config").exists() && !dir.path().join("idle/claude-session").exists());
+        assert!(dir.path().join("idle/work").exists(), "the working directory stays");
+        assert!(dir.path().join("live/claude-config").exists() && dir.path().join("live/claude-session").exists());
     }
 }

@@ -14,6 +14,12 @@ pub mod scripted;
 mod session;
 mod settings;
 
+/// What an adapter keeps per agent, across incarnations (a resumable conversation), as names
+/// inside the agent's session directory. Retention removes them once the agent has had no live
+/// session for the transcripts period; the agent's `work/` directory is never among them.
+pub const CONVERSATION_STATE: &[&str] =
+    &[claude::CONFIG_DIR, claude::CONVERSATION_FILE, codex::CODEX_HOME_DIR, codex::THREAD_FILE];
+
 pub use event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 pub use session::{InputContext, LaunchError, LaunchSpec, PromptMode, Session, SessionError};
 pub use settings::{HarnessSettings, ProviderSettings, find_program};
