@@ -1,6 +1,7 @@
-//! `canopy bench`: the figures of DESIGN section 11 (delivery here, prompt render in
-//! `prompt.rs`), each printed beside its raw baseline measured in the same run on the same
-//! machine (these machines are noisy; ratios hold, absolute times do not).
+//! `canopy bench`: the figures of DESIGN section 11 (delivery here, restart and memory in
+//! `restart.rs`, prompt render in `prompt.rs`), each printed beside its raw baseline measured
+//! in the same run on the same machine (these machines are noisy; ratios hold, absolute times
+//! do not).
 //!
 //! Everything is real: a private `nats-server`, the daemon on a temporary data directory,
 //! SQLite files, and for steers a runner with a scripted harness session. The baselines use
@@ -9,6 +10,7 @@
 //! Does not touch any existing workspace.
 
 pub mod prompt;
+pub mod restart;
 pub mod setup;
 
 use std::time::{Duration, Instant};
@@ -58,7 +60,8 @@ pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
         eprintln!("bench: broadcast to {agents} agents...");
         figures.push(broadcast(&bench, agents).await?);
     }
-    bench.stop().await;
+    eprintln!("bench: restart with history...");
+    figures.extend(restart::figures(bench, options.quick).await?);
     eprintln!("bench: prompt render...");
     figures.extend(prompt::figures(&canopy_daemon::prompts::catalog(), options.quick)?);
     Ok(figures)

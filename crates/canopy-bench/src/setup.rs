@@ -17,6 +17,14 @@ use crate::payload;
 /// The runner id the broadcast figure registers, so sessions exist without processes.
 pub const FAKE_RUNNER: &str = "bench-fake-runner";
 
+/// A sandbox whose daemon has stopped: its server and workspace remain until dropped.
+pub struct Stopped {
+    pub nats: ManagedNats,
+    pub data: DataDir,
+    pub operator: String,
+    _dir: tempfile::TempDir,
+}
+
 pub struct Sandbox {
     pub api: ApiClient,
     pub operator: String,
@@ -109,11 +117,17 @@ impl Sandbox {
     }
 
     pub async fn stop(self) {
+        self.stop_daemon().await.nats.shutdown().await;
+    }
+
+    /// Stops the in-process daemon and closes the stores, keeping the server and the
+    /// workspace (for a figure that restarts the daemon as its own process).
+    pub async fn stop_daemon(self) -> Stopped {
         let _ = self.stop.send(());
         let _ = self.daemon.await;
         self.raw.close().await;
         self.reader.close().await;
-        self.nats.shutdown().await;
+        Stopped { nats: self.nats, data: self.data, operator: self.operator, _dir: self._dir }
     }
 
     /// Creates `n` agents `<prefix>-<i>` (32 requests at a time); returns their home channels.

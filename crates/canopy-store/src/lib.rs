@@ -234,6 +234,62 @@ pub mod bench {
             .await
     }
 
+    /// Fills a stopped workspace's database with history for the restart figure: `per_channel`
+    /// messages in each of the first `channels` agents' home channels (posted by the agent
+    /// under one topic), with every subscriber's cursor at the end, as a workspace whose
+    /// history has all been delivered looks. Opens its own connection: the daemon must not
+    /// be running. Returns the messages written.
+    pub fn fill_history(db: &std::path::Path, channels: usize, per_channel: usize) -> Result<u64, Error> {
+        let mut conn = rusqlite::Connection::open(db).map_err(sql("opening the database"))?;
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
+            .map_err(sql("setting pragmas"))?;
+        let homes: Vec<(i64, i64)> = conn
+            .prepare(
+                "SELECT a.home_channel_id, a.id FROM accounts a WHERE a.kind = 'agent'                  AND a.home_channel_id IS NOT NULL ORDER BY a.id LIMIT ?1",
+            )
+            .and_then(|mut s| s.query_map([channels as i64], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .map_err(sql("listing home channels"))?;
+        let body = "x".repeat(120);
+        let now = crate::now_ms();
+        let mut written = 0;
+        for chunk in homes.chunks(50) {
+            let tx = conn.transaction().map_err(sql("starting a fill transaction"))?;
+            for (channel, agent) in chunk {
+                tx.execute(
+                    "INSERT INTO topics (channel_id, name, created_by, created_at, last_activity_at)                      VALUES (?1, 'history', ?2, ?3, ?3)",
+                    rusqlite::params![channel, agent, now],
+                )
+                .map_err(sql("starting a history topic"))?;
+                let topic = tx.last_insert_rowid();
+                {
+                    let mut insert = tx
+                        .prepare_cached(
+                            "INSERT INTO messages (channel_id, topic_id, sender_id, body, created_at)                              VALUES (?1, ?2, ?3, ?4, ?5)",
+                        )
+                        .map_err(sql("preparing the fill"))?;
+                    for _ in 0..per_channel {
+                        insert.execute(rusqlite::params![channel, topic, agent, body, now]).map_err(sql("filling"))?;
+                    }
+                }
+                let last = tx.last_insert_rowid();
+                tx.execute(
+                    "UPDATE topics SET last_seq = ?1, message_count = ?2 WHERE id = ?3",
+                    rusqlite::params![last, per_channel as i64, topic],
+                )
+                .map_err(sql("updating a history topic"))?;
+                tx.execute(
+                    "UPDATE subscriptions SET cursor = ?1 WHERE channel_id = ?2",
+                    rusqlite::params![last, channel],
+                )
+                .map_err(sql("advancing cursors"))?;
+                written += per_channel as u64;
+            }
+            tx.commit().map_err(sql("committing a fill"))?;
+        }
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").map_err(sql("checkpointing"))?;
+        Ok(written)
+    }
+
     /// Rows in every table Canopy writes, for "rows written per broadcast".
     pub async fn row_count(store: &Store) -> Result<u64, Error> {
         store
