@@ -298,31 +298,34 @@ impl Api {
             .into_iter()
             .zip(prompts)
             .filter(|(s, rendered)| rendered.is_some() || s.run.is_none())
-            .map(|(s, rendered)| SessionAssignment {
-                token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
-                prompt_mode: match rendered.as_ref().map(|r| r.delivery) {
-                    Some(canopy_prompt::Delivery::Append) => PromptModeWire::Append,
-                    _ => PromptModeWire::Replace,
-                },
-                prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
-                system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
-                cwd: crate::prompts::workdir(&self.config, &self.data_dir, s.agent.as_str()).display().to_string(),
-                model: self.model_for(&s),
-                harness_tools: self.harness_tools_for(&s),
-                run: s.run.map(|(id, definition, brief)| RunAssignment {
-                    id,
-                    definition,
-                    manager: s.parent.clone().unwrap_or_default(),
-                    brief,
-                }),
-                agent: s.agent.to_string(),
-                display_name: s.display_name,
-                role: s.role.to_string(),
-                incarnation: s.incarnation,
-                harness: s.harness,
-                script: s.script_name.zip(s.script).map(|(name, text)| ScriptSource { name, text }),
-                home_channel: s.home_channel,
-                charter: s.charter,
+            .map(|(s, rendered)| {
+                let (model, harness_tools) = self.harness_asks(&s);
+                SessionAssignment {
+                    token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
+                    prompt_mode: match rendered.as_ref().map(|r| r.delivery) {
+                        Some(canopy_prompt::Delivery::Append) => PromptModeWire::Append,
+                        _ => PromptModeWire::Replace,
+                    },
+                    prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
+                    system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
+                    cwd: crate::prompts::workdir(&self.config, &self.data_dir, s.agent.as_str()).display().to_string(),
+                    model,
+                    harness_tools,
+                    run: s.run.map(|(id, definition, brief)| RunAssignment {
+                        id,
+                        definition,
+                        manager: s.parent.clone().unwrap_or_default(),
+                        brief,
+                    }),
+                    agent: s.agent.to_string(),
+                    display_name: s.display_name,
+                    role: s.role.to_string(),
+                    incarnation: s.incarnation,
+                    harness: s.harness,
+                    script: s.script_name.zip(s.script).map(|(name, text)| ScriptSource { name, text }),
+                    home_channel: s.home_channel,
+                    charter: s.charter,
+                }
             })
             .collect();
         Ok(RunnersSyncResponse { keep, start, more })

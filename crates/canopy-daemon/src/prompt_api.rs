@@ -15,12 +15,15 @@ use canopy_store::{LiveSession, RunSpec, RunStatus, ops, run_topic};
 use crate::handlers::Api;
 use crate::prompts::{self, Identity};
 
-/// What a session's role allows, cached by handle (an account's role never changes).
+/// What a session's role allows, cached by handle (an account's role, and a run's definition and
+/// Manager, never change).
 #[derive(Debug, Clone)]
 pub struct RoleOf {
     pub role: String,
     /// For a subagent run: its definition.
     pub definition: Option<String>,
+    /// For a subagent run: its Manager (its activity shows under the Manager too).
+    pub manager: Option<String>,
 }
 
 fn run_info(run: canopy_store::Run) -> RunInfo {
@@ -79,23 +82,31 @@ impl Api {
     /// The native tools registered for an agent's sessions.
     pub(crate) async fn tools_of(&self, caller: &Caller) -> Result<Vec<String>, Error> {
         let role = self.role_of(caller).await?;
-        prompts::allowed_tools(&self.prompts.renderer(), &role.role, role.definition.as_deref())
+        prompts::allowed_tools(&self.prompts.current(), &role.role, role.definition.as_deref())
     }
 
     async fn role_of(&self, caller: &Caller) -> Result<RoleOf, Error> {
-        if let Some(hit) = self.role_cache.get(caller.handle.as_str()) {
+        self.role_of_handle(caller.handle.as_str()).await
+    }
+
+    async fn role_of_handle(&self, handle: &str) -> Result<RoleOf, Error> {
+        if let Some(hit) = self.role_cache.get(handle) {
             return Ok(hit.clone());
         }
-        let handle = caller.handle.to_string();
+        let key = handle.to_owned();
         let role = self
             .store
             .read(move |conn| {
-                let account = ops::account(conn, "caller", &handle)?;
-                let definition = ops::run_of_account(conn, &handle)?.map(|(run, _)| run.definition);
-                Ok(RoleOf { role: account.role.map(|r| r.to_string()).unwrap_or_default(), definition })
+                let account = ops::account(conn, "caller", &key)?;
+                let run = ops::run_of_account(conn, &key)?.map(|(run, _)| run);
+                Ok(RoleOf {
+                    role: account.role.map(|r| r.to_string()).unwrap_or_default(),
+                    definition: run.as_ref().map(|r| r.definition.clone()),
+                    manager: run.map(|r| r.manager.to_string()),
+                })
             })
             .await?;
-        self.role_cache.insert(caller.handle.to_string(), role.clone());
+        self.role_cache.insert(handle.to_owned(), role.clone());
         Ok(role)
     }
 
@@ -106,7 +117,7 @@ impl Api {
         if fresh.is_empty() {
             return Ok(Vec::new());
         }
-        let renderer = self.prompts.renderer();
+        let renderer = self.prompts.refreshed();
         let workspace = self
             .store
             .read(ops::workspace)
@@ -168,7 +179,7 @@ impl Api {
         req: PromptsRenderRequest,
     ) -> Result<PromptsRenderResponse, Error> {
         require_operator(&caller, "render a prompt")?;
-        let renderer = self.prompts.renderer();
+        let renderer = self.prompts.refreshed();
         let bundle = renderer.bundle().source.clone();
         let workspace = self
             .store
@@ -247,7 +258,7 @@ impl Api {
     ) -> Result<PromptsReadResponse, Error> {
         let kind = if skill { "skill" } else { "rule" };
         canopy_prompt::bundle::check_name(&req.name).map_err(|m| Error::invalid("name", m))?;
-        let renderer = self.prompts.renderer();
+        let renderer = self.prompts.current();
         let bundle = renderer.bundle();
         let (tools, role) = match caller.kind {
             AccountKind::Agent => {
@@ -283,7 +294,7 @@ impl Api {
 
     pub(crate) async fn runs_start(&self, caller: Caller, req: RunsStartRequest) -> Result<RunsStartResponse, Error> {
         canopy_prompt::bundle::check_name(&req.definition).map_err(|m| Error::invalid("definition", m))?;
-        let renderer = self.prompts.renderer();
+        let renderer = self.prompts.refreshed();
         let bundle = renderer.bundle();
         if !bundle.definitions.contains_key(&req.definition) {
             let known: Vec<&str> = bundle.definitions.keys().map(String::as_str).collect();
@@ -372,7 +383,7 @@ impl Api {
         if let Some(configured) = self.roles.configured(role) {
             return configured.clone();
         }
-        let renderer = self.prompts.renderer();
+        let renderer = self.prompts.current();
         match renderer.bundle().roles.get(role).map(|r| r.harness.as_str()) {
             Some(harness) if !harness.is_empty() && harness != "scripted" => {
                 crate::roles::SessionDefaults { harness: harness.to_owned(), script: None }
@@ -381,38 +392,29 @@ impl Api {
         }
     }
 
-    /// The model the bundle asks for a session: its run definition's `model`, else its role's
-    /// (empty: the harness's configured default).
-    pub(crate) fn model_for(&self, session: &LiveSession) -> String {
-        let renderer = self.prompts.renderer();
+    /// What the bundle asks of a session's harness: (model, built-in tools). The model is its
+    /// run definition's `model`, else its role's (empty: the harness's configured default);
+    /// the tools are its role's `harness_tools` (a run: its delta role's).
+    pub(crate) fn harness_asks(&self, session: &LiveSession) -> (String, Vec<String>) {
+        let renderer = self.prompts.current();
         let bundle = renderer.bundle();
         let definition = session.run.as_ref().and_then(|(_, d, _)| bundle.definitions.get(d));
         let role = match &session.run {
             Some((_, d, _)) => bundle.role_for_definition(d),
             None => bundle.role(session.role.as_str()),
         };
-        definition.and_then(|d| d.model.clone()).or_else(|| role.map(|r| r.model.clone())).unwrap_or_default()
+        let model =
+            definition.and_then(|d| d.model.clone()).or_else(|| role.map(|r| r.model.clone())).unwrap_or_default();
+        (model, role.map(|r| r.harness_tools.clone()).unwrap_or_default())
     }
 
-    /// The harness built-in tools a session's role allows (a run: its delta role's).
-    pub(crate) fn harness_tools_for(&self, session: &LiveSession) -> Vec<String> {
-        let renderer = self.prompts.renderer();
-        let bundle = renderer.bundle();
-        let role = match &session.run {
-            Some((_, d, _)) => bundle.role_for_definition(d),
-            None => bundle.role(session.role.as_str()),
-        };
-        role.map(|r| r.harness_tools.clone()).unwrap_or_default()
-    }
-
-    /// The Manager of a subagent run's account (`None` for any other account).
+    /// The Manager of a subagent run's account (`None` for any other account), from the
+    /// same cache as the tool check: one store read per run, not per activity item.
     pub(crate) async fn manager_of_run(&self, handle: &str) -> Option<String> {
         if !handle.starts_with("run-") {
             return None;
         }
-        let handle = handle.to_owned();
-        let run = self.store.read(move |conn| ops::run_of_account(conn, &handle)).await.ok()??;
-        Some(run.0.manager.to_string())
+        self.role_of_handle(handle).await.ok()?.manager
     }
 
     /// Stops runs past their deadline (called from the daemon's periodic checks).

@@ -3,7 +3,7 @@
 //!
 //! The bundle is `[prompts] bundle` (a directory) or the copy built into the binary. A
 //! directory is re-read when a file in it changes (checked by size and mtime when a prompt
-//! is needed), so edits take effect at each session's next start; an edit that breaks the
+//! is rendered, never on the per-call tool check), so edits take effect at each session's next start; an edit that breaks the
 //! bundle is logged and the last good bundle stays in use. The daemon refuses to start on a
 //! bundle that does not load or fails the lint. Rendering itself is `canopy_prompt`'s; tool
 //! enforcement per role is here too (`allowed_tools`), so the prompt and the daemon agree
@@ -135,8 +135,16 @@ impl Prompts {
         &self.source
     }
 
-    /// The current renderer, re-reading the bundle first if its files changed.
-    pub fn renderer(&self) -> Arc<Renderer> {
+    /// The renderer in use, without looking at the bundle's files: for the hot paths (the
+    /// per-role tool check on every agent call).
+    pub fn current(&self) -> Arc<Renderer> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).renderer.clone()
+    }
+
+    /// The renderer, re-reading the bundle first if its files changed: where a prompt is
+    /// rendered or a bundle name is resolved (session placement, `prompts.render`,
+    /// `runs.start`), so edits take effect at the next session start.
+    pub fn refreshed(&self) -> Arc<Renderer> {
         let fingerprint = self.source.fingerprint();
         {
             let current = self.current.read().unwrap_or_else(|e| e.into_inner());
