@@ -764,6 +764,7 @@ mod tests {
             script: None,
             max_line_bytes: 1024,
             ready_timeout: std::time::Duration::from_secs(1),
+            sandbox: crate::SandboxSettings::off("/nonexistent"),
         }
     }
 

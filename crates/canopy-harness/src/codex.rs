@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use crate::ProviderSettings;
+use crate::sandbox::SandboxMode;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode, Resume};
 
@@ -61,7 +62,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     let prompt_path = spec.session_dir.join(PROMPT_FILE);
     std::fs::write(&prompt_path, spec.prompt.text())
         .map_err(|source| LaunchError::Files { path: prompt_path, source })?;
-    let config = config_toml(spec.model.as_deref(), spec.provider.as_ref())?;
+    let config = config_toml(spec.model.as_deref(), spec.provider.as_ref(), spec.sandbox.mode)?;
     let config_path = home.join(CONFIG_FILE);
     std::fs::write(&config_path, config).map_err(|source| LaunchError::Files { path: config_path, source })?;
     command.arg("app-server").env("CODEX_HOME", &home).env(TOKEN_ENV, &spec.mcp_token);
@@ -105,7 +106,11 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
 /// `config.toml` for one session: `model` when set, and a provider that is either the
 /// configured endpoint or OpenAI's own with `OPENAI_API_KEY` (a private `CODEX_HOME` holds no
 /// login, so the key comes from the environment).
-pub fn config_toml(model: Option<&str>, provider: Option<&ProviderSettings>) -> Result<String, LaunchError> {
+pub fn config_toml(
+    model: Option<&str>,
+    provider: Option<&ProviderSettings>,
+    sandbox: SandboxMode,
+) -> Result<String, LaunchError> {
     let (base_url, key_env, retries) = match provider {
         Some(provider) => {
             if !(provider.base_url.starts_with("http://") || provider.base_url.starts_with("https://")) {
@@ -132,9 +137,9 @@ pub fn config_toml(model: Option<&str>, provider: Option<&ProviderSettings>) -> 
         text.push_str(&format!("model = {}\n", quoted(model)));
     }
     text.push_str(&format!("model_provider = {}\n", quoted(PROVIDER_ID)));
+    text.push_str(&format!("sandbox_mode = {}\n", quoted(own_sandbox(sandbox))));
     text.push_str(concat!(
         "approval_policy = \"never\"\n",
-        "sandbox_mode = \"workspace-write\"\n",
         "check_for_update_on_startup = false\n",
         "\n[analytics]\nenabled = false\n",
         "\n[feedback]\nenabled = false\n",
@@ -155,6 +160,17 @@ pub fn config_toml(model: Option<&str>, provider: Option<&ProviderSettings>) -> 
     Ok(text)
 }
 
+/// Codex's own sandbox for its shell tool. Inside Canopy's sandbox it is off: Canopy's is
+/// the boundary (mount, PID and user namespaces, Landlock), and Codex's Linux sandbox cannot
+/// build its own namespaces inside it, so every command would fail. Unconfined sessions
+/// keep Codex's `workspace-write`.
+fn own_sandbox(sandbox: SandboxMode) -> &'static str {
+    match sandbox {
+        SandboxMode::Required => "danger-full-access",
+        SandboxMode::Off => "workspace-write",
+    }
+}
+
 /// A TOML basic string: JSON's string escapes are a subset TOML accepts.
 fn quoted(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
@@ -166,7 +182,7 @@ fn thread_start_params(spec: &LaunchSpec) -> Value {
     let mut params = json!({
         "cwd": path_text(&spec.cwd),
         "approvalPolicy": "never",
-        "sandbox": "workspace-write",
+        "sandbox": own_sandbox(spec.sandbox.mode),
         "config": {
             "mcp_servers": {
                 MCP_SERVER: {
@@ -946,6 +962,7 @@ mod tests {
             script: None,
             max_line_bytes: 1024,
             ready_timeout: std::time::Duration::from_secs(1),
+            sandbox: crate::SandboxSettings::off("/nonexistent"),
         };
         let error = prepare(&spec, &mut Command::new("codex"), Resume::IfRecorded)
             .err()
@@ -961,11 +978,12 @@ mod tests {
     #[test]
     fn config_toml_names_the_provider_or_falls_back_to_openai() {
         let provider = ProviderSettings { base_url: "http://127.0.0.1:9/v1".into(), api_key_env: Some("KEY".into()) };
-        let text = config_toml(Some("gpt-\"x\""), Some(&provider)).unwrap();
+        let text = config_toml(Some("gpt-\"x\""), Some(&provider), SandboxMode::Off).unwrap();
         let expected = [
             "model = \"gpt-\\\"x\\\"\"",
             "model_provider = \"canopy\"",
             "approval_policy = \"never\"",
+            "sandbox_mode = \"workspace-write\"",
             "base_url = \"http://127.0.0.1:9/v1\"",
             "env_key = \"KEY\"",
             "wire_api = \"responses\"",
@@ -977,12 +995,13 @@ mod tests {
         for line in expected {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }
-        let openai = config_toml(None, None).unwrap();
+        let openai = config_toml(None, None, SandboxMode::Required).unwrap();
         assert!(openai.contains(OPENAI_BASE_URL) && openai.contains("env_key = \"OPENAI_API_KEY\""), "{openai}");
         assert!(!openai.contains("model =") && !openai.contains("retries"), "{openai}");
+        assert!(openai.contains("sandbox_mode = \"danger-full-access\""), "Canopy's sandbox is the boundary: {openai}");
 
         let bad = ProviderSettings { base_url: "127.0.0.1:9".into(), api_key_env: None };
-        let error = config_toml(None, Some(&bad)).unwrap_err().to_string();
+        let error = config_toml(None, Some(&bad), SandboxMode::Off).unwrap_err().to_string();
         assert!(error.contains("harness.codex.provider.base_url"), "{error}");
     }
 }

@@ -10,6 +10,7 @@
 pub mod claude;
 pub mod codex;
 mod event;
+pub mod sandbox;
 pub mod scripted;
 mod session;
 mod settings;
@@ -21,6 +22,7 @@ pub const CONVERSATION_STATE: &[&str] =
     &[claude::CONFIG_DIR, claude::CONVERSATION_FILE, codex::CODEX_HOME_DIR, codex::THREAD_FILE];
 
 pub use event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
+pub use sandbox::{Capability, SandboxMode, SandboxSettings, Unconfinable};
 pub use session::{InputContext, LaunchError, LaunchSpec, PromptMode, Session, SessionError};
 pub use settings::{HarnessSettings, ProviderSettings, find_program};
 

@@ -22,6 +22,7 @@ use tokio::process::{ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::event::{HarnessEvent, SendMode, SendOutcome};
+use crate::sandbox::{self, Capability, Grants, SandboxMode, SandboxSettings, Unconfinable};
 use crate::{HarnessKind, ProviderSettings, claude, scripted};
 
 /// How the session's system prompt relates to the harness's own default.
@@ -77,6 +78,8 @@ pub struct LaunchSpec {
     pub max_line_bytes: usize,
     /// How long the harness may take to say it is ready.
     pub ready_timeout: Duration,
+    /// How the process is confined (`[sandbox]`); `mode = Off` runs it unconfined.
+    pub sandbox: SandboxSettings,
 }
 
 /// Where an input came from, for the harness's attribution (and the scripted harness's rules).
@@ -102,6 +105,10 @@ pub enum LaunchError {
     ExitedEarly(String),
     #[error("{0}")]
     Invalid(String),
+    /// The session cannot be confined here and `[sandbox] mode` requires it: retrying
+    /// cannot help until the machine or the configuration changes.
+    #[error("the session cannot be confined: {0}")]
+    Unconfinable(#[from] Unconfinable),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -256,12 +263,23 @@ impl Session {
             HarnessKind::Codex => crate::codex::prepare(spec, &mut command, resume)?,
         };
         *resuming = codec.resuming();
+        let (mut command, rules) = match spec.sandbox.mode {
+            SandboxMode::Off => (command, None),
+            SandboxMode::Required => {
+                let bwrap = Capability::cached(&spec.sandbox.bwrap).usable()?;
+                let (confined, rules) = sandbox::wrap(&bwrap, &grants(spec)?, &command)?;
+                (confined, Some(rules))
+            }
+        };
         let stderr_path = spec.session_dir.join("stderr.log");
         let stderr = std::fs::File::create(&stderr_path).map_err(files(stderr_path))?;
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true).process_group(0);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
+        canopy_sys::new_session(&mut command);
         canopy_sys::die_with_parent(&mut command);
-        let mut child =
-            command.spawn().map_err(|source| LaunchError::Spawn { program: spec.program.clone(), source })?;
+        let spawned = command.spawn();
+        // The child entered the ruleset before exec; the parent's copy can go.
+        drop(rules);
+        let mut child = spawned.map_err(|source| LaunchError::Spawn { program: spec.program.clone(), source })?;
         let pid = child.id().unwrap_or(0);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(LaunchError::Invalid("the harness's stdio was not captured".into()));
@@ -410,6 +428,45 @@ impl Session {
         }
         write_to(&self.stdin, line).await
     }
+}
+
+/// What a confined session of `spec` is granted: its program's install and the configured
+/// paths to read; its agent directory, working directory and the configured paths to write;
+/// TCP to its MCP endpoint, its model endpoints (a real harness) and the configured ports.
+/// A grant that would expose the data directory or the operator's home is refused.
+fn grants(spec: &LaunchSpec) -> Result<Grants, LaunchError> {
+    let settings = &spec.sandbox;
+    let own = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir);
+    let program = crate::find_program(&spec.program, std::env::var_os("PATH").as_deref()).ok_or_else(|| {
+        LaunchError::Spawn { program: spec.program.clone(), source: std::io::ErrorKind::NotFound.into() }
+    })?;
+    let mut read_only = sandbox::program_paths(&program);
+    for path in &read_only {
+        sandbox::check_grant(&format!("the {} harness's install", spec.kind.as_str()), path, &settings.data_dir, None)?;
+    }
+    for path in &settings.read_only {
+        sandbox::check_grant("sandbox.read_only", path, &settings.data_dir, None)?;
+    }
+    read_only.extend(settings.read_only.iter().cloned());
+    let mut read_write = vec![own.clone()];
+    if !spec.cwd.starts_with(own) {
+        sandbox::check_grant("the working directory", &spec.cwd, &settings.data_dir, Some(own))?;
+        read_write.push(spec.cwd.clone());
+    }
+    for path in &settings.read_write {
+        sandbox::check_grant("sandbox.read_write", path, &settings.data_dir, None)?;
+    }
+    read_write.extend(settings.read_write.iter().cloned());
+    let mcp = sandbox::url_port(&spec.mcp_url)
+        .ok_or_else(|| Unconfinable(format!("the MCP endpoint {:?} names no TCP port", spec.mcp_url)))?;
+    let mut connect_ports = vec![mcp];
+    if spec.kind != HarnessKind::Scripted {
+        connect_ports.extend(sandbox::model_ports(&spec.env, spec.provider.as_ref().map(|p| p.base_url.as_str())));
+    }
+    connect_ports.extend(settings.connect_ports.iter().copied());
+    connect_ports.sort_unstable();
+    connect_ports.dedup();
+    Ok(Grants { read_only, read_write, connect_ports })
 }
 
 /// Writes one line (adding the newline) to the harness's stdin.

@@ -18,7 +18,7 @@ mod harness_bins;
 
 use std::time::Duration;
 
-use canopy_harness::{
+use canopy_harness::{SandboxSettings, 
     HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SendMode, SendOutcome, Session, TurnStatus,
 };
 use fake_anthropic::{FakeAnthropic, Reply, assistant_texts, system_text, user_texts};
@@ -48,6 +48,7 @@ fn incarnation(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: 
         script: None,
         max_line_bytes: 1 << 20,
         ready_timeout: Duration::from_secs(30),
+        sandbox: SandboxSettings::required(dir.join("data")),
     }
 }
 

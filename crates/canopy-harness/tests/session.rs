@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use canopy_harness::{HarnessEvent, HarnessKind, LaunchError, LaunchSpec, PromptMode, Session};
+use canopy_harness::{SandboxSettings, HarnessEvent, HarnessKind, LaunchError, LaunchSpec, PromptMode, Session};
 
 fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSpec {
     LaunchSpec {
@@ -26,6 +26,7 @@ fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSp
         script: Some(("script.toml".into(), String::new())),
         max_line_bytes: 1024,
         ready_timeout,
+        sandbox: SandboxSettings::required(dir.join("data")),
     }
 }
 

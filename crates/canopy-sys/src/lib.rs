@@ -1,9 +1,12 @@
 //! The few OS calls Canopy needs that std does not offer, in one place: sending a signal to
-//! a process or process group, asking the kernel to kill a child when its parent dies, and
-//! reading the OS random source.
+//! a process or process group, asking the kernel to kill a child when its parent dies,
+//! starting a child in a session of its own, Landlock (the ABI this kernel offers, and a
+//! TCP-connect and scope ruleset a child enters before it runs anything), and reading the OS
+//! random source.
 //!
 //! This is the only crate with `unsafe` code; each block states why it is sound. Does not
-//! decide when to signal anything: the supervisors that own the children do.
+//! decide when to signal anything, nor what a sandbox allows: the supervisors that own the
+//! children do (`canopy-harness`'s `sandbox` decides the ports).
 
 use tokio::process::Command;
 
@@ -48,6 +51,146 @@ pub fn die_with_parent(command: &mut Command) {
             }
             Ok(())
         });
+    }
+}
+
+/// Starts the child in a new session (`setsid`): it leads its own process group (so
+/// `signal_group` reaches its descendants) and has no controlling terminal, so nothing it
+/// runs can open the operator's terminal (`/dev/tty`) or push input into it (`TIOCSTI`).
+/// Use instead of `process_group(0)`: a group leader cannot call `setsid`.
+pub fn new_session(command: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and calls only setsid(2),
+    // which is async-signal-safe, without allocating.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The Landlock ABI version this kernel offers; 0 when Landlock is missing or disabled.
+/// TCP-connect rules need 4; signal and abstract-socket scoping need 6.
+pub fn landlock_abi() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the kernel only
+    // returns a number; no memory is read or written.
+    #[allow(unsafe_code)]
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    i32::try_from(abi).unwrap_or(0).max(0)
+}
+
+/// `struct landlock_ruleset_attr` (ABI 6 layout; older kernels read the first 16 bytes).
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// `struct landlock_net_port_attr`.
+#[repr(C)]
+struct NetPortAttr {
+    allowed_access: u64,
+    port: u64,
+}
+
+const LANDLOCK_ACCESS_NET_CONNECT_TCP: u64 = 1 << 1;
+const LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+const LANDLOCK_SCOPE_SIGNAL: u64 = 1 << 1;
+const LANDLOCK_RULE_NET_PORT: libc::c_int = 2;
+
+/// A Landlock ruleset, built in the parent, that a child enters before exec: TCP connect
+/// only to the listed ports and, from ABI 6, no signals to and no abstract Unix sockets of
+/// processes outside the child's domain. Filesystem access is not handled here (the mount
+/// namespace decides what exists), so the child may still set up mounts.
+#[derive(Debug)]
+pub struct ConnectRules {
+    fd: std::os::fd::OwnedFd,
+    /// Whether signal and abstract-socket scoping is part of the ruleset (ABI 6 or later).
+    pub scoped: bool,
+}
+
+impl ConnectRules {
+    /// Builds the ruleset. Fails when the kernel offers no TCP-connect rules (ABI < 4).
+    pub fn new(ports: &[u16]) -> std::io::Result<ConnectRules> {
+        use std::os::fd::FromRawFd;
+        let abi = landlock_abi();
+        if abi < 4 {
+            return Err(std::io::Error::other(format!(
+                "this kernel's Landlock ABI is {abi}; TCP-connect rules need ABI 4 or later"
+            )));
+        }
+        let scoped = abi >= 6;
+        let attr = RulesetAttr {
+            handled_access_fs: 0,
+            handled_access_net: LANDLOCK_ACCESS_NET_CONNECT_TCP,
+            scoped: if scoped { LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL } else { 0 },
+        };
+        let size = if scoped { std::mem::size_of::<RulesetAttr>() } else { 16 };
+        // SAFETY: `attr` is a live, properly laid out struct of at least `size` bytes; the
+        // kernel only reads it. The return value is a new descriptor (O_CLOEXEC) or -1.
+        #[allow(unsafe_code)]
+        let fd = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, &attr as *const RulesetAttr, size, 0u32) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+        #[allow(unsafe_code)]
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+        for &port in ports {
+            let rule = NetPortAttr { allowed_access: LANDLOCK_ACCESS_NET_CONNECT_TCP, port: u64::from(port) };
+            use std::os::fd::AsRawFd;
+            // SAFETY: `rule` is a live struct of the layout the rule type names; the kernel
+            // only reads it.
+            #[allow(unsafe_code)]
+            let done = unsafe {
+                libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    fd.as_raw_fd(),
+                    LANDLOCK_RULE_NET_PORT,
+                    &rule as *const NetPortAttr,
+                    0u32,
+                )
+            };
+            if done < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(ConnectRules { fd, scoped })
+    }
+
+    /// Makes the child enter the ruleset (with `no_new_privs`, which Landlock requires)
+    /// before it execs. The ruleset must outlive the spawn.
+    pub fn apply_in_child(&self, command: &mut Command) {
+        use std::os::fd::AsRawFd;
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec and makes two raw
+        // syscalls (prctl, landlock_restrict_self), both async-signal-safe, without
+        // allocating. `fd` is open in the child: it was inherited across the fork, and the
+        // parent keeps its `OwnedFd` until the spawn has returned.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
 }
 
