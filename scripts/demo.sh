@@ -5,5 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-nats.sh
+scripts/install-bwrap.sh
 cargo build --locked -q -p canopy-cli
 exec target/debug/canopy demo "$@"

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-nats.sh
+scripts/install-bwrap.sh
 # An MCP client that no one here wrote, for the e2e test of the tools endpoint.
 if ! python3 -c 'import mcp' 2>/dev/null; then
   echo "installing the Python MCP SDK (pip install mcp==2.3.0)..." >&2

@@ -28,7 +28,7 @@ fn claude_env(fake: &FakeAnthropic) -> TestEnv {
 }
 
 /// `claude_env` with more `canopy.toml` edits.
-fn claude_env_with(fake: &FakeAnthropic, more: &[(&str, &str)]) -> TestEnv {
+pub(crate) fn claude_env_with(fake: &FakeAnthropic, more: &[(&str, &str)]) -> TestEnv {
     let harness = format!(
         "[harness.claude]\nbin = {bin:?}\nmodel = \"claude-fake\"\n\n[harness.claude.env]\n\
          ANTHROPIC_BASE_URL = {url:?}\nANTHROPIC_API_KEY = \"sk-ant-test\"\n",

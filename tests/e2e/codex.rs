@@ -32,7 +32,7 @@ const QUICK: &[(&str, &str)] = &[
 ];
 
 /// A workspace whose `[harness.codex]` runs the pinned binary against `fake`.
-fn started(fake: &FakeOpenAi, extra: &[(&str, &str)]) -> TestEnv {
+pub(crate) fn started(fake: &FakeOpenAi, extra: &[(&str, &str)]) -> TestEnv {
     let table = format!(
         "[harness.codex]\nbin = {bin:?}\nmodel = \"fake-model\"\n\n[harness.codex.env]\nFAKE_OPENAI_KEY = \"sk-fake\"\n\n\
          [harness.codex.provider]\nbase_url = {url:?}\napi_key_env = \"FAKE_OPENAI_KEY\"\n",

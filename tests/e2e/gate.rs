@@ -1,5 +1,6 @@
 //! The spawn-approval gate end to end: requests from a scripted Manager, only operators
-//! decide (by command or by replying in the topic), races, expiry, policy, despawn.
+//! decide (by command or by replying in the request's own topic), replies that decide
+//! nothing are answered, refusals are audited, races, expiry, policy, despawn.
 
 use std::time::Duration;
 
@@ -120,6 +121,124 @@ fn the_operator_can_answer_in_the_topic() {
     crate::assert_eventually!(env.requests()[0]["state"] == "denied", "the reply did not decide");
     assert_eq!(env.requests()[0]["note"], "not this quarter");
     assert!(env.run(&["agents", "show", "flaky"]).status.code() == Some(1));
+}
+
+impl TestEnv {
+    /// Canopy's posts in `channel` under `topic`, oldest first.
+    fn canopy_posts(&self, channel: &str, topic: &str) -> Vec<String> {
+        self.messages(channel)
+            .into_iter()
+            .filter(|m| m["topic"] == topic && m["sender"]["handle"] == "canopy")
+            .map(|m| m["body"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+#[test]
+fn a_deny_in_another_managers_home_leaves_the_request_pending() {
+    let (env, id) = started_with_request(&[]);
+    env.create_scripted("docs-manager", "");
+    env.json(&[
+        "post",
+        "--channel",
+        "home-docs-manager",
+        "--topic",
+        "spawn: flaky",
+        "--create-topic",
+        "deny not this quarter",
+    ]);
+    // The reply is answered before the post returns: where the request really is.
+    let answers = env.canopy_posts("home-docs-manager", "spawn: flaky");
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert!(
+        answers[0].contains("Nothing was decided")
+            && answers[0].contains("#home-ci-manager")
+            && answers[0].contains(&format!("canopy deny {id} --reason")),
+        "{answers:?}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(env.requests()[0]["state"], "pending", "a reply outside the request's topic decided it");
+    assert!(env.requests()[0]["decided_by"].is_null());
+}
+
+#[test]
+fn an_unclear_reply_gets_the_grammar_and_the_request_stays_pending() {
+    let (env, id) = started_with_request(&[]);
+    env.json(&["post", "--channel", "home-ci-manager", "--topic", "spawn: flaky", "Approve."]);
+    assert_eq!(env.requests()[0]["state"], "pending", "`Approve.` was taken as consent");
+    let messages = env.messages("home-ci-manager");
+    assert!(
+        messages.iter().any(|m| m["body"] == "Approve." && m["sender"]["handle"] == "ops"),
+        "the operator's reply was not stored as posted"
+    );
+    let hints: Vec<String> = env
+        .canopy_posts("home-ci-manager", "spawn: flaky")
+        .into_iter()
+        .filter(|b| b.contains("Nothing was decided"))
+        .collect();
+    assert_eq!(hints.len(), 1, "{hints:?}");
+    let (approve, deny) = (format!("canopy approve {id}"), format!("canopy deny {id} --reason"));
+    for part in ["`approve`", "`deny <reason>`", approve.as_str(), deny.as_str()] {
+        assert!(hints[0].contains(part), "{part} missing from {}", hints[0]);
+    }
+    // The grammar the hint names does decide.
+    env.json(&["post", "--channel", "home-ci-manager", "--topic", "spawn: flaky", "approve"]);
+    crate::assert_eventually!(env.requests()[0]["state"] == "spawned", "`approve` did not decide");
+}
+
+#[test]
+fn a_second_decision_is_answered_with_the_requests_state() {
+    let (env, id) = started_with_request(&[]);
+    assert_eq!(env.json(&["approve", &id])["state"], "spawned");
+    env.json(&["post", "--channel", "home-ci-manager", "--topic", "spawn: flaky", "approve"]);
+    let answers: Vec<String> = env
+        .canopy_posts("home-ci-manager", "spawn: flaky")
+        .into_iter()
+        .filter(|b| b.starts_with("Nothing changed"))
+        .collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert!(
+        answers[0].contains(&format!("{id} for @flaky is already approved by ops")) && answers[0].contains("spawned"),
+        "{answers:?}"
+    );
+    env.json(&["post", "--channel", "home-ci-manager", "--topic", "spawn: flaky", "deny changed my mind"]);
+    let answers = env.canopy_posts("home-ci-manager", "spawn: flaky");
+    assert_eq!(answers.iter().filter(|b| b.starts_with("Nothing changed")).count(), 2, "{answers:?}");
+    assert_eq!(env.requests()[0]["state"], "spawned");
+    assert_eq!(
+        env.json(&["agents", "list"])["agents"].as_array().unwrap().iter().filter(|a| a["handle"] == "flaky").count(),
+        1
+    );
+}
+
+#[test]
+fn an_agents_forbidden_post_shows_in_the_audit_log() {
+    let env = TestEnv::started_with(QUICK);
+    env.create_scripted("ci-manager", "");
+    env.create_scripted("docs-manager", "");
+    let refused = env.call_as(
+        "ci-manager",
+        1,
+        Method::MessagesPost,
+        json!({ "channel": "announcements", "topic": "news", "body": "hello everyone", "create_topic": true }),
+    );
+    assert_eq!(refused["error"]["code"], "forbidden", "{refused}");
+    let refused = env.call_as(
+        "ci-manager",
+        1,
+        Method::MessagesPost,
+        json!({ "channel": "home-docs-manager", "topic": "hi", "body": "psst", "create_topic": true }),
+    );
+    assert_eq!(refused["error"]["code"], "forbidden", "{refused}");
+    let audit = env.json(&["audit"]);
+    let entries: Vec<&Value> =
+        audit["entries"].as_array().unwrap().iter().filter(|e| e["action"] == "messages.post.refused").collect();
+    assert_eq!(entries.len(), 2, "{audit}");
+    assert!(entries.iter().all(|e| e["actor"] == "ci-manager"), "{audit}");
+    let targets: Vec<&str> = entries.iter().map(|e| e["target"].as_str().unwrap()).collect();
+    assert!(targets.contains(&"#announcements") && targets.contains(&"#home-docs-manager"), "{targets:?}");
+    // Nothing of the refused posts was stored.
+    assert!(env.messages("announcements").iter().all(|m| m["body"] != "hello everyone"));
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod harness_bins;
 mod claude;
 mod cli;
 mod codex;
+mod confinement;
 mod continuity;
 mod crash;
 mod delivery;

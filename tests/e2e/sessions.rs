@@ -381,10 +381,14 @@ fn mcp_over_stdio_serves_the_same_tools_bound_to_its_token() {
     let env = TestEnv::started_with(FAST);
     env.create_scripted("stdio-user", "");
     let pid = env.wait_harness_pid("stdio-user", 1);
-    let token = process_env(pid)["CANOPY_MCP_TOKEN"].clone();
-    let mut proxy = env
-        .command(&["mcp", "--stdio"])
-        .env("CANOPY_MCP_TOKEN", &token)
+    let harness_env = process_env(pid);
+    // The bridge needs nothing but the session's own URL and token: no data directory, no
+    // daemon.json, no NATS credential (it runs inside a session's sandbox).
+    let empty = tempfile::tempdir().unwrap();
+    let mut proxy = std::process::Command::new(crate::env::CANOPY)
+        .args(["--dir", &empty.path().display().to_string(), "mcp", "--stdio"])
+        .env("CANOPY_MCP_URL", &harness_env["CANOPY_MCP_URL"])
+        .env("CANOPY_MCP_TOKEN", &harness_env["CANOPY_MCP_TOKEN"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -186,6 +186,9 @@ pub struct McpArgs {
     /// Serve on stdin/stdout (the only transport of this command).
     #[arg(long, required = true)]
     pub stdio: bool,
+    /// The runner's MCP endpoint the session was given (`http://127.0.0.1:PORT/mcp`).
+    #[arg(long, env = "CANOPY_MCP_URL")]
+    pub url: String,
     /// The session's bearer token.
     #[arg(long, env = "CANOPY_MCP_TOKEN", hide_env_values = true)]
     pub token: String,

@@ -31,7 +31,7 @@ pub async fn run(cli: Cli) -> u8 {
             daemon(&dir, json, &daemon_args).await
         }
         Command::Runner(args) => runner(&dir, json, &args).await,
-        Command::Mcp(args) => mcp(&dir, json, &args).await,
+        Command::Mcp(args) => mcp(json, &args).await,
         Command::Bench { quick } => bench(json, quick).await,
         Command::Doctor => crate::doctor::run(&dir, json).await,
         Command::Demo { yes } => crate::demo::run(yes).await,
@@ -536,6 +536,8 @@ async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
     let started = async {
         let api = crate::client::api_client(dir, args.nats_url.as_deref()).await?;
         let config = canopy_daemon::Config::load(&dir.config()).map_err(|e| CallError::Unreachable(e.to_string()))?;
+        config.check_grants(&dir.config(), dir.root()).map_err(|e| CallError::Unreachable(e.to_string()))?;
+        canopy_daemon::daemon::warn_if_unconfined(&config);
         let options = canopy_daemon::daemon::runner_options(dir, &config, api)
             .map_err(|e| CallError::Unreachable(format!("preparing the runner: {e}")))?;
         canopy_runner::spawn(options).await.map_err(|e| CallError::Unreachable(e.to_string()))
@@ -569,17 +571,55 @@ async fn bench(json: bool, quick: bool) -> u8 {
     }
 }
 
-/// Serves the native tools on stdio with one session token.
-async fn mcp(dir: &DataDir, json: bool, args: &McpArgs) -> u8 {
-    let api = match crate::client::api_client(dir, None).await {
-        Ok(api) => api,
-        Err(e) => return fail(json, &e),
+/// Bridges stdio to the runner's MCP endpoint with one session token: every JSON-RPC line
+/// read is relayed over HTTP, every answer written back as a line. It needs no data
+/// directory, no `daemon.json` and no NATS credential, so it works inside a session's sandbox.
+async fn mcp(json: bool, args: &McpArgs) -> u8 {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut client = match canopy_scripted::mcp::McpClient::new(&args.url, &args.token) {
+        Ok(client) => client,
+        Err(e) => return fail_usage(json, "url", &e.to_string()),
     };
-    let tools = canopy_tools::CanopyTools::new(api, canopy_tools::TokenSource::Fixed(args.token.clone()));
-    match canopy_tools::serve_stdio(tools).await {
-        Ok(()) => 0,
-        Err(e) => fail(json, &CallError::Unreachable(e)),
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut stdout = tokio::io::stdout();
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => return 0,
+            Err(e) => return fail(json, &CallError::Unreachable(format!("reading stdin: {e}"))),
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let answer = match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(message) => client.forward(message).await,
+            Err(e) => Some(serde_json::json!({
+                "jsonrpc": "2.0", "id": null, "error": { "code": -32700, "message": format!("parse error: {e}") },
+            })),
+        };
+        if let Some(answer) = answer {
+            let mut text = answer.to_string();
+            text.push('\n');
+            if stdout.write_all(text.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+                return 0; // The client went away.
+            }
+        }
     }
+}
+
+/// Prints a usage error naming `field` and returns 64.
+fn fail_usage(json: bool, field: &str, message: &str) -> u8 {
+    let wire = canopy_proto::WireError {
+        code: ErrorCode::InvalidArgument,
+        message: message.to_owned(),
+        field: Some(field.to_owned()),
+    };
+    if json {
+        output::json(&serde_json::json!({ "error": wire }));
+    } else {
+        eprintln!("error: {wire}");
+    }
+    EXIT_USAGE
 }
 
 /// Prints an error and returns its exit code.

@@ -1,8 +1,11 @@
 //! `canopy doctor`: can this machine run the workspace's sessions?
 //!
-//! Reports `nats-server` and every harness: where its program is, its `--version`, and for
+//! Reports `nats-server`, the confinement this machine offers (bubblewrap and its version,
+//! whether it can build the namespaces, the kernel's Landlock ABI, and `[sandbox] mode`),
+//! and every harness: where its program is, its `--version`, and for
 //! Claude Code and Codex whether a session actually starts (the adapter's launch and
-//! handshake with the configured settings, then a stop, with no model call). Codex is ready
+//! handshake with the configured settings, confined as `[sandbox]` says, then a stop, with
+//! no model call). Codex is ready
 //! only once its MCP server is, so doctor serves a stand-in endpoint with no tools for it
 //! (`canopy_tools::probe`: the runner's HTTP front and transport, an empty tool list, no
 //! daemon). Exits 69 when something the configuration needs (`nats-server`, or a harness a
@@ -15,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use canopy_daemon::{Config, DataDir};
-use canopy_harness::{HarnessKind, HarnessSettings, LaunchSpec, PromptMode, Session};
+use canopy_harness::{
+    Capability, HarnessKind, HarnessSettings, LaunchSpec, PromptMode, SandboxMode, SandboxSettings, Session,
+};
 use serde::Serialize;
 
 use crate::{EXIT_UNAVAILABLE, EXIT_USAGE, output};
@@ -33,6 +38,9 @@ pub struct Check {
     /// For harnesses Canopy can start without a model call: whether a session started.
     pub session_starts: Option<bool>,
     pub problem: Option<String>,
+    /// Works, but not as it should (`[sandbox] mode = "off"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -57,13 +65,14 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
         }
     };
     let scratch = Scratch::new(dir.root());
-    let report = report(&config, &scratch.path).await;
+    let report = report(&config, &config.sandbox_settings(dir.root()), &scratch.path).await;
     drop(scratch);
     if json {
         output::json(&report);
     } else {
         for check in &report.checks {
             let mark = match (check.ok, check.required) {
+                _ if check.warning.is_some() => "WARNING",
                 (true, _) => "ok     ",
                 (false, true) => "MISSING",
                 (false, false) => "absent ",
@@ -80,6 +89,9 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
             }
             if let Some(problem) = &check.problem {
                 line.push_str(&format!(": {problem}"));
+            }
+            if let Some(warning) = &check.warning {
+                line.push_str(&format!(": {warning}"));
             }
             if !check.required {
                 line.push_str(" [no configured role uses it]");
@@ -117,9 +129,9 @@ impl Drop for Scratch {
     }
 }
 
-pub async fn report(config: &Config, scratch: &Path) -> Report {
+pub async fn report(config: &Config, sandbox: &SandboxSettings, scratch: &Path) -> Report {
     let used: Vec<HarnessKind> = config.roles.values().filter_map(|r| HarnessKind::parse(&r.harness)).collect();
-    let mut checks = vec![nats_check().await];
+    let mut checks = vec![nats_check().await, sandbox_check(sandbox)];
     for &kind in HarnessKind::ALL {
         let required = used.contains(&kind);
         let check = match kind.default_program() {
@@ -131,8 +143,11 @@ pub async fn report(config: &Config, scratch: &Path) -> Report {
                 version: Some(format!("built in, canopy {}", env!("CARGO_PKG_VERSION"))),
                 session_starts: None,
                 problem: None,
+                warning: None,
             },
-            Some(default) => harness_check(kind, default, &config.harness_settings(kind), required, scratch).await,
+            Some(default) => {
+                harness_check(kind, default, &config.harness_settings(kind), sandbox, required, scratch).await
+            }
         };
         checks.push(check);
     }
@@ -149,6 +164,7 @@ async fn nats_check() -> Check {
         version: None,
         session_starts: None,
         problem: None,
+        warning: None,
     };
     match canopy_bus::find_nats_server() {
         Ok(path) => {
@@ -166,10 +182,36 @@ async fn nats_check() -> Check {
     check
 }
 
+/// What confinement this machine offers, and whether `[sandbox]` asks for it.
+fn sandbox_check(sandbox: &SandboxSettings) -> Check {
+    let probe = Capability::probe(&sandbox.bwrap);
+    let mut parts = Vec::new();
+    if let Ok((_, version)) = &probe.bwrap {
+        parts.push(version.clone());
+    }
+    parts.push(match &probe.namespaces {
+        Ok(()) => "user, mount and PID namespaces usable".to_owned(),
+        Err(_) => "namespaces not usable".to_owned(),
+    });
+    parts.push(format!("Landlock ABI {}", probe.landlock_abi));
+    let usable = probe.usable();
+    Check {
+        name: "sandbox".into(),
+        required: sandbox.mode == SandboxMode::Required,
+        ok: usable.is_ok(),
+        path: probe.bwrap.as_ref().ok().map(|(path, _)| path.display().to_string()),
+        version: Some(parts.join(", ")),
+        session_starts: None,
+        problem: usable.err().map(|e| e.0),
+        warning: (sandbox.mode == SandboxMode::Off).then(|| canopy_daemon::daemon::UNCONFINED_WARNING.to_owned()),
+    }
+}
+
 async fn harness_check(
     kind: HarnessKind,
     default: &str,
     settings: &HarnessSettings,
+    sandbox: &SandboxSettings,
     required: bool,
     scratch: &Path,
 ) -> Check {
@@ -181,6 +223,7 @@ async fn harness_check(
         version: None,
         session_starts: None,
         problem: None,
+        warning: None,
     };
     let wanted = settings.program.clone().unwrap_or_else(|| PathBuf::from(default));
     let Some(program) = canopy_harness::find_program(&wanted, std::env::var_os("PATH").as_deref()) else {
@@ -210,7 +253,7 @@ async fn harness_check(
             return check;
         }
         // Codex's missing API key is refused by the adapter at launch, naming the variable.
-        match session_starts(kind, &program, settings, scratch).await {
+        match session_starts(kind, &program, settings, sandbox, scratch).await {
             Ok(()) => check.session_starts = Some(true),
             Err(e) => {
                 check.session_starts = Some(false);
@@ -259,6 +302,7 @@ async fn session_starts(
     kind: HarnessKind,
     program: &Path,
     settings: &HarnessSettings,
+    sandbox: &SandboxSettings,
     scratch: &Path,
 ) -> Result<(), String> {
     const TOKEN: &str = "cns_doctor";
@@ -277,7 +321,7 @@ async fn session_starts(
         program_args: Vec::new(),
         session_dir: dir.join("session"),
         agent_dir: None,
-        cwd: dir.join("work"),
+        cwd: dir.join("session").join("work"),
         builtin_tools: Vec::new(),
         prompt: PromptMode::Replace("canopy doctor: a session start check.".into()),
         // For Claude Code nothing listens there: the check needs no tools and makes no model call.
@@ -289,6 +333,7 @@ async fn session_starts(
         script: None,
         max_line_bytes: 1 << 20,
         ready_timeout: Duration::from_secs(30),
+        sandbox: sandbox.clone(),
     };
     let result = match Session::launch(spec, 64).await {
         Ok((session, _events)) => {

@@ -137,7 +137,13 @@ fn roster_row(a: &RosterEntry, width: usize) {
     let why = a.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
     let activity = a.activity.as_deref().map(|t| format!("  \u{2014} {t}")).unwrap_or_default();
     let seen = a.last_seen.as_deref().and_then(|s| s.get(11..19)).unwrap_or("-");
-    println!("{:width$}  {:10}{why}  #{} seen {seen}{activity}", a.handle, a.presence.to_string(), a.incarnation);
+    let unconfined = if a.unconfined { "  unconfined" } else { "" };
+    println!(
+        "{:width$}  {:10}{why}  #{} seen {seen}{unconfined}{activity}",
+        a.handle,
+        a.presence.to_string(),
+        a.incarnation
+    );
 }
 
 /// One activity item: failures stand out, successes stay compact.

@@ -1,12 +1,14 @@
 //! Canopy's domain: names, the model types, tree rules, ACL decisions and errors.
 //!
 //! Owns every rule that can be decided from values alone: which names are valid, who may
-//! post where, whether a reparent makes a cycle. Does no IO and knows nothing of SQLite,
-//! NATS or async; the store and the daemon call into it with the facts they have read.
+//! post where, whether a reparent makes a cycle, what a reply in a spawn request's topic
+//! says. Does no IO and knows nothing of SQLite, NATS or async; the store and the daemon
+//! call into it with the facts they have read.
 
 pub mod acl;
 pub mod continuity;
 pub mod error;
+pub mod gate;
 pub mod mention;
 pub mod model;
 pub mod names;

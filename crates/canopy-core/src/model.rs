@@ -262,6 +262,9 @@ pub struct RosterEntry {
     pub pending: u64,
     /// Whether `pending` is past the configured cap (the operator has been told).
     pub overflow: bool,
+    /// Whether its sessions run without confinement (`[sandbox] mode = "off"`).
+    #[serde(default)]
+    pub unconfined: bool,
 }
 
 /// One stored activity item of a session: a normalised harness event, redacted and bounded.

@@ -29,6 +29,8 @@ pub struct Config {
     pub prompts: PromptsConfig,
     pub runs: RunsConfig,
     pub retention: RetentionConfig,
+    /// How sessions are confined (`[sandbox]`).
+    pub sandbox: SandboxConfig,
     /// How to run the real harnesses on this machine (`[harness.claude]`, `[harness.codex]`).
     pub harness: HarnessTables,
     /// Per-role defaults: which harness a new agent of the role runs, with which script.
@@ -49,6 +51,7 @@ impl Default for Config {
             prompts: PromptsConfig::default(),
             runs: RunsConfig::default(),
             retention: RetentionConfig::default(),
+            sandbox: SandboxConfig::default(),
             harness: HarnessTables::default(),
             roles: BTreeMap::from([
                 ("supervisor".to_owned(), scripted("supervisor.toml")),
@@ -259,6 +262,97 @@ impl Default for RetentionConfig {
             usage: Duration::from_secs(90 * DAY),
             interval: Duration::from_secs(600),
         }
+    }
+}
+
+/// `[sandbox]`: how every session process is confined (see `canopy_harness::sandbox`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// `required`: every session is confined, one that cannot be does not start. `off`: no
+    /// confinement (a session can read the data directory's secrets); warned about loudly.
+    pub mode: SandboxModeConfig,
+    /// The bubblewrap executable: a name looked up on `PATH`, or a path.
+    pub bwrap: PathBuf,
+    /// Absolute paths every session may read beyond the system directories and its
+    /// harness's install (toolchains, caches).
+    pub read_only: Vec<PathBuf>,
+    /// Absolute directories every session may write beyond its own.
+    pub read_write: Vec<PathBuf>,
+    /// TCP ports every session may connect to beyond its MCP endpoint and model endpoints.
+    pub connect_ports: Vec<u16>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> SandboxConfig {
+        SandboxConfig {
+            mode: SandboxModeConfig::Required,
+            bwrap: PathBuf::from("bwrap"),
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            connect_ports: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxModeConfig {
+    Required,
+    Off,
+}
+
+impl Config {
+    /// The sandbox settings the runner applies to every launch.
+    pub fn sandbox_settings(&self, data_dir: &Path) -> canopy_harness::SandboxSettings {
+        let sandbox = &self.sandbox;
+        canopy_harness::SandboxSettings {
+            mode: match sandbox.mode {
+                SandboxModeConfig::Required => canopy_harness::SandboxMode::Required,
+                SandboxModeConfig::Off => canopy_harness::SandboxMode::Off,
+            },
+            bwrap: sandbox.bwrap.clone(),
+            read_only: sandbox.read_only.clone(),
+            read_write: sandbox.read_write.clone(),
+            connect_ports: sandbox.connect_ports.clone(),
+            data_dir: data_dir.to_owned(),
+        }
+    }
+
+    /// The checks of `[sandbox]` (and `prompts.workdir`) that need the file system: every
+    /// granted path exists (written ones as directories) and none would expose the data
+    /// directory `data_dir` or the operator's home. The daemon and a standalone runner call
+    /// this at start; a refusal exits 64 naming the key.
+    pub fn check_grants(&self, path: &Path, data_dir: &Path) -> Result<(), ConfigError> {
+        let refuse = |key: String, message: String| ConfigError { path: path.to_owned(), key, message };
+        if self.sandbox.mode == SandboxModeConfig::Off {
+            return Ok(());
+        }
+        let lists = [
+            ("sandbox.read_only", &self.sandbox.read_only, false),
+            ("sandbox.read_write", &self.sandbox.read_write, true),
+        ];
+        for (key, paths, write) in lists {
+            for (i, granted) in paths.iter().enumerate() {
+                let key = format!("{key}[{i}]");
+                match std::fs::metadata(granted) {
+                    Err(e) => return Err(refuse(key, format!("{}: {e}", granted.display()))),
+                    Ok(meta) if write && !meta.is_dir() => {
+                        return Err(refuse(key, format!("{} is not a directory", granted.display())));
+                    }
+                    Ok(_) => {}
+                }
+                canopy_harness::sandbox::check_grant("grants", granted, data_dir, None)
+                    .map_err(|e| refuse(key, e.to_string()))?;
+            }
+        }
+        let workdir = self.prompts.workdir.trim();
+        if !workdir.is_empty() {
+            let dir = crate::prompts::workdir(self, data_dir, "");
+            canopy_harness::sandbox::check_grant("the shared working directory", &dir, data_dir, None)
+                .map_err(|e| refuse("prompts.workdir".into(), e.to_string()))?;
+        }
+        Ok(())
     }
 }
 
@@ -595,6 +689,18 @@ impl Config {
         if policy.request_ttl.is_zero() {
             return Err(("policy.request_ttl", "must be longer than zero".into()));
         }
+        let sandbox = &self.sandbox;
+        if sandbox.bwrap.as_os_str().is_empty() {
+            return Err(("sandbox.bwrap", "must name the bubblewrap executable".into()));
+        }
+        for (key, paths) in [("sandbox.read_only", &sandbox.read_only), ("sandbox.read_write", &sandbox.read_write)] {
+            if let Some(bad) = paths.iter().find(|p| !p.is_absolute()) {
+                return Err((key, format!("{} is not an absolute path", bad.display())));
+            }
+        }
+        if sandbox.connect_ports.contains(&0) {
+            return Err(("sandbox.connect_ports", "ports are 1 to 65535".into()));
+        }
         let retention = &self.retention;
         for (key, value) in [
             ("retention.activity", retention.activity),
@@ -714,6 +820,36 @@ mod tests {
             Some("harness.codex.provider.base_url".into())
         );
         assert_eq!(key("[harness.claude]\nprovider = 1\n"), Some("harness.claude.provider".into()));
+    }
+
+    #[test]
+    fn sandbox_keys_are_checked() {
+        let key = |text: &str| parse(text).err().map(|e| e.key);
+        assert_eq!(key("[sandbox]\nmode = \"maybe\"\n"), Some("sandbox.mode".into()));
+        assert_eq!(key("[sandbox]\nread_only = [\"relative/path\"]\n"), Some("sandbox.read_only".into()));
+        assert_eq!(key("[sandbox]\nconnect_ports = [0]\n"), Some("sandbox.connect_ports".into()));
+        assert_eq!(key("[sandbox]\nconnect_ports = [70000]\n"), Some("sandbox.connect_ports".into()));
+        assert_eq!(key("[sandbox]\nbwrap = \"\"\n"), Some("sandbox.bwrap".into()));
+        let off = parse("[sandbox]\nmode = \"off\"\n").unwrap_or_default();
+        assert_eq!(off.sandbox.mode, SandboxModeConfig::Off);
+
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let data = root.path().join("project/.canopy");
+        std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("{e}"));
+        let grants = |text: String| parse(&text).unwrap_or_default().check_grants(Path::new("canopy.toml"), &data);
+        let project = root.path().join("project");
+        let refused = grants(format!("[sandbox]\nread_only = [{:?}]\n", project.display().to_string()));
+        assert_eq!(refused.map_err(|e| e.key), Err("sandbox.read_only[0]".into()));
+        let missing =
+            grants(format!("[sandbox]\nread_write = [{:?}]\n", root.path().join("nope").display().to_string()));
+        assert_eq!(missing.map_err(|e| e.key), Err("sandbox.read_write[0]".into()));
+        let shared = grants("[prompts]\nworkdir = \".\"\n".into());
+        assert_eq!(shared.map_err(|e| e.key), Err("prompts.workdir".into()));
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(grants(format!("[sandbox]\nread_write = [{:?}]\n", elsewhere.display().to_string())), Ok(()));
+        let off = grants(format!("[sandbox]\nmode = \"off\"\nread_only = [{:?}]\n", project.display().to_string()));
+        assert_eq!(off, Ok(()));
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let dir = options.dir.clone();
     tokio::pin!(shutdown);
     let config = Arc::new(Config::load(&dir.config())?);
+    config.check_grants(&dir.config(), dir.root())?;
+    warn_if_unconfined(&config);
     if !dir.db().exists() {
         return Err(DaemonError::NoWorkspace { dir: dir.root().display().to_string() });
     }
@@ -231,6 +233,17 @@ async fn serve(
     }
 }
 
+/// The warning every start of an unconfined workspace logs.
+pub const UNCONFINED_WARNING: &str = "[sandbox] mode = \"off\": sessions run unconfined and can read the operator \
+     token, the session secret and every agent's files; set mode = \"required\" in canopy.toml";
+
+/// Logs `UNCONFINED_WARNING` when `[sandbox] mode` is off.
+pub fn warn_if_unconfined(config: &Config) {
+    if config.sandbox.mode == crate::config::SandboxModeConfig::Off {
+        tracing::warn!("{UNCONFINED_WARNING}");
+    }
+}
+
 /// The embedded (or standalone) runner's options from the configuration.
 pub fn runner_options(dir: &DataDir, config: &Config, api: ApiClient) -> std::io::Result<canopy_runner::RunnerOptions> {
     let runner = &config.runner;
@@ -243,6 +256,7 @@ pub fn runner_options(dir: &DataDir, config: &Config, api: ApiClient) -> std::io
         scripted_program: std::env::current_exe()?,
         scripted_args: vec![SCRIPTED_SUBCOMMAND.to_owned()],
         harnesses: canopy_harness::HarnessKind::ALL.iter().map(|&kind| (kind, config.harness_settings(kind))).collect(),
+        sandbox: config.sandbox_settings(dir.root()),
         settings: canopy_runner::RunnerSettings {
             sync_interval: runner.sync_interval,
             capacity: runner.capacity,

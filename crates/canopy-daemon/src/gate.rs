@@ -3,11 +3,14 @@
 //!
 //! Only an operator's credential decides. An agent's attempt (the API, the tool, or posting
 //! `approve` in the topic) is refused, audited, and told to the operators in the requester's
-//! home channel; the refusal record commits even though the attempt fails.
+//! home channel; the refusal record commits even though the attempt fails. A reply decides
+//! only in the request's own topic of its requester's home channel; an operator's reply that
+//! reads as an answer but decides nothing is answered in its topic, never left unanswered.
 
 use std::time::Duration;
 
 use canopy_core::acl::{Caller, require_operator};
+use canopy_core::gate::Reply;
 use canopy_core::{Error, Handle, Message, RoleName, SpawnRequest};
 use canopy_proto::api::*;
 use canopy_store::{SpawnPolicy, SpawnSpec, ops, parse_request_id};
@@ -122,33 +125,38 @@ impl Api {
         Ok(AuditListResponse { entries: self.store.read(move |conn| ops::audit_log(conn, since)).await? })
     }
 
-    /// A post in a `spawn: <handle>` topic that reads as a decision: an operator's reply
-    /// decides the request; an agent's is refused and audited. Returns whether it was one.
+    /// A post in a `spawn: <handle>` topic that reads as an answer (`canopy_core::gate`).
+    /// It decides only in the request's own topic of its requester's home channel, and only
+    /// an operator's does; an agent's is refused and audited. An operator's reply that does
+    /// not decide is answered in the topic, saying why (see `ops::answer_reply`).
     pub(crate) async fn reply_decision(&self, caller: &Caller, message: &Message) {
-        let Some(handle) = message.topic.as_str().strip_prefix("spawn: ") else { return };
-        if !message.channel.as_str().starts_with("home-") {
+        if !message.topic.as_str().starts_with("spawn: ") {
             return;
         }
-        let body = message.body.trim();
-        let (approve, note) = match body.split_once(char::is_whitespace) {
-            _ if body.eq_ignore_ascii_case("approve") => (true, None),
-            Some((word, rest)) if word.eq_ignore_ascii_case("deny") => (false, Some(rest.trim().to_owned())),
-            None if body.eq_ignore_ascii_case("deny") => (false, None),
-            _ => return,
-        };
-        let handle = handle.to_owned();
-        let pending = self
+        let Some(reply) = Reply::parse(&message.body) else { return };
+        if reply == Reply::Unclear && !caller.is_operator() {
+            return;
+        }
+        let (caller, channel, topic) = (caller.clone(), message.channel.clone(), message.topic.clone());
+        let roles = self.roles.clone();
+        let answered = self
             .store
-            .read(move |conn| {
-                Ok(ops::list_spawns(conn, Some(canopy_core::SpawnState::Pending))?
-                    .into_iter()
-                    .find(|r| r.handle.as_str() == handle))
+            .write(move |conn| {
+                let session = |role: &RoleName| {
+                    let defaults = roles.for_role(role.as_str());
+                    (defaults.harness, defaults.script)
+                };
+                ops::answer_reply(conn, &caller, &channel, &topic, &reply, &session)
             })
             .await;
-        let Ok(Some(request)) = pending else { return };
-        let Ok(id) = parse_request_id(&request.id) else { return };
-        if let Err(e) = self.decide(caller.clone(), id, approve, note).await {
-            tracing::info!(error = %e, request = %request.id, "a reply in a spawn topic did not decide it");
+        match answered {
+            Ok(answered) => {
+                self.deliver_notices(answered.notices).await;
+                if answered.decided {
+                    self.poke_runners().await;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, seq = message.seq, "answering a reply in a spawn topic failed"),
         }
     }
 

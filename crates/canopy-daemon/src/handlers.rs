@@ -246,8 +246,16 @@ impl Api {
         self.store.write(move |conn| ops::set_activity(conn, &caller, &text)).await
     }
 
+    /// Whether sessions run unconfined (`[sandbox] mode = "off"`), for every roster line.
+    fn unconfined(&self) -> bool {
+        self.config.sandbox.mode == crate::config::SandboxModeConfig::Off
+    }
+
     async fn roster(&self, _: RosterRequest) -> Result<RosterResponse, Error> {
-        Ok(RosterResponse { agents: self.store.read(ops::roster).await? })
+        let mut agents = self.store.read(ops::roster).await?;
+        let unconfined = self.unconfined();
+        agents.iter_mut().for_each(|a| a.unconfined = unconfined);
+        Ok(RosterResponse { agents })
     }
 
     async fn activity_read(&self, caller: Caller, req: ActivityReadRequest) -> Result<ActivityReadResponse, Error> {
@@ -346,6 +354,7 @@ impl Api {
                 activity: r.activity.map(|a| (a.kind, a.turn_id, a.summary, a.detail)),
                 ended: r.ended,
                 crash_loop: r.crash_loop,
+                fatal: r.fatal,
                 usage: r.usage.map(|u| UsageReport {
                     turn_id: u.turn_id.map(|t| canopy_core::redact::cut(&t, 128)),
                     input_tokens: u.input_tokens,
@@ -560,7 +569,8 @@ impl Api {
         };
         let ack_only = spec.ack_only;
         let poster = caller.clone();
-        let posted = self.store.write(move |conn| ops::post(conn, &poster, &spec)).await?;
+        // A post the policy forbids is refused only once its audit record has committed.
+        let posted = self.store.write(move |conn| ops::post_audited(conn, &poster, &spec)).await??;
         let committed_us = crate::delivery::unix_us();
         // The message is committed; a lost event only delays followers, who resync.
         self.publish_messages(vec![posted.message.clone()]).await;

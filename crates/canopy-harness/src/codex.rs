@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use crate::ProviderSettings;
-use crate::sandbox::SandboxMode;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
+use crate::sandbox::SandboxMode;
 use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode, Resume};
 
 /// `turn/steer` bound to a turn id, `baseInstructions` (replace), `developerInstructions`

@@ -111,7 +111,14 @@ impl Capability {
             Err(e) => Err(e.clone()),
             Ok((path, _)) => {
                 let mut command = std::process::Command::new(path);
-                command.args(["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL"]);
+                command.args([
+                    "--unshare-user",
+                    "--unshare-pid",
+                    "--unshare-ipc",
+                    "--unshare-uts",
+                    "--cap-drop",
+                    "ALL",
+                ]);
                 command.args(["--ro-bind", "/", "/", "--proc", "/proc"]);
                 command.args(["--dev", "/dev", "--", "true"]);
                 match command.output() {
@@ -129,7 +136,8 @@ impl Capability {
 
     /// Whether a session can be confined here, and why not.
     pub fn usable(&self) -> Result<PathBuf, Unconfinable> {
-        let (path, _) = self.bwrap.clone().map_err(|e| Unconfinable(format!("{e}; install bubblewrap or set [sandbox] bwrap")))?;
+        let (path, _) =
+            self.bwrap.clone().map_err(|e| Unconfinable(format!("{e}; install bubblewrap or set [sandbox] bwrap")))?;
         self.namespaces.clone().map_err(Unconfinable)?;
         if self.landlock_abi < 4 {
             return Err(Unconfinable(format!(
@@ -221,11 +229,7 @@ pub fn url_port(url: &str) -> Option<u16> {
     let host_port = authority.rsplit('@').next()?;
     let port = match host_port.rsplit_once(':') {
         Some((host, port)) if !host.ends_with(']') || host_port.starts_with('[') => {
-            if host.starts_with('[') && !host.ends_with(']') {
-                None
-            } else {
-                Some(port)
-            }
+            if host.starts_with('[') && !host.ends_with(']') { None } else { Some(port) }
         }
         _ => None,
     };
@@ -268,9 +272,7 @@ pub fn program_paths(program: &Path) -> Vec<PathBuf> {
             .ancestors()
             .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
             .and_then(Path::parent)
-            .or_else(|| {
-                path.parent().filter(|p| p.file_name().is_some_and(|n| n == "bin")).and_then(Path::parent)
-            });
+            .or_else(|| path.parent().filter(|p| p.file_name().is_some_and(|n| n == "bin")).and_then(Path::parent));
         match prefix {
             Some(prefix) => paths.push(prefix.to_owned()),
             None => paths.push(path.clone()),
@@ -365,7 +367,8 @@ mod tests {
         assert_eq!(url_port("http://user:pw@host:99/"), Some(99));
         assert_eq!(url_port("nonsense"), None);
         assert_eq!(url_port("http://host:notaport/"), None);
-        let env = vec![("ANTHROPIC_BASE_URL".into(), "http://127.0.0.1:9001".into()), ("X".into(), "http://h:1".into())];
+        let env =
+            vec![("ANTHROPIC_BASE_URL".into(), "http://127.0.0.1:9001".into()), ("X".into(), "http://h:1".into())];
         assert_eq!(model_ports(&env, Some("http://127.0.0.1:9002/v1")), vec![9001, 9002]);
         assert_eq!(model_ports(&[], None), vec![443]);
     }

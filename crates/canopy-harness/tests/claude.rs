@@ -18,8 +18,9 @@ mod harness_bins;
 
 use std::time::Duration;
 
-use canopy_harness::{SandboxSettings, 
-    HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SendMode, SendOutcome, Session, TurnStatus,
+use canopy_harness::{
+    HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SandboxSettings, SendMode, SendOutcome, Session,
+    TurnStatus,
 };
 use fake_anthropic::{FakeAnthropic, Reply, assistant_texts, system_text, user_texts};
 use harness_bins::claude_bin;

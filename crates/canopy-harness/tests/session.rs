@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use canopy_harness::{SandboxSettings, HarnessEvent, HarnessKind, LaunchError, LaunchSpec, PromptMode, Session};
+use canopy_harness::{HarnessEvent, HarnessKind, LaunchError, LaunchSpec, PromptMode, SandboxSettings, Session};
 
 fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSpec {
     LaunchSpec {

@@ -473,6 +473,11 @@ pub struct SessionReport {
     /// The session crashed too often: mark the agent `crashed` and tell the operator.
     #[serde(default)]
     pub crash_loop: bool,
+    /// With `crash_loop`: the session could not start at all and retrying cannot help (it
+    /// cannot be confined); `reason` says why, and the notice says so instead of "crashed
+    /// repeatedly".
+    #[serde(default)]
+    pub fatal: bool,
     /// Tokens (and cost) one model turn used, from the harness's usage event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<ReportedUsage>,

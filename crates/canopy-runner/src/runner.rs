@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use canopy_bus::{ApiClient, CallError};
-use canopy_harness::{HarnessKind, HarnessSettings};
+use canopy_harness::{HarnessKind, HarnessSettings, SandboxSettings};
 use canopy_proto::Method;
 use canopy_proto::api::{
     DeliverDoorbell, InterruptReply, InterruptRequest, ReportedActivity, RunnersSyncRequest, RunnersSyncResponse,
@@ -59,6 +59,8 @@ pub struct RunnerOptions {
     pub scripted_args: Vec<String>,
     /// How to run each real harness here (`[harness.<name>]`): program, model, env.
     pub harnesses: HashMap<HarnessKind, HarnessSettings>,
+    /// How every session is confined (`[sandbox]`).
+    pub sandbox: SandboxSettings,
     pub settings: RunnerSettings,
 }
 
@@ -284,6 +286,30 @@ impl RunnerActor {
         if exit.requested {
             return; // Stopped on purpose; the session already reported its end.
         }
+        if exit.fatal {
+            // Retrying cannot help (the session cannot be confined here): the agent stops at
+            // once, and the operator is told why in its home channel.
+            self.crashes.remove(&exit.agent);
+            tracing::error!(agent = %exit.agent, incarnation = exit.incarnation, reason = %exit.reason, "session cannot start");
+            let report = SessionReport {
+                agent: exit.agent.clone(),
+                incarnation: exit.incarnation,
+                presence: Some(canopy_core::Presence::Crashed),
+                reason: Some(exit.reason.clone()),
+                activity: Some(ReportedActivity {
+                    kind: "session_failed".into(),
+                    turn_id: None,
+                    summary: exit.reason.clone(),
+                    detail: serde_json::Value::Null,
+                }),
+                ended: true,
+                crash_loop: true,
+                fatal: true,
+                usage: None,
+            };
+            let _ = self.reports.send(report).await;
+            return;
+        }
         let settings = &self.options.settings;
         let now = Instant::now();
         let history = self.crashes.entry(exit.agent.clone()).or_default();
@@ -319,6 +345,7 @@ impl RunnerActor {
             }),
             ended: true,
             crash_loop,
+            fatal: false,
             usage: None,
         };
         let _ = self.reports.send(report).await;

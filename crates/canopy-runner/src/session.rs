@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use canopy_bus::ApiClient;
 use canopy_core::{Message, Presence};
-use canopy_harness::{HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SendMode, SendOutcome, Session};
+use canopy_harness::{
+    HarnessEvent, HarnessKind, InputContext, LaunchError, LaunchSpec, PromptMode, SendMode, SendOutcome, Session,
+};
 use canopy_proto::Method;
 use canopy_proto::api::{
     ContinuityWhen, DeliveriesAckRequest, DeliveriesAckResponse, DeliveriesPullRequest, DeliveriesPullResponse,
@@ -72,6 +74,9 @@ pub(crate) struct SessionExit {
     pub incarnation: u64,
     /// Whether the runner asked for it (stop) or the harness went away on its own.
     pub requested: bool,
+    /// Whether restarting cannot help (the session cannot be confined): the agent is
+    /// marked `crashed` at once instead of after a crash loop.
+    pub fatal: bool,
     pub reason: String,
 }
 
@@ -114,6 +119,7 @@ impl Reporter {
             activity,
             ended: false,
             crash_loop: false,
+            fatal: false,
             usage: None,
         };
         let _ = self.tx.send(report).await;
@@ -159,6 +165,7 @@ impl Reporter {
             activity: Some(activity),
             ended: false,
             crash_loop: false,
+            fatal: false,
             usage,
         };
         let _ = self.tx.send(report).await;
@@ -178,6 +185,7 @@ impl Reporter {
             }),
             ended: true,
             crash_loop: false,
+            fatal: false,
             usage: None,
         };
         let _ = self.tx.send(report).await;
@@ -364,6 +372,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         agent: assignment.agent.clone(),
         incarnation: assignment.incarnation,
         requested,
+        fatal: false,
         reason,
     };
     reporter
@@ -425,9 +434,15 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         script: assignment.script.as_ref().map(|s| (s.name.clone(), s.text.clone())),
         max_line_bytes: settings.max_line_bytes,
         ready_timeout: settings.ready_timeout,
+        sandbox: options.sandbox.clone(),
     };
     let (session, mut events) = match Session::launch(spec, 1024).await {
         Ok(started) => started,
+        Err(e @ LaunchError::Unconfinable(_)) => {
+            let reason = format!("{e}; see `canopy doctor` and [sandbox] in canopy.toml");
+            let _ = exits.send(SessionExit { fatal: true, ..exit(false, reason) }).await;
+            return;
+        }
         Err(e) => {
             let reason = format!("the harness did not start: {e}");
             reporter.activity("session_failed", reason.clone(), serde_json::Value::Null).await;

@@ -2,7 +2,9 @@
 //!
 //! Owns the HTTP exchange (hyper's http1 client, one connection per request), the lazy
 //! `initialize` / `notifications/initialized` handshake, `tools/call` and `tools/list`, and
-//! reading either a JSON or a server-sent-events response. It does not do TLS, server-initiated
+//! reading either a JSON or a server-sent-events response, and `forward`, which relays any
+//! JSON-RPC message a client wrote (the `canopy mcp --stdio` bridge, so a stdio-only harness
+//! reaches the runner's endpoint with its own token and no NATS credential). It does not do TLS, server-initiated
 //! requests, resumption of SSE streams or anything else a scripted stand-in does not need.
 
 use std::time::Duration;
@@ -139,6 +141,43 @@ impl McpClient {
         }
     }
 
+    /// Relays one JSON-RPC message a client wrote, as a stdio-to-HTTP bridge does: a
+    /// request's answer comes back as `Some`; a notification or a response gets `None`. The
+    /// session id and protocol version the server hands out at `initialize` are kept and sent
+    /// with every later message. A failure to reach the server is answered to a request as a
+    /// JSON-RPC error, so the client is never left waiting.
+    pub async fn forward(&mut self, message: Value) -> Option<Value> {
+        let id = message.get("id").filter(|_| message.get("method").is_some()).cloned();
+        let initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
+        let session = if initialize { None } else { self.session.clone() };
+        let posted = self.post_value(&message, id.as_ref(), session.as_ref()).await;
+        let reply = match (posted, &id) {
+            (Ok(reply), _) => reply,
+            (Err(e), Some(id)) => {
+                return Some(
+                    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32000, "message": e.to_string() } }),
+                );
+            }
+            (Err(e), None) => {
+                eprintln!("canopy mcp: relaying a notification to the MCP endpoint failed: {e}");
+                return None;
+            }
+        };
+        if initialize
+            && let Some(version) = reply.message.as_ref().and_then(|m| m["result"]["protocolVersion"].as_str())
+        {
+            self.session = Some(Session { protocol_version: version.to_owned(), session_id: reply.session_id.clone() });
+        }
+        match (reply.message, id) {
+            (Some(answer), _) => Some(answer),
+            (None, Some(id)) => Some(json!({
+                "jsonrpc": "2.0", "id": id,
+                "error": { "code": -32000, "message": "the MCP endpoint sent no answer" },
+            })),
+            (None, None) => None,
+        }
+    }
+
     /// Sends a request after making sure the session is initialized. A 404 on a session the
     /// server handed out means the server forgot it; the spec says to start a new one, once.
     async fn request(&mut self, method: &str, params: Value) -> Result<Value, McpError> {
@@ -194,6 +233,16 @@ impl McpClient {
     /// One POST under the timeout. With `expect_id`, reads the response message with that id;
     /// without (a notification), only the status matters.
     async fn post(&self, body: &Value, expect_id: Option<u64>, session: Option<&Session>) -> Result<Reply, McpError> {
+        self.post_value(body, expect_id.map(Value::from).as_ref(), session).await
+    }
+
+    /// `post` with any JSON-RPC id (a client's ids may be strings).
+    async fn post_value(
+        &self,
+        body: &Value,
+        expect_id: Option<&Value>,
+        session: Option<&Session>,
+    ) -> Result<Reply, McpError> {
         let exchange = self.exchange(body, expect_id, session);
         tokio::time::timeout(self.timeout, exchange).await.map_err(|_| McpError::Timeout(self.timeout))?
     }
@@ -201,7 +250,7 @@ impl McpClient {
     async fn exchange(
         &self,
         body: &Value,
-        expect_id: Option<u64>,
+        expect_id: Option<&Value>,
         session: Option<&Session>,
     ) -> Result<Reply, McpError> {
         let endpoint = &self.endpoint;
@@ -286,7 +335,7 @@ async fn read_all(body: &mut Incoming) -> Result<Vec<u8>, McpError> {
     Ok(out)
 }
 
-async fn read_json_reply(body: &mut Incoming, id: u64) -> Result<Option<Value>, McpError> {
+async fn read_json_reply(body: &mut Incoming, id: &Value) -> Result<Option<Value>, McpError> {
     let bytes = read_all(body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
@@ -303,7 +352,7 @@ async fn read_json_reply(body: &mut Incoming, id: u64) -> Result<Option<Value>, 
 
 /// Reads SSE events until the one answering `id` arrives, so a server that keeps the stream
 /// open afterwards does not stall the call. Other messages (notifications, requests) are skipped.
-async fn read_sse_reply(body: &mut Incoming, id: u64) -> Result<Option<Value>, McpError> {
+async fn read_sse_reply(body: &mut Incoming, id: &Value) -> Result<Option<Value>, McpError> {
     let mut parser = SseParser::default();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
@@ -321,14 +370,13 @@ async fn read_sse_reply(body: &mut Incoming, id: u64) -> Result<Option<Value>, M
     Ok(parser.finish().and_then(|event| reply_in_event(&event, id)))
 }
 
-fn reply_in_event(data: &str, id: u64) -> Option<Value> {
+fn reply_in_event(data: &str, id: &Value) -> Option<Value> {
     let value: Value = serde_json::from_str(data).ok()?;
     is_reply_to(&value, id).then_some(value)
 }
 
-fn is_reply_to(message: &Value, id: u64) -> bool {
-    message.get("id").and_then(Value::as_u64) == Some(id)
-        && (message.get("result").is_some() || message.get("error").is_some())
+fn is_reply_to(message: &Value, id: &Value) -> bool {
+    message.get("id") == Some(id) && (message.get("result").is_some() || message.get("error").is_some())
 }
 
 /// Splits an SSE byte stream into the `data` of each event.

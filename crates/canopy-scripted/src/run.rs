@@ -9,13 +9,14 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::mcp::McpClient;
 use crate::protocol::{Input, InputMeta, Output};
-use crate::script::{Action, Placeholders, Script};
+use crate::script::{Action, Placeholders, Script, ShellExpect};
 
 /// The usage line printed for `--help` and bad arguments.
 pub const USAGE: &str = "usage: canopy-scripted --script FILE [--system-prompt-file FILE] [--transcript FILE]";
@@ -526,6 +527,35 @@ impl Harness {
                 start_tool(out, turn, &call_id, &tool, &json!({}))?;
                 finish_tool(out, turn, &call_id, &tool, false, json!({ "output": output }))?;
             }
+            Action::Shell { command, expect } => {
+                *calls += 1;
+                let call_id = format!("c{calls}");
+                let command = placeholders.substitute(&command);
+                start_tool(out, turn, &call_id, "shell", &json!({ "command": command }))?;
+                // Cut off by an abort, as a real harness cuts off its shell tool.
+                let Some(ran) = during(out, turn, rx, run_shell(&command), true).await? else {
+                    out.record(json!({ "kind": "tool_aborted", "turn_id": turn.id, "call_id": call_id }))?;
+                    out.emit(&Output::ToolAborted {
+                        turn_id: turn.id.clone(),
+                        call_id: call_id.clone(),
+                        name: "shell".to_owned(),
+                    })?;
+                    return Ok(());
+                };
+                let failed = ran.code != Some(0);
+                let met = expect.map(|e| (e == ShellExpect::Fail) == failed);
+                out.record(json!({
+                    "kind": "shell",
+                    "turn_id": turn.id,
+                    "command": command,
+                    "code": ran.code,
+                    "output": ran.output,
+                    "expect": expect.map(ShellExpect::as_str),
+                    "met": met,
+                }))?;
+                let result = json!({ "exit_code": ran.code, "output": ran.output, "expect": expect.map(ShellExpect::as_str), "met": met });
+                finish_tool(out, turn, &call_id, "shell", failed, result)?;
+            }
             Action::EndTurn => turn.actions.clear(),
             Action::Crash => {
                 // Every line is already flushed; exiting here skips `turn_ended` on purpose.
@@ -535,6 +565,38 @@ impl Harness {
         }
         Ok(())
     }
+}
+
+/// What a `shell` action's command did.
+struct ShellRun {
+    /// The exit code; `None` when it was killed by a signal or could not run.
+    code: Option<i32>,
+    /// Its stdout and stderr, interleaved as they ended up (the first 4 KiB).
+    output: String,
+}
+
+/// Longest a `shell` command may run before it is killed.
+const SHELL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `command` with `sh -c` in this process's working directory and sandbox.
+async fn run_shell(command: &str) -> ShellRun {
+    let mut child = tokio::process::Command::new("sh");
+    child.arg("-c").arg(format!("exec 2>&1; {command}")).stdin(std::process::Stdio::null()).kill_on_drop(true);
+    let ran = tokio::time::timeout(SHELL_TIMEOUT, child.output()).await;
+    let (code, bytes) = match ran {
+        Ok(Ok(out)) => (out.status.code(), out.stdout),
+        Ok(Err(e)) => (None, format!("could not run sh: {e}").into_bytes()),
+        Err(_) => (None, format!("killed after {SHELL_TIMEOUT:?}").into_bytes()),
+    };
+    let mut output = String::from_utf8_lossy(&bytes).into_owned();
+    if output.len() > 4096 {
+        let mut cut = 4096;
+        while !output.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        output.truncate(cut);
+    }
+    ShellRun { code, output }
 }
 
 fn start_tool(out: &mut Emitter, turn: &Turn, call_id: &str, name: &str, args: &Value) -> Result<(), RunError> {

@@ -23,7 +23,7 @@ pub const MAX_SCRIPT_BYTES: usize = 1024 * 1024;
 pub const INPUT_KINDS: [&str; 2] = ["start", "message"];
 
 /// The keys that make an action what it is; a table must have exactly one of them.
-const ACTION_KEYS: [&str; 8] = ["call", "say", "sleep", "compact", "end_turn", "crash", "usage", "fake_tool"];
+const ACTION_KEYS: [&str; 9] = ["call", "say", "sleep", "compact", "end_turn", "crash", "usage", "fake_tool", "shell"];
 
 /// The keys of a `usage` table.
 const USAGE_KEYS: [&str; 5] = ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd"];
@@ -84,6 +84,29 @@ pub enum Action {
     /// A pretend tool call named `tool` whose output is `output` (takes placeholders): how a
     /// test makes a session produce tool output, secrets and all, without a real tool.
     FakeTool { tool: String, output: String },
+    /// Run `command` with `sh -c` in the session's own sandbox, as a coding agent's shell tool
+    /// does, and report its exit status and output as the tool result (`shell`); takes
+    /// placeholders. `expect` records whether the command was meant to fail or succeed, so a
+    /// transcript says which attempts went as the test or demo meant.
+    Shell { command: String, expect: Option<ShellExpect> },
+}
+
+/// What a `shell` action's command is meant to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShellExpect {
+    /// Exit 0.
+    Ok,
+    /// Exit non-zero (or be killed).
+    Fail,
+}
+
+impl ShellExpect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShellExpect::Ok => "ok",
+            ShellExpect::Fail => "fail",
+        }
+    }
 }
 
 /// The numbers of a `usage` action.
@@ -370,12 +393,15 @@ impl Checker<'_> {
         let mut kinds = Vec::new();
         let mut args = None;
         let mut output = None;
+        let mut expect = None;
         for &(key, value) in &entries {
             let name = key.get_ref().as_ref();
             if ACTION_KEYS.contains(&name) {
                 kinds.push((name, value));
             } else if name == "args" {
                 args = Some((key, value));
+            } else if name == "expect" {
+                expect = Some((key, value));
             } else if name == "output" {
                 output = Some((key, value));
             } else {
@@ -383,7 +409,7 @@ impl Checker<'_> {
                     key.span(),
                     format!(
                         "unknown key `{name}` in action (expected one of call, say, sleep, compact, end_turn, crash, \
-                         usage, fake_tool, args, output)"
+                         usage, fake_tool, shell, args, output, expect)"
                     ),
                 ));
             }
@@ -392,7 +418,8 @@ impl Checker<'_> {
             [] => {
                 return Err(self.error(
                     item.span(),
-                    "action has none of `call`, `say`, `sleep`, `compact`, `end_turn`, `crash`, `usage`, `fake_tool`",
+                    "action has none of `call`, `say`, `sleep`, `compact`, `end_turn`, `crash`, `usage`, `fake_tool`, \
+                     `shell`",
                 ));
             }
             [one] => *one,
@@ -413,6 +440,11 @@ impl Checker<'_> {
             && kind != "fake_tool"
         {
             return Err(self.error(key.span(), format!("`output` belongs to a `fake_tool` action, not `{kind}`")));
+        }
+        if let Some((key, _)) = expect
+            && kind != "shell"
+        {
+            return Err(self.error(key.span(), format!("`expect` belongs to a `shell` action, not `{kind}`")));
         }
         match kind {
             "call" => {
@@ -449,6 +481,25 @@ impl Checker<'_> {
                     None => return Err(self.error(item.span(), "a `fake_tool` action needs `output`")),
                 };
                 Ok(Action::FakeTool { tool, output })
+            }
+            "shell" => {
+                let command = self.string(value, "shell")?;
+                if command.trim().is_empty() {
+                    return Err(self.error(value.span(), "`shell` names no command"));
+                }
+                let expect = match expect {
+                    None => None,
+                    Some((_, expect)) => match self.string(expect, "expect")?.as_str() {
+                        "ok" => Some(ShellExpect::Ok),
+                        "fail" => Some(ShellExpect::Fail),
+                        other => {
+                            return Err(
+                                self.error(expect.span(), format!("`expect` is \"ok\" or \"fail\", not {other:?}"))
+                            );
+                        }
+                    },
+                };
+                Ok(Action::Shell { command, expect })
             }
             _ => self.flag(value, "crash").map(|()| Action::Crash),
         }

@@ -37,7 +37,7 @@ pub use messages::{Page, PostSpec, Posted};
 pub use runs::{Run, RunSpec, RunStatus, run_topic};
 pub use rusqlite::Connection as Conn;
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
-pub use spawn::{Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
+pub use spawn::{Answered, Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
 pub use usage::{PRUNE_BATCH, Pruned, UsageReport, UsageView};
 pub use workspace::InitSpec;
 
@@ -188,14 +188,14 @@ pub mod ops {
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unsubscribe_self,
     };
     pub use crate::history::{continuity_facts, history_owners, history_search};
-    pub use crate::messages::{post, read_channel, sync};
+    pub use crate::messages::{post, post_audited, read_channel, sync};
     pub use crate::runs::{expire_runs, finish_run, list_runs, load as run, run_of_account, start_run};
     pub use crate::sessions::{
         apply_reports, live_agent, mark_stalled, notice, prompt_hash, prompt_inputs, read_activity, record_interrupt,
         record_prompt_hashes, roster, roster_entry, set_activity, set_desired, sync_runner,
     };
     pub use crate::spawn::{
-        audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,
+        answer_reply, audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,
         load as spawn_request, request_spawn,
     };
     pub use crate::usage::{live_sessions, prune, usage};

@@ -3,7 +3,8 @@
 //! A post is one write job: it checks the channel's post policy, finds or (when asked)
 //! starts the topic, inserts the message and bumps the topic's activity, all in the
 //! writer's transaction. A retry with the same `(sender, idempotency_key)` returns the
-//! stored message, and a different message under a used key is a `conflict`.
+//! stored message, and a different message under a used key is a `conflict`. A post the
+//! policy forbids is written to the audit log in that same job (`post_audited`).
 
 use canopy_core::acl::{Caller, may_post};
 use canopy_core::mention::parse_mentions;
@@ -11,6 +12,7 @@ use canopy_core::{AccountKind, ChannelName, Error, Handle, Message, Sender, Topi
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::channels::{is_subscribed, require_readable};
+use crate::schema::audit;
 use crate::views::{MESSAGE_SELECT, channel_for_post, message_from_row, require_account, require_channel};
 use crate::{now_ms, rfc3339, sql};
 
@@ -110,6 +112,23 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Poste
     };
     let message = insert_message(conn, new, now)?;
     Ok(Posted { message, duplicate: false, channel_id, sender_id: sender.id })
+}
+
+/// Commits a message like `post`; when the post policy forbids it, commits an audit record
+/// of the refusal instead (`messages.post.refused`, naming the channel, the topic and why)
+/// and returns the refusal inside `Ok`, so the job's savepoint is kept rather than rolled
+/// back. `post` refuses on policy before it writes anything, so the record is all the
+/// attempt leaves behind. Any other failure is returned as the job's error and rolls back.
+pub fn post_audited(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Result<Posted, Error>, Error> {
+    match post(conn, caller, spec) {
+        Err(Error::Forbidden { action, reason }) => {
+            let actor = require_account(conn, "caller", caller.handle.as_str())?;
+            let detail = format!("topic {:?}: {reason}", spec.topic.as_str());
+            audit(conn, Some(actor.id), "messages.post.refused", &format!("#{}", spec.channel), &detail)?;
+            Ok(Err(Error::Forbidden { action, reason }))
+        }
+        other => other.map(Ok),
+    }
 }
 
 /// A page of one channel (optionally one topic) after `after`, for a caller who may read it.

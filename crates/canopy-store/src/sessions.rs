@@ -71,6 +71,8 @@ pub struct Report {
     pub activity: Option<(String, Option<String>, String, serde_json::Value)>,
     pub ended: bool,
     pub crash_loop: bool,
+    /// With `crash_loop`: the session could not start at all (it cannot be confined).
+    pub fatal: bool,
     /// Tokens (and cost) a model turn used, from the harness's usage event.
     pub usage: Option<crate::usage::UsageReport>,
 }
@@ -235,11 +237,18 @@ pub fn apply_reports(
             let reason = report.reason.clone().unwrap_or_else(|| "its session kept crashing".into());
             set_presence(conn, agent_id, Presence::Crashed, Some(&reason), None, now)?;
             audit(conn, None, "agents.crashed", &report.agent, &reason)?;
-            let body = format!(
-                "@{agent}'s session crashed repeatedly and was stopped: {reason}. \
-                 Fix its harness or script, then run `canopy agents start {agent}`.",
-                agent = report.agent
-            );
+            let body = match report.fatal {
+                true => format!(
+                    "@{agent}'s session could not start and was stopped: {reason}. \
+                     Fix it, then run `canopy agents start {agent}`.",
+                    agent = report.agent
+                ),
+                false => format!(
+                    "@{agent}'s session crashed repeatedly and was stopped: {reason}. \
+                     Fix its harness or script, then run `canopy agents start {agent}`.",
+                    agent = report.agent
+                ),
+            };
             applied.notices.push(notice(conn, agent_id, &body)?);
             applied.poke = true;
             continue;
@@ -371,6 +380,8 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
         last_seen: r.get::<_, Option<i64>>(11)?.map(rfc3339),
         overflow: r.get(13)?,
         pending: r.get::<_, i64>(14)? as u64,
+        // The daemon knows the sandbox mode; the store does not.
+        unconfined: false,
     })
 }
 

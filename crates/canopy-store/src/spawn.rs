@@ -7,8 +7,14 @@
 //! winner. An agent's attempt to decide is refused, audited, and told to the operators, and
 //! that record commits even though the attempt fails. Approval creates the child (with its
 //! home, coordination and direct channels) in the same transaction.
+//!
+//! A reply in a topic (`answer_reply`) decides only in the request's own topic of its
+//! requester's home channel; an operator's reply that reads as an answer but does not decide
+//! (unclear, misplaced, or on a request no longer pending) is answered in the topic it was
+//! posted in, so an operator is never left believing a request was decided.
 
 use canopy_core::acl::Caller;
+use canopy_core::gate::Reply;
 use canopy_core::{
     AccountKind, AccountState, AuditEntry, ChannelName, Error, Handle, Message, RoleName, SpawnRequest, SpawnState,
     TopicName,
@@ -49,6 +55,15 @@ pub struct Decided {
     pub request: SpawnRequest,
     pub notices: Vec<Message>,
     pub refused: Option<Error>,
+}
+
+/// What became of a reply in a `spawn: <handle>` topic.
+#[derive(Debug, Default)]
+pub struct Answered {
+    /// Canopy's posts: the decision's notice, an agent's refusal, or why nothing was decided.
+    pub notices: Vec<Message>,
+    /// True when the reply decided its request (a child may be waiting for a runner).
+    pub decided: bool,
 }
 
 const SELECT: &str = "SELECT r.id, q.handle, r.handle, r.display_name, r.role, r.charter, r.reason, r.state, \
@@ -364,15 +379,141 @@ pub fn expire_spawns(conn: &Connection) -> Result<Vec<Message>, Error> {
         .map_err(sql("finding expired requests"))?;
     let mut notices = Vec::new();
     for id in due {
-        if expired(conn, id, now)? {
-            let request = load(conn, id)?;
-            let requester = require_account(conn, "requester", request.requester.as_str())?;
-            audit(conn, None, "spawn.expire", &request.id, "")?;
-            let body = format!("Request {} for @{} expired without an answer.", request.id, request.handle);
-            notices.push(post_to_requester(conn, requester.id, &request.handle, &body)?);
-        }
+        notices.extend(expire_and_tell(conn, id, now)?);
     }
     Ok(notices)
+}
+
+/// Expires one request if its time has passed, audits it and tells its requester.
+fn expire_and_tell(conn: &Connection, id: i64, now: i64) -> Result<Option<Message>, Error> {
+    if !expired(conn, id, now)? {
+        return Ok(None);
+    }
+    let request = load(conn, id)?;
+    let requester = require_account(conn, "requester", request.requester.as_str())?;
+    audit(conn, None, "spawn.expire", &request.id, "")?;
+    let body = format!("Request {} for @{} expired without an answer.", request.id, request.handle);
+    Ok(Some(post_to_requester(conn, requester.id, &request.handle, &body)?))
+}
+
+/// Answers a reply posted in `channel` under `topic` that reads as a decision (`reply`).
+///
+/// It decides only when posted in the requester's home channel under the request's own
+/// topic, `spawn: <handle>`; the request is the newest one from that requester for that
+/// handle. An agent's `approve` or `deny <reason>` there is refused and audited like any
+/// agent's attempt (`decide_spawn`); anything else an agent writes is left as conversation,
+/// so Canopy never answers an agent's chatter (and never loops with one). An operator's
+/// reply that does not decide is answered where it was posted: an unclear one with the
+/// grammar, one on a request no longer pending with its state, one outside the request's
+/// topic with where the request is. `session` gives a role's session defaults for the child.
+pub fn answer_reply(
+    conn: &Connection,
+    caller: &Caller,
+    channel: &ChannelName,
+    topic: &TopicName,
+    reply: &Reply,
+    session: &dyn Fn(&RoleName) -> (String, Option<(String, String)>),
+) -> Result<Answered, Error> {
+    let Some(handle) = topic.as_str().strip_prefix("spawn: ") else { return Ok(Answered::default()) };
+    let operator = caller.is_operator();
+    if !operator && *reply == Reply::Unclear {
+        return Ok(Answered::default());
+    }
+    let own: Option<i64> = conn
+        .prepare_cached(
+            "SELECT r.id FROM spawn_requests r JOIN accounts q ON q.id = r.requester_id \
+             JOIN channels c ON c.id = q.home_channel_id WHERE c.name = ?1 AND r.handle = ?2 ORDER BY r.id DESC LIMIT 1",
+        )
+        .and_then(|mut s| s.query_row(params![channel.as_str(), handle], |r| r.get(0)).optional())
+        .map_err(sql("finding the request of a topic"))?;
+    let Some(id) = own else {
+        if !operator {
+            return Ok(Answered::default());
+        }
+        let body = misplaced(conn, channel, handle)?;
+        let notice = crate::messages::post_as_system(conn, channel, topic, &body)?;
+        return Ok(Answered { notices: vec![notice], decided: false });
+    };
+    let (approve, note) = match reply {
+        Reply::Approve => (true, None),
+        Reply::Deny { reason } => (false, Some(canopy_core::redact::cut(reason, 1000))),
+        Reply::Unclear => (false, None),
+    };
+    let mut request = load(conn, id)?;
+    if !operator {
+        let decided = decide_spawn(conn, caller, id, approve, note, session(&request.role))?;
+        return Ok(Answered { notices: decided.notices, decided: false });
+    }
+    let mut notices = Vec::new();
+    if request.state == SpawnState::Pending
+        && let Some(notice) = expire_and_tell(conn, id, now_ms())?
+    {
+        notices.push(notice);
+        request = load(conn, id)?;
+    }
+    let requester = require_account(conn, "requester", request.requester.as_str())?;
+    if request.state != SpawnState::Pending {
+        let body = format!("Nothing changed: {}. Only a pending request can be decided.", describe(&request));
+        notices.push(post_to_requester(conn, requester.id, &request.handle, &body)?);
+        return Ok(Answered { notices, decided: false });
+    }
+    if *reply == Reply::Unclear {
+        let body = format!(
+            "Nothing was decided: Canopy did not read that as an answer to {id}. To decide it, reply exactly \
+             `approve` or `deny <reason>` in this topic, or run `canopy approve {id}` or \
+             `canopy deny {id} --reason TEXT`.",
+            id = request.id
+        );
+        notices.push(post_to_requester(conn, requester.id, &request.handle, &body)?);
+        return Ok(Answered { notices, decided: false });
+    }
+    let decided = decide_spawn(conn, caller, id, approve, note, session(&request.role))?;
+    notices.extend(decided.notices);
+    Ok(Answered { notices, decided: decided.refused.is_none() })
+}
+
+/// Why an operator's answer in `channel`'s `spawn: <handle>` topic decided nothing: the
+/// topic is not a request's, so the text says where the request for `handle` is, if any.
+fn misplaced(conn: &Connection, channel: &ChannelName, handle: &str) -> Result<String, Error> {
+    let newest: Option<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT r.id, c.name FROM spawn_requests r JOIN accounts q ON q.id = r.requester_id \
+             JOIN channels c ON c.id = q.home_channel_id WHERE r.handle = ?1 ORDER BY r.id DESC LIMIT 1",
+        )
+        .and_then(|mut s| s.query_row(params![handle], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .map_err(sql("finding a request by handle"))?;
+    let Some((number, home)) = newest else {
+        return Ok(format!(
+            "Nothing was decided: there is no spawn request for @{handle}, and a reply decides a request only \
+             in its requester's home channel, in the request's own topic."
+        ));
+    };
+    let request = load(conn, number)?;
+    Ok(format!(
+        "Nothing was decided: this is not the topic of {id}. A reply decides a request only in its requester's \
+         home channel, in the request's own topic: {id} ({state}, asked by {requester}) is in #{home}, topic \
+         `spawn: {handle}`, and #{channel} is not. Reply `approve` or `deny <reason>` there, or run \
+         `canopy approve {id}` or `canopy deny {id} --reason TEXT`.",
+        id = request.id,
+        state = request.state,
+        requester = request.requester,
+    ))
+}
+
+/// A request's state in a sentence, for answering a decision that came too late.
+fn describe(request: &SpawnRequest) -> String {
+    let by = request.decided_by.as_ref().map(|h| format!(" by {h}")).unwrap_or_default();
+    let at = request.decided_at.as_ref().map(|t| format!(" at {t}")).unwrap_or_default();
+    let note = request.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
+    let state = match request.state {
+        SpawnState::Spawned => format!("approved{by}{at} and spawned"),
+        SpawnState::Failed => format!("approved{by}{at}, but the spawn failed{note}"),
+        SpawnState::Denied => format!("denied{by}{at}{note}"),
+        SpawnState::Expired => format!("expired{at} without an answer"),
+        SpawnState::Cancelled => format!("cancelled by its requester{at}"),
+        SpawnState::Approved | SpawnState::Pending => format!("{}{by}{at}", request.state),
+    };
+    format!("{} for @{} is already {state}", request.id, request.handle)
 }
 
 /// The requester cancels its own pending request.

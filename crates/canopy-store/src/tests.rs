@@ -1,10 +1,11 @@
-//! Store tests against real SQLite files: the writer's transaction semantics and the rules
-//! that only an agent caller can reach (agents get credentials with sessions, later).
+//! Store tests against real SQLite files: the writer's transaction semantics, the rules
+//! that only an agent caller can reach (agents get credentials with sessions, later), and
+//! the spawn gate's answers to replies in a request's topic.
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
 use canopy_core::acl::Caller;
-use canopy_core::{AccountKind, ChannelName, ErrorCode, Handle, PostPolicy, RoleName, TopicName};
+use canopy_core::{AccountKind, ChannelName, ErrorCode, Handle, PostPolicy, RoleName, SpawnState, TopicName};
 
 use crate::{AgentSpec, ChannelSpec, InitSpec, OperatorSpec, PostSpec, Store, ops};
 
@@ -337,6 +338,7 @@ fn report(agent: &str, kind: &str, detail: serde_json::Value, usage: Option<crat
         activity: Some((kind.into(), Some("t1".into()), format!("{kind} {detail}"), detail)),
         ended: false,
         crash_loop: false,
+        fatal: false,
         usage,
     }
 }
@@ -521,4 +523,206 @@ async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stay
     assert!(block.contains("Compaction checkpoints") && block.contains("history_search"), "{block}");
     let after = store.read(|c| ops::continuity_facts(c, "ci-manager", 1, true)).await.unwrap();
     assert_eq!(after.reason, ContinuityReason::Compaction);
+}
+
+#[tokio::test]
+async fn a_forbidden_post_is_audited_in_its_own_job_and_leaves_nothing_else() {
+    let (_dir, store) = workspace().await;
+    let refused = store
+        .write(|c| ops::post_audited(c, &agent("ci-manager"), &post_spec("announcements", "new topic", "x")))
+        .await
+        .unwrap();
+    assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
+    let audit = store.read(|c| ops::audit_log(c, 0)).await.unwrap();
+    let entry = audit.iter().find(|e| e.action == "messages.post.refused").unwrap();
+    assert_eq!(entry.actor.as_ref().map(Handle::as_str), Some("ci-manager"));
+    assert_eq!(entry.target, "#announcements");
+    assert!(entry.detail.contains("new topic") && entry.detail.contains("restricted"), "{entry:?}");
+    let topics = store.read(|c| ops::list_topics(c, &operator(), "announcements")).await.unwrap();
+    assert!(topics.iter().all(|t| t.name.as_str() != "new topic"), "a refused post started its topic: {topics:?}");
+    let page = store
+        .read(|c| ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, 0, 100))
+        .await
+        .unwrap();
+    assert!(page.messages.is_empty(), "{page:?}");
+    // Allowed posts go through unchanged and audit nothing.
+    let posted = store
+        .write(|c| ops::post_audited(c, &agent("ci-manager"), &post_spec("home-ci-manager", "t", "x")))
+        .await
+        .unwrap();
+    assert!(posted.is_ok(), "{posted:?}");
+    let audit = store.read(|c| ops::audit_log(c, 0)).await.unwrap();
+    assert_eq!(audit.iter().filter(|e| e.action == "messages.post.refused").count(), 1);
+}
+
+fn spawn_policy() -> crate::SpawnPolicy {
+    crate::SpawnPolicy {
+        max_depth: 8,
+        max_children: 8,
+        max_agents: 100,
+        max_pending_per_requester: 4,
+        ttl_ms: 86_400_000,
+    }
+}
+
+/// A workspace where `ci-manager` has asked for a child `flaky`; returns the request's number.
+async fn requested() -> (tempfile::TempDir, Store, i64) {
+    let (dir, store) = workspace().await;
+    let spec = crate::SpawnSpec {
+        handle: h("flaky"),
+        display_name: "Flaky".into(),
+        role: RoleName::parse("manager").unwrap(),
+        charter: "Hunt flaky tests".into(),
+        reason: "CI is red".into(),
+        idempotency_key: None,
+    };
+    let (request, _) =
+        store.write(move |c| ops::request_spawn(c, &agent("ci-manager"), &spec, &spawn_policy())).await.unwrap();
+    let id = crate::parse_request_id(&request.id).unwrap();
+    (dir, store, id)
+}
+
+/// What a reply `body` by `caller` in `channel`, topic `topic`, comes to.
+async fn reply(store: &Store, caller: Caller, channel: &str, topic: &str, body: &str) -> crate::Answered {
+    let reply = canopy_core::gate::Reply::parse(body).unwrap();
+    let (channel, topic) = (ChannelName::parse(channel).unwrap(), TopicName::parse(topic).unwrap());
+    store
+        .write(move |c| {
+            let session = |_: &RoleName| (String::new(), None::<(String, String)>);
+            ops::answer_reply(c, &caller, &channel, &topic, &reply, &session)
+        })
+        .await
+        .unwrap()
+}
+
+async fn request_state(store: &Store, id: i64) -> SpawnState {
+    store.read(move |c| ops::spawn_request(c, id)).await.unwrap().state
+}
+
+async fn audited(store: &Store, action: &'static str) -> usize {
+    store.read(|c| ops::audit_log(c, 0)).await.unwrap().iter().filter(|e| e.action == action).count()
+}
+
+#[tokio::test]
+async fn a_reply_decides_only_in_its_requesters_home_and_its_own_topic() {
+    let (_dir, store, id) = requested().await;
+    // Another Manager's home, under the same topic name: nothing is decided, and the operator
+    // is told where the request is, in the topic the reply was posted in.
+    let elsewhere = reply(&store, operator(), "home-docs-manager", "spawn: flaky", "deny not now").await;
+    assert!(!elsewhere.decided);
+    assert_eq!(request_state(&store, id).await, SpawnState::Pending);
+    assert_eq!(elsewhere.notices.len(), 1, "{:?}", elsewhere.notices);
+    let notice = &elsewhere.notices[0];
+    assert_eq!((notice.channel.as_str(), notice.topic.as_str()), ("home-docs-manager", "spawn: flaky"));
+    assert_eq!(notice.sender.handle.as_str(), "canopy");
+    assert!(
+        notice.body.contains("Nothing was decided")
+            && notice.body.contains("#home-ci-manager")
+            && notice.body.contains(&format!("canopy approve req-{id}")),
+        "{}",
+        notice.body
+    );
+    // The requester's home, but another request's topic: there is no such request.
+    let other = reply(&store, operator(), "home-ci-manager", "spawn: other", "approve").await;
+    assert!(!other.decided);
+    assert!(other.notices[0].body.contains("no spawn request for @other"), "{}", other.notices[0].body);
+    // An agent's `approve` outside the request's topic is conversation: no answer, no record.
+    let agent_elsewhere = reply(&store, agent("docs-manager"), "home-docs-manager", "spawn: flaky", "approve").await;
+    assert!(agent_elsewhere.notices.is_empty() && !agent_elsewhere.decided);
+    assert_eq!(audited(&store, "spawn.approve.refused").await, 0);
+    // Not a spawn topic at all: nothing happens.
+    let chat = reply(&store, operator(), "home-ci-manager", "plans", "approve").await;
+    assert!(chat.notices.is_empty() && !chat.decided);
+    assert_eq!(request_state(&store, id).await, SpawnState::Pending);
+    // The request's own topic in its requester's home decides.
+    let decided = reply(&store, operator(), "home-ci-manager", "spawn: flaky", "deny not this quarter").await;
+    assert!(decided.decided);
+    assert_eq!(request_state(&store, id).await, SpawnState::Denied);
+    assert!(decided.notices[0].body.contains("Denied by ops: not this quarter"), "{}", decided.notices[0].body);
+}
+
+#[tokio::test]
+async fn an_unclear_reply_is_answered_with_the_grammar_and_decides_nothing() {
+    let (_dir, store, id) = requested().await;
+    for body in ["Approve.", "approved", "yes", "ok", "lgtm", "deny", "approve req-1"] {
+        let answered = reply(&store, operator(), "home-ci-manager", "spawn: flaky", body).await;
+        assert!(!answered.decided, "{body}");
+        assert_eq!(answered.notices.len(), 1, "{body}");
+        let hint = &answered.notices[0];
+        assert_eq!((hint.channel.as_str(), hint.topic.as_str()), ("home-ci-manager", "spawn: flaky"));
+        for part in [
+            "Nothing was decided".to_owned(),
+            "`approve`".to_owned(),
+            "`deny <reason>`".to_owned(),
+            format!("canopy approve req-{id}"),
+            format!("canopy deny req-{id} --reason"),
+        ] {
+            assert!(hint.body.contains(&part), "{body}: {part} missing from {}", hint.body);
+        }
+    }
+    assert_eq!(request_state(&store, id).await, SpawnState::Pending);
+    // An agent's look-alike is conversation: Canopy never answers an agent's chatter.
+    let chatter = reply(&store, agent("ci-manager"), "home-ci-manager", "spawn: flaky", "ok").await;
+    assert!(chatter.notices.is_empty() && !chatter.decided);
+    assert_eq!(audited(&store, "spawn.approve.refused").await + audited(&store, "spawn.deny.refused").await, 0);
+}
+
+#[tokio::test]
+async fn a_decision_on_a_decided_request_is_answered_with_its_state() {
+    let (_dir, store, id) = requested().await;
+    let first = reply(&store, operator(), "home-ci-manager", "spawn: flaky", "approve").await;
+    assert!(first.decided);
+    assert_eq!(request_state(&store, id).await, SpawnState::Spawned);
+    for body in ["approve", "deny too late", "Approve."] {
+        let again = reply(&store, operator(), "home-ci-manager", "spawn: flaky", body).await;
+        assert!(!again.decided, "{body}");
+        assert_eq!(again.notices.len(), 1, "{body}");
+        let answer = &again.notices[0].body;
+        assert!(
+            answer.starts_with("Nothing changed")
+                && answer.contains(&format!("req-{id} for @flaky is already approved by ops"))
+                && answer.contains("spawned"),
+            "{body}: {answer}"
+        );
+    }
+    assert_eq!(request_state(&store, id).await, SpawnState::Spawned);
+    let agents = store.read(ops::list_agents).await.unwrap();
+    assert_eq!(agents.iter().filter(|a| a.handle.as_str() == "flaky").count(), 1);
+    assert_eq!(audited(&store, "spawn.approve").await, 1);
+}
+
+#[tokio::test]
+async fn a_reply_on_an_expired_request_marks_it_and_says_so() {
+    let (_dir, store, id) = requested().await;
+    store
+        .write(move |c| {
+            c.execute("UPDATE spawn_requests SET expires_at = 0 WHERE id = ?1", [id]).unwrap();
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let answered = reply(&store, operator(), "home-ci-manager", "spawn: flaky", "approve").await;
+    assert!(!answered.decided);
+    assert_eq!(request_state(&store, id).await, SpawnState::Expired);
+    let bodies: Vec<&str> = answered.notices.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+    assert!(bodies[0].contains("expired without an answer"), "{bodies:?}");
+    assert!(bodies[1].contains("is already expired"), "{bodies:?}");
+    assert_eq!(audited(&store, "spawn.expire").await, 1);
+    assert!(store.read(|c| ops::account(c, "handle", "flaky")).await.is_err(), "an expired request spawned");
+}
+
+#[tokio::test]
+async fn an_agents_decision_reply_is_refused_audited_and_told_even_once_decided() {
+    let (_dir, store, id) = requested().await;
+    let attempt = reply(&store, agent("ci-manager"), "home-ci-manager", "spawn: flaky", "approve").await;
+    assert!(!attempt.decided);
+    assert_eq!(request_state(&store, id).await, SpawnState::Pending);
+    assert!(attempt.notices[0].body.contains("@ci-manager tried to approve"), "{}", attempt.notices[0].body);
+    assert_eq!(audited(&store, "spawn.approve.refused").await, 1);
+    reply(&store, operator(), "home-ci-manager", "spawn: flaky", "approve").await;
+    let late = reply(&store, agent("ci-manager"), "home-ci-manager", "spawn: flaky", "deny changed my mind").await;
+    assert!(!late.decided);
+    assert_eq!(audited(&store, "spawn.deny.refused").await, 1);
+    assert_eq!(request_state(&store, id).await, SpawnState::Spawned);
 }
