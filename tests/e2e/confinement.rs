@@ -42,7 +42,7 @@ fn attacks(env: &TestEnv, victim: &str) -> Vec<String> {
     }
     attacks.extend([
         format!("ls {data}/nats"),
-        format!("ls ../../../nats"),
+        "ls ../../../nats".to_owned(),
         format!("ls {data}/sessions/{victim}"),
         format!("cat {data}/sessions/{victim}/1/transcript.jsonl"),
         format!("cat /proc/{daemon}/environ"),

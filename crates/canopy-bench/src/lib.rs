@@ -1,5 +1,6 @@
 //! `canopy bench`: the figures of DESIGN section 11 (delivery here, restart and memory in
-//! `restart.rs`, prompt render in `prompt.rs`), each printed beside its raw baseline measured
+//! `restart.rs`, prompt render in `prompt.rs`, session start confined vs unconfined in
+//! `sandbox.rs`), each printed beside its raw baseline measured
 //! in the same run on the same machine (these machines are noisy; ratios hold, absolute times
 //! do not).
 //!
@@ -11,6 +12,7 @@
 
 pub mod prompt;
 pub mod restart;
+pub mod sandbox;
 pub mod setup;
 
 use std::time::{Duration, Instant};
@@ -64,6 +66,8 @@ pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
     figures.extend(restart::figures(bench, options.quick).await?);
     eprintln!("bench: prompt render...");
     figures.extend(prompt::figures(&canopy_daemon::prompts::catalog(), options.quick)?);
+    eprintln!("bench: session start, confined and unconfined...");
+    figures.extend(sandbox::figures(options.quick).await?);
     Ok(figures)
 }
 

@@ -356,6 +356,7 @@ pub fn wrap(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
     use super::*;
 
     #[test]

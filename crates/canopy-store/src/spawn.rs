@@ -396,6 +396,9 @@ fn expire_and_tell(conn: &Connection, id: i64, now: i64) -> Result<Option<Messag
     Ok(Some(post_to_requester(conn, requester.id, &request.handle, &body)?))
 }
 
+/// A role's session defaults for a new child: its harness, and its script (name, text).
+pub type RoleSession<'a> = dyn Fn(&RoleName) -> (String, Option<(String, String)>) + 'a;
+
 /// Answers a reply posted in `channel` under `topic` that reads as a decision (`reply`).
 ///
 /// It decides only when posted in the requester's home channel under the request's own
@@ -412,7 +415,7 @@ pub fn answer_reply(
     channel: &ChannelName,
     topic: &TopicName,
     reply: &Reply,
-    session: &dyn Fn(&RoleName) -> (String, Option<(String, String)>),
+    session: &RoleSession<'_>,
 ) -> Result<Answered, Error> {
     let Some(handle) = topic.as_str().strip_prefix("spawn: ") else { return Ok(Answered::default()) };
     let operator = caller.is_operator();

@@ -1,0 +1,72 @@
+//! The session-start figure: how long a scripted session takes from launch until its harness
+//! says it is ready, confined (`[sandbox] mode = "required"`: bubblewrap and Landlock) beside
+//! the same launch unconfined, interleaved in the same run.
+//!
+//! Owns only the timing loop; the launch is `canopy_harness::Session::launch` exactly as the
+//! runner calls it (the scripted harness is this binary's `harness-scripted`). No daemon and
+//! no MCP endpoint are needed: the scripted harness is ready before its first tool call.
+
+use std::time::{Duration, Instant};
+
+use canopy_harness::{HarnessKind, LaunchSpec, PromptMode, SandboxSettings, Session};
+
+use crate::{Figure, percentile};
+
+/// Session start confined vs unconfined.
+pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
+    let samples = if quick { 10 } else { 40 };
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let program = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
+    let mut confined = Vec::with_capacity(samples);
+    let mut unconfined = Vec::with_capacity(samples);
+    for n in 0..samples {
+        let data = dir.path().join("data");
+        for (sandbox, times) in
+            [(SandboxSettings::required(&data), &mut confined), (SandboxSettings::off(&data), &mut unconfined)]
+        {
+            let agent_dir = data.join("sessions").join(format!("a{n}-{}", sandbox.mode.as_str()));
+            let spec = LaunchSpec {
+                kind: HarnessKind::Scripted,
+                program: program.clone(),
+                program_args: vec![canopy_daemon::daemon::SCRIPTED_SUBCOMMAND.to_owned()],
+                session_dir: agent_dir.join("1"),
+                agent_dir: Some(agent_dir.clone()),
+                cwd: agent_dir.join("work"),
+                builtin_tools: Vec::new(),
+                prompt: PromptMode::Replace("bench".into()),
+                mcp_url: "http://127.0.0.1:9/mcp".into(),
+                mcp_token: "cns_bench".into(),
+                env: Vec::new(),
+                model: None,
+                provider: None,
+                script: Some(("bench.toml".into(), String::new())),
+                max_line_bytes: 1 << 20,
+                ready_timeout: Duration::from_secs(30),
+                sandbox,
+            };
+            let started = Instant::now();
+            let (session, _events) = Session::launch(spec, 16).await.map_err(|e| format!("starting a session: {e}"))?;
+            times.push(started.elapsed());
+            session.shutdown(Duration::from_secs(2)).await;
+        }
+    }
+    confined.sort();
+    unconfined.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (c50, u50) = (percentile(&confined, 0.5), percentile(&unconfined, 0.5));
+    Ok(vec![Figure {
+        figure: "session start, confined (bubblewrap + Landlock), launch to ready p50".into(),
+        value: ms(c50),
+        unit: "ms".into(),
+        baseline: ms(u50),
+        baseline_name: "the same session start unconfined p50 (ms)".into(),
+        ratio: ms(c50) / ms(u50),
+        target: "(reported)".into(),
+        met: true,
+        note: format!(
+            "{samples} starts each, interleaved; p99 confined {:.1} ms, unconfined {:.1} ms",
+            ms(percentile(&confined, 0.99)),
+            ms(percentile(&unconfined, 0.99))
+        ),
+    }])
+}
