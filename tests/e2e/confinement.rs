@@ -84,8 +84,7 @@ fn secret_texts(data: &Path) -> Vec<String> {
 #[test]
 fn a_scripted_manager_with_a_shell_cannot_reach_secrets_the_daemon_nats_or_approve_itself() {
     let env = TestEnv::started_with(QUICK);
-    env.create_scripted("victim", "");
-    env.wait_harness_pid("victim", 1);
+    start_victim(&env);
     let mut script = String::from(
         "[[rule]]\nmatch = { kind = \"start\" }\nactions = [\n  { call = \"agents_spawn_peer\", args = { handle = \
          \"flaky\", name = \"Flaky Tests Manager\", charter = \"Hunt down flaky tests\", reason = \"CI is red\" } },\n",
@@ -118,40 +117,71 @@ fn a_scripted_manager_with_a_shell_cannot_reach_secrets_the_daemon_nats_or_appro
     assert_gate_held(&env, "attacker");
 }
 
-#[test]
-fn a_claude_code_manager_s_bash_tool_cannot_reach_secrets_or_approve_itself() {
-    use crate::fake_anthropic::{FakeAnthropic, Reply};
-    let fake = FakeAnthropic::start(Vec::new());
-    let env = crate::claude::claude_env_with(&fake, &[]);
-    // The victim's session directory exists (it runs the scripted harness).
-    env.create_scripted("victim", "");
-    env.wait_harness_pid("victim", 1);
-    fake.push(Reply::canopy_tool(
+/// One step of a fake model's attack: a call of Canopy's tool, a shell command, or text.
+enum Step {
+    Tool(&'static str, Value),
+    Shell(String),
+    Text(&'static str),
+}
+
+/// What the faked model does: ask for a child, attack, prove it can write its own working
+/// directory, post through its own MCP tools, stop.
+fn model_steps(env: &TestEnv) -> Vec<Step> {
+    let mut steps = vec![Step::Tool(
         "agents_spawn_peer",
         json!({"handle": "flaky", "name": "Flaky Tests Manager", "charter": "Hunt down flaky tests", "reason": "CI is red"}),
-    ));
-    let attacks = attacks(&env, "victim");
-    for attack in &attacks {
-        fake.push(Reply::default().and_call("Bash", json!({ "command": attack, "description": "attack" })));
-    }
-    fake.push(Reply::default().and_call("Bash", json!({ "command": "echo mine > proof.txt", "description": "proof" })));
-    fake.push(Reply::canopy_tool(
+    )];
+    steps.extend(attacks(env, "victim").into_iter().map(Step::Shell));
+    steps.push(Step::Shell("echo mine > proof.txt".into()));
+    steps.push(Step::Tool(
         "comms_post_message",
         json!({"channel": "home-attacker", "topic": "attack", "body": "done attacking", "create_topic": true}),
     ));
-    fake.push(Reply::text("done"));
-    env.json(&["agents", "create", "--handle", "attacker", "--name", "attacker", "--harness", "claude"]);
+    steps.push(Step::Text("done"));
+    steps
+}
+
+/// Creates the attacker on `harness` (its model's replies already queued), then checks that
+/// its tools worked, no secret reached the model (`requests` waits for that many) and the gate
+/// held.
+fn check_model_attack(env: &TestEnv, harness: &str, steps: usize, requests: impl Fn(usize) -> Vec<Value>) {
+    env.json(&["agents", "create", "--handle", "attacker", "--name", "attacker", "--harness", harness]);
     crate::assert_eventually!(
         env.messages("home-attacker").iter().any(|m| m["body"] == "done attacking"),
         "the attacker's MCP tools did not work: {:?}",
         env.activity("attacker")
     );
-    let requests = fake.wait_requests(attacks.len() + 4, Duration::from_secs(60));
-    let sent = serde_json::to_string(&requests).unwrap();
+    let sent = serde_json::to_string(&requests(steps)).unwrap();
     for secret in secret_texts(&env.data_dir()) {
         assert!(!sent.contains(&secret), "a secret reached the model");
     }
-    assert_gate_held(&env, "attacker");
+    assert_gate_held(env, "attacker");
+}
+
+/// A victim whose session directory exists (it runs the scripted harness).
+fn start_victim(env: &TestEnv) {
+    env.create_scripted("victim", "");
+    env.wait_harness_pid("victim", 1);
+}
+
+#[test]
+fn a_claude_code_manager_s_bash_tool_cannot_reach_secrets_or_approve_itself() {
+    use crate::fake_anthropic::{FakeAnthropic, Reply};
+    let fake = FakeAnthropic::start(Vec::new());
+    let env = crate::claude::claude_env_with(&fake, &[]);
+    start_victim(&env);
+    let steps = model_steps(&env);
+    let count = steps.len();
+    for step in steps {
+        fake.push(match step {
+            Step::Tool(name, args) => Reply::canopy_tool(name, args),
+            Step::Shell(command) => {
+                Reply::default().and_call("Bash", json!({ "command": command, "description": "x" }))
+            }
+            Step::Text(text) => Reply::text(text),
+        });
+    }
+    check_model_attack(&env, "claude", count, |n| fake.wait_requests(n, Duration::from_secs(60)));
 }
 
 #[test]
@@ -159,34 +189,17 @@ fn a_codex_manager_s_shell_tool_cannot_reach_secrets_or_approve_itself() {
     use crate::fake_openai::{FakeOpenAi, Reply};
     let fake = FakeOpenAi::start(Vec::new());
     let env = crate::codex::started(&fake, &[]);
-    env.create_scripted("victim", "");
-    env.wait_harness_pid("victim", 1);
-    fake.push(Reply::canopy_tool(
-        "agents_spawn_peer",
-        json!({"handle": "flaky", "name": "Flaky Tests Manager", "charter": "Hunt down flaky tests", "reason": "CI is red"}),
-    ));
-    let attacks = attacks(&env, "victim");
-    for attack in &attacks {
-        fake.push(Reply::shell(attack));
+    start_victim(&env);
+    let steps = model_steps(&env);
+    let count = steps.len();
+    for step in steps {
+        fake.push(match step {
+            Step::Tool(name, args) => Reply::canopy_tool(name, args),
+            Step::Shell(command) => Reply::shell(&command),
+            Step::Text(text) => Reply::text(text),
+        });
     }
-    fake.push(Reply::shell("echo mine > proof.txt"));
-    fake.push(Reply::canopy_tool(
-        "comms_post_message",
-        json!({"channel": "home-attacker", "topic": "attack", "body": "done attacking", "create_topic": true}),
-    ));
-    fake.push(Reply::text("done"));
-    env.json(&["agents", "create", "--handle", "attacker", "--name", "attacker", "--harness", "codex"]);
-    crate::assert_eventually!(
-        env.messages("home-attacker").iter().any(|m| m["body"] == "done attacking"),
-        "the attacker's MCP tools did not work: {:?}",
-        env.activity("attacker")
-    );
-    let requests = fake.wait_requests(attacks.len() + 4, Duration::from_secs(60));
-    let sent = serde_json::to_string(&requests).unwrap();
-    for secret in secret_texts(&env.data_dir()) {
-        assert!(!sent.contains(&secret), "a secret reached the model");
-    }
-    assert_gate_held(&env, "attacker");
+    check_model_attack(&env, "codex", count, |n| fake.wait_requests(n, Duration::from_secs(60)));
 }
 
 #[test]

@@ -492,13 +492,7 @@ impl Harness {
                 start_tool(out, turn, &call_id, "sleep", &json!({ "duration": text }))?;
                 // A pretend tool is cut off by an abort, as a real harness cuts off its tools.
                 if during(out, turn, rx, tokio::time::sleep(duration), true).await?.is_none() {
-                    out.record(json!({ "kind": "tool_aborted", "turn_id": turn.id, "call_id": call_id }))?;
-                    out.emit(&Output::ToolAborted {
-                        turn_id: turn.id.clone(),
-                        call_id: call_id.clone(),
-                        name: "sleep".to_owned(),
-                    })?;
-                    return Ok(());
+                    return aborted(out, turn, &call_id, "sleep");
                 }
                 let slept_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
                 finish_tool(out, turn, &call_id, "sleep", false, json!({ "slept_ms": slept_ms }))?;
@@ -534,13 +528,7 @@ impl Harness {
                 start_tool(out, turn, &call_id, "shell", &json!({ "command": command }))?;
                 // Cut off by an abort, as a real harness cuts off its shell tool.
                 let Some(ran) = during(out, turn, rx, run_shell(&command), true).await? else {
-                    out.record(json!({ "kind": "tool_aborted", "turn_id": turn.id, "call_id": call_id }))?;
-                    out.emit(&Output::ToolAborted {
-                        turn_id: turn.id.clone(),
-                        call_id: call_id.clone(),
-                        name: "shell".to_owned(),
-                    })?;
-                    return Ok(());
+                    return aborted(out, turn, &call_id, "shell");
                 };
                 let failed = ran.code != Some(0);
                 let met = expect.map(|e| (e == ShellExpect::Fail) == failed);
@@ -565,6 +553,12 @@ impl Harness {
         }
         Ok(())
     }
+}
+
+/// Records and reports a pretend tool cut off by an abort.
+fn aborted(out: &mut Emitter, turn: &Turn, call_id: &str, name: &str) -> Result<(), RunError> {
+    out.record(json!({ "kind": "tool_aborted", "turn_id": turn.id, "call_id": call_id }))?;
+    out.emit(&Output::ToolAborted { turn_id: turn.id.clone(), call_id: call_id.to_owned(), name: name.to_owned() })
 }
 
 /// What a `shell` action's command did.

@@ -5,8 +5,8 @@
 //! name a different caller. Refusals come back as MCP tool errors carrying the daemon's
 //! typed code, message and field, never as protocol failures. `http` serves the tools as
 //! streamable HTTP on loopback (the runner's endpoint, refusing unknown tokens before MCP
-//! sees the request); `serve_stdio` serves them on stdio with one fixed token (`canopy mcp
-//! --stdio`). `probe` serves an endpoint with no tools on the same HTTP front, for `canopy
+//! sees the request); stdio-only harnesses reach the same endpoint through `canopy mcp
+//! --stdio`, a bridge that holds no NATS credential. `probe` serves an endpoint with no tools on the same HTTP front, for `canopy
 //! doctor`'s session start check. Does not know sessions or harnesses.
 
 mod catalog;
@@ -15,4 +15,4 @@ pub mod probe;
 mod server;
 
 pub use catalog::{TOOL_NAMES, tool_for, tool_names};
-pub use server::{CanopyTools, TokenSource, serve_stdio};
+pub use server::{CanopyTools, TokenSource};

@@ -9,7 +9,7 @@ use rmcp::model::{
     ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
 use canopy_core::continuity::HistoryItem;
@@ -21,8 +21,6 @@ use crate::catalog::{ResolveError, TOOLS, resolve};
 /// Where a call's bearer token comes from.
 #[derive(Clone)]
 pub enum TokenSource {
-    /// One token for every call (the stdio form: one process per session).
-    Fixed(String),
     /// The HTTP request's `Authorization: Bearer` header (checked before MCP sees it).
     Header,
 }
@@ -41,7 +39,6 @@ impl CanopyTools {
 
     fn token(&self, context: &RequestContext<RoleServer>) -> Option<String> {
         match &self.tokens {
-            TokenSource::Fixed(token) => Some(token.clone()),
             TokenSource::Header => context
                 .extensions
                 .get::<http::request::Parts>()
@@ -194,11 +191,4 @@ impl ServerHandler for CanopyTools {
         let token = self.token(&context);
         Ok(self.call(token.as_deref(), &request.name, request.arguments).await.into())
     }
-}
-
-/// Serves the tools on stdin/stdout until the client goes away.
-pub async fn serve_stdio(tools: CanopyTools) -> Result<(), String> {
-    let running = tools.serve(rmcp::transport::stdio()).await.map_err(|e| format!("starting the MCP server: {e}"))?;
-    running.waiting().await.map_err(|e| format!("serving MCP on stdio: {e}"))?;
-    Ok(())
 }
