@@ -2,8 +2,8 @@
 //! session, through the scripted harness's `shell` action, the real Claude Code CLI's Bash
 //! tool and the real Codex CLI's shell tool (the model faked). Each attempt (read every
 //! secret file of the data directory by relative and absolute path, read another agent's
-//! directory, the daemon's `/proc` entry, connect to the NATS port, kill the daemon, run
-//! `canopy approve` on its own request) fails; the request stays pending, no account is
+//! directory, the daemon's `/proc` entry, write a sysctl, connect to the NATS port, kill the
+//! daemon, run `canopy approve` on its own request) fails; the request stays pending, no account is
 //! created, nothing in the audit approves it and no secret reaches the model; a file written
 //! in its own working directory exists; its own MCP tools still work.
 //!
@@ -50,6 +50,8 @@ fn attacks(env: &TestEnv, victim: &str) -> Vec<String> {
         format!("ls -l /proc/{daemon}/cwd"),
         format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{nats_port}'"),
         format!("kill -9 {daemon}"),
+        // Rewrites a sysctl with its own value: harmless if it ever got through.
+        "v=$(cat /proc/sys/kernel/printk_ratelimit) && echo $v > /proc/sys/kernel/printk_ratelimit".to_owned(),
         format!("{CANOPY} --dir ../../.. approve req-1"),
         format!("{CANOPY} --dir {data} approve req-1"),
     ]);

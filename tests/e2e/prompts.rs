@@ -13,7 +13,12 @@ use crate::sessions::FAST;
 /// The system prompt a scripted session recorded (first transcript line).
 fn received_prompt(env: &TestEnv, handle: &str, incarnation: u64) -> String {
     let path = env.data_dir().join(format!("sessions/{handle}/{incarnation}/transcript.jsonl"));
-    crate::assert_eventually!(path.exists(), "{handle} has no transcript at {}", path.display());
+    // The harness creates the file before it writes the first line: wait for a whole line.
+    crate::assert_eventually!(
+        std::fs::read_to_string(&path).is_ok_and(|t| t.contains('\n')),
+        "{handle} has no transcript line at {}",
+        path.display()
+    );
     let transcript = std::fs::read_to_string(&path).unwrap();
     let first: Value = serde_json::from_str(transcript.lines().next().unwrap()).unwrap();
     assert_eq!(first["kind"], "system_prompt");

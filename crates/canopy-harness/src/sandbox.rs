@@ -317,7 +317,10 @@ pub fn bwrap_args(grants: &Grants, cwd: &Path) -> Vec<OsString> {
             push(&[&"--ro-bind", &"/dev/null", masked]);
         }
     }
-    push(&[&"--proc", &"/proc", &"--dev", &"/dev", &"--tmpfs", &"/tmp", &"--tmpfs", &"/run"]);
+    // Its own PID namespace's /proc, with /proc/sys read-only: a session of a runner that runs
+    // as root is uid 0 (without capabilities), and the kernel lets uid 0 write most sysctls.
+    push(&[&"--proc", &"/proc", &"--ro-bind", &"/proc/sys", &"/proc/sys"]);
+    push(&[&"--dev", &"/dev", &"--tmpfs", &"/tmp", &"--tmpfs", &"/run"]);
     for path in &grants.read_only {
         if path.exists() {
             push(&[&"--ro-bind", path, path]);
