@@ -219,6 +219,20 @@ fn a_managers_subagent_run_reports_back_at_its_next_turn() {
 }
 
 #[test]
+fn a_run_report_rings_the_managers_runner_like_any_post() {
+    // With the idle resync an hour away, only a doorbell can bring the report in time.
+    let mut edits = FAST.to_vec();
+    edits.push(("resync = \"5s\"", "resync = \"1h\""));
+    let env = TestEnv::started_with(&edits);
+    env.create_scripted("lead", BRIEFS);
+    crate::assert_eventually!(
+        env.messages("home-lead").iter().any(|m| m["topic"] == "status"),
+        "the run's report did not reach its idle Manager without a resync: {:?}",
+        env.messages("home-lead")
+    );
+}
+
+#[test]
 fn runs_are_capped_per_manager_and_time_out() {
     let mut env = TestEnv::new();
     env.ok(&["init", "--operator", "ops"]);

@@ -9,6 +9,7 @@
 //! idle recipients are woken (after the runner's quiet window), busy ones get the message
 //! at their next turn start, offline ones at their next session start. Doorbells are hints:
 //! runners pull pending messages from the store and acknowledge what the harness accepted.
+//! Canopy's own notices take the same path (`deliver_notices`), so they ring like any post.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -75,6 +76,32 @@ impl LoopGuard {
 }
 
 impl Api {
+    /// The one path for Canopy's own notices (gate, loop guard, mailbox, stall, crash, run
+    /// reports): each is already committed; its event is published and its recipients are
+    /// reached and rung like any post's.
+    pub(crate) async fn deliver_notices(&self, notices: Vec<canopy_core::Message>) {
+        for message in notices {
+            self.publish_messages(vec![message.clone()]).await;
+            let channel = message.channel.clone();
+            let reach = self
+                .store
+                .read(move |conn| {
+                    let (channel_id, sender) = ops::channel_and_system(conn, &channel)?;
+                    ops::reach(conn, channel_id, sender, &[])
+                })
+                .await;
+            if let Ok(reach) = reach {
+                let system = Caller {
+                    handle: canopy_core::Handle::from_trusted("canopy".into()),
+                    kind: canopy_core::AccountKind::System,
+                };
+                let now = unix_us();
+                // Boxed: a delivery can itself post a notice (the loop guard's), which comes back here.
+                Box::pin(self.deliver(&system, &message, &reach, false, now)).await;
+            }
+        }
+    }
+
     /// Decides and carries out every recipient's delivery for a committed post.
     pub(crate) async fn deliver(
         &self,
@@ -267,7 +294,7 @@ impl Api {
             })
             .await;
         match result {
-            Ok(messages) => self.publish_messages(messages).await,
+            Ok(messages) => self.deliver_notices(messages).await,
             Err(e) => tracing::warn!(error = %e, "telling the operator about a loop failed"),
         }
     }
@@ -331,7 +358,7 @@ impl Api {
             })
             .await;
         match result {
-            Ok(notices) => self.publish_messages(notices).await,
+            Ok(notices) => self.deliver_notices(notices).await,
             Err(e) => tracing::warn!(error = %e, "checking mailboxes failed"),
         }
     }

@@ -167,25 +167,4 @@ impl Api {
             Err(e) => tracing::warn!(error = %e, "expiring spawn requests failed"),
         }
     }
-
-    /// Publishes Canopy's notices and wakes their recipients like any post.
-    pub(crate) async fn deliver_notices(&self, notices: Vec<Message>) {
-        for message in notices {
-            self.publish_messages(vec![message.clone()]).await;
-            let channel = message.channel.clone();
-            let reach = self
-                .store
-                .read(move |conn| {
-                    let (channel_id, sender) = ops::channel_and_system(conn, &channel)?;
-                    ops::reach(conn, channel_id, sender, &[])
-                })
-                .await;
-            if let Ok(reach) = reach {
-                let system =
-                    Caller { handle: Handle::from_trusted("canopy".into()), kind: canopy_core::AccountKind::System };
-                let now = crate::delivery::unix_us();
-                self.deliver(&system, &message, &reach, false, now).await;
-            }
-        }
-    }
 }

@@ -174,6 +174,8 @@ impl Api {
 
     /// Publishes committed messages as events (doorbells). A failed publish is logged: the
     /// message is committed and followers catch up from their cursors.
+    /// Publishes the events of committed messages (followers' doorbells). This alone reaches
+    /// no agent: a notice goes through `deliver_notices`, which also rings its recipients.
     pub(crate) async fn publish_messages(&self, messages: Vec<canopy_core::Message>) {
         for message in messages {
             let subject = self.subjects.message_event(message.channel.as_str());
@@ -376,7 +378,7 @@ impl Api {
                 let _ = self.bus.publish(&self.subjects.activity_event(&manager), event).await;
             }
         }
-        self.publish_messages(applied.notices).await;
+        self.deliver_notices(applied.notices).await;
         if applied.poke {
             self.poke_runners().await;
         }
@@ -387,7 +389,7 @@ impl Api {
     pub async fn check_stalled(&self) {
         let after = self.config.sessions.stall_after.as_millis() as i64;
         match self.store.write(move |conn| ops::mark_stalled(conn, after)).await {
-            Ok(notices) => self.publish_messages(notices).await,
+            Ok(notices) => self.deliver_notices(notices).await,
             Err(e) => tracing::warn!(error = %e, "checking for stalled sessions failed"),
         }
     }

@@ -371,7 +371,7 @@ impl Api {
         let report = canopy_core::redact::cut(&report, self.config.limits.max_body_bytes.saturating_sub(512) / 4);
         let done = self.store.write(move |conn| ops::finish_run(conn, id, status, &report)).await?;
         let Some((_, message)) = done else { return Ok(false) };
-        self.publish_messages(vec![message]).await;
+        self.deliver_notices(vec![message]).await;
         self.poke_runners().await;
         Ok(true)
     }
@@ -421,7 +421,7 @@ impl Api {
     pub async fn expire_runs(&self) -> Result<(), Error> {
         let ended = self.store.write(ops::expire_runs).await?;
         if !ended.is_empty() {
-            self.publish_messages(ended.into_iter().map(|(_, m)| m).collect()).await;
+            self.deliver_notices(ended.into_iter().map(|(_, m)| m).collect()).await;
             self.poke_runners().await;
         }
         Ok(())

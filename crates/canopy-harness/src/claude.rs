@@ -15,7 +15,7 @@
 //! starts once more with a fresh conversation (see `Session::launch`). Without an agent
 //! directory nothing is kept (`--no-session-persistence`).
 //!
-//! Protocol facts this relies on (Claude Code 2.1.332, see ARCHITECTURE.md):
+//! Protocol facts this relies on (Claude Code 2.1.332, see docs/harnesses/claude.md):
 //! - Nothing is printed until the first stdin line, so the codec opens with an `initialize`
 //!   control request; its `control_response` is the readiness signal.
 //! - Every stdin user line carries a `uuid`, and Claude Code reports its `command_lifecycle`

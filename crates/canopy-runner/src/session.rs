@@ -304,14 +304,67 @@ async fn retrying<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
     }
 }
 
-/// Message ids this session already injected, bounded.
+/// Message ids this session already injected (bounded), and those a turn-start delivery is
+/// handing to the harness right now. Shared through a `std` mutex that is only ever held for
+/// a lookup or an insert, never across an await: a slow acknowledgement or harness write
+/// cannot hold up a steer or the session loop (the guard is not `Send`, so the compiler
+/// refuses one held across an await in a spawned task).
 #[derive(Default)]
 struct Seen {
     ids: HashSet<u64>,
     order: VecDeque<u64>,
+    delivering: HashSet<u64>,
+}
+
+/// What a steer finds out about its message.
+#[derive(Debug, PartialEq, Eq)]
+enum SteerCheck {
+    /// Not injected, not being delivered: steer it.
+    Steer,
+    /// Already in the agent's context.
+    Injected,
+    /// In a turn-start delivery being written now: it arrives with that turn.
+    Delivering,
+}
+
+type SharedSeen = Arc<std::sync::Mutex<Seen>>;
+
+/// Runs `f` on the shared set; the lock is held only for `f`.
+fn with_seen<T>(seen: &SharedSeen, f: impl FnOnce(&mut Seen) -> T) -> T {
+    let mut guard = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    f(&mut guard)
 }
 
 impl Seen {
+    /// Takes the messages of a turn-start delivery: those injected before (to acknowledge
+    /// again) and the fresh ones, which are marked as being delivered.
+    fn reserve(&mut self, messages: Vec<Message>) -> (Vec<Message>, Vec<Message>) {
+        let (again, fresh): (Vec<Message>, Vec<Message>) =
+            messages.into_iter().partition(|m| self.contains(m.seq) || self.delivering.contains(&m.seq));
+        self.delivering.extend(fresh.iter().map(|m| m.seq));
+        (again, fresh)
+    }
+
+    /// Ends a delivery: its messages are injected (`started`) or pending again.
+    fn settle(&mut self, seqs: &[u64], started: bool) {
+        for seq in seqs {
+            self.delivering.remove(seq);
+            if started {
+                self.insert(*seq);
+            }
+        }
+    }
+
+    fn check_steer(&self, seq: u64) -> SteerCheck {
+        if self.contains(seq) {
+            SteerCheck::Injected
+        } else if self.delivering.contains(&seq) {
+            SteerCheck::Delivering
+        } else {
+            SteerCheck::Steer
+        }
+    }
+
     fn insert(&mut self, seq: u64) {
         if self.ids.insert(seq) {
             self.order.push_back(seq);
@@ -498,6 +551,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
     }
 
     let mut stopping = false;
+    let mut commands_closed = false;
     let mut malformed = 0u64;
     let mut session = Some(session);
     let mut turn: Option<String> = None;
@@ -507,7 +561,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
     let (delivered_tx, mut delivered_rx) = mpsc::channel::<Delivered>(4);
     let mut resync = tokio::time::interval(settings.delivery_resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let seen = Arc::new(tokio::sync::Mutex::new(seen));
+    let seen: SharedSeen = Arc::new(std::sync::Mutex::new(seen));
     // Set by a reported compaction; the next turn-start delivery carries the block and clears it.
     let continuity_owed = Arc::new(AtomicBool::new(false));
     loop {
@@ -518,13 +572,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
             _ => None,
         };
         tokio::select! {
-            _ = &mut stop, if !stopping => {
-                stopping = true;
-                if let Some(session) = session.take() {
-                    let grace = settings.stop_grace;
-                    tokio::spawn(async move { session.shutdown(grace).await });
-                }
-            }
+            _ = &mut stop, if !stopping => begin_stop(&mut stopping, &mut session, settings.stop_grace),
             event = events.recv() => {
                 let Some(event) = event else { break };
                 match &event {
@@ -554,7 +602,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                     HarnessEvent::SteerInjected { input_id, .. } => {
                         if let Some(seq) = input_id.strip_prefix("steer-").and_then(|s| s.parse().ok()) {
                             // Seen before the turn ends, so a turn-start pull never repeats it.
-                            seen.lock().await.insert(seq);
+                            with_seen(&seen, |s| s.insert(seq));
                             let mailbox = mailbox.clone();
                             tokio::spawn(async move { mailbox.ack_steered(seq).await });
                         }
@@ -573,7 +621,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                 }
                 reporter.event(&event).await;
             }
-            command = commands.recv() => match command {
+            command = commands.recv(), if !commands_closed => match command {
                 Some(SessionCommand::Hint) => {
                     let now = Instant::now();
                     hint = Some(hint.map_or((now, now), |(first, _)| (first, now)));
@@ -618,7 +666,12 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                         let _ = reply.send(InterruptReply { interrupted: false, turn_id: None, reason });
                     }
                 },
-                None => {}
+                None => {
+                    // The runner dropped this session's slot: nothing can reach it any more,
+                    // so it stops (and the task ends once the harness has exited).
+                    commands_closed = true;
+                    begin_stop(&mut stopping, &mut session, settings.stop_grace);
+                }
             },
             Some(done) = delivered_rx.recv() => {
                 delivering = false;
@@ -645,6 +698,16 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
     let _ = exits.send(exit(stopping, "the harness's event stream ended".into())).await;
 }
 
+/// Starts the stop ladder once; the loop goes on until the harness has exited.
+fn begin_stop(stopping: &mut bool, session: &mut Option<Arc<Session>>, grace: Duration) {
+    if std::mem::replace(stopping, true) {
+        return;
+    }
+    if let Some(session) = session.take() {
+        tokio::spawn(async move { session.shutdown(grace).await });
+    }
+}
+
 async fn sleep_until(due: Option<Instant>) {
     match due {
         Some(due) => tokio::time::sleep_until(due).await,
@@ -656,17 +719,16 @@ async fn sleep_until(due: Option<Instant>) {
 async fn deliver(
     session: Arc<Session>,
     mailbox: Mailbox,
-    seen: Arc<tokio::sync::Mutex<Seen>>,
+    seen: SharedSeen,
     continuity_owed: Arc<AtomicBool>,
     done: mpsc::Sender<Delivered>,
 ) {
     let mut started = true;
     if let Some(pending) = mailbox.pull().await {
-        let mut seen = seen.lock().await;
-        let (again, fresh): (Vec<Message>, Vec<Message>) =
-            pending.messages.into_iter().partition(|m| seen.contains(m.seq));
+        let (again, fresh) = with_seen(&seen, |s| s.reserve(pending.messages));
         // Injected before (an acknowledgement was lost): acknowledge again, do not repeat.
         mailbox.ack(again.iter().map(|m| m.seq).collect()).await;
+        let seqs: Vec<u64> = fresh.iter().map(|m| m.seq).collect();
         if !fresh.is_empty() && pending.wake {
             let mut text = render(&fresh, "New messages since your last turn:");
             let owed = continuity_owed.load(Ordering::SeqCst);
@@ -680,10 +742,8 @@ async fn deliver(
                     if owed {
                         continuity_owed.store(false, Ordering::SeqCst);
                     }
-                    for m in &fresh {
-                        seen.insert(m.seq);
-                    }
-                    mailbox.ack(fresh.iter().map(|m| m.seq).collect()).await;
+                    with_seen(&seen, |s| s.settle(&seqs, true));
+                    mailbox.ack(seqs.clone()).await;
                 }
                 Ok(outcome) => {
                     tracing::debug!(?outcome, "a turn-start delivery was not taken; retrying");
@@ -695,21 +755,25 @@ async fn deliver(
                 }
             }
         }
+        // Whatever was not taken is pending again (a no-op for what was injected).
+        with_seen(&seen, |s| s.settle(&seqs, false));
     }
     let _ = done.send(Delivered { started }).await;
 }
 
 /// Injects one message into the running turn.
-async fn steer(
-    session: Arc<Session>,
-    turn_id: String,
-    message: Message,
-    seen: &tokio::sync::Mutex<Seen>,
-) -> SteerReply {
+async fn steer(session: Arc<Session>, turn_id: String, message: Message, seen: &SharedSeen) -> SteerReply {
     let seq = message.seq;
-    if seen.lock().await.contains(seq) {
-        let reason = Some("already injected".into());
-        return SteerReply { steered: true, turn_id: Some(turn_id), reason, written_at_us: None };
+    match with_seen(seen, |s| s.check_steer(seq)) {
+        SteerCheck::Injected => {
+            let reason = Some("already injected".into());
+            return SteerReply { steered: true, turn_id: Some(turn_id), reason, written_at_us: None };
+        }
+        SteerCheck::Delivering => {
+            let reason = Some("it is being delivered at the start of the agent's next turn".into());
+            return SteerReply { steered: false, turn_id: None, reason, written_at_us: None };
+        }
+        SteerCheck::Steer => {}
     }
     let text = render(std::slice::from_ref(&message), "A message for you arrived while you were working:");
     let context = context_of("message", std::slice::from_ref(&message));
@@ -753,3 +817,6 @@ fn start_input(assignment: &SessionAssignment) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests;
