@@ -106,7 +106,7 @@ fn a_codex_manager_gets_its_prompt_verbatim_and_posts_through_canopy_s_tools() {
     assert!(prompt.starts_with("# You are a Manager"), "{prompt}");
     assert_eq!(first["input"][0]["role"], "developer", "{:?}", summary(first));
     assert_eq!(first["input"][0]["content"][0]["text"].as_str(), Some(prompt.as_str()), "not verbatim");
-    for tool in canopy_tools::TOOL_NAMES {
+    for tool in canopy_tools::TOOL_NAMES.iter() {
         assert!(offers_tool(first, Some("mcp__canopy"), tool), "{tool} is not offered to the model");
     }
     assert!(last_user_message(first).contains("Session 1 started for cx"), "{:?}", summary(first));

@@ -186,7 +186,7 @@ fn an_official_mcp_client_lists_and_calls_the_tools() {
     );
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     let tools: Vec<&str> = result["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    for tool in canopy_tools::TOOL_NAMES {
+    for tool in canopy_tools::TOOL_NAMES.iter() {
         assert!(tools.contains(tool), "{tool} missing from {tools:?}");
     }
     assert_eq!(result["post"]["message"]["sender"]["handle"], "ci-manager");

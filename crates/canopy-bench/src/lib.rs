@@ -18,8 +18,8 @@ pub mod setup;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use canopy_proto::Method;
 use canopy_proto::api::*;
+use canopy_proto::method;
 use futures_util::StreamExt;
 use serde::Serialize;
 
@@ -105,9 +105,7 @@ async fn post_throughput(bench: &Sandbox, options: Options) -> Result<Figure, St
                         idempotency_key: None,
                         ack_only: false,
                     };
-                    api.call::<_, PostResponse>(Method::MessagesPost, &token, &request)
-                        .await
-                        .map_err(|e| format!("posting: {e}"))?;
+                    api.send::<method::MessagesPost>(&token, &request).await.map_err(|e| format!("posting: {e}"))?;
                 }
                 Ok::<_, String>(())
             })
@@ -151,7 +149,7 @@ async fn steer_latency(bench: &Sandbox, options: Options) -> Result<Vec<Figure>,
         let started = Instant::now();
         let posted: PostResponse = bench
             .api
-            .call(Method::MessagesPost, &bench.operator, &request)
+            .send::<method::MessagesPost>(&bench.operator, &request)
             .await
             .map_err(|e| format!("posting: {e}"))?;
         round_trips.push(started.elapsed());
@@ -226,7 +224,7 @@ async fn broadcast(bench: &Sandbox, agents: usize) -> Result<Figure, String> {
     };
     let started = Instant::now();
     let posted: PostResponse =
-        bench.api.call(Method::MessagesPost, &bench.operator, &request).await.map_err(|e| format!("posting: {e}"))?;
+        bench.api.send::<method::MessagesPost>(&bench.operator, &request).await.map_err(|e| format!("posting: {e}"))?;
     let mut notified = 0usize;
     while notified < online {
         let next = tokio::time::timeout(Duration::from_secs(30), doorbells.next())

@@ -11,8 +11,9 @@
 use std::time::{Duration, Instant};
 
 use canopy_bus::{ApiClient, Bus};
+use canopy_proto::Subjects;
 use canopy_proto::api::*;
-use canopy_proto::{Method, Subjects};
+use canopy_proto::method;
 
 use crate::Figure;
 use crate::setup::Sandbox;
@@ -71,7 +72,7 @@ pub async fn figures(bench: Sandbox, quick: bool) -> Result<Vec<Figure>, String>
     let api = loop {
         if let Ok(info) = canopy_daemon::read_connection_info(&stopped.data) {
             let api = ApiClient::new(bus.clone(), Subjects::new(&info.workspace_id), Duration::from_secs(30));
-            if api.call::<_, WhoamiResponse>(Method::Whoami, &stopped.operator, &WhoamiRequest {}).await.is_ok() {
+            if api.send::<method::Whoami>(&stopped.operator, &WhoamiRequest {}).await.is_ok() {
                 break api;
             }
         }
@@ -87,9 +88,9 @@ pub async fn figures(bench: Sandbox, quick: bool) -> Result<Vec<Figure>, String>
     let rss_ready = rss_mib(pid).unwrap_or(0.0);
     // Serve the whole roster and agent list once, as an operator's first look would.
     let roster: RosterResponse =
-        api.call(Method::Roster, &stopped.operator, &RosterRequest {}).await.map_err(|e| e.to_string())?;
+        api.send::<method::Roster>(&stopped.operator, &RosterRequest {}).await.map_err(|e| e.to_string())?;
     let _: AgentsListResponse =
-        api.call(Method::AgentsList, &stopped.operator, &AgentsListRequest {}).await.map_err(|e| e.to_string())?;
+        api.send::<method::AgentsList>(&stopped.operator, &AgentsListRequest {}).await.map_err(|e| e.to_string())?;
     let rss = rss_mib(pid).unwrap_or(0.0).max(rss_ready);
     let _ = child.start_kill();
     let _ = child.wait().await;

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use canopy_bus::{ApiClient, Bus, ManagedNats, NatsServerConfig, find_nats_server};
 use canopy_daemon::{Config, DataDir, InitOptions};
+use canopy_proto::Subjects;
 use canopy_proto::api::*;
-use canopy_proto::{Method, Subjects};
+use canopy_proto::method;
 use canopy_store::Store;
 use futures_util::StreamExt;
 use tokio::sync::oneshot;
@@ -149,13 +150,13 @@ impl Sandbox {
                 };
                 let account: canopy_core::Account = self
                     .api
-                    .call(Method::AgentsCreate, &self.operator, &request)
+                    .send::<method::AgentsCreate>(&self.operator, &request)
                     .await
                     .map_err(|e| format!("creating {handle}: {e}"))?;
                 if stopped {
                     let stop = AgentsStartStopRequest { handle: handle.clone() };
                     self.api
-                        .call::<_, canopy_core::RosterEntry>(Method::AgentsStop, &self.operator, &stop)
+                        .send::<method::AgentsStop>(&self.operator, &stop)
                         .await
                         .map_err(|e| format!("stopping {handle}: {e}"))?;
                 }
@@ -170,7 +171,7 @@ impl Sandbox {
     pub async fn agent_count(&self) -> Result<usize, String> {
         let list: AgentsListResponse = self
             .api
-            .call(Method::AgentsList, &self.operator, &AgentsListRequest {})
+            .send::<method::AgentsList>(&self.operator, &AgentsListRequest {})
             .await
             .map_err(|e| e.to_string())?;
         Ok(list.agents.len())
@@ -191,14 +192,11 @@ impl Sandbox {
             }),
             persona: None,
         };
-        self.api
-            .call::<_, canopy_core::Account>(Method::AgentsCreate, &self.operator, &request)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.api.send::<method::AgentsCreate>(&self.operator, &request).await.map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let roster: RosterResponse =
-                self.api.call(Method::Roster, &self.operator, &RosterRequest {}).await.map_err(|e| e.to_string())?;
+                self.api.send::<method::Roster>(&self.operator, &RosterRequest {}).await.map_err(|e| e.to_string())?;
             if roster.agents.iter().any(|a| a.handle.as_str() == handle && a.presence == canopy_core::Presence::Working)
             {
                 return Ok(());
@@ -232,7 +230,7 @@ impl Sandbox {
                 running: running.clone(),
             };
             let response: RunnersSyncResponse =
-                self.api.call(Method::RunnersSync, &self.runner_token, &request).await.map_err(|e| e.to_string())?;
+                self.api.send::<method::RunnersSync>(&self.runner_token, &request).await.map_err(|e| e.to_string())?;
             running = response.keep;
             running.extend(
                 response.start.into_iter().map(|s| RunningSession { agent: s.agent, incarnation: s.incarnation }),

@@ -7,9 +7,10 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use canopy_proto::{Method, Reply, Subjects, WireError};
+use canopy_proto::{ApiMethod, Method, Reply, Subjects, WireError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::client::Bus;
 
@@ -37,8 +38,19 @@ impl ApiClient {
         ApiClient { bus, subjects, timeout }
     }
 
-    /// Calls `method` with `request`, authenticated by `token`.
-    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
+    /// Calls method `M` with its request, authenticated by `token`: the method table's types
+    /// make a call with the wrong request or response a compile error.
+    pub async fn send<M: ApiMethod>(&self, token: &str, request: &M::Request) -> Result<M::Response, CallError> {
+        self.call(M::METHOD, token, request).await
+    }
+
+    /// Calls a method chosen at run time with a JSON request (the tool server's calls, whose
+    /// arguments are already checked against the method's request type).
+    pub async fn call_json(&self, method: Method, token: &str, request: &Value) -> Result<Value, CallError> {
+        self.call(method, token, request).await
+    }
+
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         method: Method,
         token: &str,

@@ -3,9 +3,8 @@
 pub use canopy_bus::CallError;
 use canopy_bus::{ApiClient, Bus};
 use canopy_daemon::{Config, ConnectionInfo, DataDir, read_connection_info};
-use canopy_proto::{Method, Subjects};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use canopy_proto::ApiMethod;
+use canopy_proto::Subjects;
 
 /// A connected operator client.
 pub struct Client {
@@ -52,11 +51,7 @@ impl Client {
     }
 
     /// Calls one API method as the operator.
-    pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
-        &self,
-        method: Method,
-        request: &Req,
-    ) -> Result<Resp, CallError> {
-        self.api.call(method, &self.token, request).await
+    pub async fn send<M: ApiMethod>(&self, request: &M::Request) -> Result<M::Response, CallError> {
+        self.api.send::<M>(&self.token, request).await
     }
 }

@@ -4,10 +4,9 @@ use std::io::Read;
 
 use canopy_core::{ChannelKind, ErrorCode, PostPolicy};
 use canopy_daemon::{DaemonError, DaemonOptions, DataDir, InitOptions};
-use canopy_proto::Method;
 use canopy_proto::api::*;
+use canopy_proto::{ApiMethod, method};
 use futures_util::StreamExt;
-use serde::Serialize;
 
 use crate::args::*;
 use crate::client::{CallError, Client};
@@ -124,7 +123,7 @@ async fn shutdown_signal() {
 async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
     let result = match command {
         Command::Whoami => {
-            call(client, json, Method::Whoami, &WhoamiRequest {}, |r: &WhoamiResponse| {
+            call::<method::Whoami>(client, json, &WhoamiRequest {}, |r: &WhoamiResponse| {
                 println!(
                     "{} ({}) in workspace {} ({}), daemon {}",
                     r.account.handle, r.account.kind, r.workspace.name, r.workspace.id, r.version
@@ -138,19 +137,18 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                 Err(e) => return fail(json, &e),
             };
             let request = AgentsCreateRequest { handle, name, role, parent, charter, harness, script, persona };
-            call(client, json, Method::AgentsCreate, &request, output::account).await
+            call::<method::AgentsCreate>(client, json, &request, output::account).await
         }
         Command::Agents(AgentsCommand::Start { handle }) => {
-            call(client, json, Method::AgentsStart, &AgentsStartStopRequest { handle }, output::roster_line).await
+            call::<method::AgentsStart>(client, json, &AgentsStartStopRequest { handle }, output::roster_line).await
         }
         Command::Agents(AgentsCommand::Stop { handle }) => {
-            call(client, json, Method::AgentsStop, &AgentsStartStopRequest { handle }, output::roster_line).await
+            call::<method::AgentsStop>(client, json, &AgentsStartStopRequest { handle }, output::roster_line).await
         }
         Command::Agents(AgentsCommand::Interrupt { handle }) => {
-            call(
+            call::<method::AgentsInterrupt>(
                 client,
                 json,
-                Method::AgentsInterrupt,
                 &AgentsInterruptRequest { handle },
                 |r: &AgentsInterruptResponse| match (&r.turn_id, &r.reason) {
                     (Some(turn), _) if r.interrupted => {
@@ -166,18 +164,21 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             .await
         }
         Command::Agents(AgentsCommand::Despawn { handle }) => {
-            call(client, json, Method::AgentsDespawn, &AgentsDespawnRequest { handle }, |r: &AgentsDespawnResponse| {
-                println!("despawned {}", r.despawned.join(", "))
-            })
+            call::<method::AgentsDespawn>(
+                client,
+                json,
+                &AgentsDespawnRequest { handle },
+                |r: &AgentsDespawnResponse| println!("despawned {}", r.despawned.join(", ")),
+            )
             .await
         }
         Command::Approve { id } => {
             let request = SpawnDecideRequest { id, approve: true, reason: None };
-            call(client, json, Method::SpawnDecide, &request, output::spawn_request).await
+            call::<method::SpawnDecide>(client, json, &request, output::spawn_request).await
         }
         Command::Deny { id, reason } => {
             let request = SpawnDecideRequest { id, approve: false, reason: Some(reason) };
-            call(client, json, Method::SpawnDecide, &request, output::spawn_request).await
+            call::<method::SpawnDecide>(client, json, &request, output::spawn_request).await
         }
         Command::Requests { state } => {
             let state = match state.as_deref().map(|s| canopy_core::SpawnState::parse(s).ok_or(s)) {
@@ -193,14 +194,14 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                     return fail(json, &CallError::Refused(wire));
                 }
             };
-            call(client, json, Method::SpawnList, &SpawnListRequest { state }, |r: &SpawnListResponse| {
+            call::<method::SpawnList>(client, json, &SpawnListRequest { state }, |r: &SpawnListResponse| {
                 r.requests.iter().for_each(output::spawn_request)
             })
             .await
         }
         Command::Audit { since } => {
             let request = AuditListRequest { since_secs: since.map(|d| d.as_secs()) };
-            call(client, json, Method::AuditList, &request, |r: &AuditListResponse| {
+            call::<method::AuditList>(client, json, &request, |r: &AuditListResponse| {
                 for e in &r.entries {
                     let actor = e.actor.as_ref().map_or("canopy".to_owned(), ToString::to_string);
                     println!("{} {actor:12} {:24} {} {}", e.at, e.action, e.target, e.detail);
@@ -209,10 +210,9 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             .await
         }
         Command::Prompt(PromptCommand::Render { agent, role }) => {
-            call(
+            call::<method::PromptsRender>(
                 client,
                 json,
-                Method::PromptsRender,
                 &PromptsRenderRequest { agent, role },
                 |r: &PromptsRenderResponse| {
                     print!("{}", r.text);
@@ -234,10 +234,9 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             .await
         }
         Command::Runs { agent, open } => {
-            call(
+            call::<method::RunsList>(
                 client,
                 json,
-                Method::RunsList,
                 &RunsListRequest { agent: Some(agent), open },
                 |r: &RunsListResponse| {
                     for run in &r.runs {
@@ -253,20 +252,21 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         }
         Command::Usage { agent, since } => {
             let request = UsageRequest { agent, since_secs: since.map(|d| d.as_secs()) };
-            call(client, json, Method::Usage, &request, output::usage).await
+            call::<method::Usage>(client, json, &request, output::usage).await
         }
         Command::Roster => {
-            call(client, json, Method::Roster, &RosterRequest {}, |r: &RosterResponse| output::roster(&r.agents)).await
+            call::<method::Roster>(client, json, &RosterRequest {}, |r: &RosterResponse| output::roster(&r.agents))
+                .await
         }
         Command::Watch(args) => watch(client, json, args).await,
         Command::Agents(AgentsCommand::List) => {
-            call(client, json, Method::AgentsList, &AgentsListRequest {}, |r: &AgentsListResponse| {
+            call::<method::AgentsList>(client, json, &AgentsListRequest {}, |r: &AgentsListResponse| {
                 output::agents(&r.agents)
             })
             .await
         }
         Command::Agents(AgentsCommand::Show { handle }) => {
-            call(client, json, Method::AgentsShow, &AgentsShowRequest { handle }, |r: &AgentsShowResponse| {
+            call::<method::AgentsShow>(client, json, &AgentsShowRequest { handle }, |r: &AgentsShowResponse| {
                 output::account(&r.account);
                 if !r.children.is_empty() {
                     println!("  children {}", r.children.join(", "));
@@ -279,13 +279,14 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             .await
         }
         Command::Agents(AgentsCommand::Reparent { handle, parent }) => {
-            call(client, json, Method::AgentsReparent, &AgentsReparentRequest { handle, parent }, output::account).await
+            call::<method::AgentsReparent>(client, json, &AgentsReparentRequest { handle, parent }, output::account)
+                .await
         }
         Command::Tree => {
-            call(client, json, Method::Tree, &TreeRequest {}, |r: &TreeResponse| output::tree(&r.root)).await
+            call::<method::Tree>(client, json, &TreeRequest {}, |r: &TreeResponse| output::tree(&r.root)).await
         }
         Command::Channels { command: None | Some(ChannelsCommand::List) } => {
-            call(client, json, Method::ChannelsList, &ChannelsListRequest {}, |r: &ChannelsListResponse| {
+            call::<method::ChannelsList>(client, json, &ChannelsListRequest {}, |r: &ChannelsListResponse| {
                 output::channels(&r.channels)
             })
             .await
@@ -304,37 +305,38 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                 }),
                 posters,
             };
-            call(client, json, Method::ChannelsCreate, &request, |c: &canopy_core::Channel| {
+            call::<method::ChannelsCreate>(client, json, &request, |c: &canopy_core::Channel| {
                 output::channels(std::slice::from_ref(c))
             })
             .await
         }
         Command::Topics { channel, command: None } => {
-            call(client, json, Method::TopicsList, &TopicsListRequest { channel }, |r: &TopicsListResponse| {
+            call::<method::TopicsList>(client, json, &TopicsListRequest { channel }, |r: &TopicsListResponse| {
                 output::topics(&r.topics)
             })
             .await
         }
         Command::Topics { channel, command: Some(TopicsCommand::Rename { topic, to }) } => {
             let request = TopicsRenameRequest { channel, topic: topic.clone(), to: to.clone() };
-            call(client, json, Method::TopicsRename, &request, |_: &Done| println!("renamed {topic:?} to {to:?}")).await
+            call::<method::TopicsRename>(client, json, &request, |_: &Done| println!("renamed {topic:?} to {to:?}"))
+                .await
         }
         Command::Topics { channel, command: Some(TopicsCommand::Resolve { topic, reopen }) } => {
             let request = TopicsResolveRequest { channel, topic: topic.clone(), resolved: !reopen };
             let word = if reopen { "reopened" } else { "resolved" };
-            call(client, json, Method::TopicsResolve, &request, |_: &Done| println!("{word} {topic:?}")).await
+            call::<method::TopicsResolve>(client, json, &request, |_: &Done| println!("{word} {topic:?}")).await
         }
         Command::Board { channel, command: None } => {
-            call(client, json, Method::BoardList, &BoardListRequest { channel }, output::board).await
+            call::<method::BoardList>(client, json, &BoardListRequest { channel }, output::board).await
         }
         Command::Board { channel, command: Some(BoardCommand::Pin { seq }) } => {
-            call(client, json, Method::BoardPin, &BoardPinRequest { channel, seq }, output::board).await
+            call::<method::BoardPin>(client, json, &BoardPinRequest { channel, seq }, output::board).await
         }
         Command::Post(args) => post(client, json, args).await,
         Command::Read(args) => {
             let request =
                 ReadRequest { channel: args.channel, topic: args.topic, after: args.after, limit: args.limit };
-            call(client, json, Method::MessagesRead, &request, output::read).await
+            call::<method::MessagesRead>(client, json, &request, output::read).await
         }
         Command::Tail(args) => tail(client, json, args).await,
         Command::Init(_)
@@ -354,14 +356,13 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
 }
 
 /// Calls a method and prints the response as JSON or through `human`.
-async fn call<Req: Serialize, Resp: Serialize + serde::de::DeserializeOwned>(
+async fn call<M: ApiMethod>(
     client: &Client,
     json: bool,
-    method: Method,
-    request: &Req,
-    human: impl FnOnce(&Resp),
+    request: &M::Request,
+    human: impl FnOnce(&M::Response),
 ) -> Result<(), CallError> {
-    let response: Resp = client.call(method, request).await?;
+    let response = client.send::<M>(request).await?;
     if json {
         output::json(&response);
     } else {
@@ -389,7 +390,7 @@ async fn post(client: &Client, json: bool, args: PostArgs) -> Result<(), CallErr
         idempotency_key: args.idempotency_key,
         ack_only: args.ack_only,
     };
-    call(client, json, Method::MessagesPost, &request, |r: &PostResponse| {
+    call::<method::MessagesPost>(client, json, &request, |r: &PostResponse| {
         let retry = if r.duplicate { " (already posted with this idempotency key)" } else { "" };
         println!("posted seq {} to #{} > {}{retry}", r.message.seq, r.message.channel, r.message.topic);
         output::outcomes(r);
@@ -402,7 +403,7 @@ async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallErr
     let mut last = match args.after {
         Some(after) => after,
         None => {
-            let channels: ChannelsListResponse = client.call(Method::ChannelsList, &ChannelsListRequest {}).await?;
+            let channels: ChannelsListResponse = client.send::<method::ChannelsList>(&ChannelsListRequest {}).await?;
             channels
                 .channels
                 .iter()
@@ -447,7 +448,7 @@ async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallErr
 async fn catch_up(client: &Client, json: bool, channel: Option<&str>, mut last: u64) -> Result<u64, CallError> {
     loop {
         let request = SyncRequest { after: last, channel: channel.map(str::to_owned), limit: None };
-        let page: SyncResponse = match client.call(Method::MessagesSync, &request).await {
+        let page: SyncResponse = match client.send::<method::MessagesSync>(&request).await {
             Ok(page) => page,
             // The daemon or NATS is away: keep the cursor and try again on the next tick.
             Err(CallError::Unreachable(reason)) => {
@@ -486,7 +487,7 @@ fn read_script(path: &std::path::Path) -> Result<ScriptSource, CallError> {
 /// and on a timer.
 async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallError> {
     let first = ActivityReadRequest { agent: args.handle.clone(), after: 0, limit: None, tail: Some(args.tail) };
-    let page: ActivityReadResponse = client.call(Method::ActivityRead, &first).await?;
+    let page: ActivityReadResponse = client.send::<method::ActivityRead>(&first).await?;
     for item in &page.items {
         output::activity(item, &args.handle, json);
     }
@@ -512,7 +513,7 @@ async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallE
         }
         loop {
             let request = ActivityReadRequest { agent: args.handle.clone(), after: last, limit: None, tail: None };
-            let page: ActivityReadResponse = match client.call(Method::ActivityRead, &request).await {
+            let page: ActivityReadResponse = match client.send::<method::ActivityRead>(&request).await {
                 Ok(page) => page,
                 Err(CallError::Unreachable(reason)) => {
                     tracing::warn!(%reason, "resync failed; will retry");

@@ -13,8 +13,8 @@ use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
 use canopy_bench::Sandbox;
-use canopy_proto::Method;
 use canopy_proto::api::*;
+use canopy_proto::{ApiMethod, method};
 
 const CI_MANAGER: &str = r#"
 [[rule]]
@@ -49,16 +49,12 @@ fn say(line: &str) {
 }
 
 impl Demo {
-    async fn call<Req: serde::Serialize, Resp: serde::de::DeserializeOwned>(
-        &self,
-        method: Method,
-        req: &Req,
-    ) -> Result<Resp, String> {
+    async fn send<M: ApiMethod>(&self, req: &M::Request) -> Result<M::Response, String> {
         self.sandbox
             .api
-            .call(method, &self.sandbox.operator, req)
+            .send::<M>(&self.sandbox.operator, req)
             .await
-            .map_err(|e| format!("{}: {e}", method.as_str()))
+            .map_err(|e| format!("{}: {e}", M::METHOD.as_str()))
     }
 
     fn transcript(&self, agent: &str) -> String {
@@ -94,11 +90,11 @@ impl Demo {
             script: script.map(|text| ScriptSource { name: format!("{handle}.toml"), text: text.into() }),
             persona: None,
         };
-        self.call::<_, canopy_core::Account>(Method::AgentsCreate, &request).await.map(|_| ())
+        self.send::<method::AgentsCreate>(&request).await.map(|_| ())
     }
 
     async fn presence(&self, handle: &str) -> Option<canopy_core::Presence> {
-        let roster: RosterResponse = self.call(Method::Roster, &RosterRequest {}).await.ok()?;
+        let roster: RosterResponse = self.send::<method::Roster>(&RosterRequest {}).await.ok()?;
         roster.agents.into_iter().find(|a| a.handle.as_str() == handle).map(|a| a.presence)
     }
 
@@ -122,7 +118,7 @@ impl Demo {
             idempotency_key: None,
             ack_only: false,
         };
-        self.call(Method::MessagesPost, &request).await
+        self.send::<method::MessagesPost>(&request).await
     }
 }
 
@@ -171,7 +167,7 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
     let mut request = None;
     let deadline = Instant::now() + Duration::from_secs(60);
     while request.is_none() {
-        let list: SpawnListResponse = demo.call(Method::SpawnList, &SpawnListRequest::default()).await?;
+        let list: SpawnListResponse = demo.send::<method::SpawnList>(&SpawnListRequest::default()).await?;
         request = list.requests.into_iter().next();
         if Instant::now() > deadline {
             return Err("the CI Manager never asked".into());
@@ -180,15 +176,12 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
     }
     let request = request.ok_or("no request")?;
     let page: ReadResponse = demo
-        .call(
-            Method::MessagesRead,
-            &ReadRequest {
-                channel: "home-ci-manager".into(),
-                topic: Some(format!("spawn: {}", request.handle)),
-                after: 0,
-                limit: None,
-            },
-        )
+        .send::<method::MessagesRead>(&ReadRequest {
+            channel: "home-ci-manager".into(),
+            topic: Some(format!("spawn: {}", request.handle)),
+            after: 0,
+            limit: None,
+        })
         .await?;
     say(&format!("  - {} appears in #home-ci-manager, topic \"spawn: {}\":", request.id, request.handle));
     for group in &page.groups {
@@ -213,7 +206,7 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
         approve,
         reason: (!approve).then(|| "declined at the demo prompt".into()),
     };
-    let decided: canopy_core::SpawnRequest = demo.call(Method::SpawnDecide, &decision).await?;
+    let decided: canopy_core::SpawnRequest = demo.send::<method::SpawnDecide>(&decision).await?;
     say(&format!("  - {} is now {}", decided.id, decided.state));
     if approve {
         demo.wait("the child's first turn", |d| d.transcript("flaky-tests").contains("Find and fix the flaky tests"))
@@ -245,7 +238,7 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
 
     say("Flow 3: the Supervisor broadcasts; every agent receives it.");
     demo.post("home-supervisor", "ops", "@supervisor please broadcast").await?;
-    let agents: AgentsListResponse = demo.call(Method::AgentsList, &AgentsListRequest {}).await?;
+    let agents: AgentsListResponse = demo.send::<method::AgentsList>(&AgentsListRequest {}).await?;
     let listeners: Vec<String> =
         agents.agents.iter().map(|a| a.handle.to_string()).filter(|h| h != "supervisor").collect();
     demo.wait("every agent to receive the broadcast", |d| {

@@ -96,12 +96,12 @@ impl Api {
         Ok(request)
     }
 
-    pub(crate) async fn spawn_list(&self, req: SpawnListRequest) -> Result<SpawnListResponse, Error> {
+    pub(crate) async fn spawn_list(&self, _: Caller, req: SpawnListRequest) -> Result<SpawnListResponse, Error> {
         let state = req.state;
         Ok(SpawnListResponse { requests: self.store.read(move |conn| ops::list_spawns(conn, state)).await? })
     }
 
-    pub(crate) async fn despawn(
+    pub(crate) async fn agents_despawn(
         &self,
         caller: Caller,
         req: AgentsDespawnRequest,

@@ -63,6 +63,38 @@ impl std::fmt::Debug for Secrets {
     }
 }
 
+/// The dispatch, generated from the method table (`canopy_proto::api_methods!`): a runner
+/// method needs the runner token; any other needs an account's token and passes the per-role
+/// tool check; then the request is decoded as the table's request type and handed to the
+/// handler the table names, whose response must be the table's response type.
+macro_rules! dispatch {
+    (@call $api:ident, Runner, $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
+        $api.authenticate_runner($token)?;
+        let request: $req = decode_request($payload)?;
+        let response: $resp = $api.$handler(request).await?;
+        ok(response)
+    }};
+    (@call $api:ident, Account, $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
+        let caller = $api.authenticate($token).await?;
+        $api.check_tool(&caller, $method).await?;
+        let request: $req = decode_request($payload)?;
+        let response: $resp = $api.$handler(caller, request).await?;
+        ok(response)
+    }};
+    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $callers:ident, $tool:expr)),* $(,)?) => {
+        impl Api {
+            async fn dispatch(&self, method: &str, token: Option<&str>, payload: &[u8]) -> Result<Bytes, Error> {
+                let api = self;
+                let method = Method::parse(method).ok_or_else(|| Error::UnknownMethod { method: method.to_owned() })?;
+                match method {
+                    $(Method::$variant => dispatch!(@call api, $callers, $handler, $req, $resp, token, payload, method),)*
+                }
+            }
+        }
+    };
+}
+canopy_proto::api_methods!(dispatch);
+
 impl Api {
     /// Handles one request and returns the reply payload.
     pub async fn handle(&self, subject: &str, token: Option<&str>, payload: &[u8]) -> Bytes {
@@ -73,69 +105,6 @@ impl Api {
                 tracing::debug!(method, code = %err.code(), error = %err, "request refused");
                 encode(&Reply::<()>::Error(WireError::from(&err)))
             }
-        }
-    }
-
-    async fn dispatch(&self, method: &str, token: Option<&str>, payload: &[u8]) -> Result<Bytes, Error> {
-        let method = Method::parse(method).ok_or_else(|| Error::UnknownMethod { method: method.to_owned() })?;
-        if method.is_runner_method() {
-            self.authenticate_runner(token)?;
-            return match method {
-                Method::RunnersSync => ok(self.runners_sync(decode_request(payload)?).await?),
-                Method::DeliveriesPull => ok(self.deliveries_pull(decode_request(payload)?).await?),
-                Method::DeliveriesAck => ok(self.deliveries_ack(decode_request(payload)?).await?),
-                Method::RunsFinish => ok(self.runs_finish(decode_request(payload)?).await?),
-                Method::SessionsContinuity => ok(self.sessions_continuity(decode_request(payload)?).await?),
-                _ => ok(self.sessions_report(decode_request(payload)?).await?),
-            };
-        }
-        let caller = self.authenticate(token).await?;
-        self.check_tool(&caller, method).await?;
-        match method {
-            Method::Whoami => ok(self.whoami(caller, decode_request(payload)?).await?),
-            Method::AgentsCreate => ok(self.agents_create(caller, decode_request(payload)?).await?),
-            Method::AgentsList => ok(self.agents_list(decode_request(payload)?).await?),
-            Method::AgentsShow => ok(self.agents_show(decode_request(payload)?).await?),
-            Method::AgentsReparent => ok(self.agents_reparent(caller, decode_request(payload)?).await?),
-            Method::Tree => ok(self.tree(decode_request(payload)?).await?),
-            Method::ChannelsList => ok(self.channels_list(decode_request(payload)?).await?),
-            Method::ChannelsCreate => ok(self.channels_create(caller, decode_request(payload)?).await?),
-            Method::TopicsList => ok(self.topics_list(caller, decode_request(payload)?).await?),
-            Method::MessagesPost => ok(self.post(caller, decode_request(payload)?).await?),
-            Method::MessagesRead => ok(self.read(caller, decode_request(payload)?).await?),
-            Method::MessagesSync => ok(self.sync(caller, decode_request(payload)?).await?),
-            Method::AgentsStart => ok(self.set_desired(caller, decode_request(payload)?, Desired::Running).await?),
-            Method::AgentsStop => ok(self.set_desired(caller, decode_request(payload)?, Desired::Stopped).await?),
-            Method::AgentsInterrupt => ok(self.agents_interrupt(caller, decode_request(payload)?).await?),
-            Method::AgentsSetActivity => ok(self.set_activity(caller, decode_request(payload)?).await?),
-            Method::Roster => ok(self.roster(decode_request(payload)?).await?),
-            Method::ActivityRead => ok(self.activity_read(caller, decode_request(payload)?).await?),
-            Method::ChannelsSubscribe => ok(self.subscribe(caller, decode_request(payload)?, true).await?),
-            Method::ChannelsUnsubscribe => ok(self.subscribe(caller, decode_request(payload)?, false).await?),
-            Method::ChannelsOpenDirect => ok(self.open_direct(caller, decode_request(payload)?).await?),
-            Method::TopicsRename => ok(self.topics_rename(caller, decode_request(payload)?).await?),
-            Method::TopicsResolve => ok(self.topics_resolve(caller, decode_request(payload)?).await?),
-            Method::BoardPin => ok(self.board_pin(caller, decode_request(payload)?).await?),
-            Method::BoardList => ok(self.board_list(caller, decode_request(payload)?).await?),
-            Method::SpawnRequest => ok(self.spawn_request(caller, decode_request(payload)?).await?),
-            Method::SpawnDecide => ok(self.spawn_decide(caller, decode_request(payload)?).await?),
-            Method::SpawnCancel => ok(self.spawn_cancel(caller, decode_request(payload)?).await?),
-            Method::SpawnList => ok(self.spawn_list(decode_request(payload)?).await?),
-            Method::AgentsDespawn => ok(self.despawn(caller, decode_request(payload)?).await?),
-            Method::AuditList => ok(self.audit_list(caller, decode_request(payload)?).await?),
-            Method::PromptsRender => ok(self.prompts_render(caller, decode_request(payload)?).await?),
-            Method::PromptsSkill => ok(self.prompts_read(caller, decode_request(payload)?, true).await?),
-            Method::PromptsRule => ok(self.prompts_read(caller, decode_request(payload)?, false).await?),
-            Method::RunsStart => ok(self.runs_start(caller, decode_request(payload)?).await?),
-            Method::RunsList => ok(self.runs_list(caller, decode_request(payload)?).await?),
-            Method::HistorySearch => ok(self.history_search(caller, decode_request(payload)?).await?),
-            Method::Usage => ok(self.usage(caller, decode_request(payload)?).await?),
-            Method::RunnersSync
-            | Method::SessionsReport
-            | Method::DeliveriesPull
-            | Method::DeliveriesAck
-            | Method::RunsFinish
-            | Method::SessionsContinuity => Err(Error::Internal("runner methods are routed above".into())),
         }
     }
 
@@ -183,6 +152,14 @@ impl Api {
                 tracing::warn!(error = %e, "publishing a message event failed");
             }
         }
+    }
+
+    async fn agents_start(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
+        self.set_desired(caller, req, Desired::Running).await
+    }
+
+    async fn agents_stop(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
+        self.set_desired(caller, req, Desired::Stopped).await
     }
 
     async fn set_desired(
@@ -243,7 +220,7 @@ impl Api {
         })
     }
 
-    async fn set_activity(&self, caller: Caller, req: SetActivityRequest) -> Result<RosterEntry, Error> {
+    async fn agents_set_activity(&self, caller: Caller, req: SetActivityRequest) -> Result<RosterEntry, Error> {
         let text = bounded_text("text", req.text, 1000)?;
         self.store.write(move |conn| ops::set_activity(conn, &caller, &text)).await
     }
@@ -253,7 +230,7 @@ impl Api {
         self.config.sandbox.mode == crate::config::SandboxModeConfig::Off
     }
 
-    async fn roster(&self, _: RosterRequest) -> Result<RosterResponse, Error> {
+    async fn roster(&self, _: Caller, _: RosterRequest) -> Result<RosterResponse, Error> {
         let mut agents = self.store.read(ops::roster).await?;
         let unconfined = self.unconfined();
         agents.iter_mut().for_each(|a| a.unconfined = unconfined);
@@ -394,6 +371,14 @@ impl Api {
         }
     }
 
+    async fn channels_subscribe(&self, caller: Caller, req: ChannelRequest) -> Result<canopy_core::Channel, Error> {
+        self.subscribe(caller, req, true).await
+    }
+
+    async fn channels_unsubscribe(&self, caller: Caller, req: ChannelRequest) -> Result<canopy_core::Channel, Error> {
+        self.subscribe(caller, req, false).await
+    }
+
     async fn subscribe(&self, caller: Caller, req: ChannelRequest, join: bool) -> Result<canopy_core::Channel, Error> {
         let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
         self.store
@@ -407,7 +392,11 @@ impl Api {
             .await
     }
 
-    async fn open_direct(&self, caller: Caller, req: OpenDirectRequest) -> Result<canopy_core::Channel, Error> {
+    async fn channels_open_direct(
+        &self,
+        caller: Caller,
+        req: OpenDirectRequest,
+    ) -> Result<canopy_core::Channel, Error> {
         let peer = Handle::parse(&req.peer).map_err(|e| Error::name("peer", e))?;
         self.store.write(move |conn| ops::open_direct(conn, &caller, &peer)).await
     }
@@ -490,12 +479,12 @@ impl Api {
         Ok(account)
     }
 
-    async fn agents_list(&self, _: AgentsListRequest) -> Result<AgentsListResponse, Error> {
+    async fn agents_list(&self, _: Caller, _: AgentsListRequest) -> Result<AgentsListResponse, Error> {
         let agents = self.store.read(ops::list_agents).await?;
         Ok(AgentsListResponse { agents })
     }
 
-    async fn agents_show(&self, req: AgentsShowRequest) -> Result<AgentsShowResponse, Error> {
+    async fn agents_show(&self, _: Caller, req: AgentsShowRequest) -> Result<AgentsShowResponse, Error> {
         let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
         self.store
             .read(move |conn| {
@@ -514,11 +503,11 @@ impl Api {
         self.store.write(move |conn| ops::reparent(conn, &caller, &handle, &parent)).await
     }
 
-    async fn tree(&self, _: TreeRequest) -> Result<TreeResponse, Error> {
+    async fn tree(&self, _: Caller, _: TreeRequest) -> Result<TreeResponse, Error> {
         Ok(TreeResponse { root: self.store.read(ops::tree).await? })
     }
 
-    async fn channels_list(&self, _: ChannelsListRequest) -> Result<ChannelsListResponse, Error> {
+    async fn channels_list(&self, _: Caller, _: ChannelsListRequest) -> Result<ChannelsListResponse, Error> {
         Ok(ChannelsListResponse { channels: self.store.read(ops::list_channels).await? })
     }
 
@@ -545,7 +534,7 @@ impl Api {
         Ok(TopicsListResponse { topics })
     }
 
-    async fn post(&self, caller: Caller, req: PostRequest) -> Result<PostResponse, Error> {
+    async fn messages_post(&self, caller: Caller, req: PostRequest) -> Result<PostResponse, Error> {
         let max = self.config.limits.max_body_bytes;
         if req.body.trim().is_empty() {
             return Err(Error::invalid("body", "the message body is empty"));
@@ -598,7 +587,7 @@ impl Api {
         })
     }
 
-    async fn read(&self, caller: Caller, req: ReadRequest) -> Result<ReadResponse, Error> {
+    async fn messages_read(&self, caller: Caller, req: ReadRequest) -> Result<ReadResponse, Error> {
         let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
         let topic =
             req.topic.as_deref().map(|t| TopicName::parse(t).map_err(|e| Error::name("topic", e))).transpose()?;
@@ -615,7 +604,7 @@ impl Api {
         })
     }
 
-    async fn sync(&self, caller: Caller, req: SyncRequest) -> Result<SyncResponse, Error> {
+    async fn messages_sync(&self, caller: Caller, req: SyncRequest) -> Result<SyncResponse, Error> {
         let channel =
             req.channel.as_deref().map(|c| ChannelName::parse(c).map_err(|e| Error::name("channel", e))).transpose()?;
         let limit = page_limit(req.limit)?;

@@ -67,7 +67,7 @@ impl Api {
         if caller.kind != AccountKind::Agent {
             return Ok(());
         }
-        let Some(tool) = canopy_tools::tool_for(method) else { return Ok(()) };
+        let Some(tool) = method.tool().map(|t| t.name) else { return Ok(()) };
         let tools = self.tools_of(caller).await?;
         let role = self.role_of(caller).await?;
         match tools.iter().any(|t| t == tool) {
@@ -250,6 +250,22 @@ impl Api {
     }
 
     /// `prompts.skill` and `prompts.rule`: a body the caller's prompt lists.
+    pub(crate) async fn prompts_skill(
+        &self,
+        caller: Caller,
+        req: PromptsReadRequest,
+    ) -> Result<PromptsReadResponse, Error> {
+        self.prompts_read(caller, req, true).await
+    }
+
+    pub(crate) async fn prompts_rule(
+        &self,
+        caller: Caller,
+        req: PromptsReadRequest,
+    ) -> Result<PromptsReadResponse, Error> {
+        self.prompts_read(caller, req, false).await
+    }
+
     pub(crate) async fn prompts_read(
         &self,
         caller: Caller,

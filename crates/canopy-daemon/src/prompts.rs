@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use canopy_core::Error;
 use canopy_prompt::{Bundle, Facts, Renderer};
+use canopy_proto::Method;
 
 use crate::config::{Config, ConfigError};
 
@@ -81,7 +82,7 @@ pub fn relative_to_project(data_dir: &Path, path: &str) -> PathBuf {
 
 /// Every native tool Canopy serves.
 pub fn catalog() -> Vec<&'static str> {
-    canopy_tools::TOOL_NAMES.to_vec()
+    Method::tools().map(|(_, tool)| tool.name).collect()
 }
 
 /// Loads `source` and runs the lint: what `canopy bundle check` and the daemon's start do.

@@ -1,13 +1,16 @@
 //! Canopy's wire contract: every request, reply and event that crosses NATS.
 //!
-//! Owns the subject map (`subject`), the JSON shapes (`api`), the reply envelope and error
-//! shape (`reply`), and the JSON Schemas checked in under `proto/schemas/`. Nothing else in
+//! Owns the method table (`methods`: every API method declared once), the subject map
+//! (`subject`), the JSON shapes (`api`), the reply envelope and error shape (`reply`), and the
+//! JSON Schemas checked in under `proto/schemas/`. Nothing else in
 //! the workspace builds a subject string or decides a JSON field name. Does no IO.
 
 pub mod api;
+pub mod methods;
 pub mod reply;
 pub mod schema;
 pub mod subject;
 
+pub use methods::{ApiMethod, Callers, Tool};
 pub use reply::{Reply, WireError, decode_request};
-pub use subject::{Method, Subjects, TOKEN_HEADER};
+pub use subject::{Method, Subjects, TOKEN_HEADER, method};

@@ -17,60 +17,21 @@ fn pair<Req: JsonSchema, Resp: JsonSchema>(method: Method) -> [(String, Value); 
     ]
 }
 
+/// The request and reply schemas of every method in the table.
+macro_rules! method_schemas {
+    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $callers:ident, $tool:expr)),* $(,)?) => {
+        fn method_schemas() -> Vec<(String, Value)> {
+            let mut out = Vec::new();
+            $(out.extend(pair::<$req, $resp>(Method::$variant));)*
+            out
+        }
+    };
+}
+crate::api_methods!(method_schemas);
+
 /// Every schema, keyed by its file name under `proto/schemas/`.
 pub fn all() -> Vec<(String, Value)> {
-    let mut out = Vec::new();
-    for method in Method::ALL {
-        let schemas = match method {
-            Method::Whoami => pair::<WhoamiRequest, WhoamiResponse>(*method),
-            Method::AgentsCreate => pair::<AgentsCreateRequest, canopy_core::Account>(*method),
-            Method::AgentsList => pair::<AgentsListRequest, AgentsListResponse>(*method),
-            Method::AgentsShow => pair::<AgentsShowRequest, AgentsShowResponse>(*method),
-            Method::AgentsReparent => pair::<AgentsReparentRequest, canopy_core::Account>(*method),
-            Method::Tree => pair::<TreeRequest, TreeResponse>(*method),
-            Method::ChannelsList => pair::<ChannelsListRequest, ChannelsListResponse>(*method),
-            Method::ChannelsCreate => pair::<ChannelsCreateRequest, canopy_core::Channel>(*method),
-            Method::TopicsList => pair::<TopicsListRequest, TopicsListResponse>(*method),
-            Method::MessagesPost => pair::<PostRequest, PostResponse>(*method),
-            Method::MessagesRead => pair::<ReadRequest, ReadResponse>(*method),
-            Method::MessagesSync => pair::<SyncRequest, SyncResponse>(*method),
-            Method::AgentsStart | Method::AgentsStop => {
-                pair::<AgentsStartStopRequest, canopy_core::RosterEntry>(*method)
-            }
-            Method::AgentsSetActivity => pair::<SetActivityRequest, canopy_core::RosterEntry>(*method),
-            Method::Roster => pair::<RosterRequest, RosterResponse>(*method),
-            Method::ActivityRead => pair::<ActivityReadRequest, ActivityReadResponse>(*method),
-            Method::RunnersSync => pair::<RunnersSyncRequest, RunnersSyncResponse>(*method),
-            Method::SessionsReport => pair::<SessionsReportRequest, SessionsReportResponse>(*method),
-            Method::DeliveriesPull => pair::<DeliveriesPullRequest, DeliveriesPullResponse>(*method),
-            Method::DeliveriesAck => pair::<DeliveriesAckRequest, DeliveriesAckResponse>(*method),
-            Method::ChannelsSubscribe | Method::ChannelsUnsubscribe => {
-                pair::<ChannelRequest, canopy_core::Channel>(*method)
-            }
-            Method::ChannelsOpenDirect => pair::<OpenDirectRequest, canopy_core::Channel>(*method),
-            Method::TopicsRename => pair::<TopicsRenameRequest, Done>(*method),
-            Method::TopicsResolve => pair::<TopicsResolveRequest, Done>(*method),
-            Method::BoardPin => pair::<BoardPinRequest, BoardResponse>(*method),
-            Method::BoardList => pair::<BoardListRequest, BoardResponse>(*method),
-            Method::SpawnRequest => pair::<SpawnRequestRequest, canopy_core::SpawnRequest>(*method),
-            Method::SpawnDecide => pair::<SpawnDecideRequest, canopy_core::SpawnRequest>(*method),
-            Method::SpawnCancel => pair::<SpawnCancelRequest, canopy_core::SpawnRequest>(*method),
-            Method::SpawnList => pair::<SpawnListRequest, SpawnListResponse>(*method),
-            Method::AgentsDespawn => pair::<AgentsDespawnRequest, AgentsDespawnResponse>(*method),
-            Method::AuditList => pair::<AuditListRequest, AuditListResponse>(*method),
-            Method::PromptsRender => pair::<PromptsRenderRequest, PromptsRenderResponse>(*method),
-            Method::PromptsSkill => pair::<PromptsReadRequest, PromptsReadResponse>(*method),
-            Method::PromptsRule => pair::<PromptsReadRequest, PromptsReadResponse>(*method),
-            Method::RunsStart => pair::<RunsStartRequest, RunsStartResponse>(*method),
-            Method::RunsList => pair::<RunsListRequest, RunsListResponse>(*method),
-            Method::RunsFinish => pair::<RunsFinishRequest, RunsFinishResponse>(*method),
-            Method::HistorySearch => pair::<HistorySearchRequest, HistorySearchResponse>(*method),
-            Method::SessionsContinuity => pair::<SessionsContinuityRequest, SessionsContinuityResponse>(*method),
-            Method::Usage => pair::<UsageRequest, UsageResponse>(*method),
-            Method::AgentsInterrupt => pair::<AgentsInterruptRequest, AgentsInterruptResponse>(*method),
-        };
-        out.extend(schemas);
-    }
+    let mut out = method_schemas();
     out.push(("event.message.json".to_owned(), schema_for!(MessageEvent).to_value()));
     out.push(("event.activity.json".to_owned(), schema_for!(ActivityEvent).to_value()));
     out.push(("runner.deliver.json".to_owned(), schema_for!(DeliverDoorbell).to_value()));

@@ -1,160 +1,16 @@
 //! The subject map: the one place NATS subjects are spelled.
 //!
 //! Every subject starts with `canopy.<workspace id>.` so several workspaces can share one
-//! NATS cluster. `proto/SUBJECTS.md` documents the same map for humans; a test keeps the
-//! method list there in step with `Method::ALL`.
+//! NATS cluster. The `Method` enum is generated from the method table (`methods`).
+//! `proto/SUBJECTS.md` documents the same map for humans; a test keeps the method list there
+//! in step with `Method::ALL`.
 
 /// NATS header that carries the caller's bearer token on API requests.
 pub const TOKEN_HEADER: &str = "Canopy-Token";
 
-/// An API method, served as request/reply on `canopy.<ws>.api.<method>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Method {
-    Whoami,
-    AgentsCreate,
-    AgentsList,
-    AgentsShow,
-    AgentsReparent,
-    Tree,
-    ChannelsList,
-    ChannelsCreate,
-    TopicsList,
-    MessagesPost,
-    MessagesRead,
-    MessagesSync,
-    AgentsStart,
-    AgentsStop,
-    AgentsSetActivity,
-    Roster,
-    ActivityRead,
-    RunnersSync,
-    SessionsReport,
-    DeliveriesPull,
-    DeliveriesAck,
-    ChannelsSubscribe,
-    ChannelsUnsubscribe,
-    ChannelsOpenDirect,
-    TopicsRename,
-    TopicsResolve,
-    BoardPin,
-    BoardList,
-    SpawnRequest,
-    SpawnDecide,
-    SpawnCancel,
-    SpawnList,
-    AgentsDespawn,
-    AuditList,
-    PromptsRender,
-    PromptsSkill,
-    PromptsRule,
-    RunsStart,
-    RunsList,
-    RunsFinish,
-    HistorySearch,
-    SessionsContinuity,
-    Usage,
-    AgentsInterrupt,
-}
+crate::api_methods!(crate::methods::define_methods);
 
 impl Method {
-    /// Every method, in the order `proto/SUBJECTS.md` lists them.
-    pub const ALL: &'static [Method] = &[
-        Method::Whoami,
-        Method::AgentsCreate,
-        Method::AgentsList,
-        Method::AgentsShow,
-        Method::AgentsReparent,
-        Method::Tree,
-        Method::ChannelsList,
-        Method::ChannelsCreate,
-        Method::TopicsList,
-        Method::MessagesPost,
-        Method::MessagesRead,
-        Method::MessagesSync,
-        Method::AgentsStart,
-        Method::AgentsStop,
-        Method::AgentsSetActivity,
-        Method::Roster,
-        Method::ActivityRead,
-        Method::RunnersSync,
-        Method::SessionsReport,
-        Method::DeliveriesPull,
-        Method::DeliveriesAck,
-        Method::ChannelsSubscribe,
-        Method::ChannelsUnsubscribe,
-        Method::ChannelsOpenDirect,
-        Method::TopicsRename,
-        Method::TopicsResolve,
-        Method::BoardPin,
-        Method::BoardList,
-        Method::SpawnRequest,
-        Method::SpawnDecide,
-        Method::SpawnCancel,
-        Method::SpawnList,
-        Method::AgentsDespawn,
-        Method::AuditList,
-        Method::PromptsRender,
-        Method::PromptsSkill,
-        Method::PromptsRule,
-        Method::RunsStart,
-        Method::RunsList,
-        Method::RunsFinish,
-        Method::HistorySearch,
-        Method::SessionsContinuity,
-        Method::Usage,
-        Method::AgentsInterrupt,
-    ];
-
-    /// The subject suffix after `api.`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Whoami => "whoami",
-            Method::AgentsCreate => "agents.create",
-            Method::AgentsList => "agents.list",
-            Method::AgentsShow => "agents.show",
-            Method::AgentsReparent => "agents.reparent",
-            Method::Tree => "tree",
-            Method::ChannelsList => "channels.list",
-            Method::ChannelsCreate => "channels.create",
-            Method::TopicsList => "topics.list",
-            Method::MessagesPost => "messages.post",
-            Method::MessagesRead => "messages.read",
-            Method::MessagesSync => "messages.sync",
-            Method::AgentsStart => "agents.start",
-            Method::AgentsStop => "agents.stop",
-            Method::AgentsSetActivity => "agents.set_activity",
-            Method::Roster => "roster",
-            Method::ActivityRead => "activity.read",
-            Method::RunnersSync => "runners.sync",
-            Method::SessionsReport => "sessions.report",
-            Method::DeliveriesPull => "deliveries.pull",
-            Method::DeliveriesAck => "deliveries.ack",
-            Method::ChannelsSubscribe => "channels.subscribe",
-            Method::ChannelsUnsubscribe => "channels.unsubscribe",
-            Method::ChannelsOpenDirect => "channels.open_direct",
-            Method::TopicsRename => "topics.rename",
-            Method::TopicsResolve => "topics.resolve",
-            Method::BoardPin => "board.pin",
-            Method::BoardList => "board.list",
-            Method::SpawnRequest => "spawn.request",
-            Method::SpawnDecide => "spawn.decide",
-            Method::SpawnCancel => "spawn.cancel",
-            Method::SpawnList => "spawn.list",
-            Method::AgentsDespawn => "agents.despawn",
-            Method::AuditList => "audit.list",
-            Method::PromptsRender => "prompts.render",
-            Method::PromptsSkill => "prompts.skill",
-            Method::PromptsRule => "prompts.rule",
-            Method::RunsStart => "runs.start",
-            Method::RunsList => "runs.list",
-            Method::RunsFinish => "runs.finish",
-            Method::HistorySearch => "history.search",
-            Method::SessionsContinuity => "sessions.continuity",
-            Method::Usage => "usage",
-            Method::AgentsInterrupt => "agents.interrupt",
-        }
-    }
-
     /// Parses a subject suffix.
     pub fn parse(suffix: &str) -> Option<Method> {
         Method::ALL.iter().copied().find(|m| m.as_str() == suffix)
@@ -162,15 +18,12 @@ impl Method {
 
     /// Whether only runners (authenticated by the runner token) may call the method.
     pub fn is_runner_method(self) -> bool {
-        matches!(
-            self,
-            Method::RunnersSync
-                | Method::SessionsReport
-                | Method::DeliveriesPull
-                | Method::DeliveriesAck
-                | Method::RunsFinish
-                | Method::SessionsContinuity
-        )
+        self.callers() == crate::methods::Callers::Runner
+    }
+
+    /// The native tools, in the order sessions see them.
+    pub fn tools() -> impl Iterator<Item = (Method, crate::methods::Tool)> {
+        Method::ALL.iter().filter_map(|m| m.tool().map(|t| (*m, t)))
     }
 }
 

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use canopy_bus::{ApiClient, CallError};
-use canopy_proto::Method;
-use canopy_proto::api::{SessionReport, SessionsReportRequest, SessionsReportResponse};
+use canopy_proto::api::{SessionReport, SessionsReportRequest};
+use canopy_proto::method;
 use tokio::sync::mpsc;
 
 /// Most reports sent in one request.
@@ -43,7 +43,7 @@ async fn send(api: &ApiClient, token: &str, runner_id: &str, batch: &mut Vec<Ses
     let mut delay = Duration::from_millis(100);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        match api.call::<_, SessionsReportResponse>(Method::SessionsReport, token, &request).await {
+        match api.send::<method::SessionsReport>(token, &request).await {
             Ok(response) => {
                 if response.ignored > 0 {
                     tracing::debug!(ignored = response.ignored, "the daemon ignored reports of stale sessions");

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use canopy_bus::{ApiClient, CallError};
 use canopy_harness::{HarnessKind, HarnessSettings, SandboxSettings};
-use canopy_proto::Method;
 use canopy_proto::api::{
     DeliverDoorbell, InterruptReply, InterruptRequest, ReportedActivity, RunnersSyncRequest, RunnersSyncResponse,
     RunningSession, SessionReport, SteerReply, SteerRequest,
 };
+use canopy_proto::method;
 use canopy_tools::http::{HttpEndpoint, TokenCheck};
 use canopy_tools::{CanopyTools, TokenSource};
 use futures_util::StreamExt;
@@ -218,7 +218,7 @@ impl RunnerActor {
             running,
         };
         let assigned: RunnersSyncResponse =
-            match self.options.api.call(Method::RunnersSync, &self.options.token, &request).await {
+            match self.options.api.send::<method::RunnersSync>(&self.options.token, &request).await {
                 Ok(response) => response,
                 Err(CallError::Refused(e)) => {
                     tracing::error!(error = %e, "the daemon refused this runner's sync");

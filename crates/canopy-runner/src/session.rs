@@ -20,12 +20,12 @@ use canopy_core::{Message, Presence};
 use canopy_harness::{
     HarnessEvent, HarnessKind, InputContext, LaunchError, LaunchSpec, PromptMode, SendMode, SendOutcome, Session,
 };
-use canopy_proto::Method;
 use canopy_proto::api::{
-    ContinuityWhen, DeliveriesAckRequest, DeliveriesAckResponse, DeliveriesPullRequest, DeliveriesPullResponse,
-    InterruptReply, PromptModeWire, ReportedActivity, ReportedUsage, RunsFinishRequest, RunsFinishResponse,
-    SessionAssignment, SessionReport, SessionsContinuityRequest, SessionsContinuityResponse, SteerReply,
+    ContinuityWhen, DeliveriesAckRequest, DeliveriesPullRequest, DeliveriesPullResponse, InterruptReply,
+    PromptModeWire, ReportedActivity, ReportedUsage, RunsFinishRequest, SessionAssignment, SessionReport,
+    SessionsContinuityRequest, SteerReply,
 };
+use canopy_proto::method;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -211,7 +211,7 @@ impl Mailbox {
             incarnation: self.incarnation,
             limit: Some(self.batch),
         };
-        match self.api.call(Method::DeliveriesPull, &self.token, &request).await {
+        match self.api.send::<method::DeliveriesPull>(&self.token, &request).await {
             Ok(pending) => Some(pending),
             Err(e) => {
                 tracing::debug!(error = %e, "pulling pending messages failed; retrying later");
@@ -232,10 +232,7 @@ impl Mailbox {
             status: if done { "done" } else { "failed" }.to_owned(),
             report,
         };
-        retrying("reporting a run's end failed", || {
-            self.api.call::<_, RunsFinishResponse>(Method::RunsFinish, &self.token, &request)
-        })
-        .await;
+        retrying("reporting a run's end failed", || self.api.send::<method::RunsFinish>(&self.token, &request)).await;
     }
 
     /// The continuity block the daemon builds for this session, or `None` if it cannot be
@@ -247,7 +244,7 @@ impl Mailbox {
             incarnation: self.incarnation,
             when,
         };
-        match self.api.call::<_, SessionsContinuityResponse>(Method::SessionsContinuity, &self.token, &request).await {
+        match self.api.send::<method::SessionsContinuity>(&self.token, &request).await {
             Ok(response) if !response.block.is_empty() => Some(response.block),
             Ok(_) => None,
             Err(e) => {
@@ -279,10 +276,8 @@ impl Mailbox {
             seqs,
             steered,
         };
-        retrying("acknowledging a delivery failed", || {
-            self.api.call::<_, DeliveriesAckResponse>(Method::DeliveriesAck, &self.token, &request)
-        })
-        .await;
+        retrying("acknowledging a delivery failed", || self.api.send::<method::DeliveriesAck>(&self.token, &request))
+            .await;
     }
 }
 

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use canopy_core::continuity::HistoryItem;
 use canopy_proto::Method;
-use canopy_proto::api::{BoardResponse, HistorySearchResponse, ReadResponse, WhoamiRequest, WhoamiResponse};
+use canopy_proto::api::{BoardResponse, HistorySearchResponse, ReadResponse, WhoamiRequest};
+use canopy_proto::method;
 
 use crate::catalog::{ResolveError, TOOLS, resolve};
 
@@ -66,7 +67,7 @@ impl CanopyTools {
                 return tool_error(ErrorCode::InvalidArgument, &format!("bad arguments for {name}: {reason}"), None);
             }
         };
-        match self.api.call::<Value, Value>(call.method, token, &call.request).await {
+        match self.api.call_json(call.method, token, &call.request).await {
             Ok(value) => {
                 let rendered = fenced(call.method, &value);
                 let mut result = CallToolResult::structured(value);
@@ -164,7 +165,7 @@ impl ServerHandler for CanopyTools {
         // refuses the others anyway). Without an answer, nothing is listed.
         let token = self.token(&context);
         let registered: Vec<String> = match token.as_deref() {
-            Some(token) => match self.api.call::<_, WhoamiResponse>(Method::Whoami, token, &WhoamiRequest {}).await {
+            Some(token) => match self.api.send::<method::Whoami>(token, &WhoamiRequest {}).await {
                 Ok(who) => who.tools,
                 Err(e) => {
                     return Err(ErrorData::internal_error(
