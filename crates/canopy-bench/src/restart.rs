@@ -70,7 +70,7 @@ pub async fn figures(bench: Sandbox, quick: bool) -> Result<Vec<Figure>, String>
     let bus = Bus::connect(stopped.nats.url(), None, "canopy-bench-restart", false).await.map_err(|e| e.to_string())?;
     let deadline = started + Duration::from_secs(120);
     let api = loop {
-        if let Ok(info) = canopy_daemon::read_connection_info(&stopped.data) {
+        if let Ok(info) = canopy_config::read_connection_info(&stopped.data) {
             let api = ApiClient::new(bus.clone(), Subjects::new(&info.workspace_id), Duration::from_secs(30));
             if api.send::<method::Whoami>(&stopped.operator, &WhoamiRequest {}).await.is_ok() {
                 break api;

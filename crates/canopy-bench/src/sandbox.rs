@@ -28,7 +28,7 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
             let spec = LaunchSpec {
                 kind: HarnessKind::Scripted,
                 program: program.clone(),
-                program_args: vec![canopy_daemon::daemon::SCRIPTED_SUBCOMMAND.to_owned()],
+                program_args: vec![canopy_runner::wiring::SCRIPTED_SUBCOMMAND.to_owned()],
                 session_dir: agent_dir.join("1"),
                 agent_dir: Some(agent_dir.clone()),
                 cwd: agent_dir.join("work"),

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use canopy_bus::{ApiClient, Bus, ManagedNats, NatsServerConfig, find_nats_server};
-use canopy_daemon::{Config, DataDir, InitOptions};
+use canopy_config::{Config, DataDir};
+use canopy_daemon::InitOptions;
 use canopy_proto::Subjects;
 use canopy_proto::api::*;
 use canopy_proto::method;
@@ -56,7 +57,12 @@ impl Sandbox {
     pub async fn start(edits: &[(&str, &str)]) -> Result<Sandbox, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("creating a temporary directory: {e}"))?;
         let data = DataDir::new(dir.path().join("data"));
-        let options = InitOptions { mission: "benchmark".into(), operator: "bench".into(), name: "bench".into() };
+        let options = InitOptions {
+            mission: "benchmark".into(),
+            operator: "bench".into(),
+            name: "bench".into(),
+            check_script: canopy_harness::scripted::check_script,
+        };
         canopy_daemon::init(&data, &options).await.map_err(|e| e.to_string())?;
         let mut text = std::fs::read_to_string(data.config()).map_err(|e| e.to_string())?;
         for (from, to) in edits {
@@ -75,13 +81,18 @@ impl Sandbox {
         .await
         .map_err(|e| e.to_string())?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let daemon_options = canopy_daemon::DaemonOptions { dir: data.clone(), nats_url: Some(nats.url().to_owned()) };
+        let daemon_options = canopy_daemon::DaemonOptions {
+            dir: data.clone(),
+            nats_url: Some(nats.url().to_owned()),
+            embedded: Some(Box::new(canopy_runner::wiring::embedded)),
+            check_script: canopy_harness::scripted::check_script,
+        };
         let daemon = tokio::spawn(canopy_daemon::run(daemon_options, async move {
             let _ = stopped.await;
         }));
         let deadline = Instant::now() + Duration::from_secs(20);
         let info = loop {
-            if let Ok(info) = canopy_daemon::read_connection_info(&data) {
+            if let Ok(info) = canopy_config::read_connection_info(&data) {
                 break info;
             }
             if Instant::now() > deadline {
@@ -210,8 +221,8 @@ impl Sandbox {
 
     /// A real runner in this process (harness: this binary's `harness-scripted`).
     pub async fn start_runner(&self) -> Result<canopy_runner::RunnerHandle, String> {
-        let options = canopy_daemon::daemon::runner_options(&self.data, &self.config, self.api.clone())
-            .map_err(|e| e.to_string())?;
+        let options =
+            canopy_runner::wiring::options(&self.data, &self.config, self.api.clone()).map_err(|e| e.to_string())?;
         canopy_runner::spawn(options).await.map_err(|e| e.to_string())
     }
 

@@ -2,7 +2,7 @@
 
 pub use canopy_bus::CallError;
 use canopy_bus::{ApiClient, Bus};
-use canopy_daemon::{Config, ConnectionInfo, DataDir, read_connection_info};
+use canopy_config::{Config, ConnectionInfo, DataDir, read_connection_info};
 use canopy_proto::ApiMethod;
 use canopy_proto::Subjects;
 

@@ -2,8 +2,9 @@
 
 use std::io::Read;
 
+use canopy_config::{Config, DataDir};
 use canopy_core::{ChannelKind, ErrorCode, PostPolicy};
-use canopy_daemon::{DaemonError, DaemonOptions, DataDir, InitOptions};
+use canopy_daemon::{DaemonError, DaemonOptions, InitOptions};
 use canopy_proto::api::*;
 use canopy_proto::{ApiMethod, method};
 use futures_util::StreamExt;
@@ -47,7 +48,12 @@ async fn init(dir: &DataDir, json: bool, args: &InitArgs) -> u8 {
         Some(operator) => operator.clone(),
         None => default_operator(),
     };
-    let options = InitOptions { mission: args.mission.clone(), operator, name: args.name.clone() };
+    let options = InitOptions {
+        mission: args.mission.clone(),
+        operator,
+        name: args.name.clone(),
+        check_script: canopy_harness::scripted::check_script,
+    };
     match canopy_daemon::init(dir, &options).await {
         Ok(report) if json => {
             output::json(&report);
@@ -84,9 +90,26 @@ fn default_operator() -> String {
     }
 }
 
+/// `canopy daemon`: the composition root. Checks what the daemon cannot (the sandbox grants,
+/// which are the harness layer's rules), then runs the daemon with the embedded runner and
+/// the scripted harness's script check.
 async fn daemon(dir: &DataDir, json: bool, args: &DaemonArgs) -> u8 {
-    let options = DaemonOptions { dir: dir.clone(), nats_url: args.nats_url.clone() };
-    match canopy_daemon::run(options, shutdown_signal()).await {
+    let checked = Config::load(&dir.config()).and_then(|config| {
+        canopy_runner::wiring::check_grants(&config, &dir.config(), dir.root())?;
+        canopy_runner::wiring::warn_if_unconfined(&config);
+        Ok(())
+    });
+    let options = DaemonOptions {
+        dir: dir.clone(),
+        nats_url: args.nats_url.clone(),
+        embedded: Some(Box::new(canopy_runner::wiring::embedded)),
+        check_script: canopy_harness::scripted::check_script,
+    };
+    let ran = match checked {
+        Ok(()) => canopy_daemon::run(options, shutdown_signal()).await,
+        Err(e) => Err(DaemonError::Config(e)),
+    };
+    match ran {
         Ok(()) => 0,
         Err(e) => {
             let code = match &e {
@@ -536,10 +559,11 @@ async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallE
 async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
     let started = async {
         let api = crate::client::api_client(dir, args.nats_url.as_deref()).await?;
-        let config = canopy_daemon::Config::load(&dir.config()).map_err(|e| CallError::Unreachable(e.to_string()))?;
-        config.check_grants(&dir.config(), dir.root()).map_err(|e| CallError::Unreachable(e.to_string()))?;
-        canopy_daemon::daemon::warn_if_unconfined(&config);
-        let options = canopy_daemon::daemon::runner_options(dir, &config, api)
+        let config = Config::load(&dir.config()).map_err(|e| CallError::Unreachable(e.to_string()))?;
+        canopy_runner::wiring::check_grants(&config, &dir.config(), dir.root())
+            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        canopy_runner::wiring::warn_if_unconfined(&config);
+        let options = canopy_runner::wiring::options(dir, &config, api)
             .map_err(|e| CallError::Unreachable(format!("preparing the runner: {e}")))?;
         canopy_runner::spawn(options).await.map_err(|e| CallError::Unreachable(e.to_string()))
     };
@@ -645,7 +669,7 @@ fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf>) -
     use canopy_daemon::prompts::{BundleSource, check};
     let source = match bundle {
         Some(path) => BundleSource::Dir(path),
-        None => match canopy_daemon::Config::load(&dir.config()) {
+        None => match Config::load(&dir.config()) {
             Ok(config) => BundleSource::from_config(&config, dir.root()),
             Err(e) => return fail(json, &CallError::Unreachable(e.to_string())),
         },

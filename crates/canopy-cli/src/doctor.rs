@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use canopy_daemon::{Config, DataDir};
+use canopy_config::{Config, DataDir};
 use canopy_harness::{
     Capability, HarnessKind, HarnessSettings, LaunchSpec, PromptMode, SandboxMode, SandboxSettings, Session,
 };
@@ -65,7 +65,7 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
         }
     };
     let scratch = Scratch::new(dir.root());
-    let report = report(&config, &config.sandbox_settings(dir.root()), &scratch.path).await;
+    let report = report(&config, &canopy_runner::wiring::sandbox_settings(&config, dir.root()), &scratch.path).await;
     drop(scratch);
     if json {
         output::json(&report);
@@ -146,7 +146,15 @@ pub async fn report(config: &Config, sandbox: &SandboxSettings, scratch: &Path) 
                 warning: None,
             },
             Some(default) => {
-                harness_check(kind, default, &config.harness_settings(kind), sandbox, required, scratch).await
+                harness_check(
+                    kind,
+                    default,
+                    &canopy_runner::wiring::harness_settings(config, kind),
+                    sandbox,
+                    required,
+                    scratch,
+                )
+                .await
             }
         };
         checks.push(check);
@@ -203,7 +211,7 @@ fn sandbox_check(sandbox: &SandboxSettings) -> Check {
         version: Some(parts.join(", ")),
         session_starts: None,
         problem: usable.err().map(|e| e.0),
-        warning: (sandbox.mode == SandboxMode::Off).then(|| canopy_daemon::daemon::UNCONFINED_WARNING.to_owned()),
+        warning: (sandbox.mode == SandboxMode::Off).then(|| canopy_runner::wiring::UNCONFINED_WARNING.to_owned()),
     }
 }
 

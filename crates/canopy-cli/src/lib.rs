@@ -29,7 +29,7 @@ pub const EXIT_REFUSED: u8 = 1;
 pub fn main() -> ExitCode {
     // The scripted harness runs as this same binary, before any runtime exists.
     let mut args = std::env::args_os();
-    if args.nth(1).is_some_and(|a| a == canopy_daemon::daemon::SCRIPTED_SUBCOMMAND) {
+    if args.nth(1).is_some_and(|a| a == canopy_runner::wiring::SCRIPTED_SUBCOMMAND) {
         std::process::exit(canopy_scripted::run::main(args));
     }
     let cli = match Cli::try_parse() {
@@ -51,4 +51,18 @@ pub fn main() -> ExitCode {
     // Do not wait for blocking tasks (stdin readers) that may never finish.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The scripts shipped in the daemon parse as the scripted harness reads them: the binary
+    /// is where both are known.
+    #[test]
+    fn shipped_scripts_are_valid() {
+        for (name, text) in canopy_daemon::builtin::SCRIPTS {
+            if let Err(e) = canopy_harness::scripted::check_script(std::path::Path::new(name), text) {
+                panic!("config/scripts/{name} is invalid: {e}");
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@ pub mod acl;
 pub mod continuity;
 pub mod error;
 pub mod gate;
+pub mod harness;
 pub mod mention;
 pub mod model;
 pub mod names;

@@ -114,7 +114,7 @@ impl Api {
                 return;
             }
         };
-        let sessions = crate::paths::DataDir::new(self.data_dir.clone()).sessions();
+        let sessions = canopy_config::DataDir::new(self.data_dir.clone()).sessions();
         let keep_for = retention.transcripts;
         let removed =
             tokio::task::spawn_blocking(move || prune_session_dirs(&sessions, &live, keep_for)).await.unwrap_or(0);
@@ -142,7 +142,7 @@ fn prune_session_dirs(sessions: &Path, live: &[(String, u64)], keep_for: Duratio
         let idle = !live.iter().any(|(a, _)| *a == agent_name);
         for entry in incarnations.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if idle && canopy_harness::CONVERSATION_STATE.contains(&name.as_str()) {
+            if idle && canopy_core::harness::CONVERSATION_STATE.contains(&name.as_str()) {
                 // A resumable conversation of an agent with no live session, untouched this
                 // long: its next session starts fresh (with its continuity block).
                 let stale = newest_mtime(&entry.path()).or_else(|| entry.metadata().and_then(|m| m.modified()).ok());

@@ -7,6 +7,7 @@
 //! queue), drain NATS, stop the managed server, remove `daemon.json`.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,38 +15,49 @@ use canopy_bus::{ApiClient, Bus, ManagedNats, NatsServerConfig, find_nats_server
 use canopy_proto::Subjects;
 use canopy_store::Store;
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
+
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{load_or_create, random_hex, token_hash, write_private};
-use crate::config::{Config, ConfigError};
 use crate::handlers::{Api, Secrets};
-use crate::paths::DataDir;
-use crate::roles::RoleDefaults;
+use crate::roles::{RoleDefaults, ScriptCheck};
+use canopy_config::{Config, ConfigError};
+use canopy_config::{ConnectionInfo, DataDir};
 
 /// NATS queue group of the API subscription, so several daemons could share the load.
 pub const API_QUEUE: &str = "canopy-daemon";
 
+/// Stops what `Embedded` started; the daemon awaits it before it stops serving the API.
+pub type StopEmbedded = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// Starts what the daemon hosts once its API answers, when `[runner] embedded` is on: the
+/// composition root's embedded runner, given the data directory, the configuration and a
+/// client of this daemon's API on its own NATS connection.
+pub type Embedded = Box<
+    dyn FnOnce(DataDir, Config, ApiClient) -> Pin<Box<dyn Future<Output = Result<StopEmbedded, String>> + Send>> + Send,
+>;
+
 /// How to run the daemon.
-#[derive(Debug, Clone)]
 pub struct DaemonOptions {
     pub dir: DataDir,
     /// An existing NATS server; when absent the daemon runs its own.
     pub nats_url: Option<String>,
+    /// The embedded runner; `None` runs none even when `[runner] embedded` is on.
+    pub embedded: Option<Embedded>,
+    /// How scripted-harness scripts are checked (roles at start, an agent's own script).
+    pub check_script: ScriptCheck,
 }
 
-/// What a running daemon writes to `daemon.json` for the CLI.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConnectionInfo {
-    pub workspace_id: String,
-    pub nats_url: String,
-    /// The managed server's client token; `None` for an external server.
-    pub nats_token: Option<String>,
-    pub pid: u32,
-    pub version: String,
+impl std::fmt::Debug for DaemonOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonOptions")
+            .field("dir", &self.dir)
+            .field("nats_url", &self.nats_url)
+            .field("embedded", &self.embedded.is_some())
+            .finish()
+    }
 }
 
 /// Why the daemon could not run.
@@ -73,8 +85,6 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let dir = options.dir.clone();
     tokio::pin!(shutdown);
     let config = Arc::new(Config::load(&dir.config())?);
-    config.check_grants(&dir.config(), dir.root())?;
-    warn_if_unconfined(&config);
     if !dir.db().exists() {
         return Err(DaemonError::NoWorkspace { dir: dir.root().display().to_string() });
     }
@@ -111,7 +121,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         runner_token_hash: token_hash(&secret(&dir.runner_token(), "cnr_")?),
         session_secret: secret(&dir.session_secret(), "")?,
     });
-    let roles = Arc::new(RoleDefaults::resolve(&config, &dir.config(), dir.root())?);
+    let roles = Arc::new(RoleDefaults::resolve(&config, &dir.config(), dir.root(), options.check_script)?);
     let prompts = Arc::new(crate::prompts::Prompts::open(&config, &dir.config(), dir.root())?);
     let api = Api {
         store: store.clone(),
@@ -144,13 +154,12 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         .map_err(|source| DaemonError::Io { what: format!("writing {}", dir.daemon_json().display()), source })?;
     tracing::info!(workspace = %workspace.id, nats = %url, dir = %dir.root().display(), "canopy daemon ready");
 
-    let runner = if config.runner.embedded {
-        let options =
-            runner_options(&dir, &config, ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout))
-                .map_err(|source| DaemonError::Io { what: "preparing the embedded runner".into(), source })?;
-        Some(canopy_runner::spawn(options).await.map_err(|e| DaemonError::Runner(e.to_string()))?)
-    } else {
-        None
+    let runner = match options.embedded {
+        Some(start) if config.runner.embedded => {
+            let api = ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout);
+            Some(start(dir.clone(), (*config).clone(), api).await.map_err(DaemonError::Runner)?)
+        }
+        _ => None,
     };
     let stall_check = tokio::spawn({
         let api = api.clone();
@@ -179,8 +188,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     shutdown.await;
     tracing::info!("canopy daemon stopping");
     stall_check.abort();
-    if let Some(runner) = runner {
-        runner.shutdown().await;
+    if let Some(stop) = runner {
+        stop().await;
     }
     serving.cancel();
     let _ = server.await;
@@ -233,57 +242,6 @@ async fn serve(
     }
 }
 
-/// The warning every start of an unconfined workspace logs.
-pub const UNCONFINED_WARNING: &str = "[sandbox] mode = \"off\": sessions run unconfined and can read the operator \
-     token, the session secret and every agent's files; set mode = \"required\" in canopy.toml";
-
-/// Logs `UNCONFINED_WARNING` when `[sandbox] mode` is off.
-pub fn warn_if_unconfined(config: &Config) {
-    if config.sandbox.mode == crate::config::SandboxModeConfig::Off {
-        tracing::warn!("{UNCONFINED_WARNING}");
-    }
-}
-
-/// The embedded (or standalone) runner's options from the configuration.
-pub fn runner_options(dir: &DataDir, config: &Config, api: ApiClient) -> std::io::Result<canopy_runner::RunnerOptions> {
-    let runner = &config.runner;
-    let token = std::fs::read_to_string(dir.runner_token())?.trim().to_owned();
-    Ok(canopy_runner::RunnerOptions {
-        api,
-        token,
-        name: format!("{}-{}", hostname(), std::process::id()),
-        sessions_dir: dir.sessions(),
-        scripted_program: std::env::current_exe()?,
-        scripted_args: vec![SCRIPTED_SUBCOMMAND.to_owned()],
-        harnesses: canopy_harness::HarnessKind::ALL.iter().map(|&kind| (kind, config.harness_settings(kind))).collect(),
-        sandbox: config.sandbox_settings(dir.root()),
-        settings: canopy_runner::RunnerSettings {
-            sync_interval: runner.sync_interval,
-            capacity: runner.capacity,
-            restart_backoff_min: runner.restart_backoff_min,
-            restart_backoff_max: runner.restart_backoff_max,
-            crash_loop_count: runner.crash_loop_count,
-            crash_loop_window: runner.crash_loop_window,
-            ready_timeout: runner.ready_timeout,
-            stop_grace: runner.stop_grace,
-            max_line_bytes: runner.max_line_bytes,
-            report_queue: 4096,
-            quiet_window: config.delivery.quiet_window,
-            coalesce_cap: config.delivery.coalesce_cap,
-            delivery_batch: config.delivery.batch,
-            delivery_resync: config.delivery.resync,
-        },
-    })
-}
-
-/// The hidden `canopy` subcommand that runs the scripted harness, so a session's harness
-/// is the very binary that runs the runner.
-pub const SCRIPTED_SUBCOMMAND: &str = "harness-scripted";
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into())
-}
-
 fn secret(path: &std::path::Path, prefix: &str) -> Result<String, DaemonError> {
     load_or_create(path, prefix)
         .map_err(|source| DaemonError::Io { what: format!("reading {}", path.display()), source })
@@ -315,10 +273,4 @@ fn lock(dir: &DataDir) -> Result<std::fs::File, DaemonError> {
             Err(DaemonError::Io { what: format!("locking {}", path.display()), source })
         }
     }
-}
-
-/// Reads `daemon.json`, if a daemon has written one.
-pub fn read_connection_info(dir: &DataDir) -> std::io::Result<ConnectionInfo> {
-    let text = std::fs::read_to_string(dir.daemon_json())?;
-    serde_json::from_str(&text).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }

@@ -16,8 +16,8 @@ use canopy_store::{AgentSpec, ChannelSpec, PostSpec, Report, RunnerHeartbeat, St
 use serde::Serialize;
 
 use crate::auth::{session_token, token_hash};
-use crate::config::Config;
 use crate::roles::RoleDefaults;
+use canopy_config::Config;
 
 /// Longest display name, in bytes.
 pub const MAX_DISPLAY_NAME: usize = 128;
@@ -227,7 +227,7 @@ impl Api {
 
     /// Whether sessions run unconfined (`[sandbox] mode = "off"`), for every roster line.
     fn unconfined(&self) -> bool {
-        self.config.sandbox.mode == crate::config::SandboxModeConfig::Off
+        self.config.sandbox.mode == canopy_config::config::SandboxModeConfig::Off
     }
 
     async fn roster(&self, _: Caller, _: RosterRequest) -> Result<RosterResponse, Error> {
@@ -295,7 +295,7 @@ impl Api {
                     },
                     prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
                     system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
-                    cwd: crate::prompts::workdir(&self.config, &self.data_dir, s.agent.as_str()).display().to_string(),
+                    cwd: self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
                     model,
                     harness_tools,
                     run: s.run.map(|(id, definition, brief)| RunAssignment {
@@ -472,7 +472,7 @@ impl Api {
             None if harness == "scripted" => defaults.script,
             None => None,
         };
-        let session = crate::roles::check(&harness, script)?;
+        let session = crate::roles::check(&harness, script, self.roles.check_script())?;
         let spec = AgentSpec { harness: session.harness, script: session.script, ..spec };
         let account = self.store.write(move |conn| ops::create_agent(conn, &caller, &spec)).await?;
         self.poke_runners().await;

@@ -11,9 +11,10 @@ use canopy_store::{InitSpec, OperatorSpec, Store};
 use serde::Serialize;
 
 use crate::auth::{load_or_create, new_token, random_hex, token_hash, write_private};
-use crate::config::{Config, DEFAULT_TOML};
-use crate::paths::DataDir;
 use crate::roles::RoleDefaults;
+use canopy_config::Config;
+use canopy_config::DataDir;
+use canopy_config::config::DEFAULT_TOML;
 
 /// What the operator asked `init` for.
 #[derive(Debug, Clone)]
@@ -22,6 +23,8 @@ pub struct InitOptions {
     /// The operator's handle (from `--operator` or `$USER`).
     pub operator: String,
     pub name: String,
+    /// How the built-in role defaults' scripts are checked.
+    pub check_script: crate::roles::ScriptCheck,
 }
 
 /// What `init` made, for the CLI to print.
@@ -61,7 +64,7 @@ pub async fn init(dir: &DataDir, options: &InitOptions) -> Result<InitReport, Er
 
     let token = new_token().map_err(io("generating the operator token".into()))?;
     // The Supervisor's session defaults come from the configuration `init` is about to write.
-    let supervisor = RoleDefaults::resolve(&Config::default(), &dir.config(), dir.root())
+    let supervisor = RoleDefaults::resolve(&Config::default(), &dir.config(), dir.root(), options.check_script)
         .map_err(|e| Error::Internal(format!("the built-in role defaults are invalid: {e}")))?
         .for_role(canopy_core::RoleName::SUPERVISOR);
     let spec = InitSpec {

@@ -16,7 +16,7 @@ use canopy_core::Error;
 use canopy_prompt::{Bundle, Facts, Renderer};
 use canopy_proto::Method;
 
-use crate::config::{Config, ConfigError};
+use canopy_config::{Config, ConfigError};
 
 /// Where the bundle comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,16 +69,7 @@ impl BundleSource {
     }
 }
 
-/// A path from configuration: absolute, or relative to the project (the data directory's
-/// parent, where `canopy` was set up).
-pub fn relative_to_project(data_dir: &Path, path: &str) -> PathBuf {
-    let path = Path::new(path);
-    if path.is_absolute() {
-        return path.to_owned();
-    }
-    let data_dir = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_owned());
-    data_dir.parent().unwrap_or(&data_dir).join(path)
-}
+pub use canopy_config::paths::relative_to_project;
 
 /// Every native tool Canopy serves.
 pub fn catalog() -> Vec<&'static str> {
@@ -177,14 +168,6 @@ pub fn today() -> String {
     humantime::format_rfc3339(std::time::SystemTime::now()).to_string().chars().take(10).collect()
 }
 
-/// The working directory a session of `agent` gets.
-pub fn workdir(config: &Config, data_dir: &Path, agent: &str) -> PathBuf {
-    match config.prompts.workdir.trim() {
-        "" => data_dir.join("sessions").join(agent).join("work"),
-        path => relative_to_project(data_dir, path),
-    }
-}
-
 /// What is known about a session before rendering.
 #[derive(Debug, Clone, Default)]
 pub struct Identity {
@@ -206,7 +189,7 @@ pub fn facts(config: &Config, data_dir: &Path, workspace: &canopy_core::Workspac
         parent: identity.parent.clone(),
         home_channel: identity.home_channel.clone(),
         workspace: workspace.name.clone(),
-        cwd: workdir(config, data_dir, &identity.handle).display().to_string(),
+        cwd: config.workdir(data_dir, &identity.handle).display().to_string(),
         date: today(),
         mission: workspace.mission.clone(),
         project: config.prompts.project.clone(),
@@ -217,7 +200,7 @@ pub fn facts(config: &Config, data_dir: &Path, workspace: &canopy_core::Workspac
 
 /// Whether `harness` has a default prompt of its own (the delta is then appended to it).
 pub fn owns_default_prompt(harness: &str) -> bool {
-    canopy_harness::HarnessKind::parse(harness).is_some_and(|k| k.capabilities().owns_default_prompt)
+    canopy_core::harness::HarnessKind::parse(harness).is_some_and(|k| k.capabilities().owns_default_prompt)
 }
 
 /// The tools a session of `role` may call (a run of `definition` may be narrower).

@@ -9,10 +9,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use canopy_config::{Config, ConfigError};
 use canopy_core::Error;
-use canopy_harness::HarnessKind;
-
-use crate::config::{Config, ConfigError};
+use canopy_core::harness::HarnessKind;
 
 /// A harness and its script, ready to store with an agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,15 +21,26 @@ pub struct SessionDefaults {
     pub script: Option<(String, String)>,
 }
 
-/// The resolved defaults of every configured role.
-#[derive(Debug, Clone, Default)]
+/// Checks a scripted-harness script (file name for messages, text): the script grammar is
+/// the scripted harness's, so the composition root passes its parser in
+/// (`canopy_harness::scripted::check_script`).
+pub type ScriptCheck = fn(&Path, &str) -> Result<(), String>;
+
+/// The resolved defaults of every configured role, and the script check they were made with.
+#[derive(Debug, Clone)]
 pub struct RoleDefaults {
     roles: BTreeMap<String, SessionDefaults>,
+    check_script: ScriptCheck,
 }
 
 impl RoleDefaults {
     /// Resolves `[roles.*]`, reading script files relative to `data_dir`.
-    pub fn resolve(config: &Config, config_path: &Path, data_dir: &Path) -> Result<RoleDefaults, ConfigError> {
+    pub fn resolve(
+        config: &Config,
+        config_path: &Path,
+        data_dir: &Path,
+        check_script: ScriptCheck,
+    ) -> Result<RoleDefaults, ConfigError> {
         let mut roles = BTreeMap::new();
         for (role, entry) in &config.roles {
             let error = |key: &str, message: String| ConfigError {
@@ -45,13 +55,13 @@ impl RoleDefaults {
                 Some(name) => Some(load_script(name, data_dir).map_err(|e| error("script", e.to_string()))?),
                 None => None,
             };
-            let defaults = check(&entry.harness, script).map_err(|e| match e.field() {
+            let defaults = check(&entry.harness, script, check_script).map_err(|e| match e.field() {
                 Some("script") => error("script", e.to_string()),
                 _ => error("harness", e.to_string()),
             })?;
             roles.insert(role.clone(), defaults);
         }
-        Ok(RoleDefaults { roles })
+        Ok(RoleDefaults { roles, check_script })
     }
 
     /// The defaults for `role` (the `manager` ones when the role has none).
@@ -60,6 +70,11 @@ impl RoleDefaults {
             .or_else(|| self.roles.get("manager"))
             .cloned()
             .unwrap_or(SessionDefaults { harness: String::new(), script: None })
+    }
+
+    /// The check scripts are held to (an agent's own `--script` too).
+    pub fn check_script(&self) -> ScriptCheck {
+        self.check_script
     }
 
     /// The defaults `canopy.toml` gives `role` itself, if it lists it.
@@ -88,7 +103,11 @@ fn shipped() -> String {
 pub const MAX_SCRIPT_BYTES: usize = 1 << 20;
 
 /// Checks a harness name and its script; the scripted harness needs a valid script.
-pub fn check(harness: &str, script: Option<(String, String)>) -> Result<SessionDefaults, Error> {
+pub fn check(
+    harness: &str,
+    script: Option<(String, String)>,
+    check_script: ScriptCheck,
+) -> Result<SessionDefaults, Error> {
     let kind = HarnessKind::parse(harness).ok_or_else(|| {
         Error::invalid("harness", format!("unknown harness {harness:?}; known: {}", HarnessKind::expected()))
     })?;
@@ -104,8 +123,7 @@ pub fn check(harness: &str, script: Option<(String, String)>) -> Result<SessionD
             if file.is_empty() || file.starts_with('.') {
                 return Err(Error::invalid("script", format!("{name:?} is not a file name")));
             }
-            canopy_scripted::script::parse(Path::new(name), text)
-                .map_err(|e| Error::invalid("script", e.to_string()))?;
+            check_script(Path::new(name), text).map_err(|e| Error::invalid("script", e))?;
         }
         (HarnessKind::Claude | HarnessKind::Codex, Some(_)) => {
             return Err(Error::invalid("script", format!("the {harness} harness takes no script")));
@@ -119,24 +137,31 @@ pub fn check(harness: &str, script: Option<(String, String)>) -> Result<SessionD
 mod tests {
     use super::*;
 
+    /// A stand-in for the scripted harness's parser: an empty script is valid, `bad` is not.
+    fn check_script(_: &Path, text: &str) -> Result<(), String> {
+        if text.contains("bad") { Err("line 1: bad script".into()) } else { Ok(()) }
+    }
+
     #[test]
     fn real_harnesses_are_accepted_without_a_script_and_refuse_one() {
-        assert_eq!(check("claude", None).map(|d| d.harness), Ok("claude".to_owned()));
-        assert_eq!(check("codex", None).map(|d| d.harness), Ok("codex".to_owned()));
-        let refused = check("claude", Some(("manager.toml".into(), String::new())));
+        assert_eq!(check("claude", None, check_script).map(|d| d.harness), Ok("claude".to_owned()));
+        assert_eq!(check("codex", None, check_script).map(|d| d.harness), Ok("codex".to_owned()));
+        let refused = check("claude", Some(("manager.toml".into(), String::new())), check_script);
         assert_eq!(refused.as_ref().err().and_then(|e| e.field()), Some("script"));
-        let unknown = check("gpt", None);
+        let unknown = check("gpt", None, check_script);
         assert!(unknown.as_ref().is_err_and(|e| e.to_string().contains("scripted, claude, codex")), "{unknown:?}");
+        let bad = check("scripted", Some(("x.toml".into(), "bad".into())), check_script);
+        assert!(bad.is_err_and(|e| e.field() == Some("script") && e.to_string().contains("bad script")));
     }
 
     #[test]
     fn a_role_on_claude_resolves_and_a_bad_harness_names_the_key() {
         let path = Path::new("canopy.toml");
         let config = Config::parse(path, "[roles.manager]\nharness = \"claude\"\n").unwrap_or_default();
-        let roles = RoleDefaults::resolve(&config, path, Path::new("/nonexistent"));
+        let roles = RoleDefaults::resolve(&config, path, Path::new("/nonexistent"), check_script);
         assert_eq!(roles.map(|r| r.for_role("manager").harness).ok(), Some("claude".to_owned()));
         let config = Config::parse(path, "[roles.manager]\nharness = \"claud\"\n").unwrap_or_default();
-        let err = RoleDefaults::resolve(&config, path, Path::new("/nonexistent")).err();
+        let err = RoleDefaults::resolve(&config, path, Path::new("/nonexistent"), check_script).err();
         assert_eq!(err.map(|e| e.key), Some("roles.manager.harness".to_owned()));
     }
 }

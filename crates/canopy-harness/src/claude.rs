@@ -39,11 +39,11 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
+use crate::HarnessKind;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode, Resume};
 
-pub const CAPABILITIES: Capabilities =
-    Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: true };
+pub const CAPABILITIES: Capabilities = HarnessKind::Claude.capabilities();
 
 /// Files and directories inside the session directory.
 pub const PROMPT_FILE: &str = "system-prompt.md";

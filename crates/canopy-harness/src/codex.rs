@@ -22,15 +22,13 @@ use std::path::Path;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
+use crate::HarnessKind;
 use crate::ProviderSettings;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 use crate::sandbox::SandboxMode;
 use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode, Resume};
 
-/// `turn/steer` bound to a turn id, `baseInstructions` (replace), `developerInstructions`
-/// (append), and a default prompt of Codex's own.
-pub const CAPABILITIES: Capabilities =
-    Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: true };
+pub const CAPABILITIES: Capabilities = HarnessKind::Codex.capabilities();
 
 /// `CODEX_HOME`: in the agent's directory when there is one (its rollout files are the
 /// threads a later incarnation resumes), else in the session directory. Not under the system

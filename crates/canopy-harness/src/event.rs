@@ -3,20 +3,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-/// What a harness can do, so callers pick a delivery path without knowing which it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Capabilities {
-    /// Mid-turn input at a step boundary, bound to a turn id.
-    pub steer: bool,
-    /// The system prompt can be replaced entirely (Manager block-0).
-    pub replace_prompt: bool,
-    /// The harness's default prompt can be kept with text appended (implementer delta).
-    pub append_prompt: bool,
-    /// The harness has a default system prompt of its own (Claude Code, Codex). Canopy
-    /// then sends an implementer only its delta, through the append mechanism; for a
-    /// harness without one, Canopy renders its own default block-0 around the delta.
-    pub owns_default_prompt: bool,
-}
+pub use canopy_core::harness::Capabilities;
 
 /// How an input should reach the session.
 #[derive(Debug, Clone, PartialEq, Eq)]

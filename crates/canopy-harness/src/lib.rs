@@ -15,63 +15,23 @@ pub mod scripted;
 mod session;
 mod settings;
 
-/// What an adapter keeps per agent, across incarnations (a resumable conversation), as names
-/// inside the agent's session directory. Retention removes them once the agent has had no live
-/// session for the transcripts period; the agent's `work/` directory is never among them.
-pub const CONVERSATION_STATE: &[&str] =
-    &[claude::CONFIG_DIR, claude::CONVERSATION_FILE, codex::CODEX_HOME_DIR, codex::THREAD_FILE];
-
-pub use event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
+pub use canopy_core::harness::{CONVERSATION_STATE, Capabilities, HarnessKind};
+pub use event::{HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 pub use sandbox::{Capability, SandboxMode, SandboxSettings, Unconfinable};
 pub use session::{InputContext, LaunchError, LaunchSpec, PromptMode, Session, SessionError};
 pub use settings::{HarnessSettings, ProviderSettings, find_program};
 
-/// The harnesses Canopy can drive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HarnessKind {
-    /// The scripted test harness (`canopy harness-scripted`): a stand-in for the LLM.
-    Scripted,
-    /// Claude Code in stream-json mode (`claude -p --input-format stream-json`).
-    Claude,
-    /// OpenAI Codex's app-server (`codex app-server`).
-    Codex,
-}
-
-impl HarnessKind {
-    pub const ALL: &'static [HarnessKind] = &[HarnessKind::Scripted, HarnessKind::Claude, HarnessKind::Codex];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HarnessKind::Scripted => "scripted",
-            HarnessKind::Claude => "claude",
-            HarnessKind::Codex => "codex",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<HarnessKind> {
-        HarnessKind::ALL.iter().copied().find(|k| k.as_str() == name)
-    }
-
-    /// The names accepted, for error messages.
-    pub fn expected() -> String {
-        HarnessKind::ALL.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
-    }
-
-    pub fn capabilities(self) -> Capabilities {
-        match self {
-            HarnessKind::Scripted => scripted::CAPABILITIES,
-            HarnessKind::Claude => claude::CAPABILITIES,
-            HarnessKind::Codex => codex::CAPABILITIES,
-        }
-    }
-
-    /// The executable looked up on `PATH` when `[harness.<name>] bin` is not set; `None` for
-    /// the scripted harness, which is Canopy's own binary.
-    pub fn default_program(self) -> Option<&'static str> {
-        match self {
-            HarnessKind::Scripted => None,
-            HarnessKind::Claude => Some("claude"),
-            HarnessKind::Codex => Some("codex"),
-        }
+#[cfg(test)]
+mod tests {
+    /// The state names retention removes are the adapters' own file names.
+    #[test]
+    fn conversation_state_names_the_adapters_files() {
+        let adapters = [
+            crate::claude::CONFIG_DIR,
+            crate::claude::CONVERSATION_FILE,
+            crate::codex::CODEX_HOME_DIR,
+            crate::codex::THREAD_FILE,
+        ];
+        assert_eq!(crate::CONVERSATION_STATE, adapters.as_slice());
     }
 }

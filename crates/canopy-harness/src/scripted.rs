@@ -7,11 +7,17 @@
 use canopy_scripted::protocol::{Input, InputMeta, Output};
 use tokio::process::Command;
 
+use crate::HarnessKind;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec};
 
-pub const CAPABILITIES: Capabilities =
-    Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: false };
+pub const CAPABILITIES: Capabilities = HarnessKind::Scripted.capabilities();
+
+/// Checks a script the way the scripted harness will read it (the daemon's script check:
+/// roles at start, an agent's own `--script`).
+pub fn check_script(path_for_messages: &std::path::Path, text: &str) -> Result<(), String> {
+    canopy_scripted::script::parse(path_for_messages, text).map(|_| ()).map_err(|e| e.to_string())
+}
 
 /// File names inside the session directory.
 pub const PROMPT_FILE: &str = "system-prompt.md";

@@ -11,5 +11,6 @@
 mod reporter;
 mod runner;
 mod session;
+pub mod wiring;
 
 pub use runner::{RunnerError, RunnerHandle, RunnerOptions, RunnerSettings, spawn};

@@ -1,8 +1,11 @@
 //! The layout of a data directory (`./.canopy` by default).
 //!
-//! Owns every file name in it, so the daemon, `init` and the CLI agree.
+//! Owns every file name in it, so the daemon, `init`, the runner and the CLI agree.
 
 use std::path::{Path, PathBuf};
+
+/// The SQLite database's file name in the data directory.
+pub const DB_FILE: &str = "canopy.db";
 
 /// A workspace's data directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +24,7 @@ impl DataDir {
 
     /// The SQLite database, the system of record.
     pub fn db(&self) -> PathBuf {
-        self.root.join(canopy_store::DB_FILE)
+        self.root.join(DB_FILE)
     }
 
     /// `canopy.toml`, read by the daemon at start.
@@ -64,4 +67,15 @@ impl DataDir {
     pub fn nats_dir(&self) -> PathBuf {
         self.root.join("nats")
     }
+}
+
+/// A path from configuration: absolute, or relative to the project (the data directory's
+/// parent, where `canopy` was set up).
+pub fn relative_to_project(data_dir: &Path, path: &str) -> PathBuf {
+    let path = Path::new(path);
+    if path.is_absolute() {
+        return path.to_owned();
+    }
+    let data_dir = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_owned());
+    data_dir.parent().unwrap_or(&data_dir).join(path)
 }

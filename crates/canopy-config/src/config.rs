@@ -1,6 +1,8 @@
-//! `canopy.toml`: the daemon's settings, their defaults, and their validation.
+//! `canopy.toml`: the workspace's settings, their defaults, and their validation.
 //!
-//! Owns the schema of the file and the error that names the key at fault. The commented
+//! Owns the schema of the file and the error that names the key at fault, and the checks
+//! that need no IO. Checks that need the file system or a harness's rules (the sandbox
+//! grants) are made where those rules live (`canopy_runner::wiring::check_grants`). The commented
 //! default file is `config/canopy.toml` in the repository, embedded here; a test keeps it
 //! equal to `Config::default()` and covering every key.
 
@@ -265,7 +267,7 @@ impl Default for RetentionConfig {
     }
 }
 
-/// `[sandbox]`: how every session process is confined (see `canopy_harness::sandbox`).
+/// `[sandbox]`: how every session process is confined (`canopy-harness`'s `sandbox`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SandboxConfig {
@@ -303,56 +305,14 @@ pub enum SandboxModeConfig {
 }
 
 impl Config {
-    /// The sandbox settings the runner applies to every launch.
-    pub fn sandbox_settings(&self, data_dir: &Path) -> canopy_harness::SandboxSettings {
-        let sandbox = &self.sandbox;
-        canopy_harness::SandboxSettings {
-            mode: match sandbox.mode {
-                SandboxModeConfig::Required => canopy_harness::SandboxMode::Required,
-                SandboxModeConfig::Off => canopy_harness::SandboxMode::Off,
-            },
-            bwrap: sandbox.bwrap.clone(),
-            read_only: sandbox.read_only.clone(),
-            read_write: sandbox.read_write.clone(),
-            connect_ports: sandbox.connect_ports.clone(),
-            data_dir: data_dir.to_owned(),
+    /// The working directory a session of `agent` gets: `[prompts] workdir` for every
+    /// session when it is set (absolute, or relative to the project), else a private
+    /// directory per agent under the data directory.
+    pub fn workdir(&self, data_dir: &Path, agent: &str) -> PathBuf {
+        match self.prompts.workdir.trim() {
+            "" => data_dir.join("sessions").join(agent).join("work"),
+            path => crate::paths::relative_to_project(data_dir, path),
         }
-    }
-
-    /// The checks of `[sandbox]` (and `prompts.workdir`) that need the file system: every
-    /// granted path exists (written ones as directories) and none would expose the data
-    /// directory `data_dir` or the operator's home. The daemon and a standalone runner call
-    /// this at start; a refusal exits 64 naming the key.
-    pub fn check_grants(&self, path: &Path, data_dir: &Path) -> Result<(), ConfigError> {
-        let refuse = |key: String, message: String| ConfigError { path: path.to_owned(), key, message };
-        if self.sandbox.mode == SandboxModeConfig::Off {
-            return Ok(());
-        }
-        let lists = [
-            ("sandbox.read_only", &self.sandbox.read_only, false),
-            ("sandbox.read_write", &self.sandbox.read_write, true),
-        ];
-        for (key, paths, write) in lists {
-            for (i, granted) in paths.iter().enumerate() {
-                let key = format!("{key}[{i}]");
-                match std::fs::metadata(granted) {
-                    Err(e) => return Err(refuse(key, format!("{}: {e}", granted.display()))),
-                    Ok(meta) if write && !meta.is_dir() => {
-                        return Err(refuse(key, format!("{} is not a directory", granted.display())));
-                    }
-                    Ok(_) => {}
-                }
-                canopy_harness::sandbox::check_grant("grants", granted, data_dir, None)
-                    .map_err(|e| refuse(key, e.to_string()))?;
-            }
-        }
-        let workdir = self.prompts.workdir.trim();
-        if !workdir.is_empty() {
-            let dir = crate::prompts::workdir(self, data_dir, "");
-            canopy_harness::sandbox::check_grant("the shared working directory", &dir, data_dir, None)
-                .map_err(|e| refuse("prompts.workdir".into(), e.to_string()))?;
-        }
-        Ok(())
     }
 }
 
@@ -412,46 +372,25 @@ pub struct CodexProviderConfig {
     pub api_key_env: Option<String>,
 }
 
-impl Config {
-    /// The settings the runner copies into every launch of `kind`.
-    pub fn harness_settings(&self, kind: canopy_harness::HarnessKind) -> canopy_harness::HarnessSettings {
-        use canopy_harness::{HarnessKind, HarnessSettings, ProviderSettings};
-        match kind {
-            HarnessKind::Scripted => HarnessSettings::default(),
-            HarnessKind::Claude => self.harness.claude.keys().settings(),
-            HarnessKind::Codex => {
-                let codex = &self.harness.codex;
-                HarnessSettings {
-                    provider: codex
-                        .provider
-                        .as_ref()
-                        .map(|p| ProviderSettings { base_url: p.base_url.clone(), api_key_env: p.api_key_env.clone() }),
-                    ..codex.keys().settings()
-                }
-            }
-        }
-    }
-}
-
 impl ClaudeConfig {
-    fn keys(&self) -> HarnessKeys<'_> {
+    pub fn keys(&self) -> HarnessKeys<'_> {
         HarnessKeys { table: "claude", bin: self.bin.as_deref(), model: self.model.as_deref(), env: &self.env }
     }
 }
 
 impl CodexConfig {
-    fn keys(&self) -> HarnessKeys<'_> {
+    pub fn keys(&self) -> HarnessKeys<'_> {
         HarnessKeys { table: "codex", bin: self.bin.as_deref(), model: self.model.as_deref(), env: &self.env }
     }
 }
 
 /// The keys every `[harness.<table>]` has, borrowed from its table: what validation and the
-/// launch settings read alike for every harness.
-struct HarnessKeys<'a> {
-    table: &'static str,
-    bin: Option<&'a Path>,
-    model: Option<&'a str>,
-    env: &'a BTreeMap<String, String>,
+/// launch settings (`canopy_runner::wiring`) read alike for every harness.
+pub struct HarnessKeys<'a> {
+    pub table: &'static str,
+    pub bin: Option<&'a Path>,
+    pub model: Option<&'a str>,
+    pub env: &'a BTreeMap<String, String>,
 }
 
 impl HarnessKeys<'_> {
@@ -473,16 +412,6 @@ impl HarnessKeys<'_> {
             }
         }
         Ok(())
-    }
-
-    /// The launch settings these keys give, with no provider.
-    fn settings(&self) -> canopy_harness::HarnessSettings {
-        canopy_harness::HarnessSettings {
-            program: self.bin.map(Path::to_path_buf),
-            model: self.model.map(str::to_owned),
-            env: self.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            provider: None,
-        }
     }
 }
 
@@ -806,11 +735,11 @@ mod tests {
         let text = "[harness.claude]\nbin = \"/opt/claude\"\nmodel = \"sonnet\"\n[harness.claude.env]\nANTHROPIC_API_KEY = \"k\"\n\
                     [harness.codex.provider]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"KEY\"\n";
         let config = parse(text).unwrap_or_default();
-        let claude = config.harness_settings(canopy_harness::HarnessKind::Claude);
-        assert_eq!(claude.program, Some(PathBuf::from("/opt/claude")));
-        assert_eq!(claude.env, vec![("ANTHROPIC_API_KEY".to_owned(), "k".to_owned())]);
-        let codex = config.harness_settings(canopy_harness::HarnessKind::Codex);
-        assert_eq!(codex.provider.map(|p| p.base_url), Some("http://127.0.0.1:9/v1".to_owned()));
+        let claude = config.harness.claude.keys();
+        assert_eq!(claude.bin, Some(Path::new("/opt/claude")));
+        assert_eq!(claude.env.get("ANTHROPIC_API_KEY").map(String::as_str), Some("k"));
+        let codex = &config.harness.codex;
+        assert_eq!(codex.provider.as_ref().map(|p| p.base_url.as_str()), Some("http://127.0.0.1:9/v1"));
         let key = |text: &str| parse(text).err().map(|e| e.key);
         assert_eq!(key("[harness.claude]\nmodle = \"x\"\n"), Some("harness.claude.modle".into()));
         assert_eq!(key("[harness.claude.env]\n\"BAD-NAME\" = \"x\"\n"), Some("harness.claude.env.BAD-NAME".into()));
@@ -832,24 +761,6 @@ mod tests {
         assert_eq!(key("[sandbox]\nbwrap = \"\"\n"), Some("sandbox.bwrap".into()));
         let off = parse("[sandbox]\nmode = \"off\"\n").unwrap_or_default();
         assert_eq!(off.sandbox.mode, SandboxModeConfig::Off);
-
-        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let data = root.path().join("project/.canopy");
-        std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("{e}"));
-        let grants = |text: String| parse(&text).unwrap_or_default().check_grants(Path::new("canopy.toml"), &data);
-        let project = root.path().join("project");
-        let refused = grants(format!("[sandbox]\nread_only = [{:?}]\n", project.display().to_string()));
-        assert_eq!(refused.map_err(|e| e.key), Err("sandbox.read_only[0]".into()));
-        let missing =
-            grants(format!("[sandbox]\nread_write = [{:?}]\n", root.path().join("nope").display().to_string()));
-        assert_eq!(missing.map_err(|e| e.key), Err("sandbox.read_write[0]".into()));
-        let shared = grants("[prompts]\nworkdir = \".\"\n".into());
-        assert_eq!(shared.map_err(|e| e.key), Err("prompts.workdir".into()));
-        let elsewhere = root.path().join("elsewhere");
-        std::fs::create_dir_all(&elsewhere).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(grants(format!("[sandbox]\nread_write = [{:?}]\n", elsewhere.display().to_string())), Ok(()));
-        let off = grants(format!("[sandbox]\nmode = \"off\"\nread_only = [{:?}]\n", project.display().to_string()));
-        assert_eq!(off, Ok(()));
     }
 
     #[test]
