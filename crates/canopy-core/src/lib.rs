@@ -15,6 +15,7 @@ pub mod model;
 pub mod names;
 pub mod redact;
 pub mod render;
+pub mod schedule;
 pub mod tree;
 
 pub use error::{Error, ErrorCode};

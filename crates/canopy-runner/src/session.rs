@@ -12,10 +12,10 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use canopy_bus::ApiClient;
+use canopy_core::schedule::TurnSchedule;
 use canopy_core::{Message, Presence};
 use canopy_harness::{
     HarnessEvent, HarnessKind, InputContext, LaunchError, LaunchSpec, PromptMode, SendMode, SendOutcome, Session,
@@ -398,6 +398,8 @@ fn context_of(kind: &str, messages: &[Message]) -> InputContext {
 struct Delivered {
     /// Whether a turn started with it (otherwise the messages are still pending).
     started: bool,
+    /// Whether it opened with the continuity block.
+    continuity: bool,
 }
 
 async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut commands: mpsc::Receiver<SessionCommand>) {
@@ -545,55 +547,43 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         Err(e) => tracing::warn!(error = %e, "the first input was not delivered"),
     }
 
-    let mut stopping = false;
     let mut commands_closed = false;
     let mut malformed = 0u64;
     let mut session = Some(session);
-    let mut turn: Option<String> = None;
-    // A doorbell window: (first hint, last hint) since the last delivery.
-    let mut hint: Option<(Instant, Instant)> = None;
-    let mut delivering = false;
+    // When the next turn-start delivery is due: the pure rules, driven with the clock here.
+    let mut schedule = TurnSchedule::new(settings.quiet_window, settings.coalesce_cap);
+    let now = || Instant::now().into_std();
     let (delivered_tx, mut delivered_rx) = mpsc::channel::<Delivered>(4);
     let mut resync = tokio::time::interval(settings.delivery_resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let seen: SharedSeen = Arc::new(std::sync::Mutex::new(seen));
-    // Set by a reported compaction; the next turn-start delivery carries the block and clears it.
-    let continuity_owed = Arc::new(AtomicBool::new(false));
     loop {
-        let due = match hint {
-            Some((first, last)) if turn.is_none() && !delivering && !stopping => {
-                Some((last + settings.quiet_window).min(first + settings.coalesce_cap))
-            }
-            _ => None,
-        };
+        let due = schedule.due().map(Instant::from_std);
+        let stopping = schedule.stopping();
         tokio::select! {
-            _ = &mut stop, if !stopping => begin_stop(&mut stopping, &mut session, settings.stop_grace),
+            _ = &mut stop, if !stopping => begin_stop(&mut schedule, &mut session, settings.stop_grace),
             event = events.recv() => {
                 let Some(event) = event else { break };
                 match &event {
                     HarnessEvent::Exited { .. } => {
                         let reason = event.summary();
                         reporter.event(&event).await;
-                        if stopping {
+                        if schedule.stopping() {
                             reporter.ended(format!("stopped ({reason})"), Presence::Offline).await;
                         }
-                        let _ = exits.send(exit(stopping, reason)).await;
+                        let _ = exits.send(exit(schedule.stopping(), reason)).await;
                         return;
                     }
-                    HarnessEvent::TurnStarted { turn_id } => turn = Some(turn_id.clone()),
+                    HarnessEvent::TurnStarted { turn_id } => schedule.turn_started(turn_id),
                     HarnessEvent::Text { text, .. } => last_text.clone_from(text),
                     HarnessEvent::TurnEnded { status, .. } if assignment.run.is_some() && !run_reported => {
-                        turn = None;
+                        schedule.run_ended();
                         run_reported = true;
                         let done = *status == canopy_harness::TurnStatus::Completed;
                         tokio::spawn(mailbox.clone().finish_run(done, std::mem::take(&mut last_text)));
                     }
-                    HarnessEvent::TurnEnded { .. } => {
-                        turn = None;
-                        // Anything that arrived during the turn goes at the next one.
-                        let now = Instant::now();
-                        hint = Some(hint.map_or((now, now - settings.quiet_window), |h| h));
-                    }
+                    // Anything that arrived during the turn goes at the next one.
+                    HarnessEvent::TurnEnded { .. } => schedule.turn_ended(now()),
                     HarnessEvent::SteerInjected { input_id, .. } => {
                         if let Some(seq) = input_id.strip_prefix("steer-").and_then(|s| s.parse().ok()) {
                             // Seen before the turn ends, so a turn-start pull never repeats it.
@@ -602,12 +592,9 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                             tokio::spawn(async move { mailbox.ack_steered(seq).await });
                         }
                     }
-                    HarnessEvent::SteerDropped { .. } => {
-                        // It never reached the model: it goes at the next turn start.
-                        let now = Instant::now();
-                        hint = Some(hint.map_or((now, now), |(first, _)| (first, now)));
-                    }
-                    HarnessEvent::CompactionEnded => continuity_owed.store(true, Ordering::SeqCst),
+                    // It never reached the model: it goes at the next turn start.
+                    HarnessEvent::SteerDropped { .. } => schedule.hint(now()),
+                    HarnessEvent::CompactionEnded => schedule.compacted(),
                     HarnessEvent::Malformed { .. } => {
                         malformed += 1;
                         tracing::warn!(malformed, "malformed harness output");
@@ -617,15 +604,12 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                 reporter.event(&event).await;
             }
             command = commands.recv(), if !commands_closed => match command {
-                Some(SessionCommand::Hint) => {
-                    let now = Instant::now();
-                    hint = Some(hint.map_or((now, now), |(first, _)| (first, now)));
-                }
-                Some(SessionCommand::Steer { message, reply }) => match (&session, &turn) {
+                Some(SessionCommand::Hint) => schedule.hint(now()),
+                Some(SessionCommand::Steer { message, reply }) => match (&session, schedule.turn()) {
                     // Bound to the turn running now; the harness refuses it if that turn ends
                     // first, and the daemon then rings for a turn-start delivery.
                     (Some(session), Some(turn_id)) => {
-                        let (session, turn_id, seen) = (session.clone(), turn_id.clone(), seen.clone());
+                        let (session, turn_id, seen) = (session.clone(), turn_id.to_owned(), seen.clone());
                         tokio::spawn(async move {
                             let _ = reply.send(steer(session, turn_id, message, &seen).await);
                         });
@@ -635,11 +619,11 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                         let _ = reply.send(SteerReply { steered: false, turn_id: None, reason, written_at_us: None });
                     }
                 },
-                Some(SessionCommand::Interrupt { reply }) => match (&session, &turn) {
+                Some(SessionCommand::Interrupt { reply }) => match (&session, schedule.turn()) {
                     // The harness ends the turn as interrupted; `TurnEnded` clears `turn` and
                     // messages still pending go at the next turn start, as after any turn.
                     (Some(session), Some(turn_id)) => {
-                        let (session, turn_id) = (session.clone(), turn_id.clone());
+                        let (session, turn_id) = (session.clone(), turn_id.to_owned());
                         tokio::spawn(async move {
                             let answer = match session.interrupt().await {
                                 Ok(()) => InterruptReply { interrupted: true, turn_id: Some(turn_id), reason: None },
@@ -665,39 +649,31 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                     // The runner dropped this session's slot: nothing can reach it any more,
                     // so it stops (and the task ends once the harness has exited).
                     commands_closed = true;
-                    begin_stop(&mut stopping, &mut session, settings.stop_grace);
+                    begin_stop(&mut schedule, &mut session, settings.stop_grace);
                 }
             },
-            Some(done) = delivered_rx.recv() => {
-                delivering = false;
-                if !done.started {
-                    let now = Instant::now();
-                    hint = Some(hint.map_or((now, now), |h| h));
-                }
-            }
-            _ = resync.tick(), if turn.is_none() && !delivering && hint.is_none() => {
-                // Doorbells are at most once: look for pending messages now and then.
-                let now = Instant::now();
-                hint = Some((now, now - settings.quiet_window));
-            }
+            Some(done) = delivered_rx.recv() => schedule.delivered(done.started, done.continuity, now()),
+            // Doorbells are at most once: look for pending messages now and then.
+            _ = resync.tick(), if schedule.resync_wanted() => schedule.resync(now()),
             () = sleep_until(due) => {
-                hint = None;
-                if let Some(session) = &session {
-                    delivering = true;
-                    let owed = continuity_owed.clone();
-                    tokio::spawn(deliver(session.clone(), mailbox.clone(), seen.clone(), owed, delivered_tx.clone()));
+                if let Some(session) = &session
+                    && let Some(delivery) = schedule.start_delivery(now())
+                {
+                    let (mailbox, seen, done) = (mailbox.clone(), seen.clone(), delivered_tx.clone());
+                    tokio::spawn(deliver(session.clone(), mailbox, seen, delivery.continuity, done));
                 }
             }
         }
     }
-    let _ = exits.send(exit(stopping, "the harness's event stream ended".into())).await;
+    let _ = exits.send(exit(schedule.stopping(), "the harness's event stream ended".into())).await;
 }
 
 /// Starts the stop ladder once; the loop goes on until the harness has exited.
-fn begin_stop(stopping: &mut bool, session: &mut Option<Arc<Session>>, grace: Duration) {
-    if std::mem::replace(stopping, true) {
+fn begin_stop(schedule: &mut TurnSchedule, session: &mut Option<Arc<Session>>, grace: Duration) {
+    if schedule.stopping() {
         return;
     }
+    schedule.stop();
     if let Some(session) = session.take() {
         tokio::spawn(async move { session.shutdown(grace).await });
     }
@@ -715,10 +691,11 @@ async fn deliver(
     session: Arc<Session>,
     mailbox: Mailbox,
     seen: SharedSeen,
-    continuity_owed: Arc<AtomicBool>,
+    continuity_owed: bool,
     done: mpsc::Sender<Delivered>,
 ) {
     let mut started = true;
+    let mut continuity = false;
     if let Some(pending) = mailbox.pull().await {
         let (again, fresh) = with_seen(&seen, |s| s.reserve(pending.messages));
         // Injected before (an acknowledgement was lost): acknowledge again, do not repeat.
@@ -726,17 +703,14 @@ async fn deliver(
         let seqs: Vec<u64> = fresh.iter().map(|m| m.seq).collect();
         if !fresh.is_empty() && pending.wake {
             let mut text = render(&fresh, "New messages since your last turn:");
-            let owed = continuity_owed.load(Ordering::SeqCst);
-            if owed && let Some(block) = mailbox.continuity(ContinuityWhen::Compaction).await {
+            if continuity_owed && let Some(block) = mailbox.continuity(ContinuityWhen::Compaction).await {
                 text = format!("{block}\n\n{text}");
+                continuity = true;
             }
             let context = context_of("message", &fresh);
             let input_id = format!("deliver-{}", fresh.last().map_or(0, |m| m.seq));
             match session.send(&input_id, &text, &context, SendMode::NextTurn).await {
                 Ok(SendOutcome::Started { .. }) => {
-                    if owed {
-                        continuity_owed.store(false, Ordering::SeqCst);
-                    }
                     with_seen(&seen, |s| s.settle(&seqs, true));
                     mailbox.ack(seqs.clone()).await;
                 }
@@ -753,7 +727,7 @@ async fn deliver(
         // Whatever was not taken is pending again (a no-op for what was injected).
         with_seen(&seen, |s| s.settle(&seqs, false));
     }
-    let _ = done.send(Delivered { started }).await;
+    let _ = done.send(Delivered { started, continuity }).await;
 }
 
 /// Injects one message into the running turn.
