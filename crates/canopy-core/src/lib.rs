@@ -7,6 +7,7 @@
 
 pub mod acl;
 pub mod continuity;
+pub mod delivery;
 pub mod error;
 pub mod gate;
 pub mod harness;

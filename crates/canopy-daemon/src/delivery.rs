@@ -1,5 +1,6 @@
-//! Delivery decisions at post time: each recipient's outcome, steers, doorbells, the loop
-//! guard, and the runner-facing pull and acknowledgement.
+//! Delivery at post time, carried out: each recipient's route (decided by the pure planner,
+//! `canopy_core::delivery`), steers, doorbells, held wakes and loop notices, and the
+//! runner-facing pull and acknowledgement.
 //!
 //! A post is committed first; only then is anyone told. An @mentioned recipient in the
 //! middle of a turn is steered through its runner (request/reply with a deadline): the
@@ -11,12 +12,12 @@
 //! runners pull pending messages from the store and acknowledge what the harness accepted.
 //! Canopy's own notices take the same path (`deliver_notices`), so they ring like any post.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
+use canopy_core::Error;
 use canopy_core::acl::Caller;
-use canopy_core::{AccountState, Error, Presence};
+use canopy_core::delivery::{RecipientFacts, Route, route};
 use canopy_proto::api::*;
 use canopy_store::{Reach, Recipient, ops};
 
@@ -25,55 +26,7 @@ use crate::handlers::{Api, encode};
 /// Posts reaching more agents than this list outcomes only for the mentioned and refused.
 pub const LIST_OUTCOMES_UP_TO: usize = 100;
 
-/// Counts wakes between pairs of agents; an operator post to them resets the count.
-#[derive(Debug, Default)]
-pub struct LoopGuard {
-    wakes: Mutex<HashMap<(String, String), VecDeque<Instant>>>,
-    told: Mutex<HashSet<(String, String)>>,
-}
-
-/// What the loop guard says about one wake.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Wake,
-    /// Hold it; `tell` is true the first time, when the operator must be told.
-    Hold {
-        tell: bool,
-    },
-}
-
-impl LoopGuard {
-    fn pair(a: &str, b: &str) -> (String, String) {
-        if a <= b { (a.to_owned(), b.to_owned()) } else { (b.to_owned(), a.to_owned()) }
-    }
-
-    /// Records a wake of `to` by agent `from`, or says to hold it.
-    pub fn wake(&self, from: &str, to: &str, limit: u32, window: Duration) -> Verdict {
-        let key = LoopGuard::pair(from, to);
-        let now = Instant::now();
-        let Ok(mut wakes) = self.wakes.lock() else { return Verdict::Wake };
-        let times = wakes.entry(key.clone()).or_default();
-        while times.front().is_some_and(|t| now.duration_since(*t) > window) {
-            times.pop_front();
-        }
-        if times.len() as u32 >= limit {
-            let tell = self.told.lock().map(|mut told| told.insert(key)).unwrap_or(false);
-            return Verdict::Hold { tell };
-        }
-        times.push_back(now);
-        Verdict::Wake
-    }
-
-    /// An operator spoke to `agent`: its loops start over.
-    pub fn reset(&self, agent: &str) {
-        if let Ok(mut wakes) = self.wakes.lock() {
-            wakes.retain(|(a, b), _| a != agent && b != agent);
-        }
-        if let Ok(mut told) = self.told.lock() {
-            told.retain(|(a, b)| a != agent && b != agent);
-        }
-    }
-}
+pub use canopy_core::delivery::LoopGuard;
 
 impl Api {
     /// The one path for Canopy's own notices (gate, loop guard, mailbox, stall, crash, run
@@ -127,55 +80,37 @@ impl Api {
                 reason,
                 steer_latency_us: None,
             };
-            if recipient.state == AccountState::Despawned {
-                outcomes.push(outcome(Outcome::Refused, Some("despawned".into())));
-                continue;
-            }
-            let Some(runner) = recipient.runner.clone() else {
-                let why = if recipient.state == AccountState::Crashed {
-                    "crashed: delivered when it is started again"
-                } else {
-                    "offline: delivered at its next session start"
-                };
-                outcomes.push(outcome(Outcome::Held, Some(why.into())));
-                continue;
+            let facts = RecipientFacts {
+                state: recipient.state,
+                presence: recipient.presence,
+                runner: recipient.runner.as_deref(),
+                mentioned: recipient.mentioned,
             };
-            let working = matches!(recipient.presence, Presence::Working | Presence::Stalled);
-            if recipient.mentioned && working {
-                steers.push((recipient.clone(), runner));
-                continue;
-            }
-            if recipient.presence == Presence::Idle && !ack_only {
-                if caller.kind == canopy_core::AccountKind::Agent {
-                    let verdict = self.loops.wake(
-                        caller.handle.as_str(),
-                        recipient.handle.as_str(),
-                        delivery.loop_wakes,
-                        delivery.loop_window,
-                    );
-                    if let Verdict::Hold { tell } = verdict {
-                        held.push(recipient.agent_id);
-                        if tell {
-                            loop_notices.push(recipient.clone());
-                        }
-                        outcomes.push(outcome(
-                            Outcome::Held,
-                            Some("loop guard: these two agents keep waking each other; the operator was told".into()),
-                        ));
-                        continue;
+            let guard = || {
+                let (from, to) = (caller.handle.as_str(), recipient.handle.as_str());
+                self.loops.wake(from, to, delivery.loop_wakes, delivery.loop_window, Instant::now())
+            };
+            match route(caller.kind, facts, ack_only, guard) {
+                Route::Refused(why) => outcomes.push(outcome(Outcome::Refused, Some(why))),
+                Route::Held(why) => outcomes.push(outcome(Outcome::Held, Some(why))),
+                Route::LoopHeld { tell } => {
+                    held.push(recipient.agent_id);
+                    if tell {
+                        loop_notices.push(recipient.clone());
                     }
+                    let why = "loop guard: these two agents keep waking each other; the operator was told";
+                    outcomes.push(outcome(Outcome::Held, Some(why.into())));
                 }
-                doorbells.entry(runner).or_default().push(recipient.handle.to_string());
-                outcomes.push(outcome(Outcome::Woke, None));
-                continue;
+                Route::Steer { runner } => steers.push((recipient.clone(), runner)),
+                Route::Woke { runner } => {
+                    doorbells.entry(runner).or_default().push(recipient.handle.to_string());
+                    outcomes.push(outcome(Outcome::Woke, None));
+                }
+                Route::Queued { runner, reason } => {
+                    doorbells.entry(runner).or_default().push(recipient.handle.to_string());
+                    outcomes.push(outcome(Outcome::Queued, reason));
+                }
             }
-            doorbells.entry(runner).or_default().push(recipient.handle.to_string());
-            let reason = if ack_only && recipient.presence == Presence::Idle {
-                Some("an acknowledgement: delivered at its next turn, without waking it".to_owned())
-            } else {
-                None
-            };
-            outcomes.push(outcome(Outcome::Queued, reason));
         }
         for handle in &reach.unreachable_mentions {
             outcomes.push(RecipientOutcome {
@@ -379,24 +314,4 @@ pub(crate) fn live(conn: &canopy_store::Conn, agent: &str, incarnation: u64, run
         field: "incarnation",
         reason: format!("{agent} session {incarnation} is not live on runner {runner_id}"),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_loop_guard_holds_after_the_limit_and_tells_once() {
-        let guard = LoopGuard::default();
-        let window = Duration::from_secs(60);
-        for _ in 0..3 {
-            assert_eq!(guard.wake("a", "b", 4, window), Verdict::Wake);
-        }
-        assert_eq!(guard.wake("b", "a", 4, window), Verdict::Wake, "the pair counts both directions");
-        assert_eq!(guard.wake("a", "b", 4, window), Verdict::Hold { tell: true });
-        assert_eq!(guard.wake("b", "a", 4, window), Verdict::Hold { tell: false });
-        assert_eq!(guard.wake("a", "c", 4, window), Verdict::Wake, "other pairs are not affected");
-        guard.reset("b");
-        assert_eq!(guard.wake("a", "b", 4, window), Verdict::Wake, "an operator post resets the pair");
-    }
 }
