@@ -17,6 +17,7 @@ pub mod names;
 pub mod redact;
 pub mod render;
 pub mod schedule;
+pub mod spawn;
 pub mod tree;
 
 pub use error::{Error, ErrorCode};

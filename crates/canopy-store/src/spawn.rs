@@ -12,9 +12,14 @@
 //! requester's home channel; an operator's reply that reads as an answer but does not decide
 //! (unclear, misplaced, or on a request no longer pending) is answered in the topic it was
 //! posted in, so an operator is never left believing a request was decided.
+//!
+//! The rules (the limits and their messages, who may decide, only pending requests) and
+//! every sentence posted about a request are `canopy_core::spawn`'s: this module gathers the
+//! facts in the transaction and persists what those rules decide.
 
 use canopy_core::acl::Caller;
 use canopy_core::gate::Reply;
+use canopy_core::spawn::{self as spawn_rules, SpawnFacts, SpawnLimits, Verb, say};
 use canopy_core::{
     AccountKind, AccountState, AuditEntry, ChannelName, Error, Handle, Message, RoleName, SpawnRequest, SpawnState,
     TopicName,
@@ -35,6 +40,18 @@ pub struct SpawnPolicy {
     pub max_agents: u32,
     pub max_pending_per_requester: u32,
     pub ttl_ms: i64,
+}
+
+impl SpawnPolicy {
+    /// The limits the gate's rules check (`canopy_core::spawn`).
+    pub fn limits(&self) -> SpawnLimits {
+        SpawnLimits {
+            max_depth: self.max_depth,
+            max_children: self.max_children,
+            max_agents: self.max_agents,
+            max_pending_per_requester: self.max_pending_per_requester,
+        }
+    }
 }
 
 /// What an agent asks for.
@@ -132,7 +149,6 @@ pub fn request_spawn(
             return Ok((load(conn, id)?, None));
         }
     }
-    let limit = |what: String, advice: &str| Err(Error::LimitExceeded(format!("{what}; {advice}")));
     if spec.role.is_supervisor() {
         return Err(Error::Forbidden { action: "request a Supervisor".into(), reason: "there is exactly one".into() });
     }
@@ -164,31 +180,12 @@ pub fn request_spawn(
         }
         depth
     };
-    if depth + 1 > policy.max_depth {
-        return limit(
-            format!(
-                "limit policy.max_depth: the child would sit at depth {} and the maximum is {}",
-                depth + 1,
-                policy.max_depth
-            ),
-            "ask a Manager higher in the tree to take the lane, or ask the operator to raise the limit",
-        );
-    }
     let children = count(
         conn,
         "SELECT (SELECT COUNT(*) FROM accounts WHERE parent_id = ?1 AND state != 'despawned') + \
          (SELECT COUNT(*) FROM spawn_requests WHERE requester_id = ?1 AND state = 'pending')",
         requester.id,
     )?;
-    if children >= policy.max_children {
-        return limit(
-            format!(
-                "limit policy.max_children: {} already has {children} children or pending requests (maximum {})",
-                caller.handle, policy.max_children
-            ),
-            "despawn a child you no longer need, or ask the operator to raise the limit",
-        );
-    }
     let live: u32 = conn
         .query_row(
             "SELECT COUNT(*) FROM accounts WHERE kind = 'agent' AND state != 'despawned' AND run_of IS NULL",
@@ -197,23 +194,10 @@ pub fn request_spawn(
         )
         .map(|n| n as u32)
         .map_err(sql("counting agents"))?;
-    if live >= policy.max_agents {
-        return limit(
-            format!("limit policy.max_agents: the workspace has {live} live agents (maximum {})", policy.max_agents),
-            "ask the operator to despawn idle agents or raise the limit",
-        );
-    }
     let pending =
         count(conn, "SELECT COUNT(*) FROM spawn_requests WHERE requester_id = ?1 AND state = 'pending'", requester.id)?;
-    if pending >= policy.max_pending_per_requester {
-        return limit(
-            format!(
-                "limit policy.max_pending_requests: {} has {pending} requests waiting (maximum {})",
-                caller.handle, policy.max_pending_per_requester
-            ),
-            "wait for the operator to answer, or cancel one",
-        );
-    }
+    let facts = SpawnFacts { requester_depth: depth, children, live_agents: live, pending };
+    spawn_rules::check_limits(caller.handle.as_str(), &facts, &policy.limits())?;
     let now = now_ms();
     conn.execute(
         "INSERT INTO spawn_requests (requester_id, handle, display_name, role, charter, reason, idempotency_key, state, \
@@ -243,20 +227,7 @@ pub fn request_spawn(
         .prepare_cached("SELECT handle FROM accounts WHERE kind = 'operator' ORDER BY handle")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
         .map_err(sql("listing operators"))?;
-    let body = format!(
-        "{mentions} {requester} asks to spawn a child {role}: @{handle} ({name}). Request {id}, expires {expires}.\n\
-         Charter: {charter}\nReason: {reason}\n\
-         To answer: `canopy approve {id}` or `canopy deny {id} --reason TEXT`, or reply `approve` or `deny <reason>` in this topic.",
-        mentions = operators.iter().map(|o| format!("@{o}")).collect::<Vec<_>>().join(" "),
-        requester = caller.handle,
-        role = spec.role,
-        handle = spec.handle,
-        name = spec.display_name,
-        id = request.id,
-        expires = request.expires_at,
-        charter = spec.charter,
-        reason = spec.reason,
-    );
+    let body = say::requested(&operators, caller.handle.as_str(), &request);
     let notice = post_to_requester(conn, requester.id, &spec.handle, &body)?;
     Ok((request, Some(notice)))
 }
@@ -282,32 +253,21 @@ pub fn decide_spawn(
 ) -> Result<Decided, Error> {
     let mut request = load(conn, id)?;
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
-    let verb = if approve { "approve" } else { "deny" };
-    if !caller.is_operator() {
+    let verb = if approve { Verb::Approve } else { Verb::Deny };
+    if let Err(error) = spawn_rules::may_decide(caller, verb, &request.id) {
         // Refused, but the attempt is on record and the operators hear of it.
-        audit(conn, Some(actor.id), &format!("spawn.{verb}.refused"), &request.id, "an agent tried to decide")?;
+        let action = format!("spawn.{}.refused", verb.as_str());
+        audit(conn, Some(actor.id), &action, &request.id, "an agent tried to decide")?;
         let requester = require_account(conn, "requester", request.requester.as_str())?;
-        let body = format!(
-            "@{} tried to {verb} {} ({}). Only an operator can decide a spawn request; nothing changed.",
-            caller.handle, request.id, request.handle
-        );
+        let body = say::attempt(caller.handle.as_str(), verb, &request);
         let notice = post_to_requester(conn, requester.id, &request.handle, &body)?;
-        let error = Error::Forbidden {
-            action: format!("{verb} {}", request.id),
-            reason: "only an operator can decide a spawn request".into(),
-        };
         return Ok(Decided { request, notices: vec![notice], refused: Some(error) });
     }
     let now = now_ms();
     if request.state == SpawnState::Pending && expired(conn, id, now)? {
         request = load(conn, id)?;
     }
-    if request.state != SpawnState::Pending {
-        return Err(Error::ConflictOn {
-            field: "id",
-            reason: format!("{} is {}, not pending; nothing changed", request.id, request.state),
-        });
-    }
+    spawn_rules::check_pending(&request)?;
     let requester = require_account(conn, "requester", request.requester.as_str())?;
     let (state, body) = if approve {
         conn.execute("SAVEPOINT spawn", []).map_err(sql("starting a spawn"))?;
@@ -324,31 +284,15 @@ pub fn decide_spawn(
         match insert_agent(conn, Some(actor.id), &spec) {
             Ok(_) => {
                 conn.execute("RELEASE spawn", []).map_err(sql("finishing a spawn"))?;
-                (
-                    SpawnState::Spawned,
-                    format!(
-                        "Approved by {}: @{} ({}) is spawned as your report and starts with its charter. Request {}.",
-                        caller.handle, request.handle, request.display_name, request.id
-                    ),
-                )
+                (SpawnState::Spawned, say::spawned(caller.handle.as_str(), &request))
             }
             Err(e) => {
                 conn.execute_batch("ROLLBACK TO spawn; RELEASE spawn").map_err(sql("undoing a spawn"))?;
-                (
-                    SpawnState::Failed,
-                    format!(
-                        "Approved by {}, but spawning @{} failed: {e}. Request {}.",
-                        caller.handle, request.handle, request.id
-                    ),
-                )
+                (SpawnState::Failed, say::spawn_failed(caller.handle.as_str(), &request, &e.to_string()))
             }
         }
     } else {
-        let why = note.clone().unwrap_or_else(|| "no reason given".into());
-        (
-            SpawnState::Denied,
-            format!("Denied by {}: {why}. Request {} for @{}.", caller.handle, request.id, request.handle),
-        )
+        (SpawnState::Denied, say::denied(caller.handle.as_str(), &request, note.as_deref()))
     };
     let failure = (state == SpawnState::Failed).then(|| body.clone());
     conn.execute(
@@ -357,7 +301,7 @@ pub fn decide_spawn(
         params![state.as_str(), actor.id, note.or(failure), now, request.handle.as_str(), id],
     )
     .map_err(sql("deciding a spawn request"))?;
-    audit(conn, Some(actor.id), &format!("spawn.{verb}"), &request.id, state.as_str())?;
+    audit(conn, Some(actor.id), &format!("spawn.{}", verb.as_str()), &request.id, state.as_str())?;
     let notice = post_to_requester(conn, requester.id, &request.handle, &body)?;
     Ok(Decided { request: load(conn, id)?, notices: vec![notice], refused: None })
 }
@@ -392,7 +336,7 @@ fn expire_and_tell(conn: &Connection, id: i64, now: i64) -> Result<Option<Messag
     let request = load(conn, id)?;
     let requester = require_account(conn, "requester", request.requester.as_str())?;
     audit(conn, None, "spawn.expire", &request.id, "")?;
-    let body = format!("Request {} for @{} expired without an answer.", request.id, request.handle);
+    let body = say::expired(&request);
     Ok(Some(post_to_requester(conn, requester.id, &request.handle, &body)?))
 }
 
@@ -456,17 +400,12 @@ pub fn answer_reply(
     }
     let requester = require_account(conn, "requester", request.requester.as_str())?;
     if request.state != SpawnState::Pending {
-        let body = format!("Nothing changed: {}. Only a pending request can be decided.", describe(&request));
+        let body = say::already_decided(&request);
         notices.push(post_to_requester(conn, requester.id, &request.handle, &body)?);
         return Ok(Answered { notices, decided: false });
     }
     if *reply == Reply::Unclear {
-        let body = format!(
-            "Nothing was decided: Canopy did not read that as an answer to {id}. To decide it, reply exactly \
-             `approve` or `deny <reason>` in this topic, or run `canopy approve {id}` or \
-             `canopy deny {id} --reason TEXT`.",
-            id = request.id
-        );
+        let body = say::unclear(&request);
         notices.push(post_to_requester(conn, requester.id, &request.handle, &body)?);
         return Ok(Answered { notices, decided: false });
     }
@@ -485,38 +424,8 @@ fn misplaced(conn: &Connection, channel: &ChannelName, handle: &str) -> Result<S
         )
         .and_then(|mut s| s.query_row(params![handle], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(sql("finding a request by handle"))?;
-    let Some((number, home)) = newest else {
-        return Ok(format!(
-            "Nothing was decided: there is no spawn request for @{handle}, and a reply decides a request only \
-             in its requester's home channel, in the request's own topic."
-        ));
-    };
-    let request = load(conn, number)?;
-    Ok(format!(
-        "Nothing was decided: this is not the topic of {id}. A reply decides a request only in its requester's \
-         home channel, in the request's own topic: {id} ({state}, asked by {requester}) is in #{home}, topic \
-         `spawn: {handle}`, and #{channel} is not. Reply `approve` or `deny <reason>` there, or run \
-         `canopy approve {id}` or `canopy deny {id} --reason TEXT`.",
-        id = request.id,
-        state = request.state,
-        requester = request.requester,
-    ))
-}
-
-/// A request's state in a sentence, for answering a decision that came too late.
-fn describe(request: &SpawnRequest) -> String {
-    let by = request.decided_by.as_ref().map(|h| format!(" by {h}")).unwrap_or_default();
-    let at = request.decided_at.as_ref().map(|t| format!(" at {t}")).unwrap_or_default();
-    let note = request.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
-    let state = match request.state {
-        SpawnState::Spawned => format!("approved{by}{at} and spawned"),
-        SpawnState::Failed => format!("approved{by}{at}, but the spawn failed{note}"),
-        SpawnState::Denied => format!("denied{by}{at}{note}"),
-        SpawnState::Expired => format!("expired{at} without an answer"),
-        SpawnState::Cancelled => format!("cancelled by its requester{at}"),
-        SpawnState::Approved | SpawnState::Pending => format!("{}{by}{at}", request.state),
-    };
-    format!("{} for @{} is already {state}", request.id, request.handle)
+    let Some((number, home)) = newest else { return Ok(say::no_such_request(handle)) };
+    Ok(say::misplaced(&load(conn, number)?, &home, channel.as_str()))
 }
 
 /// The requester cancels its own pending request.
@@ -542,12 +451,7 @@ pub fn cancel_spawn(conn: &Connection, caller: &Caller, id: i64) -> Result<(Spaw
     }
     let requester = require_account(conn, "caller", caller.handle.as_str())?;
     audit(conn, Some(requester.id), "spawn.cancel", &request.id, "")?;
-    let notice = post_to_requester(
-        conn,
-        requester.id,
-        &request.handle,
-        &format!("Request {} was cancelled by its requester.", request.id),
-    )?;
+    let notice = post_to_requester(conn, requester.id, &request.handle, &say::cancelled(&request))?;
     Ok((load(conn, id)?, notice))
 }
 
