@@ -15,7 +15,7 @@ use canopy_core::continuity::{DEFAULT_HISTORY_LIMIT, HistoryCursor, MAX_HISTORY_
 use canopy_proto::api::*;
 use canopy_store::{HistoryQuery, PRUNE_BATCH, Pruned, ops};
 
-use crate::handlers::Api;
+use crate::context::Api;
 
 /// Longest `history_search` query, in bytes.
 pub const MAX_QUERY_BYTES: usize = 500;
@@ -75,7 +75,9 @@ impl Api {
             .transpose()?;
         let since_ms = match req.since_secs {
             None => 0,
-            Some(secs) => unix_ms().saturating_sub(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
+            Some(secs) => {
+                canopy_sys::unix_ms().saturating_sub(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
+            }
         };
         let view = self.store.read(move |conn| ops::usage(conn, &caller, agent.as_ref(), since_ms)).await?;
         Ok(UsageResponse { total: view.total, agents: view.agents, sessions: view.sessions, turns: view.turns })
@@ -85,7 +87,7 @@ impl Api {
     /// bounded batches, then the directories of ended sessions nobody touched for long.
     pub async fn prune_records(&self) {
         let retention = &self.config.retention;
-        let now = unix_ms();
+        let now = canopy_sys::unix_ms();
         let activity_before = now.saturating_sub(retention.activity.as_millis() as i64);
         let usage_before = now.saturating_sub(retention.usage.as_millis() as i64);
         let mut total = Pruned::default();
@@ -184,10 +186,6 @@ fn newest_mtime(dir: &Path) -> Option<SystemTime> {
     let own = std::fs::metadata(dir).and_then(|m| m.modified()).ok()?;
     let entries = std::fs::read_dir(dir).ok()?;
     Some(entries.flatten().filter_map(|e| e.metadata().and_then(|m| m.modified()).ok()).fold(own, SystemTime::max))
-}
-
-fn unix_ms() -> i64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

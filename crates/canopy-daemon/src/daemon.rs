@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{load_or_create, random_hex, token_hash, write_private};
-use crate::handlers::{Api, Secrets};
+use crate::context::{Api, Secrets};
 use crate::roles::{RoleDefaults, ScriptCheck};
 use canopy_config::{Config, ConfigError};
 use canopy_config::{ConnectionInfo, DataDir};

@@ -21,7 +21,7 @@ use canopy_core::delivery::{RecipientFacts, Route, route};
 use canopy_proto::api::*;
 use canopy_store::{Reach, Recipient, ops};
 
-use crate::handlers::{Api, encode};
+use crate::context::{Api, encode};
 
 /// Posts reaching more agents than this list outcomes only for the mentioned and refused.
 pub const LIST_OUTCOMES_UP_TO: usize = 100;
@@ -48,7 +48,7 @@ impl Api {
                     handle: canopy_core::Handle::from_trusted("canopy".into()),
                     kind: canopy_core::AccountKind::System,
                 };
-                let now = unix_us();
+                let now = canopy_sys::unix_us();
                 // Boxed: a delivery can itself post a notice (the loop guard's), which comes back here.
                 Box::pin(self.deliver(&system, &message, &reach, false, now)).await;
             }
@@ -196,7 +196,7 @@ impl Api {
             agent: recipient.handle.to_string(),
             incarnation: recipient.incarnation,
             message: message.clone(),
-            not_after_ms: unix_ms() + self.config.delivery.steer_timeout.as_millis() as u64,
+            not_after_ms: canopy_sys::unix_us() / 1000 + self.config.delivery.steer_timeout.as_millis() as u64,
         };
         let subject = self.subjects.runner_steer(runner);
         let reply = self
@@ -273,7 +273,7 @@ impl Api {
             .store
             .write(move |conn| {
                 let mut notices = Vec::new();
-                let cutoff = unix_ms() as i64 - retention.as_millis() as i64;
+                let cutoff = canopy_sys::unix_ms() - retention.as_millis() as i64;
                 for (agent_id, handle, missed) in ops::expire(conn, cutoff)? {
                     let body = format!(
                         "@{handle} never received {missed} messages older than the retention period ({}); \
@@ -297,15 +297,6 @@ impl Api {
             Err(e) => tracing::warn!(error = %e, "checking mailboxes failed"),
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    unix_us() / 1000
-}
-
-/// Unix microseconds, the clock steer latencies are measured on.
-pub(crate) fn unix_us() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
 /// The live session's agent id, or `conflict` for a stale or foreign session.

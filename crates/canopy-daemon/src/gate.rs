@@ -15,7 +15,7 @@ use canopy_core::{Error, Handle, Message, RoleName, SpawnRequest};
 use canopy_proto::api::*;
 use canopy_store::{SpawnPolicy, SpawnSpec, ops, parse_request_id};
 
-use crate::handlers::{Api, MAX_CHARTER, MAX_IDEMPOTENCY_KEY};
+use crate::context::{Api, MAX_CHARTER, MAX_IDEMPOTENCY_KEY};
 
 impl Api {
     fn policy(&self) -> SpawnPolicy {
@@ -116,10 +116,8 @@ impl Api {
     pub(crate) async fn audit_list(&self, caller: Caller, req: AuditListRequest) -> Result<AuditListResponse, Error> {
         require_operator(&caller, "read the audit log")?;
         let since = match req.since_secs {
-            Some(secs) => {
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-                now.saturating_sub(Duration::from_secs(secs)).as_millis() as i64
-            }
+            Some(secs) => canopy_sys::unix_ms()
+                .saturating_sub(i64::try_from(Duration::from_secs(secs).as_millis()).unwrap_or(i64::MAX)),
             None => 0,
         };
         Ok(AuditListResponse { entries: self.store.read(move |conn| ops::audit_log(conn, since)).await? })

@@ -8,17 +8,21 @@
 //! binary composes the daemon with its embedded runner (`DaemonOptions::embedded`) and the
 //! scripted harness's script check.
 
+pub mod agents;
 pub mod auth;
 pub mod builtin;
+pub mod context;
 pub mod continuity;
 pub mod daemon;
 pub mod delivery;
 pub mod gate;
 pub mod handlers;
 pub mod init;
+pub mod messages;
 pub mod prompt_api;
 pub mod prompts;
 pub mod roles;
+pub mod sessions;
 
 pub use daemon::{DaemonError, DaemonOptions, Embedded, StopEmbedded, run};
 pub use init::{InitOptions, InitReport, init};

@@ -12,19 +12,8 @@ use canopy_proto::Method;
 use canopy_proto::api::*;
 use canopy_store::{LiveSession, RunSpec, RunStatus, ops, run_topic};
 
-use crate::handlers::Api;
+use crate::context::{Api, RoleOf};
 use crate::prompts::{self, Identity};
-
-/// What a session's role allows, cached by handle (an account's role, and a run's definition and
-/// Manager, never change).
-#[derive(Debug, Clone)]
-pub struct RoleOf {
-    pub role: String,
-    /// For a subagent run: its definition.
-    pub definition: Option<String>,
-    /// For a subagent run: its Manager (its activity shows under the Manager too).
-    pub manager: Option<String>,
-}
 
 fn run_info(run: canopy_store::Run) -> RunInfo {
     RunInfo {

@@ -140,10 +140,6 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
     Ok(RunnerHandle { id, mcp_url, stop, task })
 }
 
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 fn random_suffix() -> u64 {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     (nanos as u64) ^ (u64::from(std::process::id()) << 32)
@@ -389,7 +385,7 @@ impl RunnerActor {
                     reason: Some("the session is not live on this runner".into()),
                     written_at_us: None,
                 },
-                (Ok(request), Some(_)) if unix_ms() > request.not_after_ms => SteerReply {
+                (Ok(request), Some(_)) if canopy_sys::unix_us() / 1000 > request.not_after_ms => SteerReply {
                     steered: false,
                     turn_id: None,
                     reason: Some("the request arrived after the poster stopped waiting".into()),

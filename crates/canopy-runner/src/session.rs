@@ -746,8 +746,7 @@ async fn steer(session: Arc<Session>, turn_id: String, message: Message, seen: &
     }
     let text = render(std::slice::from_ref(&message), "A message for you arrived while you were working:");
     let context = context_of("message", std::slice::from_ref(&message));
-    let written_at_us =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+    let written_at_us = canopy_sys::unix_us();
     match session.send(&format!("steer-{seq}"), &text, &context, SendMode::Steer { turn_id }).await {
         // Taken for the turn; `SteerInjected` follows at its next step boundary.
         Ok(SendOutcome::Steered { turn_id }) => {

@@ -164,9 +164,9 @@ pub(crate) fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
     move |e| Error::Internal(format!("{context}: {e}"))
 }
 
-/// Milliseconds since the Unix epoch, the store's clock.
+/// Milliseconds since the Unix epoch (`canopy_sys::unix_ms`, Canopy's one clock).
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    canopy_sys::unix_ms()
 }
 
 /// Renders a stored timestamp as RFC 3339 with milliseconds.

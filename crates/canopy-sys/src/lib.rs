@@ -1,6 +1,6 @@
 //! The few OS calls Canopy needs that std does not offer, in one place: sending a signal to
 //! a process or process group, asking the kernel to kill a child when its parent dies,
-//! starting a child in a session of its own, Landlock (the ABI this kernel offers, and a
+//! starting a child in a session of its own, the one wall clock (`unix_us`), Landlock (the ABI this kernel offers, and a
 //! TCP-connect and scope ruleset a child enters before it runs anything), and reading the OS
 //! random source.
 //!
@@ -200,6 +200,17 @@ pub fn alive(pid: u32) -> bool {
         Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
         Err(_) => false,
     }
+}
+
+/// Microseconds since the Unix epoch: Canopy's one wall clock (store timestamps, steer
+/// latencies, deadlines between processes). 0 if the system clock is before 1970.
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Milliseconds since the Unix epoch, on the same clock as `unix_us`.
+pub fn unix_ms() -> i64 {
+    i64::try_from(unix_us() / 1000).unwrap_or(i64::MAX)
 }
 
 /// `n` bytes from the OS random source, as lowercase hex.

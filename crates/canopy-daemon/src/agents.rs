@@ -1,0 +1,197 @@
+//! The agents and tree area: `whoami`, creating, listing, showing and reparenting agents,
+//! starting, stopping and interrupting them, their activity lines, the roster and the tree,
+//! and `canopy watch`'s activity pages. Does not decide spawn requests (`gate`).
+
+use canopy_core::acl::Caller;
+use canopy_core::{Desired, Error, Handle, RoleName, RosterEntry};
+use canopy_proto::api::*;
+use canopy_store::{AgentSpec, ops};
+
+use crate::context::{Api, MAX_CHARTER, bounded_text, display_name, encode, page_limit};
+
+impl Api {
+    pub(crate) async fn agents_start(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
+        self.set_desired(caller, req, Desired::Running).await
+    }
+
+    pub(crate) async fn agents_stop(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
+        self.set_desired(caller, req, Desired::Stopped).await
+    }
+
+    pub(crate) async fn set_desired(
+        &self,
+        caller: Caller,
+        req: AgentsStartStopRequest,
+        desired: Desired,
+    ) -> Result<RosterEntry, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let entry = self.store.write(move |conn| ops::set_desired(conn, &caller, &handle, desired)).await?;
+        self.poke_runners().await;
+        Ok(entry)
+    }
+
+    /// Stops an agent's running turn through the runner hosting its live session. The
+    /// session stays up; messages not yet delivered stay pending, and a steer taken but not
+    /// injected comes back as dropped and goes at the next turn start.
+    pub(crate) async fn agents_interrupt(
+        &self,
+        caller: Caller,
+        req: AgentsInterruptRequest,
+    ) -> Result<AgentsInterruptResponse, Error> {
+        canopy_core::acl::require_operator(&caller, "agents.interrupt")?;
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let name = handle.to_string();
+        let entry = self.store.read(move |conn| ops::roster_entry(conn, &name)).await?;
+        let Some(runner) = entry.runner.clone() else {
+            let reason = entry.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+            return Err(Error::ConflictOn {
+                field: "handle",
+                reason: format!(
+                    "{handle} has no live session to interrupt (it is {}{reason})",
+                    entry.presence.as_str()
+                ),
+            });
+        };
+        let request = InterruptRequest { agent: handle.to_string(), incarnation: entry.incarnation };
+        let timeout = self.config.delivery.steer_timeout.max(std::time::Duration::from_secs(5));
+        let reply =
+            self.bus.request(&self.subjects.runner_interrupt(&runner), None, encode(&request), timeout).await.map_err(
+                |e| Error::Unavailable(format!("the runner hosting {handle} ({runner}) did not answer ({e})")),
+            )?;
+        let reply: InterruptReply = serde_json::from_slice(&reply)
+            .map_err(|e| Error::Internal(format!("the answer of runner {runner} did not parse: {e}")))?;
+        let detail = match (&reply.turn_id, &reply.reason) {
+            (Some(turn), _) if reply.interrupted => format!("turn {turn} (incarnation {})", entry.incarnation),
+            (_, Some(reason)) => format!("nothing interrupted: {reason}"),
+            _ => "nothing interrupted".to_owned(),
+        };
+        let audited = handle.clone();
+        self.store.write(move |conn| ops::record_interrupt(conn, &caller, &audited, &detail)).await?;
+        Ok(AgentsInterruptResponse {
+            agent: handle.to_string(),
+            incarnation: entry.incarnation,
+            interrupted: reply.interrupted,
+            turn_id: reply.turn_id,
+            reason: reply.reason,
+        })
+    }
+
+    pub(crate) async fn agents_set_activity(
+        &self,
+        caller: Caller,
+        req: SetActivityRequest,
+    ) -> Result<RosterEntry, Error> {
+        let text = bounded_text("text", req.text, 1000)?;
+        self.store.write(move |conn| ops::set_activity(conn, &caller, &text)).await
+    }
+
+    /// Whether sessions run unconfined (`[sandbox] mode = "off"`), for every roster line.
+    pub(crate) fn unconfined(&self) -> bool {
+        self.config.sandbox.mode == canopy_config::config::SandboxModeConfig::Off
+    }
+
+    pub(crate) async fn roster(&self, _: Caller, _: RosterRequest) -> Result<RosterResponse, Error> {
+        let mut agents = self.store.read(ops::roster).await?;
+        let unconfined = self.unconfined();
+        agents.iter_mut().for_each(|a| a.unconfined = unconfined);
+        Ok(RosterResponse { agents })
+    }
+
+    pub(crate) async fn activity_read(
+        &self,
+        caller: Caller,
+        req: ActivityReadRequest,
+    ) -> Result<ActivityReadResponse, Error> {
+        let agent = Handle::parse(&req.agent).map_err(|e| Error::name("agent", e))?;
+        let limit = page_limit(req.limit)?;
+        let tail = req.tail.map(|t| t.min(MAX_READ_LIMIT));
+        let after = req.after;
+        let (items, more) =
+            self.store.read(move |conn| ops::read_activity(conn, &caller, agent.as_str(), after, limit, tail)).await?;
+        let next_after = items.last().map_or(after, |i| i.id);
+        Ok(ActivityReadResponse { items, next_after, more })
+    }
+
+    pub(crate) async fn whoami(&self, caller: Caller, _: WhoamiRequest) -> Result<WhoamiResponse, Error> {
+        let tools = match caller.kind {
+            canopy_core::AccountKind::Agent => self.tools_of(&caller).await?,
+            _ => Vec::new(),
+        };
+        self.store
+            .read(move |conn| {
+                let account = ops::account(conn, "caller", caller.handle.as_str())?;
+                let workspace = ops::workspace(conn)?.ok_or_else(|| Error::Internal("no workspace row".into()))?;
+                Ok(WhoamiResponse { account, workspace, version: env!("CARGO_PKG_VERSION").to_owned(), tools })
+            })
+            .await
+    }
+
+    pub(crate) async fn agents_create(
+        &self,
+        caller: Caller,
+        req: AgentsCreateRequest,
+    ) -> Result<canopy_core::Account, Error> {
+        let spec = AgentSpec {
+            handle: Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?,
+            display_name: display_name(&req.name)?,
+            role: RoleName::parse(&req.role).map_err(|e| Error::name("role", e))?,
+            parent: req
+                .parent
+                .as_deref()
+                .map(|p| Handle::parse(p).map_err(|e| Error::name("parent", e)))
+                .transpose()?,
+            charter: bounded_text("charter", req.charter, MAX_CHARTER)?,
+            harness: String::new(),
+            script: None,
+            persona: req
+                .persona
+                .map(|p| bounded_text("persona", p, MAX_CHARTER))
+                .transpose()?
+                .filter(|p| !p.trim().is_empty()),
+        };
+        let defaults = self.session_defaults(spec.role.as_str());
+        let harness = req.harness.unwrap_or(defaults.harness);
+        let script = match req.script {
+            Some(source) => Some((source.name, source.text)),
+            None if harness == "scripted" => defaults.script,
+            None => None,
+        };
+        let session = crate::roles::check(&harness, script, self.roles.check_script())?;
+        let spec = AgentSpec { harness: session.harness, script: session.script, ..spec };
+        let account = self.store.write(move |conn| ops::create_agent(conn, &caller, &spec)).await?;
+        self.poke_runners().await;
+        Ok(account)
+    }
+
+    pub(crate) async fn agents_list(&self, _: Caller, _: AgentsListRequest) -> Result<AgentsListResponse, Error> {
+        let agents = self.store.read(ops::list_agents).await?;
+        Ok(AgentsListResponse { agents })
+    }
+
+    pub(crate) async fn agents_show(&self, _: Caller, req: AgentsShowRequest) -> Result<AgentsShowResponse, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        self.store
+            .read(move |conn| {
+                Ok(AgentsShowResponse {
+                    account: ops::account(conn, "handle", handle.as_str())?,
+                    children: ops::children(conn, handle.as_str())?,
+                    subscriptions: ops::subscriptions(conn, handle.as_str())?,
+                })
+            })
+            .await
+    }
+
+    pub(crate) async fn agents_reparent(
+        &self,
+        caller: Caller,
+        req: AgentsReparentRequest,
+    ) -> Result<canopy_core::Account, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let parent = Handle::parse(&req.parent).map_err(|e| Error::name("parent", e))?;
+        self.store.write(move |conn| ops::reparent(conn, &caller, &handle, &parent)).await
+    }
+
+    pub(crate) async fn tree(&self, _: Caller, _: TreeRequest) -> Result<TreeResponse, Error> {
+        Ok(TreeResponse { root: self.store.read(ops::tree).await? })
+    }
+}

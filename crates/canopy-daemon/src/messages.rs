@@ -1,0 +1,212 @@
+//! The channels and messages area: channels, subscriptions, direct channels, topics, the
+//! board, and posting, reading and syncing messages. A post is committed, published, then
+//! delivered (`delivery`) and read for a spawn decision (`gate`).
+
+use canopy_core::acl::Caller;
+use canopy_core::{ChannelKind, ChannelName, Error, Handle, PostPolicy, TopicName};
+use canopy_proto::api::*;
+use canopy_store::{ChannelSpec, PostSpec, ops};
+
+use crate::context::{Api, MAX_IDEMPOTENCY_KEY, page_limit};
+
+impl Api {
+    pub(crate) async fn channels_subscribe(
+        &self,
+        caller: Caller,
+        req: ChannelRequest,
+    ) -> Result<canopy_core::Channel, Error> {
+        self.subscribe(caller, req, true).await
+    }
+
+    pub(crate) async fn channels_unsubscribe(
+        &self,
+        caller: Caller,
+        req: ChannelRequest,
+    ) -> Result<canopy_core::Channel, Error> {
+        self.subscribe(caller, req, false).await
+    }
+
+    pub(crate) async fn subscribe(
+        &self,
+        caller: Caller,
+        req: ChannelRequest,
+        join: bool,
+    ) -> Result<canopy_core::Channel, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        self.store
+            .write(move |conn| {
+                if join {
+                    ops::subscribe_self(conn, &caller, &channel)
+                } else {
+                    ops::unsubscribe_self(conn, &caller, &channel)
+                }
+            })
+            .await
+    }
+
+    pub(crate) async fn channels_open_direct(
+        &self,
+        caller: Caller,
+        req: OpenDirectRequest,
+    ) -> Result<canopy_core::Channel, Error> {
+        let peer = Handle::parse(&req.peer).map_err(|e| Error::name("peer", e))?;
+        self.store.write(move |conn| ops::open_direct(conn, &caller, &peer)).await
+    }
+
+    pub(crate) async fn topics_rename(&self, caller: Caller, req: TopicsRenameRequest) -> Result<Done, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let from = TopicName::parse(&req.topic).map_err(|e| Error::name("topic", e))?;
+        let to = TopicName::parse(&req.to).map_err(|e| Error::name("to", e))?;
+        self.store.write(move |conn| ops::rename_topic(conn, &caller, &channel, &from, &to)).await?;
+        Ok(Done {})
+    }
+
+    pub(crate) async fn topics_resolve(&self, caller: Caller, req: TopicsResolveRequest) -> Result<Done, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let topic = TopicName::parse(&req.topic).map_err(|e| Error::name("topic", e))?;
+        let resolved = req.resolved;
+        self.store.write(move |conn| ops::resolve_topic(conn, &caller, &channel, &topic, resolved)).await?;
+        Ok(Done {})
+    }
+
+    pub(crate) async fn board_pin(&self, caller: Caller, req: BoardPinRequest) -> Result<BoardResponse, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let name = channel.to_string();
+        let seq = req.seq;
+        let pins = self.store.write(move |conn| ops::pin(conn, &caller, &channel, seq)).await?;
+        Ok(BoardResponse { channel: name, pins })
+    }
+
+    pub(crate) async fn board_list(&self, caller: Caller, req: BoardListRequest) -> Result<BoardResponse, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let name = channel.to_string();
+        let pins = self.store.read(move |conn| ops::board(conn, &caller, &channel)).await?;
+        Ok(BoardResponse { channel: name, pins })
+    }
+
+    pub(crate) async fn channels_list(&self, _: Caller, _: ChannelsListRequest) -> Result<ChannelsListResponse, Error> {
+        Ok(ChannelsListResponse { channels: self.store.read(ops::list_channels).await? })
+    }
+
+    pub(crate) async fn channels_create(
+        &self,
+        caller: Caller,
+        req: ChannelsCreateRequest,
+    ) -> Result<canopy_core::Channel, Error> {
+        let kind = req.kind.unwrap_or(ChannelKind::General);
+        let default_policy = if kind == ChannelKind::Broadcast { PostPolicy::Restricted } else { PostPolicy::Open };
+        let posters = req
+            .posters
+            .iter()
+            .map(|p| Handle::parse(p).map_err(|e| Error::name("posters", e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let spec = ChannelSpec {
+            name: ChannelName::parse_user(&req.name).map_err(|e| Error::name("name", e))?,
+            kind,
+            post_policy: req.post_policy.unwrap_or(default_policy),
+            posters,
+        };
+        self.store.write(move |conn| ops::create_channel(conn, Some(&caller), &spec)).await
+    }
+
+    pub(crate) async fn topics_list(
+        &self,
+        caller: Caller,
+        req: TopicsListRequest,
+    ) -> Result<TopicsListResponse, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let topics = self.store.read(move |conn| ops::list_topics(conn, &caller, channel.as_str())).await?;
+        Ok(TopicsListResponse { topics })
+    }
+
+    pub(crate) async fn messages_post(&self, caller: Caller, req: PostRequest) -> Result<PostResponse, Error> {
+        let max = self.config.limits.max_body_bytes;
+        if req.body.trim().is_empty() {
+            return Err(Error::invalid("body", "the message body is empty"));
+        }
+        if req.body.len() > max {
+            return Err(Error::TooLarge { field: "body", len: req.body.len(), max });
+        }
+        if let Some(key) = &req.idempotency_key
+            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || !key.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(Error::invalid(
+                "idempotency_key",
+                format!("must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"),
+            ));
+        }
+        let spec = PostSpec {
+            channel: ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?,
+            topic: TopicName::parse(&req.topic).map_err(|e| Error::name("topic", e))?,
+            body: req.body,
+            create_topic: req.create_topic,
+            idempotency_key: req.idempotency_key,
+            ack_only: req.ack_only,
+        };
+        let ack_only = spec.ack_only;
+        let poster = caller.clone();
+        // A post the policy forbids is refused only once its audit record has committed.
+        let posted = self.store.write(move |conn| ops::post_audited(conn, &poster, &spec)).await??;
+        let committed_us = canopy_sys::unix_us();
+        // The message is committed; a lost event only delays followers, who resync.
+        self.publish_messages(vec![posted.message.clone()]).await;
+        if posted.duplicate {
+            return Ok(PostResponse {
+                message: posted.message,
+                duplicate: true,
+                outcomes: Vec::new(),
+                counts: OutcomeCounts::default(),
+                unknown_mentions: Vec::new(),
+            });
+        }
+        let (channel_id, sender_id, mentions) = (posted.channel_id, posted.sender_id, posted.message.mentions.clone());
+        let reach = self.store.read(move |conn| ops::reach(conn, channel_id, sender_id, &mentions)).await?;
+        let (outcomes, counts) = self.deliver(&caller, &posted.message, &reach, ack_only, committed_us).await;
+        self.reply_decision(&caller, &posted.message).await;
+        Ok(PostResponse {
+            unknown_mentions: reach.unknown_mentions,
+            message: posted.message,
+            duplicate: false,
+            outcomes,
+            counts,
+        })
+    }
+
+    pub(crate) async fn messages_read(&self, caller: Caller, req: ReadRequest) -> Result<ReadResponse, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let topic =
+            req.topic.as_deref().map(|t| TopicName::parse(t).map_err(|e| Error::name("topic", e))).transpose()?;
+        let limit = page_limit(req.limit)?;
+        let after = req.after;
+        let name = channel.clone();
+        let page =
+            self.store.read(move |conn| ops::read_channel(conn, &caller, &name, topic.as_ref(), after, limit)).await?;
+        Ok(ReadResponse {
+            channel: channel.to_string(),
+            groups: group_by_topic(page.messages),
+            next_after: page.next_after,
+            more: page.more,
+        })
+    }
+
+    pub(crate) async fn messages_sync(&self, caller: Caller, req: SyncRequest) -> Result<SyncResponse, Error> {
+        let channel =
+            req.channel.as_deref().map(|c| ChannelName::parse(c).map_err(|e| Error::name("channel", e))).transpose()?;
+        let limit = page_limit(req.limit)?;
+        let after = req.after;
+        let page = self.store.read(move |conn| ops::sync(conn, &caller, channel.as_ref(), after, limit)).await?;
+        Ok(SyncResponse { messages: page.messages, next_after: page.next_after, more: page.more })
+    }
+}
+
+/// Groups a page by topic, in order of each topic's first message.
+fn group_by_topic(messages: Vec<canopy_core::Message>) -> Vec<TopicGroup> {
+    let mut groups: Vec<TopicGroup> = Vec::new();
+    for message in messages {
+        match groups.iter_mut().find(|g| g.topic == message.topic) {
+            Some(group) => group.messages.push(message),
+            None => groups.push(TopicGroup { topic: message.topic.clone(), messages: vec![message] }),
+        }
+    }
+    groups
+}

@@ -1,0 +1,135 @@
+//! The sessions and runners area: a runner's sync (heartbeat, placement, the sessions it
+//! should host) and its session reports (presence, activity, usage, ends, crash loops, with
+//! their notices), and the stall check. Does not deliver messages (`delivery`).
+
+use canopy_core::Error;
+use canopy_proto::api::*;
+use canopy_store::{Report, RunnerHeartbeat, UsageReport, ops};
+
+use crate::auth::{session_token, token_hash};
+use crate::context::{Api, bounded_text, encode};
+
+impl Api {
+    pub(crate) async fn runners_sync(&self, req: RunnersSyncRequest) -> Result<RunnersSyncResponse, Error> {
+        if req.runner_id.is_empty() || req.runner_id.len() > 128 {
+            return Err(Error::invalid("runner_id", "must be 1 to 128 bytes"));
+        }
+        let running = req.running;
+        let beat = RunnerHeartbeat {
+            runner_id: req.runner_id,
+            name: bounded_text("name", req.name, 128)?,
+            mcp_url: bounded_text("mcp_url", req.mcp_url, 512)?,
+            capacity: req.capacity,
+            ttl_ms: self.config.runner.runner_ttl.as_millis() as i64,
+        };
+        let secrets = self.secrets.clone();
+        let live = self
+            .store
+            .write(move |conn| {
+                let hash_for = |agent: &str, incarnation: u64| {
+                    token_hash(&session_token(&secrets.session_secret, agent, incarnation))
+                };
+                ops::sync_runner(conn, &beat, &hash_for)
+            })
+            .await?;
+        let running: std::collections::HashSet<(String, u64)> =
+            running.into_iter().map(|r| (r.agent, r.incarnation)).collect();
+        let (keep, fresh): (Vec<_>, Vec<_>) =
+            live.into_iter().partition(|s| running.contains(&(s.agent.to_string(), s.incarnation)));
+        let more = fresh.len() > SYNC_START_BATCH;
+        let keep = keep
+            .into_iter()
+            .map(|s| RunningSession { agent: s.agent.to_string(), incarnation: s.incarnation })
+            .collect();
+        let fresh: Vec<_> = fresh.into_iter().take(SYNC_START_BATCH).collect();
+        let prompts = self.render_sessions(&fresh).await?;
+        let start = fresh
+            .into_iter()
+            .zip(prompts)
+            .filter(|(s, rendered)| rendered.is_some() || s.run.is_none())
+            .map(|(s, rendered)| {
+                let (model, harness_tools) = self.harness_asks(&s);
+                SessionAssignment {
+                    token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
+                    prompt_mode: match rendered.as_ref().map(|r| r.delivery) {
+                        Some(canopy_prompt::Delivery::Append) => PromptModeWire::Append,
+                        _ => PromptModeWire::Replace,
+                    },
+                    prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
+                    system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
+                    cwd: self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
+                    model,
+                    harness_tools,
+                    run: s.run.map(|(id, definition, brief)| RunAssignment {
+                        id,
+                        definition,
+                        manager: s.parent.clone().unwrap_or_default(),
+                        brief,
+                    }),
+                    agent: s.agent.to_string(),
+                    display_name: s.display_name,
+                    role: s.role.to_string(),
+                    incarnation: s.incarnation,
+                    harness: s.harness,
+                    script: s.script_name.zip(s.script).map(|(name, text)| ScriptSource { name, text }),
+                    home_channel: s.home_channel,
+                    charter: s.charter,
+                }
+            })
+            .collect();
+        Ok(RunnersSyncResponse { keep, start, more })
+    }
+
+    pub(crate) async fn sessions_report(&self, req: SessionsReportRequest) -> Result<SessionsReportResponse, Error> {
+        if req.reports.len() > 10_000 {
+            return Err(Error::invalid("reports", "at most 10000 reports per request"));
+        }
+        let reports: Vec<Report> = req
+            .reports
+            .into_iter()
+            .map(|r| Report {
+                agent: r.agent,
+                incarnation: r.incarnation,
+                presence: r.presence,
+                reason: r.reason.map(|reason| canopy_core::redact::redact(&reason, 500)),
+                activity: r.activity.map(|a| (a.kind, a.turn_id, a.summary, a.detail)),
+                ended: r.ended,
+                crash_loop: r.crash_loop,
+                fatal: r.fatal,
+                usage: r.usage.map(|u| UsageReport {
+                    turn_id: u.turn_id.map(|t| canopy_core::redact::cut(&t, 128)),
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                    cache_read_tokens: u.cache_read_tokens,
+                    cache_write_tokens: u.cache_write_tokens,
+                    cost_usd: u.cost_usd,
+                }),
+            })
+            .collect();
+        let runner_id = req.runner_id;
+        let max = self.config.sessions.activity_per_session;
+        let applied = self.store.write(move |conn| ops::apply_reports(conn, &runner_id, &reports, max)).await?;
+        for item in &applied.activity {
+            let event = encode(&ActivityEvent { item: item.clone() });
+            let _ = self.bus.publish(&self.subjects.activity_event(item.agent.as_str()), event.clone()).await;
+            // A run's activity shows under its Manager too.
+            if let Some(manager) = self.manager_of_run(item.agent.as_str()).await {
+                let _ = self.bus.publish(&self.subjects.activity_event(&manager), event).await;
+            }
+        }
+        self.deliver_notices(applied.notices).await;
+        if applied.poke {
+            self.poke_runners().await;
+        }
+        Ok(SessionsReportResponse { applied: applied.applied, ignored: applied.ignored })
+    }
+
+    /// Marks silent working sessions as stalled and tells the operator.
+    pub async fn check_stalled(&self) {
+        let after = self.config.sessions.stall_after.as_millis() as i64;
+        match self.store.write(move |conn| ops::mark_stalled(conn, after)).await {
+            Ok(notices) => self.deliver_notices(notices).await,
+            Err(e) => tracing::warn!(error = %e, "checking for stalled sessions failed"),
+        }
+    }
+}
