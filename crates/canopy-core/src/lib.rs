@@ -14,6 +14,7 @@ pub mod harness;
 pub mod mention;
 pub mod model;
 pub mod names;
+pub mod notices;
 pub mod redact;
 pub mod render;
 pub mod schedule;

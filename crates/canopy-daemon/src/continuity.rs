@@ -52,7 +52,7 @@ impl Api {
         let mut facts = self
             .store
             .read(move |conn| {
-                crate::delivery::live(conn, &req.agent, req.incarnation, &req.runner_id)?;
+                ops::live_agent(conn, &req.agent, req.incarnation, &req.runner_id)?;
                 ops::continuity_facts(conn, &req.agent, req.incarnation, compaction)
             })
             .await?;

@@ -239,7 +239,7 @@ impl Api {
         let pending = self
             .store
             .read(move |conn| {
-                let agent = live(conn, &req.agent, req.incarnation, &req.runner_id)?;
+                let agent = ops::live_agent(conn, &req.agent, req.incarnation, &req.runner_id)?;
                 ops::pending(conn, agent, limit)
             })
             .await?;
@@ -253,7 +253,7 @@ impl Api {
         let moved = self
             .store
             .write(move |conn| {
-                let agent = live(conn, &req.agent, req.incarnation, &req.runner_id)?;
+                let agent = ops::live_agent(conn, &req.agent, req.incarnation, &req.runner_id)?;
                 if req.steered {
                     req.seqs.iter().try_for_each(|seq| ops::record_injected(conn, agent, *seq))?;
                     return Ok(0);
@@ -297,12 +297,4 @@ impl Api {
             Err(e) => tracing::warn!(error = %e, "checking mailboxes failed"),
         }
     }
-}
-
-/// The live session's agent id, or `conflict` for a stale or foreign session.
-pub(crate) fn live(conn: &canopy_store::Conn, agent: &str, incarnation: u64, runner_id: &str) -> Result<i64, Error> {
-    ops::live_agent(conn, agent, incarnation, runner_id)?.ok_or_else(|| Error::ConflictOn {
-        field: "incarnation",
-        reason: format!("{agent} session {incarnation} is not live on runner {runner_id}"),
-    })
 }

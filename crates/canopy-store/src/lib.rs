@@ -35,7 +35,6 @@ pub use delivery::{Pending, Reach, Recipient};
 pub use history::{HistoryPage, HistoryQuery};
 pub use messages::{Page, PostSpec, Posted};
 pub use runs::{Run, RunSpec, RunStatus, run_topic};
-pub use rusqlite::Connection as Conn;
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
 pub use spawn::{Answered, Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
 pub use usage::{PRUNE_BATCH, Pruned, UsageReport, UsageView};

@@ -10,6 +10,7 @@
 //! module does not render prompts or talk to runners.
 
 use canopy_core::acl::Caller;
+use canopy_core::notices::RunEnd;
 use canopy_core::{AccountKind, AccountState, Error, Handle, Message, Presence, RoleName, TopicName};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -212,24 +213,16 @@ pub fn finish_run(
     let manager_id: i64 = conn
         .query_row("SELECT manager_id FROM runs WHERE id = ?1", params![id], |r| r.get(0))
         .map_err(sql("finding a run's Manager"))?;
-    let headline = match status {
-        RunStatus::Done => format!("Subagent run {id} ({}) finished: done.", run.definition),
-        RunStatus::Failed => format!("Subagent run {id} ({}) failed.", run.definition),
-        RunStatus::TimedOut => format!("Subagent run {id} ({}) timed out and was stopped.", run.definition),
-        RunStatus::Running => unreachable_running(),
+    let end = match status {
+        RunStatus::Done => RunEnd::Done,
+        RunStatus::Failed => RunEnd::Failed,
+        // `Running` returned early above; timed out keeps the match total without a panic.
+        RunStatus::TimedOut | RunStatus::Running => RunEnd::TimedOut,
     };
-    let body = match report.trim().is_empty() {
-        true => headline,
-        false => format!("{headline}\n\n{}", report.trim()),
-    };
+    let body = canopy_core::notices::run_ended(id, &run.definition, end, report);
     let message = notice_in_home(conn, manager_id, &run_topic(id), &body)?;
     audit(conn, None, "runs.finish", run.handle.as_str(), status.as_str())?;
     Ok(Some((load(conn, id)?, message)))
-}
-
-fn unreachable_running() -> String {
-    // `finish_run` returns early for `Running`; this keeps the match total without a panic.
-    String::from("Subagent run ended.")
 }
 
 /// Ends every run past its deadline as timed out.

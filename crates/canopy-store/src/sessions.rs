@@ -237,18 +237,7 @@ pub fn apply_reports(
             let reason = report.reason.clone().unwrap_or_else(|| "its session kept crashing".into());
             set_presence(conn, agent_id, Presence::Crashed, Some(&reason), None, now)?;
             audit(conn, None, "agents.crashed", &report.agent, &reason)?;
-            let body = match report.fatal {
-                true => format!(
-                    "@{agent}'s session could not start and was stopped: {reason}. \
-                     Fix it, then run `canopy agents start {agent}`.",
-                    agent = report.agent
-                ),
-                false => format!(
-                    "@{agent}'s session crashed repeatedly and was stopped: {reason}. \
-                     Fix its harness or script, then run `canopy agents start {agent}`.",
-                    agent = report.agent
-                ),
-            };
+            let body = canopy_core::notices::session_stopped(&report.agent, &reason, report.fatal);
             applied.notices.push(notice(conn, agent_id, &body)?);
             applied.poke = true;
             continue;
@@ -279,7 +268,7 @@ pub fn mark_stalled(conn: &Connection, stall_after_ms: i64) -> Result<Vec<Messag
         let silent = humantime::format_duration(std::time::Duration::from_secs((stall_after_ms / 1000) as u64));
         let reason = format!("no activity for {silent} while working");
         set_presence(conn, agent_id, Presence::Stalled, Some(&reason), None, now)?;
-        let body = format!("@{handle}'s session is stalled: {reason}. `canopy watch {handle}` shows its last steps.");
+        let body = canopy_core::notices::session_stalled(&handle, &reason);
         notices.push(notice(conn, agent_id, &body)?);
     }
     Ok(notices)
@@ -526,8 +515,13 @@ pub(crate) fn set_presence(
 }
 
 /// The agent id of a session that is live on `runner_id`, if it is.
-pub fn live_agent(conn: &Connection, agent: &str, incarnation: u64, runner_id: &str) -> Result<Option<i64>, Error> {
-    crate::delivery::live_session_agent(conn, agent, incarnation, runner_id)
+/// The agent id of `agent`'s live session `incarnation` on `runner_id`, or `conflict` for a
+/// stale or foreign session (a runner's call about a session it no longer hosts).
+pub fn live_agent(conn: &Connection, agent: &str, incarnation: u64, runner_id: &str) -> Result<i64, Error> {
+    crate::delivery::live_session_agent(conn, agent, incarnation, runner_id)?.ok_or_else(|| Error::ConflictOn {
+        field: "incarnation",
+        reason: format!("{agent} session {incarnation} is not live on runner {runner_id}"),
+    })
 }
 
 /// Posts a notice from Canopy into an agent's home channel.
