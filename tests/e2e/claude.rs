@@ -179,9 +179,8 @@ fn a_mention_during_a_tool_call_lands_in_the_same_turn_and_is_reported_steered()
     // The next model request of the same turn: after the tool's result, with the message.
     assert!(has_tool_result(&requests[1], "toolu_1_0"), "{}", requests[1]);
     assert_eq!(occurrences(&requests[1], "urgent: the build is red"), 1, "{}", requests[1]);
-    wait_presence(&env, "cc", "idle");
-    // Delivered once: no later turn brings it again.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Delivered once: nothing is pending, so no later turn brings it again.
+    env.settled("cc");
     assert_eq!(occurrences(fake.requests().last().unwrap(), "urgent: the build is red"), 1, "delivered twice");
 }
 
@@ -205,8 +204,7 @@ fn a_mention_during_the_final_model_call_falls_back_and_arrives_at_the_next_turn
     // A turn of its own: the first turn's answer is history, the message is the new input.
     assert_eq!(occurrences(&requests[0], "one more thing"), 0);
     assert_eq!(occurrences(&requests[1], "one more thing"), 1, "{}", requests[1]);
-    wait_presence(&env, "cc", "idle");
-    std::thread::sleep(Duration::from_millis(1500));
+    env.settled("cc");
     assert_eq!(occurrences(fake.requests().last().unwrap(), "one more thing"), 1, "delivered twice");
 }
 

@@ -161,8 +161,8 @@ fn a_mention_during_a_codex_tool_call_is_steered_into_the_same_turn() {
     assert_eq!(started.len(), 1, "the steer started a turn of its own: {started:?}");
     assert_eq!(injected.len(), 1, "{:?}", env.watch("cx"));
     assert_eq!(injected[0]["detail"]["turn_id"], started[0]["turn_id"], "{injected:?}");
-    // Injected means acknowledged: it is not delivered a second time.
-    std::thread::sleep(Duration::from_millis(800));
+    // Injected means acknowledged: nothing is pending, so it is not delivered a second time.
+    env.settled("cx");
     let again =
         fake.requests().iter().skip(2).filter(|r| last_user_message(r).contains("stop after this build")).count();
     assert_eq!(again, 0, "the steered message was delivered again");
@@ -173,7 +173,7 @@ fn a_mention_after_the_codex_turn_ended_falls_back_to_the_next_turn() {
     // The turn's last model call is held, the runner frozen while it ends, and the mention
     // posted then: the daemon still sees the agent working and asks for a steer, which can
     // only fall back (Codex answers "no active turn to steer", or the runner has seen the end).
-    let hold = Duration::from_millis(1500);
+    let hold = Duration::from_millis(1000);
     let fake = FakeOpenAi::start(vec![Reply { hold, ..Reply::text("my last words") }, Reply::text("got it")]);
     let env = started(&fake, &[("embedded = true", "embedded = false")]);
     let mut runner = env.spawn_runner();

@@ -116,7 +116,7 @@ fn a_mention_mid_turn_is_steered_into_that_turn() {
     assert!(sleep_done < steered_at && steered_at < ended, "{lines:?}");
     let posted = tool_result(&env, "alpha", "comms_post_message").unwrap();
     assert_eq!(posted["outcomes"][0]["outcome"], "steered", "{posted}");
-    std::thread::sleep(Duration::from_millis(800));
+    env.settled("beta");
     assert_eq!(inputs_containing(&env, "beta", "stop what you are doing").len(), 1, "steered and delivered again");
 }
 
@@ -146,7 +146,7 @@ fn a_steer_that_cannot_land_falls_back_to_the_next_turn_start() {
     let input = inputs_containing(&env, "beta", "are you there?").remove(0);
     assert_eq!(input["steer"], false);
     assert_eq!(input["position"], 0, "delivered at a turn start: {input}");
-    std::thread::sleep(Duration::from_millis(800));
+    env.settled("beta");
     assert_eq!(inputs_containing(&env, "beta", "are you there?").len(), 1);
     signal(runner.0.id(), canopy_sys::SIGTERM);
     let _ = crate::env::wait_timeout(&mut runner.0, Duration::from_secs(15));
@@ -175,7 +175,7 @@ fn a_kill_9_between_commit_and_acknowledgement_delivers_exactly_once() {
         !inputs_containing(&env, "beta", "survive the crash").is_empty(),
         "the message was lost across kill -9"
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    env.settled("beta");
     assert_eq!(inputs_containing(&env, "beta", "survive the crash").len(), 1, "delivered twice");
 }
 
@@ -201,7 +201,7 @@ fn a_nats_restart_mid_run_loses_no_delivery() {
     for body in ["before restart 0", "before restart 2", "after restart 0", "after restart 2"] {
         crate::assert_eventually!(!inputs_containing(&env, "beta", body).is_empty(), "{body} was never delivered");
     }
-    std::thread::sleep(Duration::from_millis(1000));
+    env.settled("beta");
     for i in 0..3 {
         for when in ["before", "after"] {
             let body = format!("{when} restart {i}");
@@ -253,7 +253,9 @@ fn a_supervisor_broadcast_reaches_fifty_agents_exactly_once_and_agents_cannot_br
             "{handle} never received the broadcast"
         );
     }
-    std::thread::sleep(Duration::from_millis(1000));
+    for handle in &handles {
+        env.settled(handle);
+    }
     for handle in &handles {
         assert_eq!(
             inputs_containing(&env, handle, "the Supervisor is broadcasting").len(),
@@ -283,10 +285,10 @@ fn two_agents_waking_each_other_forever_are_stopped_by_the_loop_guard() {
             "the operator was not told in {home}"
         );
     }
-    let settle = |env: &TestEnv| env.messages("dm-alpha-beta").len();
-    std::thread::sleep(Duration::from_millis(1000));
-    let count = settle(&env);
-    std::thread::sleep(Duration::from_millis(2000));
-    assert_eq!(settle(&env), count, "the agents kept waking each other");
+    // At rest once the guard has tripped: both idle with nothing pending, so nothing can wake
+    // either of them again; what the channel holds now is final.
+    env.settled("alpha");
+    env.settled("beta");
+    let count = env.messages("dm-alpha-beta").len();
     assert!(count <= 6, "the loop ran {count} rounds");
 }

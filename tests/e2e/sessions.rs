@@ -65,6 +65,20 @@ impl TestEnv {
         self.json(&["agents", "create", "--handle", handle, "--name", handle, "--script", &path]);
     }
 
+    /// Waits until `handle` is idle with nothing pending: every message it was owed is in its
+    /// context (cursor or injection recorded), so none can be delivered again. What a test
+    /// checks after this is final, without waiting on a timer.
+    pub fn settled(&self, handle: &str) {
+        crate::assert_eventually!(
+            {
+                let entry = self.roster_entry(handle);
+                entry["presence"] == "idle" && entry["pending"] == 0
+            },
+            "{handle} never settled: {}",
+            self.roster_entry(handle)
+        );
+    }
+
     pub fn messages(&self, channel: &str) -> Vec<Value> {
         let page = self.json(&["read", "--channel", channel, "--limit", "1000"]);
         page["groups"].as_array().unwrap().iter().flat_map(|g| g["messages"].as_array().unwrap().clone()).collect()
@@ -227,7 +241,7 @@ fn a_script_that_always_crashes_ends_crashed_with_a_notice() {
     assert_eq!(env.json(&["agents", "show", "doomed"])["account"]["state"], "crashed");
     // It stays down: no new session is started while the agent is crashed.
     let incarnation = env.roster_entry("doomed")["incarnation"].clone();
-    std::thread::sleep(Duration::from_millis(800));
+    std::thread::sleep(Duration::from_millis(300)); // more than one runner sync (200ms)
     assert_eq!(env.roster_entry("doomed")["incarnation"], incarnation);
 }
 
@@ -353,7 +367,11 @@ fn two_runners_share_one_daemon_and_tools_work_through_each() {
             .unwrap(),
     );
     // Let the second runner register before agents appear, so placement can use it.
-    std::thread::sleep(Duration::from_millis(1000));
+    let log = env.dir.path().join("runner2.log");
+    crate::assert_eventually!(
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("registered with the daemon")),
+        "the second runner never registered"
+    );
     for handle in ["a1", "a2", "a3", "a4"] {
         env.create_scripted(handle, POSTS_HELLO);
     }

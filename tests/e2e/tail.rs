@@ -8,11 +8,21 @@ use std::time::Duration;
 use crate::env::{TestEnv, signal};
 
 fn spawn_tail(env: &TestEnv, args: &[&str]) -> (std::process::Child, mpsc::Receiver<serde_json::Value>) {
-    let mut full = vec!["--json", "tail", "--resync", "1s"];
+    let mut full = vec!["--json", "tail", "--resync", "100ms"];
     full.extend_from_slice(args);
     let mut child =
-        env.command(&full).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        env.command(&full).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
+    // Ready once it says it follows: its start is read and its subscription is up.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("following messages after") {
+        line.clear();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            panic!("tail exited before it followed");
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -35,7 +45,6 @@ fn tail_follows_live_and_resyncs_after_a_nats_restart() {
     let env = TestEnv::started();
     env.json(&["post", "--channel", "announcements", "--topic", "t", "--create-topic", "old"]);
     let (mut tail, rx) = spawn_tail(&env, &[]);
-    std::thread::sleep(Duration::from_millis(500));
     env.json(&["post", "--channel", "announcements", "--topic", "t", "one"]);
     env.json(&["agents", "create", "--handle", "ci-manager", "--name", "CI Manager"]);
     env.json(&["post", "--channel", "home-ci-manager", "--topic", "hi", "--create-topic", "two"]);
@@ -57,7 +66,8 @@ fn tail_follows_live_and_resyncs_after_a_nats_restart() {
     for body in ["three", "four", "five"] {
         assert_eq!(next_body(&rx), body);
     }
-    assert!(rx.recv_timeout(Duration::from_millis(1500)).is_err(), "tail printed a message twice");
+    // A repeat would come with a resync (every 100ms here): wait out two.
+    assert!(rx.recv_timeout(Duration::from_millis(250)).is_err(), "tail printed a message twice");
     let _ = tail.kill();
     let _ = tail.wait();
 }
@@ -66,7 +76,6 @@ fn tail_follows_live_and_resyncs_after_a_nats_restart() {
 fn tail_of_one_channel_shows_only_that_channel() {
     let env = TestEnv::started();
     let (mut tail, rx) = spawn_tail(&env, &["--channel", "incidents"]);
-    std::thread::sleep(Duration::from_millis(500));
     env.json(&["post", "--channel", "announcements", "--topic", "t", "--create-topic", "elsewhere"]);
     env.json(&["post", "--channel", "incidents", "--topic", "t", "--create-topic", "here"]);
     assert_eq!(next_body(&rx), "here");

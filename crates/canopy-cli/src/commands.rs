@@ -445,6 +445,8 @@ async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallErr
     let mut timer = tokio::time::interval(args.resync);
     // Catch up once now: anything committed between reading the head and subscribing.
     last = catch_up(client, json, args.channel.as_deref(), last).await?;
+    // On stderr, so `--json` output stays one message per line; scripts can wait for it.
+    eprintln!("following messages after {last} (Ctrl-C to stop)");
     loop {
         tokio::select! {
             event = events.next() => {

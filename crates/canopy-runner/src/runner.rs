@@ -131,6 +131,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         not_before: HashMap::new(),
         stop: stop.clone(),
         resync_now: false,
+        registered: false,
     };
     let task = tokio::spawn(async move {
         actor.run(pokes, doorbells, steers, interrupts).await;
@@ -164,6 +165,8 @@ struct RunnerActor {
     stop: CancellationToken,
     /// Set when the last sync said more sessions wait to be started.
     resync_now: bool,
+    /// Whether a sync has succeeded yet (the daemon knows this runner).
+    registered: bool,
 }
 
 impl RunnerActor {
@@ -225,6 +228,10 @@ impl RunnerActor {
                     return;
                 }
             };
+        if !self.registered {
+            self.registered = true;
+            tracing::info!(runner = %self.id, "registered with the daemon");
+        }
         let wanted: HashMap<&str, u64> = assigned
             .keep
             .iter()
