@@ -67,6 +67,12 @@ fn the_board_pins_pointers_into_its_own_channel() {
     let err = env.refused(&["board", "--channel", "announcements", "pin", &other]);
     assert_eq!(err["code"], "invalid_argument");
     assert_eq!(env.json(&["board", "--channel", "announcements"])["pins"].as_array().unwrap().len(), 1);
+    // Unpinned, it is off the board and in the audit; unpinning again names what is missing.
+    let board = env.json(&["board", "--channel", "announcements", "unpin", &seq]);
+    assert_eq!(board["pins"].as_array().unwrap().len(), 0, "{board}");
+    assert!(env.ok(&["--json", "audit"]).contains("board.unpin"));
+    let err = env.refused(&["board", "--channel", "announcements", "unpin", &seq]);
+    assert_eq!((err["code"].as_str(), err["field"].as_str()), (Some("not_found"), Some("seq")), "{err}");
 }
 
 #[test]

@@ -158,6 +158,8 @@ pub enum TopicsCommand {
 pub enum BoardCommand {
     /// Pin message SEQ of the channel.
     Pin { seq: u64 },
+    /// Take message SEQ off the channel's board (operators: any pin).
+    Unpin { seq: u64 },
 }
 
 #[derive(Debug, Clone, Args)]

@@ -355,6 +355,9 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         Command::Board { channel, command: Some(BoardCommand::Pin { seq }) } => {
             call::<method::BoardPin>(client, json, &BoardPinRequest { channel, seq }, output::board).await
         }
+        Command::Board { channel, command: Some(BoardCommand::Unpin { seq }) } => {
+            call::<method::BoardUnpin>(client, json, &BoardPinRequest { channel, seq }, output::board).await
+        }
         Command::Post(args) => post(client, json, args).await,
         Command::Read(args) => {
             let request =

@@ -63,6 +63,9 @@ pub enum Error {
     TopicNotFound { channel: String, topic: String, existing: Vec<String> },
     #[error("unknown method {method:?}")]
     UnknownMethod { method: String },
+    /// Something else that does not exist (a pin, say), named.
+    #[error("{what} not found")]
+    NotFound { field: &'static str, what: String },
     #[error("{action}: {reason}")]
     Forbidden { action: String, reason: String },
     #[error("{what} already exists")]
@@ -100,7 +103,8 @@ impl Error {
             Error::AgentNotFound { .. }
             | Error::ChannelNotFound { .. }
             | Error::TopicNotFound { .. }
-            | Error::UnknownMethod { .. } => ErrorCode::NotFound,
+            | Error::UnknownMethod { .. }
+            | Error::NotFound { .. } => ErrorCode::NotFound,
             Error::Forbidden { .. } | Error::Unauthenticated(_) => ErrorCode::Forbidden,
             Error::AlreadyExists { .. } | Error::Conflict(_) | Error::ConflictOn { .. } => ErrorCode::Conflict,
             Error::LimitExceeded(_) => ErrorCode::LimitExceeded,
@@ -117,6 +121,7 @@ impl Error {
             | Error::TooLarge { field, .. }
             | Error::AgentNotFound { field, .. }
             | Error::ChannelNotFound { field, .. }
+            | Error::NotFound { field, .. }
             | Error::AlreadyExists { field, .. }
             | Error::ConflictOn { field, .. } => Some(field),
             Error::TopicNotFound { .. } => Some("topic"),

@@ -77,6 +77,14 @@ impl Api {
         Ok(BoardResponse { channel: name, pins })
     }
 
+    pub(crate) async fn board_unpin(&self, caller: Caller, req: BoardPinRequest) -> Result<BoardResponse, Error> {
+        let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
+        let name = channel.to_string();
+        let seq = req.seq;
+        let pins = self.store.write(move |conn| ops::unpin(conn, &caller, &channel, seq)).await?;
+        Ok(BoardResponse { channel: name, pins })
+    }
+
     pub(crate) async fn board_list(&self, caller: Caller, req: BoardListRequest) -> Result<BoardResponse, Error> {
         let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
         let name = channel.to_string();

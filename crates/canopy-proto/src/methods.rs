@@ -76,6 +76,7 @@ macro_rules! api_methods {
                 Some(("rule_read", "Read the body of a rule your prompt lists by name."))),
             (HistorySearch, history_search, "history.search", HistorySearchRequest => HistorySearchResponse, Account,
                 Some(("history_search", "Search your own earlier sessions (every restart and compaction): messages you sent or received, and with include_tool_events your tool calls (name, status, short preview). Optional query text; newest first; limit defaults to 10, at most 50; pass next_before as before for older results. Call it before asking anyone to repeat context."))),
+            (BoardUnpin, board_unpin, "board.unpin", BoardPinRequest => BoardResponse, Account, None),
             (Whoami, whoami, "whoami", WhoamiRequest => WhoamiResponse, Account, None),
             (AgentsCreate, agents_create, "agents.create", AgentsCreateRequest => canopy_core::Account, Account, None),
             (AgentsList, agents_list, "agents.list", AgentsListRequest => AgentsListResponse, Account, None),

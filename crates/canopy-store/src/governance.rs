@@ -278,6 +278,37 @@ pub fn pin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: 
     board(conn, caller, channel_name)
 }
 
+/// Takes message `seq` off the channel's board: an operator may unpin any pin, an agent only
+/// its own. A message that is not pinned there is `not_found` naming `seq`.
+pub fn unpin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: u64) -> Result<Vec<Message>, Error> {
+    let (channel_id, _) = require_channel(conn, "channel", channel_name.as_str())?;
+    let account = require_account(conn, "caller", caller.handle.as_str())?;
+    let pinned_by: Option<i64> = conn
+        .query_row(
+            "SELECT pinned_by FROM pins WHERE channel_id = ?1 AND seq = ?2",
+            params![channel_id, seq as i64],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("finding a pin"))?;
+    match pinned_by {
+        None => {
+            return Err(Error::NotFound { field: "seq", what: format!("a pin of message {seq} in #{channel_name}") });
+        }
+        Some(by) if by != account.id && !caller.is_operator() => {
+            return Err(Error::Forbidden {
+                action: format!("unpin message {seq} in #{channel_name}"),
+                reason: "an agent may unpin only what it pinned".into(),
+            });
+        }
+        Some(_) => {}
+    }
+    conn.execute("DELETE FROM pins WHERE channel_id = ?1 AND seq = ?2", params![channel_id, seq as i64])
+        .map_err(sql("unpinning"))?;
+    crate::schema::audit(conn, Some(account.id), "board.unpin", channel_name.as_str(), &seq.to_string())?;
+    board(conn, caller, channel_name)
+}
+
 /// A channel's pinned messages, in pin order.
 pub fn board(conn: &Connection, caller: &Caller, channel_name: &ChannelName) -> Result<Vec<Message>, Error> {
     let (channel_id, _) = crate::channels::require_readable(conn, caller, channel_name.as_str())?;

@@ -184,7 +184,7 @@ pub mod ops {
         acknowledge, agent_id, expire, overflowing, pending, reach, record_held, record_injected,
     };
     pub use crate::governance::{
-        board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unsubscribe_self,
+        board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unpin, unsubscribe_self,
     };
     pub use crate::history::{continuity_facts, history_owners, history_search};
     pub use crate::messages::{post, post_audited, read_channel, sync};
