@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use canopy_harness::{HarnessKind, LaunchSpec, PromptMode, SandboxSettings, Session};
+use canopy_harness::{HarnessKind, LaunchSpec, Prompt, SandboxSettings, Session};
 
 use crate::{Figure, percentile};
 
@@ -33,7 +33,7 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
                 agent_dir: Some(agent_dir.clone()),
                 cwd: agent_dir.join("work"),
                 builtin_tools: Vec::new(),
-                prompt: PromptMode::Replace("bench".into()),
+                prompt: Prompt::replace("bench".into()),
                 mcp_url: "http://127.0.0.1:9/mcp".into(),
                 mcp_token: "cns_bench".into(),
                 env: Vec::new(),

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use canopy_config::{Config, DataDir};
 use canopy_harness::{
-    Capability, HarnessKind, HarnessSettings, LaunchSpec, PromptMode, SandboxMode, SandboxSettings, Session,
+    Capability, HarnessKind, HarnessSettings, LaunchSpec, Prompt, SandboxMode, SandboxSettings, Session,
 };
 use serde::Serialize;
 
@@ -331,7 +331,7 @@ async fn session_starts(
         agent_dir: None,
         cwd: dir.join("session").join("work"),
         builtin_tools: Vec::new(),
-        prompt: PromptMode::Replace("canopy doctor: a session start check.".into()),
+        prompt: Prompt::replace("canopy doctor: a session start check.".into()),
         // For Claude Code nothing listens there: the check needs no tools and makes no model call.
         mcp_url: probe.as_ref().map_or_else(|| "http://127.0.0.1:9/mcp".to_owned(), |p| p.url.clone()),
         mcp_token: TOKEN.into(),

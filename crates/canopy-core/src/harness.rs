@@ -1,5 +1,5 @@
 //! The harnesses Canopy drives, as facts every layer may need without the harness layer
-//! itself: their names, what each can do, and the names of the per-agent conversation state
+//! itself: their names, what each can do, how a prompt relates to a harness's own (`PromptMode`), and the names of the per-agent conversation state
 //! a harness keeps (which retention may remove).
 //!
 //! Owns the closed list of harness kinds. Does not launch anything or know a protocol: that
@@ -17,6 +17,28 @@ pub enum HarnessKind {
     Claude,
     /// OpenAI Codex's app-server (`codex app-server`).
     Codex,
+}
+
+/// How a session's system prompt relates to its harness's own default prompt: the one
+/// prompt-mode type, from the renderer through the wire to the harness's launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptMode {
+    /// The prompt is the whole system prompt (Managers, and any role on a harness whose
+    /// default Canopy owns).
+    Replace,
+    /// The prompt is a delta for the harness's append mechanism (implementers on a harness
+    /// with its own default prompt).
+    Append,
+}
+
+impl PromptMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptMode::Replace => "replace",
+            PromptMode::Append => "append",
+        }
+    }
 }
 
 /// What a harness can do, so callers pick a delivery path without knowing which it is.

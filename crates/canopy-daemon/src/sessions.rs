@@ -52,8 +52,8 @@ impl Api {
                 SessionAssignment {
                     token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
                     prompt_mode: match rendered.as_ref().map(|r| r.delivery) {
-                        Some(canopy_prompt::Delivery::Append) => PromptModeWire::Append,
-                        _ => PromptModeWire::Replace,
+                        Some(PromptMode::Append) => PromptMode::Append,
+                        _ => PromptMode::Replace,
                     },
                     prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
                     system_prompt: rendered.map(|r| r.text).unwrap_or_default(),

@@ -40,8 +40,9 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use crate::HarnessKind;
+use crate::PromptMode;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
-use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode, Resume};
+use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, Resume};
 
 pub const CAPABILITIES: Capabilities = HarnessKind::Claude.capabilities();
 
@@ -107,9 +108,9 @@ pub fn arguments(spec: &LaunchSpec, conversation: &Conversation) -> Vec<String> 
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
-    let prompt_flag = match spec.prompt {
-        PromptMode::Replace(_) => "--system-prompt-file",
-        PromptMode::Append(_) => "--append-system-prompt-file",
+    let prompt_flag = match spec.prompt.mode {
+        PromptMode::Replace => "--system-prompt-file",
+        PromptMode::Append => "--append-system-prompt-file",
     };
     args.push(prompt_flag.into());
     args.push(dir.join(PROMPT_FILE).display().to_string());
@@ -143,9 +144,9 @@ pub fn arguments(spec: &LaunchSpec, conversation: &Conversation) -> Vec<String> 
         // conversation keeps sending it; this incarnation's prompt file is what counts.
         args.extend(["--system-prompt-snapshot", "off"].map(String::from));
     }
-    args.push(match spec.prompt {
-        PromptMode::Replace(_) => "--bare".into(),
-        PromptMode::Append(_) => "--setting-sources=".into(),
+    args.push(match spec.prompt.mode {
+        PromptMode::Replace => "--bare".into(),
+        PromptMode::Append => "--setting-sources=".into(),
     });
     args
 }
@@ -704,6 +705,7 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
     use super::*;
+    use crate::Prompt;
 
     fn decode(codec: &mut ClaudeCodec, line: Value) -> Vec<Decoded> {
         codec.decode(&serde_json::to_vec(&line).unwrap())
@@ -746,7 +748,7 @@ mod tests {
         "t1".into()
     }
 
-    fn spec(agent_dir: Option<&std::path::Path>, prompt: PromptMode) -> LaunchSpec {
+    fn spec(agent_dir: Option<&std::path::Path>, prompt: Prompt) -> LaunchSpec {
         LaunchSpec {
             kind: crate::HarnessKind::Claude,
             program: "claude".into(),
@@ -772,7 +774,7 @@ mod tests {
     fn a_recorded_session_id_is_resumed_and_an_unreadable_one_is_replaced_with_a_note() {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join(CONVERSATION_FILE);
-        let replace = spec(Some(dir.path()), PromptMode::Replace("p".into()));
+        let replace = spec(Some(dir.path()), Prompt::replace("p".into()));
         let (first, note) = conversation(&replace, Resume::IfRecorded);
         assert!(matches!(&first, Conversation::New(id) if is_uuid(id)) && note.is_none(), "{first:?}");
         let args = arguments(&replace, &first);
@@ -782,7 +784,7 @@ mod tests {
         let id = "0badc0de-0000-4000-8000-000000000000";
         std::fs::write(&record, format!("{id}\n")).unwrap();
         assert_eq!(conversation(&replace, Resume::IfRecorded), (Conversation::Resume(id.into()), None));
-        let append = spec(Some(dir.path()), PromptMode::Append("d".into()));
+        let append = spec(Some(dir.path()), Prompt::append("d".into()));
         let args = arguments(&append, &Conversation::Resume(id.into()));
         assert!(args.windows(2).any(|w| w == ["--resume", id]) && args.contains(&"--setting-sources=".into()));
         // A failed resume forgets the record.
@@ -793,7 +795,7 @@ mod tests {
         let (fresh, note) = conversation(&replace, Resume::IfRecorded);
         assert!(matches!(fresh, Conversation::New(_)) && note.unwrap().contains("not-a-uuid"));
 
-        let ephemeral = spec(None, PromptMode::Replace("p".into()));
+        let ephemeral = spec(None, Prompt::replace("p".into()));
         assert_eq!(conversation(&ephemeral, Resume::IfRecorded), (Conversation::Ephemeral, None));
         let args = arguments(&ephemeral, &Conversation::Ephemeral);
         assert!(

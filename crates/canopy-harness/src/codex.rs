@@ -23,10 +23,11 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 
 use crate::HarnessKind;
+use crate::PromptMode;
 use crate::ProviderSettings;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 use crate::sandbox::SandboxMode;
-use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, PromptMode, Resume};
+use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, Resume};
 
 pub const CAPABILITIES: Capabilities = HarnessKind::Codex.capabilities();
 
@@ -192,9 +193,9 @@ fn thread_start_params(spec: &LaunchSpec) -> Value {
             }
         },
     });
-    match &spec.prompt {
-        PromptMode::Replace(text) => params["baseInstructions"] = Value::String(text.clone()),
-        PromptMode::Append(text) => params["developerInstructions"] = Value::String(text.clone()),
+    match spec.prompt.mode {
+        PromptMode::Replace => params["baseInstructions"] = Value::String(spec.prompt.text.clone()),
+        PromptMode::Append => params["developerInstructions"] = Value::String(spec.prompt.text.clone()),
     }
     params
 }
@@ -951,7 +952,7 @@ mod tests {
             agent_dir: None,
             cwd: dir.path().join("work"),
             builtin_tools: Vec::new(),
-            prompt: PromptMode::Replace("p".into()),
+            prompt: crate::Prompt::replace("p".into()),
             mcp_url: "http://127.0.0.1:1/mcp".into(),
             mcp_token: "t".into(),
             env: vec![],

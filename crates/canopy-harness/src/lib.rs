@@ -15,10 +15,10 @@ pub mod scripted;
 mod session;
 mod settings;
 
-pub use canopy_core::harness::{CONVERSATION_STATE, Capabilities, HarnessKind};
+pub use canopy_core::harness::{CONVERSATION_STATE, Capabilities, HarnessKind, PromptMode};
 pub use event::{HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 pub use sandbox::{Capability, SandboxMode, SandboxSettings, Unconfinable};
-pub use session::{InputContext, LaunchError, LaunchSpec, PromptMode, Session, SessionError};
+pub use session::{InputContext, LaunchError, LaunchSpec, Prompt, Session, SessionError};
 pub use settings::{HarnessSettings, ProviderSettings, find_program};
 
 #[cfg(test)]

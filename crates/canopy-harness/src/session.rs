@@ -23,22 +23,28 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::event::{HarnessEvent, SendMode, SendOutcome};
 use crate::sandbox::{self, Capability, Grants, SandboxMode, SandboxSettings, Unconfinable};
-use crate::{HarnessKind, ProviderSettings, claude, scripted};
+use crate::{HarnessKind, PromptMode, ProviderSettings, claude, scripted};
 
-/// How the session's system prompt relates to the harness's own default.
+/// A session's system prompt: its text, and how it relates to the harness's own default.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PromptMode {
-    /// Replace the harness's default system prompt entirely (Managers).
-    Replace(String),
-    /// Keep the harness's default and append this delta (implementers).
-    Append(String),
+pub struct Prompt {
+    pub mode: PromptMode,
+    pub text: String,
 }
 
-impl PromptMode {
+impl Prompt {
+    /// Replaces the harness's default system prompt entirely (Managers).
+    pub fn replace(text: String) -> Prompt {
+        Prompt { mode: PromptMode::Replace, text }
+    }
+
+    /// Keeps the harness's default and appends this delta (implementers).
+    pub fn append(text: String) -> Prompt {
+        Prompt { mode: PromptMode::Append, text }
+    }
+
     pub fn text(&self) -> &str {
-        match self {
-            PromptMode::Replace(text) | PromptMode::Append(text) => text,
-        }
+        &self.text
     }
 }
 
@@ -60,7 +66,7 @@ pub struct LaunchSpec {
     pub agent_dir: Option<PathBuf>,
     /// The working directory of the harness.
     pub cwd: PathBuf,
-    pub prompt: PromptMode,
+    pub prompt: Prompt,
     /// The harness's own built-in tools the session may use (Claude Code); empty: none.
     pub builtin_tools: Vec<String>,
     /// Canopy's MCP endpoint and this session's bearer token.

@@ -19,19 +19,19 @@ mod harness_bins;
 use std::time::Duration;
 
 use canopy_harness::{
-    HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, SandboxSettings, SendMode, SendOutcome, Session,
+    HarnessEvent, HarnessKind, InputContext, LaunchSpec, Prompt, SandboxSettings, SendMode, SendOutcome, Session,
     TurnStatus,
 };
 use fake_anthropic::{FakeAnthropic, Reply, assistant_texts, system_text, user_texts};
 use harness_bins::claude_bin;
 use tokio::sync::mpsc;
 
-fn spec(dir: &std::path::Path, fake: &FakeAnthropic, prompt: PromptMode) -> LaunchSpec {
+fn spec(dir: &std::path::Path, fake: &FakeAnthropic, prompt: Prompt) -> LaunchSpec {
     incarnation(dir, "session", fake, prompt)
 }
 
 /// The spec for one incarnation of the agent whose directory is `dir`.
-fn incarnation(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: PromptMode) -> LaunchSpec {
+fn incarnation(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: Prompt) -> LaunchSpec {
     LaunchSpec {
         kind: HarnessKind::Claude,
         program: claude_bin(),
@@ -89,7 +89,7 @@ async fn replace_mode_sends_the_prompt_file_verbatim_and_reports_usage() {
     let fake = FakeAnthropic::start(vec![Reply::text("hello operator")]);
     let prompt = "You are the build Manager.\n\nKeep the build green; report to @ops.\n";
     let (session, mut events) =
-        Session::launch(spec(dir.path(), &fake, PromptMode::Replace(prompt.into())), 64).await.unwrap();
+        Session::launch(spec(dir.path(), &fake, Prompt::replace(prompt.into())), 64).await.unwrap();
     let mut seen = Vec::new();
     let turn = start(&session, "first", "hello there").await;
     let ended = until(&mut events, &mut seen, turn_ended).await;
@@ -119,7 +119,7 @@ async fn append_mode_keeps_the_default_prompt_with_the_delta_at_the_end() {
     let fake = FakeAnthropic::start(vec![Reply::text("ok")]);
     let delta = "You are an implementer under a Manager; report back over comms.";
     let (session, mut events) =
-        Session::launch(spec(dir.path(), &fake, PromptMode::Append(delta.into())), 64).await.unwrap();
+        Session::launch(spec(dir.path(), &fake, Prompt::append(delta.into())), 64).await.unwrap();
     let mut seen = Vec::new();
     start(&session, "first", "go").await;
     until(&mut events, &mut seen, turn_ended).await;
@@ -140,7 +140,7 @@ async fn a_steer_during_the_final_model_call_falls_back_and_runs_as_the_next_tur
     let fake =
         FakeAnthropic::start(vec![Reply::text("first answer").after(Duration::from_secs(4)), Reply::text("second")]);
     let (session, mut events) =
-        Session::launch(spec(dir.path(), &fake, PromptMode::Replace("prompt".into())), 64).await.unwrap();
+        Session::launch(spec(dir.path(), &fake, Prompt::replace("prompt".into())), 64).await.unwrap();
     let mut seen = Vec::new();
     let turn = start(&session, "first", "question one").await;
     fake.wait_requests(1, Duration::from_secs(20));
@@ -162,7 +162,7 @@ async fn interrupt_ends_the_turn_and_the_session_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![Reply::text("too late").after(Duration::from_secs(8)), Reply::text("fresh")]);
     let (session, mut events) =
-        Session::launch(spec(dir.path(), &fake, PromptMode::Replace("prompt".into())), 64).await.unwrap();
+        Session::launch(spec(dir.path(), &fake, Prompt::replace("prompt".into())), 64).await.unwrap();
     let mut seen = Vec::new();
     let turn = start(&session, "first", "a long question").await;
     fake.wait_requests(1, Duration::from_secs(20));
@@ -181,7 +181,7 @@ async fn the_session_gets_a_clean_environment_and_private_config_directories() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![]);
     let (session, _events) =
-        Session::launch(spec(dir.path(), &fake, PromptMode::Replace("prompt".into())), 64).await.unwrap();
+        Session::launch(spec(dir.path(), &fake, Prompt::replace("prompt".into())), 64).await.unwrap();
     let environ = std::fs::read(format!("/proc/{}/environ", session.pid())).unwrap();
     let environ: Vec<String> =
         environ.split(|b| *b == 0).filter(|kv| !kv.is_empty()).map(|kv| String::from_utf8_lossy(kv).into()).collect();
@@ -233,7 +233,7 @@ fn recorded(dir: &std::path::Path) -> Option<String> {
 /// then kills it as `kill -9` would; returns the recorded conversation id.
 async fn first_incarnation(dir: &std::path::Path, fake: &FakeAnthropic) -> String {
     let (session, mut events) =
-        Session::launch(incarnation(dir, "1", fake, PromptMode::Replace("prompt one".into())), 64).await.unwrap();
+        Session::launch(incarnation(dir, "1", fake, Prompt::replace("prompt one".into())), 64).await.unwrap();
     let mut seen = Vec::new();
     start(&session, "start-1", "remember the number 42").await;
     until(&mut events, &mut seen, turn_ended).await;
@@ -250,9 +250,7 @@ async fn the_next_incarnation_resumes_the_conversation_with_its_own_prompt() {
     let id = first_incarnation(dir.path(), &fake).await;
 
     let (session, mut events) =
-        Session::launch(incarnation(dir.path(), "2", &fake, PromptMode::Replace("prompt two".into())), 64)
-            .await
-            .unwrap();
+        Session::launch(incarnation(dir.path(), "2", &fake, Prompt::replace("prompt two".into())), 64).await.unwrap();
     let mut seen = Vec::new();
     start(&session, "start-2", "what was the number?").await;
     until(&mut events, &mut seen, turn_ended).await;
@@ -282,7 +280,7 @@ async fn a_conversation_that_cannot_be_resumed_falls_back_to_a_fresh_one_and_say
     let missing = "0badc0de-0000-4000-8000-000000000000";
     std::fs::write(dir.path().join(canopy_harness::claude::CONVERSATION_FILE), missing).unwrap();
     let (session, mut events) =
-        Session::launch(incarnation(dir.path(), "2", &fake, PromptMode::Replace("prompt".into())), 64).await.unwrap();
+        Session::launch(incarnation(dir.path(), "2", &fake, Prompt::replace("prompt".into())), 64).await.unwrap();
     let mut seen = Vec::new();
     let note = until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::Status { .. })).await;
     assert!(
@@ -300,7 +298,7 @@ async fn a_conversation_that_cannot_be_resumed_falls_back_to_a_fresh_one_and_say
     // A record that is not a session id at all: fresh at once, with a note.
     std::fs::write(dir.path().join(canopy_harness::claude::CONVERSATION_FILE), "garbage\n").unwrap();
     let (session, mut events) =
-        Session::launch(incarnation(dir.path(), "3", &fake, PromptMode::Replace("prompt".into())), 64).await.unwrap();
+        Session::launch(incarnation(dir.path(), "3", &fake, Prompt::replace("prompt".into())), 64).await.unwrap();
     let note = until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::Status { .. })).await;
     assert!(matches!(&note, HarnessEvent::Status { text } if text.contains("garbage")), "{note:?}");
     start(&session, "start-3", "third").await;
@@ -317,7 +315,7 @@ async fn append_mode_resumes_with_this_incarnation_s_delta_and_no_project_memory
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
     std::fs::write(dir.path().join("work/CLAUDE.md"), "LEAKED-PROJECT-MEMORY\n").unwrap();
     let (session, mut events) =
-        Session::launch(incarnation(dir.path(), "1", &fake, PromptMode::Append("delta one".into())), 64).await.unwrap();
+        Session::launch(incarnation(dir.path(), "1", &fake, Prompt::append("delta one".into())), 64).await.unwrap();
     let mut seen = Vec::new();
     start(&session, "start-1", "remember the number 42").await;
     until(&mut events, &mut seen, turn_ended).await;
@@ -325,7 +323,7 @@ async fn append_mode_resumes_with_this_incarnation_s_delta_and_no_project_memory
     until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::Exited { .. })).await;
 
     let (session, mut events) =
-        Session::launch(incarnation(dir.path(), "2", &fake, PromptMode::Append("delta two".into())), 64).await.unwrap();
+        Session::launch(incarnation(dir.path(), "2", &fake, Prompt::append("delta two".into())), 64).await.unwrap();
     start(&session, "start-2", "what was the number?").await;
     until(&mut events, &mut seen, turn_ended).await;
     let resumed = &fake.wait_requests(2, Duration::from_secs(20))[1];

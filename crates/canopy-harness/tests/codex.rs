@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use canopy_harness::{
-    HarnessEvent, HarnessKind, InputContext, LaunchSpec, PromptMode, ProviderSettings, SendMode, SendOutcome, Session,
+    HarnessEvent, HarnessKind, InputContext, LaunchSpec, Prompt, ProviderSettings, SendMode, SendOutcome, Session,
     TurnStatus,
 };
 use fake_openai::{FakeOpenAi, Reply, messages_of, offers_tool};
@@ -144,7 +144,7 @@ struct Codex {
     seen: Vec<HarnessEvent>,
 }
 
-async fn launch(prompt: PromptMode, script: Vec<Reply>) -> Codex {
+async fn launch(prompt: Prompt, script: Vec<Reply>) -> Codex {
     // Under the build directory, not the system temporary directory (see ARCHITECTURE.md).
     let dir = tempfile::Builder::new().prefix("codex-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let fake = FakeOpenAi::start(script);
@@ -154,14 +154,14 @@ async fn launch(prompt: PromptMode, script: Vec<Reply>) -> Codex {
 
 /// The next incarnation of the same agent (same agent directory, model and MCP endpoint),
 /// once `previous` is gone.
-async fn relaunch(previous: Codex, name: &str, prompt: PromptMode) -> Codex {
+async fn relaunch(previous: Codex, name: &str, prompt: Prompt) -> Codex {
     let Codex { _dir: dir, fake, _mcp: mcp, session, .. } = previous;
     drop(session);
     launch_in(dir, name, fake, mcp, prompt).await
 }
 
 /// Launches one incarnation whose agent directory is `dir` and session directory `dir/name`.
-async fn launch_in(dir: tempfile::TempDir, name: &str, fake: FakeOpenAi, mcp: McpStub, prompt: PromptMode) -> Codex {
+async fn launch_in(dir: tempfile::TempDir, name: &str, fake: FakeOpenAi, mcp: McpStub, prompt: Prompt) -> Codex {
     let session_dir = dir.path().join(name);
     let spec = LaunchSpec {
         kind: HarnessKind::Codex,
@@ -236,7 +236,7 @@ impl Codex {
 #[tokio::test]
 async fn the_replace_prompt_reaches_the_model_verbatim_as_the_first_input_item() {
     let prompt = "You are the test Manager.\n\nLine two has \"quotes\", a tab\there and ✓ unicode.\n";
-    let mut codex = launch(PromptMode::Replace(prompt.into()), vec![Reply::text("hello from the fake")]).await;
+    let mut codex = launch(Prompt::replace(prompt.into()), vec![Reply::text("hello from the fake")]).await;
     let turn_id = codex.start_turn("start-1", "who am I?").await;
     codex.until("the turn start", |e| *e == HarnessEvent::TurnStarted { turn_id: turn_id.clone() }).await;
     codex
@@ -260,7 +260,7 @@ async fn the_replace_prompt_reaches_the_model_verbatim_as_the_first_input_item()
 #[tokio::test]
 async fn the_append_prompt_is_a_developer_message_after_codex_s_own_prompt() {
     let delta = "You are an implementer for Canopy. Report back instead of guessing.";
-    let mut codex = launch(PromptMode::Append(delta.into()), vec![Reply::text("ok")]).await;
+    let mut codex = launch(Prompt::append(delta.into()), vec![Reply::text("ok")]).await;
     codex.start_turn("start-1", "go").await;
     codex.turn_ended().await;
     let request = &codex.fake.wait_requests(1, PATIENCE)[0];
@@ -273,7 +273,7 @@ async fn the_append_prompt_is_a_developer_message_after_codex_s_own_prompt() {
 #[tokio::test]
 async fn a_steer_during_a_slow_tool_lands_in_the_same_turn() {
     let script = vec![Reply::shell("sleep 2; echo slept"), Reply::text("done")];
-    let mut codex = launch(PromptMode::Replace("prompt".into()), script).await;
+    let mut codex = launch(Prompt::replace("prompt".into()), script).await;
     let turn_id = codex.start_turn("start-1", "run the slow thing").await;
     codex.until("the slow tool", |e| matches!(e, HarnessEvent::ToolRunning { name, .. } if name == "command")).await;
     let outcome = codex.send("steer-7", "STEERED: stop after this", SendMode::Steer { turn_id: turn_id.clone() }).await;
@@ -300,7 +300,7 @@ async fn a_steer_during_the_final_model_call_cuts_it_and_lands_in_the_same_turn(
     // Unlike Claude Code, Codex takes a steer while the model streams its last answer: the
     // stream is dropped and the model is asked again with the steer.
     let script = vec![Reply::text("first answer").after(Duration::from_millis(1500)), Reply::text("second answer")];
-    let mut codex = launch(PromptMode::Replace("prompt".into()), script).await;
+    let mut codex = launch(Prompt::replace("prompt".into()), script).await;
     let turn_id = codex.start_turn("start-1", "answer me").await;
     codex.fake.wait_requests(1, PATIENCE);
     let outcome = codex.send("steer-9", "also this", SendMode::Steer { turn_id: turn_id.clone() }).await;
@@ -315,7 +315,7 @@ async fn a_steer_during_the_final_model_call_cuts_it_and_lands_in_the_same_turn(
 
 #[tokio::test]
 async fn a_steer_after_the_turn_falls_back() {
-    let mut codex = launch(PromptMode::Replace("prompt".into()), vec![Reply::text("quick")]).await;
+    let mut codex = launch(Prompt::replace("prompt".into()), vec![Reply::text("quick")]).await;
     let turn_id = codex.start_turn("start-1", "hi").await;
     codex.turn_ended().await;
     let outcome = codex.send("steer-8", "too late", SendMode::Steer { turn_id }).await;
@@ -328,7 +328,7 @@ async fn a_steer_after_the_turn_falls_back() {
 #[tokio::test]
 async fn interrupt_ends_the_turn_as_interrupted_and_the_session_stays_usable() {
     let script = vec![Reply::shell("sleep 30"), Reply::text("after the interrupt")];
-    let mut codex = launch(PromptMode::Replace("prompt".into()), script).await;
+    let mut codex = launch(Prompt::replace("prompt".into()), script).await;
     let turn_id = codex.start_turn("start-1", "run forever").await;
     codex.until("the slow tool", |e| matches!(e, HarnessEvent::ToolRunning { .. })).await;
     codex.session.interrupt().await.unwrap();
@@ -347,7 +347,7 @@ async fn interrupt_ends_the_turn_as_interrupted_and_the_session_stays_usable() {
 
 #[tokio::test]
 async fn shutdown_closes_stdin_and_codex_exits_cleanly() {
-    let mut codex = launch(PromptMode::Replace("prompt".into()), vec![]).await;
+    let mut codex = launch(Prompt::replace("prompt".into()), vec![]).await;
     let pid = codex.session.pid();
     codex.session.shutdown(Duration::from_secs(5)).await;
     let exited = codex.until("the exit", |e| matches!(e, HarnessEvent::Exited { .. })).await;
@@ -364,7 +364,7 @@ fn recorded(codex: &Codex) -> Option<String> {
 /// Incarnation 1 runs one turn ("remember the number 42", answered "noted: 42") and is killed
 /// as `kill -9` would; returns it with the recorded thread id.
 async fn first_incarnation(script: Vec<Reply>) -> (Codex, String) {
-    let mut codex = launch(PromptMode::Replace("prompt one".into()), script).await;
+    let mut codex = launch(Prompt::replace("prompt one".into()), script).await;
     codex.start_turn("start-1", "remember the number 42").await;
     assert_eq!(codex.turn_ended().await.1, TurnStatus::Completed);
     let thread = recorded(&codex).unwrap_or_else(|| panic!("no thread recorded"));
@@ -381,7 +381,7 @@ async fn the_next_incarnation_resumes_the_thread_and_its_tools_still_work() {
         Reply::text("it was 42"),
     ];
     let (codex, thread) = first_incarnation(script).await;
-    let mut codex = relaunch(codex, "2", PromptMode::Replace("prompt two".into())).await;
+    let mut codex = relaunch(codex, "2", Prompt::replace("prompt two".into())).await;
     codex.start_turn("start-2", "what was the number?").await;
     assert_eq!(codex.turn_ended().await.1, TurnStatus::Completed);
 
@@ -414,7 +414,7 @@ async fn a_thread_that_cannot_be_resumed_falls_back_to_a_fresh_thread_and_says_s
     let (codex, thread) = first_incarnation(vec![Reply::text("noted: 42"), Reply::text("fresh")]).await;
     let missing = "019a0000-0000-7000-8000-000000000000";
     std::fs::write(codex._dir.path().join(canopy_harness::codex::THREAD_FILE), missing).unwrap();
-    let mut codex = relaunch(codex, "2", PromptMode::Replace("prompt".into())).await;
+    let mut codex = relaunch(codex, "2", Prompt::replace("prompt".into())).await;
     let note = codex
         .until("the fallback note", |e| matches!(e, HarnessEvent::Status { text } if text.contains("resume")))
         .await;

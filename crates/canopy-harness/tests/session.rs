@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use canopy_harness::{HarnessEvent, HarnessKind, LaunchError, LaunchSpec, PromptMode, SandboxSettings, Session};
+use canopy_harness::{HarnessEvent, HarnessKind, LaunchError, LaunchSpec, Prompt, SandboxSettings, Session};
 
 fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSpec {
     LaunchSpec {
@@ -17,7 +17,7 @@ fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSp
         agent_dir: None,
         cwd: dir.join("work"),
         builtin_tools: Vec::new(),
-        prompt: PromptMode::Replace("prompt".into()),
+        prompt: Prompt::replace("prompt".into()),
         mcp_url: "http://127.0.0.1:1/mcp".into(),
         mcp_token: "t".into(),
         env: vec![],

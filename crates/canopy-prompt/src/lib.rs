@@ -17,7 +17,7 @@ mod embedded {
 
 pub use bundle::{Bundle, Definition, Mode, Role, Rule, Skill};
 pub use lint::{Finding, lint};
-pub use render::{Delivery, Facts, RenderError, Rendered, Renderer};
+pub use render::{Facts, RenderError, Rendered, Renderer};
 
 /// A bundle file that failed to load, with where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,6 +9,7 @@
 //! tool set are cached; identity sections are rebuilt each time (they are a few lines).
 //! This module reads no files and knows nothing of sessions beyond `Facts`.
 
+use canopy_core::harness::PromptMode;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -40,31 +41,13 @@ pub struct Facts {
     pub persona: Option<String>,
 }
 
-/// How the rendered text reaches the harness.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
-    /// The text is the whole system prompt.
-    Replace,
-    /// The text is appended to the harness's own default prompt.
-    Append,
-}
-
-impl Delivery {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Delivery::Replace => "replace",
-            Delivery::Append => "append",
-        }
-    }
-}
-
 /// A rendered prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
     pub text: String,
     /// SHA-256 of `text`, hex.
     pub hash: String,
-    pub delivery: Delivery,
+    pub delivery: PromptMode,
     pub role: String,
     pub mode: Mode,
     pub definition: Option<String>,
@@ -168,7 +151,7 @@ impl Renderer {
         out.push("other_rules", self.cached("other_rules", &role.id, &fp, || self.other_rules(&tools)));
         out.push("footer", footer(facts).into());
         out.push("persona", persona(facts));
-        out.finish(Delivery::Replace, role, None, tools)
+        out.finish(PromptMode::Replace, role, None, tools)
     }
 
     fn delta(&self, role: &Role, definition: &Definition, facts: &Facts, owns_default: bool) -> Rendered {
@@ -183,7 +166,7 @@ impl Renderer {
             self.cached("delta", &definition.name, &fp, || apply_requires(&definition.body.text, &tools).into()),
         );
         out.push("footer", footer(facts).into());
-        let delivery = if owns_default { Delivery::Append } else { Delivery::Replace };
+        let delivery = if owns_default { PromptMode::Append } else { PromptMode::Replace };
         out.finish(delivery, role, Some(definition.name.clone()), tools)
     }
 
@@ -273,7 +256,7 @@ impl Sections {
         }
     }
 
-    fn finish(self, delivery: Delivery, role: &Role, definition: Option<String>, tools: Vec<String>) -> Rendered {
+    fn finish(self, delivery: PromptMode, role: &Role, definition: Option<String>, tools: Vec<String>) -> Rendered {
         let mut text = String::with_capacity(self.parts.iter().map(|(_, t)| t.len() + 2).sum());
         for (i, (_, part)) in self.parts.iter().enumerate() {
             if i > 0 {

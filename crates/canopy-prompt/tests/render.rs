@@ -10,7 +10,7 @@ mod copy_dir;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use canopy_prompt::{Bundle, Delivery, Facts, Renderer, lint};
+use canopy_prompt::{Bundle, Facts, Renderer, lint};
 use copy_dir::copy_dir;
 
 const CATALOG: &[&str] = &[
@@ -67,7 +67,7 @@ fn manager_snapshot_has_every_section_in_order() {
     f.persona = Some("Dry humour, short sentences.".into());
     let r = renderer().render(&f, false).unwrap();
     assert_eq!(r.sections, ["role", "why_here", "skills", "rules", "other_rules", "footer", "persona"]);
-    assert_eq!(r.delivery, Delivery::Replace);
+    assert_eq!(r.delivery, canopy_core::harness::PromptMode::Replace);
     // The manager role lacks history_search: its line is dropped, the others stay.
     assert!(!r.text.contains("history_search") && r.text.contains("agents_run_subagent"));
     assert!(!r.text.contains("<!--"), "markers are stripped");
@@ -95,7 +95,7 @@ fn supervisor_snapshot() {
 fn implementer_delta_is_second_to_last_before_the_footer() {
     let r = renderer().render(&facts("implementer"), false).unwrap();
     assert_eq!(r.sections, ["default", "delta", "footer"]);
-    assert_eq!(r.delivery, Delivery::Replace);
+    assert_eq!(r.delivery, canopy_core::harness::PromptMode::Replace);
     let default = r.text.find("# Default block-0").unwrap();
     let delta = r.text.find("# Role delta").unwrap();
     let footer = r.text.find("# This Session").unwrap();
@@ -107,7 +107,7 @@ fn implementer_delta_is_second_to_last_before_the_footer() {
 #[test]
 fn with_a_harness_that_owns_its_default_only_the_delta_is_appended() {
     let r = renderer().render(&facts("implementer"), true).unwrap();
-    assert_eq!(r.delivery, Delivery::Append);
+    assert_eq!(r.delivery, canopy_core::harness::PromptMode::Append);
     assert_eq!(r.sections, ["delta", "footer"]);
     assert!(!r.text.contains("careful coding agent"), "the delta never copies the default");
     snapshot("implementer-append", &r.text);

@@ -408,7 +408,7 @@ pub struct SessionAssignment {
     /// The system prompt the session starts with.
     pub system_prompt: String,
     /// Whether `system_prompt` replaces the harness's default or is appended to it.
-    pub prompt_mode: PromptModeWire,
+    pub prompt_mode: PromptMode,
     /// The rendered prompt's content hash (`canopy prompt render` prints the same).
     pub prompt_hash: String,
     /// The harness's working directory (empty: the runner's default for the agent).
@@ -437,17 +437,7 @@ pub struct RunnersSyncResponse {
     pub more: bool,
 }
 
-/// How a session's system prompt relates to its harness's own default prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum PromptModeWire {
-    /// The prompt is the whole system prompt (Managers, and any role on a harness whose
-    /// default Canopy owns).
-    Replace,
-    /// The prompt is a delta for the harness's append mechanism (implementers on a harness
-    /// with its own default prompt).
-    Append,
-}
+pub use canopy_core::harness::PromptMode;
 
 /// Most sessions handed to a runner to start in one sync (keeps replies small).
 pub const SYNC_START_BATCH: usize = 100;

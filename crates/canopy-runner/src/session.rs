@@ -18,12 +18,13 @@ use canopy_bus::ApiClient;
 use canopy_core::schedule::TurnSchedule;
 use canopy_core::{Message, Presence};
 use canopy_harness::{
-    HarnessEvent, HarnessKind, InputContext, LaunchError, LaunchSpec, PromptMode, SendMode, SendOutcome, Session,
+    HarnessEvent, HarnessKind, InputContext, LaunchError, LaunchSpec, Prompt, PromptMode, SendMode, SendOutcome,
+    Session,
 };
 use canopy_proto::api::{
     ContinuityWhen, DeliveriesAckRequest, DeliveriesPullRequest, DeliveriesPullResponse, InterruptReply,
-    PromptModeWire, ReportedActivity, ReportedUsage, RunsFinishRequest, SessionAssignment, SessionReport,
-    SessionsContinuityRequest, SteerReply,
+    ReportedActivity, ReportedUsage, RunsFinishRequest, SessionAssignment, SessionReport, SessionsContinuityRequest,
+    SteerReply,
 };
 use canopy_proto::method;
 use tokio::sync::{mpsc, oneshot};
@@ -470,8 +471,8 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         },
         builtin_tools: assignment.harness_tools.clone(),
         prompt: match assignment.prompt_mode {
-            PromptModeWire::Replace => PromptMode::Replace(assignment.system_prompt.clone()),
-            PromptModeWire::Append => PromptMode::Append(assignment.system_prompt.clone()),
+            PromptMode::Replace => Prompt::replace(assignment.system_prompt.clone()),
+            PromptMode::Append => Prompt::append(assignment.system_prompt.clone()),
         },
         mcp_url,
         mcp_token: assignment.token.clone(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use canopy_bus::{ApiClient, Bus, ManagedNats, NatsServerConfig};
 use canopy_harness::SandboxSettings;
 use canopy_proto::Subjects;
-use canopy_proto::api::{PromptModeWire, ScriptSource, SessionAssignment, SessionReport};
+use canopy_proto::api::{PromptMode, ScriptSource, SessionAssignment, SessionReport};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -142,7 +142,7 @@ async fn start(daemon: Daemon) -> Running {
         harness: "scripted".into(),
         script: Some(ScriptSource { name: "s.toml".into(), text: String::new() }),
         system_prompt: "prompt".into(),
-        prompt_mode: PromptModeWire::Replace,
+        prompt_mode: PromptMode::Replace,
         prompt_hash: String::new(),
         cwd: String::new(),
         model: String::new(),
