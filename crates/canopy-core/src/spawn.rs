@@ -1,6 +1,7 @@
 //! The spawn gate's decisions, pure: whether a request may be made (the policy limits, with
-//! their actionable messages), who may decide one, which state a decision leaves it in, and
-//! every sentence Canopy says about a request in its topic.
+//! their actionable messages), who may decide one, which state a decision leaves it in, who
+//! may despawn an agent (an operator or a strict ancestor), and every sentence Canopy says
+//! about a request in its topic.
 //!
 //! The store gathers the facts (depth, counts, the request as it stands) inside its
 //! transaction, asks here, and persists the answer; it holds no rule and no human text of
@@ -111,6 +112,42 @@ pub fn check_pending(request: &SpawnRequest) -> Result<(), Error> {
             reason: format!("{} is {state}, not pending; nothing changed", request.id),
         }),
     }
+}
+
+/// What the store read about an agent someone asks to despawn.
+#[derive(Debug, Clone, Copy)]
+pub struct DespawnTarget<'a> {
+    pub handle: &'a str,
+    pub is_agent: bool,
+    pub is_supervisor: bool,
+    pub despawned: bool,
+    /// Its ancestors' handles, from its parent up to the root.
+    pub ancestors: &'a [String],
+}
+
+/// Who may despawn what: an agent (never the Supervisor, never twice), by an operator or by
+/// a strict ancestor of it (never a peer, never the agent itself).
+pub fn may_despawn(caller: &Caller, target: &DespawnTarget<'_>) -> Result<(), Error> {
+    let handle = target.handle;
+    if !target.is_agent {
+        return Err(Error::invalid("handle", format!("{handle} is not an agent")));
+    }
+    if target.is_supervisor {
+        return Err(Error::Forbidden {
+            action: format!("despawn {handle}"),
+            reason: "the Supervisor is the root of the tree".into(),
+        });
+    }
+    if target.despawned {
+        return Err(Error::ConflictOn { field: "handle", reason: format!("{handle} is already despawned") });
+    }
+    if !caller.is_operator() && !target.ancestors.iter().any(|a| a == caller.handle.as_str()) {
+        return Err(Error::Forbidden {
+            action: format!("despawn {handle}"),
+            reason: format!("{} may despawn only its own descendants", caller.handle),
+        });
+    }
+    Ok(())
 }
 
 /// The sentences Canopy posts in a request's topic.
@@ -273,6 +310,30 @@ mod tests {
         let late = check_pending(&request(SpawnState::Denied)).unwrap_err();
         assert_eq!(late.field(), Some("id"));
         assert!(late.to_string().contains("req-7 is denied, not pending"), "{late}");
+    }
+
+    #[test]
+    fn only_ancestors_and_operators_despawn_and_never_the_supervisor() {
+        let agent = |h: &str| Caller { handle: Handle::from_trusted(h.into()), kind: AccountKind::Agent };
+        let operator = Caller { handle: Handle::from_trusted("ops".into()), kind: AccountKind::Operator };
+        let ancestors = ["lead".to_owned(), "supervisor".to_owned()];
+        let target = DespawnTarget {
+            handle: "flaky",
+            is_agent: true,
+            is_supervisor: false,
+            despawned: false,
+            ancestors: &ancestors,
+        };
+        assert_eq!(may_despawn(&agent("lead"), &target), Ok(()));
+        assert_eq!(may_despawn(&operator, &target), Ok(()));
+        assert!(matches!(may_despawn(&agent("peer"), &target), Err(Error::Forbidden { .. })));
+        assert!(matches!(may_despawn(&agent("flaky"), &target), Err(Error::Forbidden { .. })), "not itself");
+        let root = DespawnTarget { is_supervisor: true, ..target };
+        assert!(matches!(may_despawn(&operator, &root), Err(Error::Forbidden { .. })));
+        let gone = DespawnTarget { despawned: true, ..target };
+        assert_eq!(may_despawn(&operator, &gone).unwrap_err().field(), Some("handle"));
+        let human = DespawnTarget { is_agent: false, ..target };
+        assert_eq!(may_despawn(&operator, &human).unwrap_err().field(), Some("handle"));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 
 use canopy_core::acl::Caller;
 use canopy_core::gate::Reply;
-use canopy_core::spawn::{self as spawn_rules, SpawnFacts, SpawnLimits, Verb, say};
+use canopy_core::spawn::{self as spawn_rules, DespawnTarget, SpawnFacts, SpawnLimits, Verb, say};
 use canopy_core::{
     AccountKind, AccountState, AuditEntry, ChannelName, Error, Handle, Message, RoleName, SpawnRequest, SpawnState,
     TopicName,
@@ -468,37 +468,27 @@ pub fn list_spawns(conn: &Connection, state: Option<SpawnState>) -> Result<Vec<S
 /// handles and the notice to the parent.
 pub fn despawn(conn: &Connection, caller: &Caller, handle: &Handle) -> Result<(Vec<Handle>, Option<Message>), Error> {
     let target = require_account(conn, "handle", handle.as_str())?;
-    if target.kind != AccountKind::Agent {
-        return Err(Error::invalid("handle", format!("{handle} is not an agent")));
+    let mut ancestors = Vec::new();
+    let mut next = target.parent_id;
+    while let Some(id) = next {
+        let Some(account) = crate::views::account_ref_by_id(conn, id)? else { break };
+        ancestors.push(account.handle.to_string());
+        next = account.parent_id;
+        if ancestors.len() > 10_000 {
+            break;
+        }
     }
-    if target.role.as_ref().is_some_and(RoleName::is_supervisor) {
-        return Err(Error::Forbidden {
-            action: format!("despawn {handle}"),
-            reason: "the Supervisor is the root of the tree".into(),
-        });
-    }
-    if target.state == AccountState::Despawned {
-        return Err(Error::ConflictOn { field: "handle", reason: format!("{handle} is already despawned") });
-    }
+    spawn_rules::may_despawn(
+        caller,
+        &DespawnTarget {
+            handle: handle.as_str(),
+            is_agent: target.kind == AccountKind::Agent,
+            is_supervisor: target.role.as_ref().is_some_and(RoleName::is_supervisor),
+            despawned: target.state == AccountState::Despawned,
+            ancestors: &ancestors,
+        },
+    )?;
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
-    if !caller.is_operator() {
-        // The caller must be a strict ancestor of the target.
-        let mut next = target.parent_id;
-        let mut ancestor = false;
-        while let Some(id) = next {
-            if id == actor.id {
-                ancestor = true;
-                break;
-            }
-            next = crate::views::account_ref_by_id(conn, id)?.and_then(|a| a.parent_id);
-        }
-        if !ancestor {
-            return Err(Error::Forbidden {
-                action: format!("despawn {handle}"),
-                reason: format!("{} may despawn only its own descendants", caller.handle),
-            });
-        }
-    }
     // The subtree, target first.
     let mut subtree = vec![target.id];
     let mut index = 0;
