@@ -137,6 +137,10 @@ fn a_bad_config_key_stops_the_daemon_with_exit_64_naming_it() {
     let out = env.command(&["daemon", "--nats-url", &env.nats_url()]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(crate::env::text(&out.stderr).contains("limits.max_body_bytes"), "{}", crate::env::text(&out.stderr));
+    // A standalone runner refuses the same way, before it connects to anything.
+    let out = env.command(&["runner", "--nats-url", &env.nats_url()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{}", crate::env::text(&out.stderr));
+    assert!(crate::env::text(&out.stderr).contains("limits.max_body_bytes"), "{}", crate::env::text(&out.stderr));
 }
 
 #[test]

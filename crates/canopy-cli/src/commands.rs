@@ -562,12 +562,16 @@ async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallE
 
 /// Runs a standalone runner until SIGINT/SIGTERM.
 async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
+    // A configuration it cannot use is a usage error (64) naming the key, as for the daemon.
+    let checked = Config::load(&dir.config())
+        .and_then(|config| canopy_runner::wiring::check_grants(&config, &dir.config(), dir.root()).map(|()| config));
+    let config = match checked {
+        Ok(config) => config,
+        Err(e) => return fail_usage(json, &e.key, &e.to_string()),
+    };
+    canopy_runner::wiring::warn_if_unconfined(&config);
     let started = async {
         let api = crate::client::api_client(dir, args.nats_url.as_deref()).await?;
-        let config = Config::load(&dir.config()).map_err(|e| CallError::Unreachable(e.to_string()))?;
-        canopy_runner::wiring::check_grants(&config, &dir.config(), dir.root())
-            .map_err(|e| CallError::Unreachable(e.to_string()))?;
-        canopy_runner::wiring::warn_if_unconfined(&config);
         let options = canopy_runner::wiring::options(dir, &config, api)
             .map_err(|e| CallError::Unreachable(format!("preparing the runner: {e}")))?;
         canopy_runner::spawn(options).await.map_err(|e| CallError::Unreachable(e.to_string()))
