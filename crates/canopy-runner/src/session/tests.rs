@@ -49,8 +49,11 @@ fn message(seq: u64, body: &str) -> canopy_core::Message {
 
 /// What the stand-in daemon is told to do, and what it saw.
 struct Daemon {
-    /// Acknowledgements of turn-start deliveries are answered only after this long.
-    slow_ack: Duration,
+    /// Acknowledgements of turn-start deliveries are never answered (they hang, as against
+    /// a daemon that has stopped answering), rather than answered at once.
+    hold_acks: bool,
+    /// Told of every turn-start acknowledgement as it arrives.
+    acks: mpsc::UnboundedSender<()>,
 }
 
 /// Answers the runner's API calls: the first pull finds nothing, the second finds message 5.
@@ -66,12 +69,10 @@ async fn serve(bus: Bus, subjects: Subjects, daemon: Daemon) {
             json!({ "ok": { "total": messages.len(), "wake": true, "messages": messages } })
         } else if request.subject.ends_with(".deliveries.ack") {
             if body["steered"] == false {
-                let (bus, slow) = (bus.clone(), daemon.slow_ack);
-                tokio::spawn(async move {
-                    tokio::time::sleep(slow).await;
-                    let _ = bus.publish(&reply, json!({ "ok": { "moved": 0 } }).to_string().into()).await;
-                });
-                continue;
+                let _ = daemon.acks.send(());
+                if daemon.hold_acks {
+                    continue;
+                }
             }
             json!({ "ok": { "moved": 0 } })
         } else {
@@ -87,9 +88,13 @@ struct Running {
     slot: SessionSlot,
     reports: mpsc::Receiver<SessionReport>,
     exits: mpsc::Receiver<SessionExit>,
+    /// One item per turn-start acknowledgement the stand-in daemon received.
+    acks: mpsc::UnboundedReceiver<()>,
 }
 
-async fn start(daemon: Daemon) -> Running {
+async fn start(hold_acks: bool) -> Running {
+    let (acks_tx, acks) = mpsc::unbounded_channel();
+    let daemon = Daemon { hold_acks, acks: acks_tx };
     let dir = tempfile::tempdir().unwrap();
     let nats = ManagedNats::start(NatsServerConfig {
         bin: canopy_bus::find_nats_server().unwrap(),
@@ -162,7 +167,7 @@ async fn start(daemon: Daemon) -> Running {
         reports: reports_tx,
         exits: exits_tx,
     });
-    Running { _nats: nats, _dir: dir, slot, reports, exits }
+    Running { _nats: nats, _dir: dir, slot, reports, exits, acks }
 }
 
 impl Running {
@@ -186,10 +191,10 @@ impl Running {
 
 #[tokio::test]
 async fn a_slow_acknowledgement_does_not_delay_a_steer() {
-    let mut running = start(Daemon { slow_ack: Duration::from_secs(20) }).await;
-    // The second turn starts with message 5; its acknowledgement now hangs for 20 s.
+    let mut running = start(true).await;
+    // The second turn starts with message 5, and its acknowledgement is in flight and hangs.
     running.until("turn_started", Some("t2")).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::timeout(Duration::from_secs(10), running.acks.recv()).await.expect("no acknowledgement was sent");
     let (reply, answer) = oneshot::channel();
     let command = SessionCommand::Steer { message: message(9, "@a look"), reply };
     running.slot.commands.send(command).await.unwrap();
@@ -204,7 +209,7 @@ async fn a_slow_acknowledgement_does_not_delay_a_steer() {
 
 #[tokio::test]
 async fn a_steer_of_a_message_being_delivered_falls_back_instead_of_repeating_it() {
-    let mut running = start(Daemon { slow_ack: Duration::from_secs(20) }).await;
+    let mut running = start(true).await;
     running.until("turn_started", Some("t2")).await;
     // Message 5 is in the running turn's input: a steer of it is answered at once.
     let (reply, answer) = oneshot::channel();
@@ -215,7 +220,7 @@ async fn a_steer_of_a_message_being_delivered_falls_back_instead_of_repeating_it
 
 #[tokio::test]
 async fn a_closed_command_channel_ends_the_task() {
-    let mut running = start(Daemon { slow_ack: Duration::from_millis(1) }).await;
+    let mut running = start(false).await;
     running.until("session_ready", None).await;
     // The runner forgets the session without asking it to stop: its commands close.
     let (closed, _) = mpsc::channel(1);
