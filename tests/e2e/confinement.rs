@@ -143,17 +143,21 @@ fn model_steps(env: &TestEnv) -> Vec<Step> {
     steps
 }
 
-/// Creates the attacker on `harness` (its model's replies already queued), then checks that
-/// its tools worked, no secret reached the model (`requests` waits for that many) and the gate
-/// held.
-fn check_model_attack(env: &TestEnv, harness: &str, steps: usize, requests: impl Fn(usize) -> Vec<Value>) {
+/// Starts the victim, queues the model's attack (`queue` turns each step into the fake
+/// model's reply), creates the attacker on `harness`, then checks that its tools worked, no
+/// secret reached the model (`requests` waits for that many) and the gate held.
+fn model_attack(env: &TestEnv, harness: &str, queue: impl Fn(Step), requests: impl Fn(usize) -> Vec<Value>) {
+    start_victim(env);
+    let steps = model_steps(env);
+    let count = steps.len();
+    steps.into_iter().for_each(queue);
     env.json(&["agents", "create", "--handle", "attacker", "--name", "attacker", "--harness", harness]);
     crate::assert_eventually!(
         env.messages("home-attacker").iter().any(|m| m["body"] == "done attacking"),
         "the attacker's MCP tools did not work: {:?}",
         env.activity("attacker")
     );
-    let sent = serde_json::to_string(&requests(steps)).unwrap();
+    let sent = serde_json::to_string(&requests(count)).unwrap();
     for secret in secret_texts(&env.data_dir()) {
         assert!(!sent.contains(&secret), "a secret reached the model");
     }
@@ -171,19 +175,16 @@ fn a_claude_code_manager_s_bash_tool_cannot_reach_secrets_or_approve_itself() {
     use crate::fake_anthropic::{FakeAnthropic, Reply};
     let fake = FakeAnthropic::start(Vec::new());
     let env = crate::claude::claude_env_with(&fake, &[]);
-    start_victim(&env);
-    let steps = model_steps(&env);
-    let count = steps.len();
-    for step in steps {
+    let queue = |step| {
         fake.push(match step {
             Step::Tool(name, args) => Reply::canopy_tool(name, args),
             Step::Shell(command) => {
                 Reply::default().and_call("Bash", json!({ "command": command, "description": "x" }))
             }
             Step::Text(text) => Reply::text(text),
-        });
-    }
-    check_model_attack(&env, "claude", count, |n| fake.wait_requests(n, Duration::from_secs(60)));
+        })
+    };
+    model_attack(&env, "claude", queue, |n| fake.wait_requests(n, Duration::from_secs(60)));
 }
 
 #[test]
@@ -191,17 +192,14 @@ fn a_codex_manager_s_shell_tool_cannot_reach_secrets_or_approve_itself() {
     use crate::fake_openai::{FakeOpenAi, Reply};
     let fake = FakeOpenAi::start(Vec::new());
     let env = crate::codex::started(&fake, &[]);
-    start_victim(&env);
-    let steps = model_steps(&env);
-    let count = steps.len();
-    for step in steps {
+    let queue = |step| {
         fake.push(match step {
             Step::Tool(name, args) => Reply::canopy_tool(name, args),
             Step::Shell(command) => Reply::shell(&command),
             Step::Text(text) => Reply::text(text),
-        });
-    }
-    check_model_attack(&env, "codex", count, |n| fake.wait_requests(n, Duration::from_secs(60)));
+        })
+    };
+    model_attack(&env, "codex", queue, |n| fake.wait_requests(n, Duration::from_secs(60)));
 }
 
 #[test]

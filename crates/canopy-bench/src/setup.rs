@@ -83,6 +83,7 @@ impl Sandbox {
         let (stop, stopped) = oneshot::channel::<()>();
         let daemon_options = canopy_daemon::DaemonOptions {
             dir: data.clone(),
+            config: config.clone(),
             nats_url: Some(nats.url().to_owned()),
             embedded: Some(Box::new(canopy_runner::wiring::embedded)),
             check_script: canopy_harness::scripted::check_script,

@@ -97,16 +97,19 @@ async fn daemon(dir: &DataDir, json: bool, args: &DaemonArgs) -> u8 {
     let checked = Config::load(&dir.config()).and_then(|config| {
         canopy_runner::wiring::check_grants(&config, &dir.config(), dir.root())?;
         canopy_runner::wiring::warn_if_unconfined(&config);
-        Ok(())
+        Ok(config)
     });
-    let options = DaemonOptions {
-        dir: dir.clone(),
-        nats_url: args.nats_url.clone(),
-        embedded: Some(Box::new(canopy_runner::wiring::embedded)),
-        check_script: canopy_harness::scripted::check_script,
-    };
     let ran = match checked {
-        Ok(()) => canopy_daemon::run(options, shutdown_signal()).await,
+        Ok(config) => {
+            let options = DaemonOptions {
+                dir: dir.clone(),
+                config,
+                nats_url: args.nats_url.clone(),
+                embedded: Some(Box::new(canopy_runner::wiring::embedded)),
+                check_script: canopy_harness::scripted::check_script,
+            };
+            canopy_daemon::run(options, shutdown_signal()).await
+        }
         Err(e) => Err(DaemonError::Config(e)),
     };
     match ran {

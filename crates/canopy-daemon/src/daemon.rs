@@ -42,6 +42,8 @@ pub type Embedded = Box<
 /// How to run the daemon.
 pub struct DaemonOptions {
     pub dir: DataDir,
+    /// `canopy.toml`, loaded (and checked) by the composition root.
+    pub config: Config,
     /// An existing NATS server; when absent the daemon runs its own.
     pub nats_url: Option<String>,
     /// The embedded runner; `None` runs none even when `[runner] embedded` is on.
@@ -54,6 +56,7 @@ impl std::fmt::Debug for DaemonOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DaemonOptions")
             .field("dir", &self.dir)
+            .field("config", &self.config)
             .field("nats_url", &self.nats_url)
             .field("embedded", &self.embedded.is_some())
             .finish()
@@ -84,7 +87,7 @@ pub enum DaemonError {
 pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
     let dir = options.dir.clone();
     tokio::pin!(shutdown);
-    let config = Arc::new(Config::load(&dir.config())?);
+    let config = Arc::new(options.config);
     if !dir.db().exists() {
         return Err(DaemonError::NoWorkspace { dir: dir.root().display().to_string() });
     }

@@ -16,6 +16,7 @@ use canopy_core::Error;
 use canopy_prompt::{Bundle, Facts, Renderer};
 use canopy_proto::Method;
 
+use canopy_config::paths::relative_to_project;
 use canopy_config::{Config, ConfigError};
 
 /// Where the bundle comes from.
@@ -68,8 +69,6 @@ impl BundleSource {
         Some(acc)
     }
 }
-
-pub use canopy_config::paths::relative_to_project;
 
 /// Every native tool Canopy serves.
 pub fn catalog() -> Vec<&'static str> {

@@ -227,11 +227,10 @@ pub fn url_port(url: &str) -> Option<u16> {
     let (scheme, rest) = url.split_once("://")?;
     let authority = rest.split(['/', '?', '#']).next()?;
     let host_port = authority.rsplit('@').next()?;
-    let port = match host_port.rsplit_once(':') {
-        Some((host, port)) if !host.ends_with(']') || host_port.starts_with('[') => {
-            if host.starts_with('[') && !host.ends_with(']') { None } else { Some(port) }
-        }
-        _ => None,
+    // An IPv6 host is bracketed; its port, if any, follows the closing bracket.
+    let port = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').and_then(|(_, rest)| rest.strip_prefix(':')),
+        None => host_port.rsplit_once(':').map(|(_, port)| port),
     };
     match port {
         Some(port) if !port.is_empty() => port.parse().ok(),

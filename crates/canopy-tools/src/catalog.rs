@@ -69,11 +69,6 @@ canopy_proto::api_methods!(tool_defs);
 
 pub(crate) static TOOLS: LazyLock<Vec<ToolDef>> = LazyLock::new(tool_defs);
 
-/// The tool that is `method`, when a tool is.
-pub fn tool_for(method: Method) -> Option<&'static str> {
-    TOOLS.iter().find(|t| t.method == method).map(|t| t.name)
-}
-
 /// An API call a tool resolves to: the method and the request body.
 pub(crate) struct Call {
     pub method: Method,
@@ -123,7 +118,7 @@ mod tests {
         ];
         assert_eq!(TOOL_NAMES.as_slice(), expected.as_slice());
         for tool in TOOLS.iter() {
-            assert_eq!(tool_for(tool.method), Some(tool.name), "one tool per method");
+            assert_eq!(tool.method.tool().map(|t| t.name), Some(tool.name), "one tool per method");
             assert!(!tool.description.is_empty(), "{} has no description", tool.name);
         }
     }

@@ -14,5 +14,5 @@ pub mod http;
 pub mod probe;
 mod server;
 
-pub use catalog::{TOOL_NAMES, tool_for, tool_names};
+pub use catalog::{TOOL_NAMES, tool_names};
 pub use server::{CanopyTools, TokenSource};
