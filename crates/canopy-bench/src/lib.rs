@@ -209,7 +209,7 @@ async fn broadcast(bench: &Sandbox, agents: usize) -> Result<Figure, String> {
     let mut doorbells = bench
         .api
         .bus
-        .subscribe(&bench.api.subjects.runner_deliver(setup::FAKE_RUNNER))
+        .subscribe(&bench.api.subjects.runner_deliver(&setup::fake_runner()))
         .await
         .map_err(|e| e.to_string())?;
     bench.api.bus.flush().await.map_err(|e| e.to_string())?;

@@ -19,6 +19,11 @@ use crate::payload;
 /// The runner id the broadcast figure registers, so sessions exist without processes.
 pub const FAKE_RUNNER: &str = "bench-fake-runner";
 
+/// The fake runner's id, typed.
+pub fn fake_runner() -> canopy_core::RunnerId {
+    canopy_core::RunnerId::from_trusted(FAKE_RUNNER.to_owned())
+}
+
 /// A sandbox whose daemon has stopped: its server and workspace remain until dropped.
 pub struct Stopped {
     pub nats: ManagedNats,
@@ -235,7 +240,7 @@ impl Sandbox {
         let mut running: Vec<RunningSession> = Vec::new();
         loop {
             let request = RunnersSyncRequest {
-                runner_id: FAKE_RUNNER.into(),
+                runner_id: fake_runner(),
                 name: "benchmark stand-in".into(),
                 mcp_url: "http://127.0.0.1:1/mcp".into(),
                 capacity,

@@ -157,9 +157,9 @@ pub enum TopicsCommand {
 #[derive(Debug, Subcommand)]
 pub enum BoardCommand {
     /// Pin message SEQ of the channel.
-    Pin { seq: u64 },
+    Pin { seq: canopy_core::Seq },
     /// Take message SEQ off the channel's board (operators: any pin).
-    Unpin { seq: u64 },
+    Unpin { seq: canopy_core::Seq },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -319,8 +319,8 @@ pub struct ReadArgs {
     #[arg(long)]
     pub topic: Option<String>,
     /// Only messages with a sequence above this.
-    #[arg(long, default_value_t = 0)]
-    pub after: u64,
+    #[arg(long, default_value_t = canopy_core::Seq(0))]
+    pub after: canopy_core::Seq,
     #[arg(long)]
     pub limit: Option<u32>,
 }
@@ -331,7 +331,7 @@ pub struct TailArgs {
     pub channel: Option<String>,
     /// Start after this sequence instead of at the newest message.
     #[arg(long)]
-    pub after: Option<u64>,
+    pub after: Option<canopy_core::Seq>,
     /// How often to resync from the store even without a doorbell.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub resync: std::time::Duration,

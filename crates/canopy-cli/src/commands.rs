@@ -3,7 +3,7 @@
 use std::io::Read;
 
 use canopy_config::{Config, DataDir};
-use canopy_core::{ChannelKind, ErrorCode, PostPolicy};
+use canopy_core::{ChannelKind, ErrorCode, PostPolicy, Seq};
 use canopy_daemon::{DaemonError, DaemonOptions, InitOptions};
 use canopy_proto::api::*;
 use canopy_proto::{ApiMethod, method};
@@ -439,7 +439,7 @@ async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallErr
                 .filter(|c| args.channel.as_deref().is_none_or(|name| c.name.as_str() == name.trim_start_matches('#')))
                 .map(|c| c.last_seq)
                 .max()
-                .unwrap_or(0)
+                .unwrap_or_default()
         }
     };
     let subject = match &args.channel {
@@ -457,7 +457,7 @@ async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallErr
         tokio::select! {
             event = events.next() => {
                 let Some(event) = event else { return Err(CallError::Unreachable("the event subscription ended".into())) };
-                let seq = serde_json::from_slice::<MessageEvent>(&event.payload).map(|e| e.message.seq).unwrap_or(u64::MAX);
+                let seq = serde_json::from_slice::<MessageEvent>(&event.payload).map(|e| e.message.seq).unwrap_or(Seq(u64::MAX));
                 if seq > last {
                     last = catch_up(client, json, args.channel.as_deref(), last).await?;
                 }
@@ -476,7 +476,7 @@ async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallErr
 }
 
 /// Prints every message after `last` from the store; returns the new `last`.
-async fn catch_up(client: &Client, json: bool, channel: Option<&str>, mut last: u64) -> Result<u64, CallError> {
+async fn catch_up(client: &Client, json: bool, channel: Option<&str>, mut last: Seq) -> Result<Seq, CallError> {
     loop {
         let request = SyncRequest { after: last, channel: channel.map(str::to_owned), limit: None };
         let page: SyncResponse = match client.send::<method::MessagesSync>(&request).await {

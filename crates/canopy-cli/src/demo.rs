@@ -179,7 +179,7 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
         .send::<method::MessagesRead>(&ReadRequest {
             channel: "home-ci-manager".into(),
             topic: Some(format!("spawn: {}", request.handle)),
-            after: 0,
+            after: canopy_core::Seq(0),
             limit: None,
         })
         .await?;

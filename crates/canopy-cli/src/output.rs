@@ -218,14 +218,14 @@ pub fn usage(r: &UsageResponse) {
     if !r.sessions.is_empty() {
         println!();
         for row in &r.sessions {
-            let label = format!("session {}", row.incarnation.unwrap_or(0));
+            let label = format!("session {}", row.incarnation.unwrap_or_default());
             println!("{}", usage_row(&label, &row.totals, width.max(12)));
         }
     }
     if !r.turns.is_empty() {
         println!();
         for row in &r.turns {
-            let label = format!("#{} {}", row.incarnation.unwrap_or(0), row.turn_id.as_deref().unwrap_or("-"));
+            let label = format!("#{} {}", row.incarnation.unwrap_or_default(), row.turn_id.as_deref().unwrap_or("-"));
             println!("{}", usage_row(&label, &row.totals, width.max(12)));
         }
     }

@@ -90,7 +90,7 @@ mod tests {
             owner: Some(h("supervisor")),
             posters: vec![h("supervisor")],
             subscribers: 0,
-            last_seq: 0,
+            last_seq: crate::Seq(0),
             created_at: String::new(),
         }
     }

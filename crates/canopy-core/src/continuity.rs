@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::ids::{Incarnation, Seq};
 use crate::model::Message;
 use crate::redact::{cut, redact};
 
@@ -37,7 +38,7 @@ pub enum HistoryItem {
     /// A tool call of one of the agent's sessions: name, status and a short preview only.
     ToolEvent {
         at: String,
-        incarnation: u64,
+        incarnation: Incarnation,
         #[serde(default)]
         turn_id: Option<String>,
         name: String,
@@ -114,16 +115,16 @@ pub fn excerpt(text: &str, query: Option<&str>, max_chars: usize) -> String {
 #[serde(deny_unknown_fields)]
 pub struct Checkpoint {
     pub at: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     /// The newest message sequence in the workspace at that moment.
-    pub seq: u64,
+    pub seq: Seq,
 }
 
 /// A pinned message, as the block shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PinnedLine {
     pub channel: String,
-    pub seq: u64,
+    pub seq: Seq,
     pub sender: String,
     pub body: String,
 }
@@ -143,7 +144,7 @@ pub struct ContinuityFacts {
     pub agent: String,
     pub display_name: String,
     pub role: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     pub home_channel: String,
     pub reason: ContinuityReason,
     /// Newest first.
@@ -249,17 +250,21 @@ mod tests {
             agent: "ci-manager".into(),
             display_name: "CI Manager".into(),
             role: "manager".into(),
-            incarnation: 7,
+            incarnation: Incarnation(7),
             home_channel: "home-ci-manager".into(),
             reason: ContinuityReason::Start { previous: Some("crashed (exit 101)".into()) },
             checkpoints: (0..n)
-                .map(|i| Checkpoint { at: "2026-11-30T12:00:00.000Z".into(), incarnation: 6, seq: i as u64 })
+                .map(|i| Checkpoint {
+                    at: "2026-11-30T12:00:00.000Z".into(),
+                    incarnation: Incarnation(6),
+                    seq: Seq(i as u64),
+                })
                 .collect(),
             open_spawn_requests: (0..n).map(|i| format!("req-{i}: @child-{i} (pending)")).collect(),
             pins: (0..n)
                 .map(|i| PinnedLine {
                     channel: "home-ci-manager".into(),
-                    seq: i as u64,
+                    seq: Seq(i as u64),
                     sender: "ops".into(),
                     body: format!("pin {i} {}", "x".repeat(500)),
                 })

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::{AccountKind, AccountState, Presence};
+use crate::{AccountKind, AccountState, Presence, RunnerId};
 
 /// What the planner knows of one recipient.
 #[derive(Debug, Clone, Copy)]
@@ -19,7 +19,7 @@ pub struct RecipientFacts<'a> {
     pub state: AccountState,
     pub presence: Presence,
     /// The runner hosting its live session, if it has one.
-    pub runner: Option<&'a str>,
+    pub runner: Option<&'a RunnerId>,
     pub mentioned: bool,
 }
 
@@ -33,11 +33,11 @@ pub enum Route {
     /// The loop guard holds the wake; `tell` the first time (the operator must be told).
     LoopHeld { tell: bool },
     /// Steer it into the running turn through `runner` (falling back to a doorbell).
-    Steer { runner: String },
+    Steer { runner: RunnerId },
     /// Ring `runner` to wake the idle agent.
-    Woke { runner: String },
+    Woke { runner: RunnerId },
     /// Ring `runner`; it arrives at the next turn start (`reason` when worth saying).
-    Queued { runner: String, reason: Option<String> },
+    Queued { runner: RunnerId, reason: Option<String> },
 }
 
 /// The rule for one recipient of a post by a `sender` of this kind. `loop_guard` is asked
@@ -51,7 +51,7 @@ pub fn route(
     if recipient.state == AccountState::Despawned {
         return Route::Refused("despawned".into());
     }
-    let Some(runner) = recipient.runner.map(str::to_owned) else {
+    let Some(runner) = recipient.runner.cloned() else {
         let why = match recipient.state {
             AccountState::Crashed => "crashed: delivered when it is started again",
             _ => "offline: delivered at its next session start",
@@ -128,10 +128,13 @@ impl LoopGuard {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
     use super::*;
 
-    fn facts(presence: Presence, runner: Option<&str>, mentioned: bool) -> RecipientFacts<'_> {
-        RecipientFacts { state: AccountState::Active, presence, runner, mentioned }
+    static R: std::sync::LazyLock<RunnerId> = std::sync::LazyLock::new(|| RunnerId::parse("r").unwrap());
+
+    fn facts(presence: Presence, runner: Option<&str>, mentioned: bool) -> RecipientFacts<'static> {
+        RecipientFacts { state: AccountState::Active, presence, runner: runner.map(|_| &*R), mentioned }
     }
 
     fn never() -> Verdict {
@@ -150,20 +153,17 @@ mod tests {
         assert!(matches!(route(op, crashed, false, never), Route::Held(why) if why.starts_with("crashed")));
         assert_eq!(
             route(op, facts(Presence::Working, Some("r"), true), false, never),
-            Route::Steer { runner: "r".into() }
+            Route::Steer { runner: R.clone() }
         );
         assert_eq!(
             route(op, facts(Presence::Stalled, Some("r"), true), false, never),
-            Route::Steer { runner: "r".into() }
+            Route::Steer { runner: R.clone() }
         );
         assert_eq!(
             route(op, facts(Presence::Working, Some("r"), false), false, never),
-            Route::Queued { runner: "r".into(), reason: None }
+            Route::Queued { runner: R.clone(), reason: None }
         );
-        assert_eq!(
-            route(op, facts(Presence::Idle, Some("r"), false), false, never),
-            Route::Woke { runner: "r".into() }
-        );
+        assert_eq!(route(op, facts(Presence::Idle, Some("r"), false), false, never), Route::Woke { runner: R.clone() });
         assert!(matches!(
             route(op, facts(Presence::Idle, Some("r"), true), true, never),
             Route::Queued { reason: Some(_), .. }
@@ -175,8 +175,8 @@ mod tests {
         let idle = facts(Presence::Idle, Some("r"), false);
         let held = route(AccountKind::Agent, idle, false, || Verdict::Hold { tell: true });
         assert_eq!(held, Route::LoopHeld { tell: true });
-        assert_eq!(route(AccountKind::Agent, idle, false, || Verdict::Wake), Route::Woke { runner: "r".into() });
-        assert_eq!(route(AccountKind::Operator, idle, false, never), Route::Woke { runner: "r".into() });
+        assert_eq!(route(AccountKind::Agent, idle, false, || Verdict::Wake), Route::Woke { runner: R.clone() });
+        assert_eq!(route(AccountKind::Operator, idle, false, never), Route::Woke { runner: R.clone() });
     }
 
     #[test]

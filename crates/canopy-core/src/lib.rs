@@ -11,6 +11,7 @@ pub mod delivery;
 pub mod error;
 pub mod gate;
 pub mod harness;
+pub mod ids;
 pub mod mention;
 pub mod model;
 pub mod names;
@@ -22,5 +23,6 @@ pub mod spawn;
 pub mod tree;
 
 pub use error::{Error, ErrorCode};
+pub use ids::{Incarnation, RunnerId, Seq};
 pub use model::*;
 pub use names::{ChannelName, Handle, NameError, RoleName, TopicName};

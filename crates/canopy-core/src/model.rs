@@ -4,6 +4,7 @@
 //! JSON Schema. Owns the closed sets (kinds, policies, states) and their string forms. Does
 //! not decide anything; the rules live in `acl` and `tree`.
 
+use crate::ids::{Incarnation, RunnerId, Seq};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -153,7 +154,7 @@ pub struct Channel {
     pub posters: Vec<Handle>,
     pub subscribers: u64,
     /// Sequence of the newest message, 0 when empty.
-    pub last_seq: u64,
+    pub last_seq: Seq,
     pub created_at: String,
 }
 
@@ -165,7 +166,7 @@ pub struct Topic {
     pub name: TopicName,
     pub created_by: Handle,
     pub messages: u64,
-    pub last_seq: u64,
+    pub last_seq: Seq,
     pub last_activity_at: String,
     pub resolved: bool,
 }
@@ -183,7 +184,7 @@ pub struct Sender {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
-    pub seq: u64,
+    pub seq: Seq,
     pub channel: ChannelName,
     pub topic: TopicName,
     pub sender: Sender,
@@ -200,7 +201,7 @@ pub struct Subscription {
     pub channel: ChannelName,
     pub mandatory: bool,
     /// Highest message sequence acknowledged in this channel.
-    pub cursor: u64,
+    pub cursor: Seq,
 }
 
 /// Where an agent's session is, as the roster shows it (DESIGN section 6).
@@ -253,9 +254,9 @@ pub struct RosterEntry {
     pub activity: Option<String>,
     pub desired: Desired,
     /// The current session's incarnation, 0 before the first session.
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     /// The runner hosting the session, when one is.
-    pub runner: Option<String>,
+    pub runner: Option<RunnerId>,
     pub harness: String,
     pub last_seen: Option<String>,
     /// Messages waiting for its next turn start.
@@ -274,7 +275,7 @@ pub struct ActivityItem {
     /// Global, increasing; followers page with it.
     pub id: u64,
     pub agent: Handle,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     pub at: String,
     /// `turn_started`, `turn_ended`, `text`, `tool_started`, `tool_finished`, `compaction`,
     /// `status`, `session_started`, `session_exited`, `presence`, ...
@@ -365,7 +366,7 @@ pub struct UsageRow {
     pub agent: Handle,
     /// Set for a session's or a turn's row.
     #[serde(default)]
-    pub incarnation: Option<u64>,
+    pub incarnation: Option<Incarnation>,
     /// Set for a turn's row.
     #[serde(default)]
     pub turn_id: Option<String>,

@@ -65,7 +65,7 @@ mod tests {
 
     fn message(seq: u64, channel: &str, topic: &str, body: &str) -> Message {
         Message {
-            seq,
+            seq: crate::Seq(seq),
             channel: ChannelName::from_trusted(channel.into()),
             topic: TopicName::from_trusted(topic.into()),
             sender: Sender {

@@ -42,7 +42,7 @@ pub fn load_or_create(path: &Path, prefix: &str) -> std::io::Result<String> {
 
 /// The bearer token of one session: derived from the daemon's secret, so it can be handed
 /// to a runner again after a lost reply without storing it; only its hash is stored.
-pub fn session_token(secret: &str, agent: &str, incarnation: u64) -> String {
+pub fn session_token(secret: &str, agent: &str, incarnation: canopy_core::Incarnation) -> String {
     format!("cns_{}", hex(&Sha256::digest(format!("{secret}:{agent}:{incarnation}").as_bytes())))
 }
 

@@ -9,9 +9,9 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use canopy_core::Error;
 use canopy_core::acl::Caller;
 use canopy_core::continuity::{DEFAULT_HISTORY_LIMIT, HistoryCursor, MAX_HISTORY_LIMIT, continuity_block};
+use canopy_core::{Error, Incarnation};
 use canopy_proto::api::*;
 use canopy_store::{HistoryQuery, PRUNE_BATCH, Pruned, ops};
 
@@ -134,7 +134,7 @@ impl Api {
 
 /// Removes `<sessions>/<agent>/<incarnation>/` directories of sessions that are not live and
 /// whose newest entry is older than `keep_for`. Returns how many were removed.
-fn prune_session_dirs(sessions: &Path, live: &[(String, u64)], keep_for: Duration) -> usize {
+fn prune_session_dirs(sessions: &Path, live: &[(String, Incarnation)], keep_for: Duration) -> usize {
     let Some(cutoff) = SystemTime::now().checked_sub(keep_for) else { return 0 };
     let mut removed = 0;
     let Ok(agents) = std::fs::read_dir(sessions) else { return 0 };
@@ -162,7 +162,7 @@ fn prune_session_dirs(sessions: &Path, live: &[(String, u64)], keep_for: Duratio
                 }
                 continue;
             }
-            let Some(incarnation) = name.parse::<u64>().ok() else {
+            let Some(incarnation) = name.parse::<Incarnation>().ok() else {
                 continue; // `work/` and anything else that is not a session directory stays.
             };
             if live.iter().any(|(a, i)| *a == agent_name && *i == incarnation) {
@@ -201,7 +201,7 @@ mod tests {
             std::fs::create_dir_all(dir.path().join(path)).unwrap();
             std::fs::write(dir.path().join(path).join("transcript.jsonl"), "{}").unwrap();
         }
-        let live = vec![("a".to_owned(), 2)];
+        let live = vec![("a".to_owned(), Incarnation(2))];
         // Nothing is old enough yet.
         assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_secs(3600)), 0);
         std::thread::sleep(Duration::from_millis(20));
@@ -220,7 +220,7 @@ mod tests {
             std::fs::create_dir_all(dir.path().join(agent).join("work")).unwrap();
         }
         std::fs::create_dir_all(dir.path().join("live/3")).unwrap();
-        let live = vec![("live".to_owned(), 3)];
+        let live = vec![("live".to_owned(), Incarnation(3))];
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_millis(1)), 2);
         assert!(!dir.path().join("idle/claude-config").exists() && !dir.path().join("idle/claude-session").exists());

@@ -65,7 +65,7 @@ impl Api {
         committed_us: u64,
     ) -> (Vec<RecipientOutcome>, OutcomeCounts) {
         let mut outcomes = Vec::with_capacity(reach.recipients.len());
-        let mut doorbells: HashMap<String, Vec<String>> = HashMap::new();
+        let mut doorbells: HashMap<canopy_core::RunnerId, Vec<String>> = HashMap::new();
         let mut steers = Vec::new();
         let mut held = Vec::new();
         let mut loop_notices = Vec::new();
@@ -83,7 +83,7 @@ impl Api {
             let facts = RecipientFacts {
                 state: recipient.state,
                 presence: recipient.presence,
-                runner: recipient.runner.as_deref(),
+                runner: recipient.runner.as_ref(),
                 mentioned: recipient.mentioned,
             };
             let guard = || {
@@ -189,7 +189,7 @@ impl Api {
     async fn steer(
         &self,
         recipient: &Recipient,
-        runner: &str,
+        runner: &canopy_core::RunnerId,
         message: &canopy_core::Message,
     ) -> Result<(String, Option<u64>), String> {
         let request = SteerRequest {

@@ -154,7 +154,7 @@ impl Api {
                     self.poke_runners().await;
                 }
             }
-            Err(e) => tracing::warn!(error = %e, seq = message.seq, "answering a reply in a spawn topic failed"),
+            Err(e) => tracing::warn!(error = %e, seq = %message.seq, "answering a reply in a spawn topic failed"),
         }
     }
 

@@ -128,7 +128,7 @@ impl Api {
             let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
             let owns = prompts::owns_default_prompt(&s.harness);
             let rendered = match &s.run {
-                Some((id, _, _)) if s.incarnation > 1 => {
+                Some((id, _, _)) if s.incarnation.get() > 1 => {
                     let why = "Its session was lost (the runner stopped or the process died) before it reported.";
                     lost.push((*id, why.to_owned()));
                     None
@@ -150,7 +150,7 @@ impl Api {
             };
             out.push(rendered);
         }
-        let hashes: Vec<(String, u64, String)> = fresh
+        let hashes: Vec<(String, canopy_core::Incarnation, String)> = fresh
             .iter()
             .zip(&out)
             .filter_map(|(s, r)| r.as_ref().map(|r| (s.agent.to_string(), s.incarnation, r.hash.clone())))

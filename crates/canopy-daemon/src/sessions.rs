@@ -2,7 +2,7 @@
 //! should host) and its session reports (presence, activity, usage, ends, crash loops, with
 //! their notices), and the stall check. Does not deliver messages (`delivery`).
 
-use canopy_core::Error;
+use canopy_core::{Error, Incarnation};
 use canopy_proto::api::*;
 use canopy_store::{Report, RunnerHeartbeat, UsageReport, ops};
 
@@ -11,9 +11,6 @@ use crate::context::{Api, bounded_text, encode};
 
 impl Api {
     pub(crate) async fn runners_sync(&self, req: RunnersSyncRequest) -> Result<RunnersSyncResponse, Error> {
-        if req.runner_id.is_empty() || req.runner_id.len() > 128 {
-            return Err(Error::invalid("runner_id", "must be 1 to 128 bytes"));
-        }
         let running = req.running;
         let beat = RunnerHeartbeat {
             runner_id: req.runner_id,
@@ -26,13 +23,13 @@ impl Api {
         let live = self
             .store
             .write(move |conn| {
-                let hash_for = |agent: &str, incarnation: u64| {
+                let hash_for = |agent: &str, incarnation: Incarnation| {
                     token_hash(&session_token(&secrets.session_secret, agent, incarnation))
                 };
                 ops::sync_runner(conn, &beat, &hash_for)
             })
             .await?;
-        let running: std::collections::HashSet<(String, u64)> =
+        let running: std::collections::HashSet<(String, Incarnation)> =
             running.into_iter().map(|r| (r.agent, r.incarnation)).collect();
         let (keep, fresh): (Vec<_>, Vec<_>) =
             live.into_iter().partition(|s| running.contains(&(s.agent.to_string(), s.incarnation)));

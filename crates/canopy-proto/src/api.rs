@@ -6,8 +6,9 @@
 
 use canopy_core::continuity::HistoryItem;
 use canopy_core::{
-    Account, ActivityItem, AuditEntry, Channel, ChannelKind, Message, PostPolicy, Presence, RosterEntry, SpawnRequest,
-    SpawnState, Subscription, Topic, TopicName, TreeNode, UsageRow, UsageTotals, Workspace,
+    Account, ActivityItem, AuditEntry, Channel, ChannelKind, Incarnation, Message, PostPolicy, Presence, RosterEntry,
+    RunnerId, Seq, SpawnRequest, SpawnState, Subscription, Topic, TopicName, TreeNode, UsageRow, UsageTotals,
+    Workspace,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -238,7 +239,7 @@ pub struct ReadRequest {
     pub topic: Option<String>,
     /// Return messages with a sequence above this one.
     #[serde(default)]
-    pub after: u64,
+    pub after: Seq,
     #[serde(default)]
     pub limit: Option<u32>,
 }
@@ -258,7 +259,7 @@ pub struct ReadResponse {
     /// Groups in order of each topic's first message in the page.
     pub groups: Vec<TopicGroup>,
     /// Pass as `after` to get the next page.
-    pub next_after: u64,
+    pub next_after: Seq,
     /// Whether more messages follow this page.
     pub more: bool,
 }
@@ -268,7 +269,7 @@ pub struct ReadResponse {
 #[serde(deny_unknown_fields)]
 pub struct SyncRequest {
     #[serde(default)]
-    pub after: u64,
+    pub after: Seq,
     #[serde(default)]
     pub channel: Option<String>,
     #[serde(default)]
@@ -279,7 +280,7 @@ pub struct SyncRequest {
 #[serde(deny_unknown_fields)]
 pub struct SyncResponse {
     pub messages: Vec<Message>,
-    pub next_after: u64,
+    pub next_after: Seq,
     pub more: bool,
 }
 
@@ -313,7 +314,7 @@ pub struct AgentsInterruptRequest {
 pub struct AgentsInterruptResponse {
     pub agent: String,
     /// The live session's incarnation, which the interrupt leaves running.
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     /// Whether a turn was running and the harness was asked to stop it.
     pub interrupted: bool,
     /// The turn that was running.
@@ -376,7 +377,7 @@ pub struct ActivityEvent {
 #[serde(deny_unknown_fields)]
 pub struct RunningSession {
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
 }
 
 /// `runners.sync`: a runner's heartbeat; the reply is the set of sessions it should host.
@@ -384,7 +385,7 @@ pub struct RunningSession {
 #[serde(deny_unknown_fields)]
 pub struct RunnersSyncRequest {
     /// Stable for the runner process's life.
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     pub name: String,
     /// The runner's MCP endpoint, for the record.
     pub mcp_url: String,
@@ -400,7 +401,7 @@ pub struct SessionAssignment {
     pub agent: String,
     pub display_name: String,
     pub role: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     /// The session's bearer token: binds every tool call to this agent.
     pub token: String,
     pub harness: String,
@@ -447,7 +448,7 @@ pub const SYNC_START_BATCH: usize = 100;
 #[serde(deny_unknown_fields)]
 pub struct SessionReport {
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     /// The presence this event implies, when it implies one.
     #[serde(default)]
     pub presence: Option<Presence>,
@@ -507,7 +508,7 @@ pub struct ReportedActivity {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsReportRequest {
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     pub reports: Vec<SessionReport>,
 }
 
@@ -523,9 +524,9 @@ pub struct SessionsReportResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveriesPullRequest {
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     #[serde(default)]
     pub limit: Option<u32>,
 }
@@ -544,10 +545,10 @@ pub struct DeliveriesPullResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveriesAckRequest {
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     pub agent: String,
-    pub incarnation: u64,
-    pub seqs: Vec<u64>,
+    pub incarnation: Incarnation,
+    pub seqs: Vec<Seq>,
     /// These were steered into a running turn (ahead of the cursor), not delivered at a
     /// turn start: they are recorded one by one and the cursors stay.
     #[serde(default)]
@@ -603,7 +604,7 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub struct BoardPinRequest {
     pub channel: String,
-    pub seq: u64,
+    pub seq: Seq,
 }
 
 /// `board.list`: a channel's pinned messages.
@@ -637,7 +638,7 @@ pub struct DeliverDoorbell {
 #[serde(deny_unknown_fields)]
 pub struct SteerRequest {
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     pub message: Message,
     /// Unix milliseconds after which the poster has stopped waiting (it reported a
     /// fallback): a runner that sees the request later must not steer it.
@@ -663,7 +664,7 @@ pub struct SteerReply {
 #[serde(deny_unknown_fields)]
 pub struct InterruptRequest {
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
 }
 
 /// Reply to an interrupt request.
@@ -804,7 +805,7 @@ pub struct PromptsRenderResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionPrompt {
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     pub hash: String,
 }
 
@@ -880,7 +881,7 @@ pub struct RunsListResponse {
 #[serde(deny_unknown_fields)]
 pub struct RunsFinishRequest {
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     /// `done` or `failed`.
     pub status: String,
     /// The run's final message (its report), or why it failed.
@@ -937,9 +938,9 @@ pub enum ContinuityWhen {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionsContinuityRequest {
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     pub when: ContinuityWhen,
 }
 

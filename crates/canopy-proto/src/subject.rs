@@ -5,6 +5,8 @@
 //! `proto/SUBJECTS.md` documents the same map for humans; a test keeps the method list there
 //! in step with `Method::ALL`.
 
+use canopy_core::RunnerId;
+
 /// NATS header that carries the caller's bearer token on API requests.
 pub const TOKEN_HEADER: &str = "Canopy-Token";
 
@@ -66,17 +68,17 @@ impl Subjects {
     }
 
     /// `canopy.<ws>.runner.<id>.deliver`: a doorbell naming agents with new messages.
-    pub fn runner_deliver(&self, runner_id: &str) -> String {
+    pub fn runner_deliver(&self, runner_id: &RunnerId) -> String {
         format!("{}.runner.{runner_id}.deliver", self.prefix)
     }
 
     /// `canopy.<ws>.runner.<id>.steer`: request/reply, inject a message into a running turn.
-    pub fn runner_steer(&self, runner_id: &str) -> String {
+    pub fn runner_steer(&self, runner_id: &RunnerId) -> String {
         format!("{}.runner.{runner_id}.steer", self.prefix)
     }
 
     /// `canopy.<ws>.runner.<id>.interrupt`: request/reply, stop the agent's running turn.
-    pub fn runner_interrupt(&self, runner_id: &str) -> String {
+    pub fn runner_interrupt(&self, runner_id: &RunnerId) -> String {
         format!("{}.runner.{runner_id}.interrupt", self.prefix)
     }
 

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use canopy_bus::{ApiClient, CallError};
+use canopy_core::RunnerId;
 use canopy_proto::api::{SessionReport, SessionsReportRequest};
 use canopy_proto::method;
 use tokio::sync::mpsc;
@@ -18,7 +19,7 @@ const BATCH: usize = 200;
 pub(crate) fn spawn(
     api: ApiClient,
     token: String,
-    runner_id: String,
+    runner_id: RunnerId,
     capacity: usize,
 ) -> (mpsc::Sender<SessionReport>, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<SessionReport>(capacity.max(16));
@@ -38,8 +39,8 @@ pub(crate) fn spawn(
     (tx, task)
 }
 
-async fn send(api: &ApiClient, token: &str, runner_id: &str, batch: &mut Vec<SessionReport>) {
-    let request = SessionsReportRequest { runner_id: runner_id.to_owned(), reports: std::mem::take(batch) };
+async fn send(api: &ApiClient, token: &str, runner_id: &RunnerId, batch: &mut Vec<SessionReport>) {
+    let request = SessionsReportRequest { runner_id: runner_id.clone(), reports: std::mem::take(batch) };
     let mut delay = Duration::from_millis(100);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use canopy_bus::{ApiClient, CallError};
+use canopy_core::{Incarnation, RunnerId};
 use canopy_harness::{HarnessKind, HarnessSettings, SandboxSettings};
 use canopy_proto::api::{
     DeliverDoorbell, InterruptReply, InterruptRequest, ReportedActivity, RunnersSyncRequest, RunnersSyncResponse,
@@ -75,7 +76,7 @@ pub enum RunnerError {
 /// A running runner. `shutdown` stops every session gracefully.
 #[derive(Debug)]
 pub struct RunnerHandle {
-    pub id: String,
+    pub id: RunnerId,
     pub mcp_url: String,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -91,7 +92,8 @@ impl RunnerHandle {
 
 /// Starts a runner: its MCP endpoint, its reporter, and its sync loop.
 pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> {
-    let id = format!("runner-{}-{:x}", std::process::id(), random_suffix());
+    // Digits and lowercase hex: always a valid runner id.
+    let id = RunnerId::from_trusted(format!("runner-{}-{:x}", std::process::id(), random_suffix()));
     let tokens: Arc<RwLock<HashMap<String, String>>> = Arc::new(RwLock::new(HashMap::new()));
     let check_tokens = tokens.clone();
     let check: TokenCheck = Arc::new(move |token| check_tokens.read().is_ok_and(|t| t.contains_key(token)));
@@ -106,13 +108,13 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
     let steers = options
         .api
         .bus
-        .serve(&options.api.subjects.runner_steer(&id), &id)
+        .serve(&options.api.subjects.runner_steer(&id), id.as_str())
         .await
         .map_err(|e| RunnerError::Subscribe(e.to_string()))?;
     let interrupts = options
         .api
         .bus
-        .serve(&options.api.subjects.runner_interrupt(&id), &id)
+        .serve(&options.api.subjects.runner_interrupt(&id), id.as_str())
         .await
         .map_err(|e| RunnerError::Subscribe(e.to_string()))?;
     let (reports, reporter) =
@@ -147,7 +149,7 @@ fn random_suffix() -> u64 {
 }
 
 struct RunnerActor {
-    id: String,
+    id: RunnerId,
     options: RunnerOptions,
     endpoint: HttpEndpoint,
     /// token -> agent, for the MCP endpoint's admission check.
@@ -232,7 +234,7 @@ impl RunnerActor {
             self.registered = true;
             tracing::info!(runner = %self.id, "registered with the daemon");
         }
-        let wanted: HashMap<&str, u64> = assigned
+        let wanted: HashMap<&str, Incarnation> = assigned
             .keep
             .iter()
             .map(|k| (k.agent.as_str(), k.incarnation))
@@ -247,7 +249,7 @@ impl RunnerActor {
         self.stopping.retain(|_, task| !task.is_finished());
         for agent in unwanted {
             if let Some(slot) = self.sessions.remove(&agent) {
-                tracing::info!(%agent, incarnation = slot.incarnation, "stopping a session the daemon no longer assigns");
+                tracing::info!(%agent, incarnation = %slot.incarnation, "stopping a session the daemon no longer assigns");
                 self.forget_token(&slot.token);
                 self.stopping.insert(agent, tokio::spawn(slot.join()));
             }
@@ -293,7 +295,7 @@ impl RunnerActor {
             // Retrying cannot help (the session cannot be confined here): the agent stops at
             // once, and the operator is told why in its home channel.
             self.crashes.remove(&exit.agent);
-            tracing::error!(agent = %exit.agent, incarnation = exit.incarnation, reason = %exit.reason, "session cannot start");
+            tracing::error!(agent = %exit.agent, incarnation = %exit.incarnation, reason = %exit.reason, "session cannot start");
             let report = SessionReport {
                 agent: exit.agent.clone(),
                 incarnation: exit.incarnation,
@@ -329,7 +331,7 @@ impl RunnerActor {
         } else {
             format!("{}; restarting in {backoff:?}", exit.reason)
         };
-        tracing::warn!(agent = %exit.agent, incarnation = exit.incarnation, %reason, "session crashed");
+        tracing::warn!(agent = %exit.agent, incarnation = %exit.incarnation, %reason, "session crashed");
         if crash_loop {
             self.crashes.remove(&exit.agent);
         } else {

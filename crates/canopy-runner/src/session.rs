@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use canopy_bus::ApiClient;
 use canopy_core::schedule::TurnSchedule;
-use canopy_core::{Message, Presence};
+use canopy_core::{Incarnation, Message, Presence, RunnerId, Seq};
 use canopy_harness::{
     HarnessEvent, HarnessKind, InputContext, LaunchError, LaunchSpec, Prompt, PromptMode, SendMode, SendOutcome,
     Session,
@@ -48,7 +48,7 @@ pub(crate) enum SessionCommand {
 /// What the runner keeps for a running session.
 pub(crate) struct SessionSlot {
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     pub token: String,
     pub commands: mpsc::Sender<SessionCommand>,
     stop: Option<oneshot::Sender<()>>,
@@ -72,7 +72,7 @@ impl SessionSlot {
 /// A session's end, as the runner needs it.
 pub(crate) struct SessionExit {
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     /// Whether the runner asked for it (stop) or the harness went away on its own.
     pub requested: bool,
     /// Whether restarting cannot help (the session cannot be confined): the agent is
@@ -87,7 +87,7 @@ pub(crate) struct SessionContext {
     pub previous: Option<tokio::task::JoinHandle<()>>,
     pub assignment: SessionAssignment,
     pub options: RunnerOptions,
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     pub mcp_url: String,
     pub reports: mpsc::Sender<SessionReport>,
     pub exits: mpsc::Sender<SessionExit>,
@@ -99,14 +99,14 @@ pub(crate) fn spawn(context: SessionContext) -> SessionSlot {
     let agent = context.assignment.agent.clone();
     let incarnation = context.assignment.incarnation;
     let token = context.assignment.token.clone();
-    let span = tracing::info_span!("session", %agent, incarnation);
+    let span = tracing::info_span!("session", %agent, incarnation = %incarnation);
     let task = tokio::spawn(tracing::Instrument::instrument(run(context, stop_rx, commands_rx), span));
     SessionSlot { agent, incarnation, token, commands, stop: Some(stop_tx), task }
 }
 
 struct Reporter {
     agent: String,
-    incarnation: u64,
+    incarnation: Incarnation,
     tx: mpsc::Sender<SessionReport>,
 }
 
@@ -198,9 +198,9 @@ impl Reporter {
 struct Mailbox {
     api: ApiClient,
     token: String,
-    runner_id: String,
+    runner_id: RunnerId,
     agent: String,
-    incarnation: u64,
+    incarnation: Incarnation,
     batch: u32,
 }
 
@@ -257,16 +257,16 @@ impl Mailbox {
 
     /// Acknowledges injected messages, retrying briefly: an acknowledgement that never
     /// arrives only means the messages come again and are dropped as duplicates.
-    async fn ack(&self, seqs: Vec<u64>) {
+    async fn ack(&self, seqs: Vec<Seq>) {
         self.acknowledge(seqs, false).await;
     }
 
     /// Acknowledges messages steered into a running turn.
-    async fn ack_steered(&self, seq: u64) {
+    async fn ack_steered(&self, seq: Seq) {
         self.acknowledge(vec![seq], true).await;
     }
 
-    async fn acknowledge(&self, seqs: Vec<u64>, steered: bool) {
+    async fn acknowledge(&self, seqs: Vec<Seq>, steered: bool) {
         if seqs.is_empty() {
             return;
         }
@@ -307,9 +307,9 @@ async fn retrying<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
 /// refuses one held across an await in a spawned task).
 #[derive(Default)]
 struct Seen {
-    ids: HashSet<u64>,
-    order: VecDeque<u64>,
-    delivering: HashSet<u64>,
+    ids: HashSet<Seq>,
+    order: VecDeque<Seq>,
+    delivering: HashSet<Seq>,
 }
 
 /// What a steer finds out about its message.
@@ -342,7 +342,7 @@ impl Seen {
     }
 
     /// Ends a delivery: its messages are injected (`started`) or pending again.
-    fn settle(&mut self, seqs: &[u64], started: bool) {
+    fn settle(&mut self, seqs: &[Seq], started: bool) {
         for seq in seqs {
             self.delivering.remove(seq);
             if started {
@@ -351,7 +351,7 @@ impl Seen {
         }
     }
 
-    fn check_steer(&self, seq: u64) -> SteerCheck {
+    fn check_steer(&self, seq: Seq) -> SteerCheck {
         if self.contains(seq) {
             SteerCheck::Injected
         } else if self.delivering.contains(&seq) {
@@ -361,7 +361,7 @@ impl Seen {
         }
     }
 
-    fn insert(&mut self, seq: u64) {
+    fn insert(&mut self, seq: Seq) {
         if self.ids.insert(seq) {
             self.order.push_back(seq);
             if self.order.len() > REMEMBERED
@@ -372,7 +372,7 @@ impl Seen {
         }
     }
 
-    fn contains(&self, seq: u64) -> bool {
+    fn contains(&self, seq: Seq) -> bool {
         self.ids.contains(&seq)
     }
 }
@@ -701,7 +701,7 @@ async fn deliver(
         let (again, fresh) = with_seen(&seen, |s| s.reserve(pending.messages));
         // Injected before (an acknowledgement was lost): acknowledge again, do not repeat.
         mailbox.ack(again.iter().map(|m| m.seq).collect()).await;
-        let seqs: Vec<u64> = fresh.iter().map(|m| m.seq).collect();
+        let seqs: Vec<Seq> = fresh.iter().map(|m| m.seq).collect();
         if !fresh.is_empty() && pending.wake {
             let mut text = render(&fresh, "New messages since your last turn:");
             if continuity_owed && let Some(block) = mailbox.continuity(ContinuityWhen::Compaction).await {
@@ -709,7 +709,7 @@ async fn deliver(
                 continuity = true;
             }
             let context = context_of("message", &fresh);
-            let input_id = format!("deliver-{}", fresh.last().map_or(0, |m| m.seq));
+            let input_id = format!("deliver-{}", fresh.last().map_or(0, |m| m.seq.get()));
             match session.send(&input_id, &text, &context, SendMode::NextTurn).await {
                 Ok(SendOutcome::Started { .. }) => {
                     with_seen(&seen, |s| s.settle(&seqs, true));

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use canopy_core::Seq;
 use canopy_core::acl::{Caller, require_operator};
 use canopy_core::{
     Account, AccountKind, AccountState, ChannelKind, ChannelName, Error, Handle, PostPolicy, Presence, RoleName,
@@ -99,7 +100,7 @@ pub fn subscriptions(conn: &Connection, handle: &str) -> Result<Vec<Subscription
             Ok(Subscription {
                 channel: ChannelName::from_trusted(r.get(0)?),
                 mandatory: r.get(1)?,
-                cursor: r.get::<_, i64>(2)? as u64,
+                cursor: Seq(r.get::<_, i64>(2)? as u64),
             })
         })?
         .collect()

@@ -5,6 +5,7 @@
 //! lifecycle. A new subscription starts its cursor at the channel's newest message: an
 //! account is owed what was posted after it joined, not the channel's history.
 
+use canopy_core::Seq;
 use canopy_core::acl::{Caller, may_read, require_operator};
 use canopy_core::{
     AccountKind, Channel, ChannelKind, ChannelName, Error, Handle, PostPolicy, SubscriptionPolicy, Topic, TopicName,
@@ -193,7 +194,7 @@ pub fn list_topics(conn: &Connection, caller: &Caller, channel_name: &str) -> Re
                 name: TopicName::from_trusted(r.get(0)?),
                 created_by: Handle::from_trusted(r.get(1)?),
                 messages: r.get::<_, i64>(2)? as u64,
-                last_seq: r.get::<_, i64>(3)? as u64,
+                last_seq: Seq(r.get::<_, i64>(3)? as u64),
                 last_activity_at: rfc3339(r.get(4)?),
                 resolved: r.get(5)?,
             })

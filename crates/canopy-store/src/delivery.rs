@@ -8,7 +8,7 @@
 //! the harness accepted it ("ack means injected"); until then it stays pending and is
 //! redelivered after any crash.
 
-use canopy_core::{AccountState, Error, Handle, Message, Presence};
+use canopy_core::{AccountState, Error, Handle, Incarnation, Message, Presence, RunnerId, Seq};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::views::{MESSAGE_SELECT, message_from_row, parse_enum};
@@ -22,8 +22,8 @@ pub struct Recipient {
     pub state: AccountState,
     pub presence: Presence,
     /// The runner hosting its live session, if it has one.
-    pub runner: Option<String>,
-    pub incarnation: u64,
+    pub runner: Option<RunnerId>,
+    pub incarnation: Incarnation,
     pub mentioned: bool,
 }
 
@@ -56,8 +56,8 @@ pub fn reach(conn: &Connection, channel_id: i64, sender_id: i64, mentions: &[Han
                     handle,
                     state: parse_enum(r, 2, AccountState::parse)?,
                     presence: parse_enum(r, 3, Presence::parse)?,
-                    runner: r.get(4)?,
-                    incarnation: r.get::<_, i64>(5)? as u64,
+                    runner: r.get::<_, Option<String>>(4)?.map(RunnerId::from_trusted),
+                    incarnation: Incarnation(r.get::<_, i64>(5)? as u64),
                 })
             })?
             .collect()
@@ -98,14 +98,16 @@ pub struct Pending {
 pub(crate) fn live_session_agent(
     conn: &Connection,
     agent: &str,
-    incarnation: u64,
-    runner_id: &str,
+    incarnation: Incarnation,
+    runner_id: &RunnerId,
 ) -> Result<Option<i64>, Error> {
     conn.prepare_cached(
         "SELECT s.agent_id FROM sessions s JOIN accounts a ON a.id = s.agent_id \
          WHERE a.handle = ?1 AND s.incarnation = ?2 AND s.runner_id = ?3 AND s.ended_at IS NULL",
     )
-    .and_then(|mut s| s.query_row(params![agent, incarnation as i64, runner_id], |r| r.get(0)).optional())
+    .and_then(|mut s| {
+        s.query_row(params![agent, incarnation.get() as i64, runner_id.as_str()], |r| r.get(0)).optional()
+    })
     .map_err(sql("finding a live session"))
 }
 
@@ -145,19 +147,19 @@ pub fn pending(conn: &Connection, agent_id: i64, limit: u32) -> Result<Pending, 
 /// Records that the harness accepted `seqs` at a turn start: each subscription's cursor
 /// moves to the highest acknowledged sequence in its channel (never backwards), and sparse
 /// rows behind the cursor are dropped. Idempotent. Returns how many cursors moved.
-pub fn acknowledge(conn: &Connection, agent_id: i64, seqs: &[u64]) -> Result<u32, Error> {
+pub fn acknowledge(conn: &Connection, agent_id: i64, seqs: &[Seq]) -> Result<u32, Error> {
     let mut moved = 0;
     for seq in seqs {
         let channel: Option<i64> = conn
             .prepare_cached("SELECT channel_id FROM messages WHERE seq = ?1")
-            .and_then(|mut s| s.query_row(params![*seq as i64], |r| r.get(0)).optional())
+            .and_then(|mut s| s.query_row(params![seq.get() as i64], |r| r.get(0)).optional())
             .map_err(sql("finding an acknowledged message"))?;
         let Some(channel) = channel else { continue };
         moved += conn
             .prepare_cached(
                 "UPDATE subscriptions SET cursor = ?1 WHERE account_id = ?2 AND channel_id = ?3 AND cursor < ?1",
             )
-            .and_then(|mut s| s.execute(params![*seq as i64, agent_id, channel]))
+            .and_then(|mut s| s.execute(params![seq.get() as i64, agent_id, channel]))
             .map_err(sql("advancing a cursor"))? as u32;
     }
     // Sparse rows at or behind every cursor say nothing the cursors do not.
@@ -171,20 +173,20 @@ pub fn acknowledge(conn: &Connection, agent_id: i64, seqs: &[u64]) -> Result<u32
 }
 
 /// Records that `seq` was steered into a running turn of the agent (ahead of its cursor).
-pub fn record_injected(conn: &Connection, agent_id: i64, seq: u64) -> Result<(), Error> {
+pub fn record_injected(conn: &Connection, agent_id: i64, seq: Seq) -> Result<(), Error> {
     conn.prepare_cached(
         "INSERT INTO deliveries (agent_id, seq, state, at) VALUES (?1, ?2, 'injected', ?3) \
          ON CONFLICT (agent_id, seq) DO UPDATE SET state = 'injected', at = ?3",
     )
-    .and_then(|mut s| s.execute(params![agent_id, seq as i64, now_ms()]))
+    .and_then(|mut s| s.execute(params![agent_id, seq.get() as i64, now_ms()]))
     .map_err(sql("recording a steer"))?;
     Ok(())
 }
 
 /// Records that the loop guard stopped `seq` from waking the agent.
-pub fn record_held(conn: &Connection, agent_id: i64, seq: u64) -> Result<(), Error> {
+pub fn record_held(conn: &Connection, agent_id: i64, seq: Seq) -> Result<(), Error> {
     conn.prepare_cached("INSERT OR IGNORE INTO deliveries (agent_id, seq, state, at) VALUES (?1, ?2, 'held', ?3)")
-        .and_then(|mut s| s.execute(params![agent_id, seq as i64, now_ms()]))
+        .and_then(|mut s| s.execute(params![agent_id, seq.get() as i64, now_ms()]))
         .map_err(sql("recording a held wake"))?;
     Ok(())
 }

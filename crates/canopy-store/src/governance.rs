@@ -6,6 +6,7 @@
 //! as every parent edge change. Every parent and child also share a direct channel, so a
 //! report can always answer its parent. Pins are pointers to messages of the same channel.
 
+use canopy_core::Seq;
 use canopy_core::acl::{Caller, may_read, require_operator};
 use canopy_core::{
     AccountKind, Channel, ChannelKind, ChannelName, Error, Handle, Message, PostPolicy, SubscriptionPolicy, TopicName,
@@ -251,13 +252,13 @@ pub fn resolve_topic(
 
 /// Pins a message of a channel to its board. The caller must be able to read the channel
 /// (operators, or subscribed agents); the message must belong to that channel.
-pub fn pin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: u64) -> Result<Vec<Message>, Error> {
+pub fn pin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: Seq) -> Result<Vec<Message>, Error> {
     let (channel_id, channel_view) = require_channel(conn, "channel", channel_name.as_str())?;
     let account = require_account(conn, "caller", caller.handle.as_str())?;
     let subscribed = caller.is_operator() || is_subscribed(conn, account.id, channel_id)?;
     may_read(caller, &channel_view, subscribed)?;
     let message_channel: Option<i64> = conn
-        .query_row("SELECT channel_id FROM messages WHERE seq = ?1", params![seq as i64], |r| r.get(0))
+        .query_row("SELECT channel_id FROM messages WHERE seq = ?1", params![seq.get() as i64], |r| r.get(0))
         .optional()
         .map_err(sql("finding a message to pin"))?;
     match message_channel {
@@ -272,7 +273,7 @@ pub fn pin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: 
     }
     conn.execute(
         "INSERT OR IGNORE INTO pins (channel_id, seq, pinned_by, at) VALUES (?1, ?2, ?3, ?4)",
-        params![channel_id, seq as i64, account.id, now_ms()],
+        params![channel_id, seq.get() as i64, account.id, now_ms()],
     )
     .map_err(sql("pinning"))?;
     board(conn, caller, channel_name)
@@ -280,13 +281,13 @@ pub fn pin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: 
 
 /// Takes message `seq` off the channel's board: an operator may unpin any pin, an agent only
 /// its own. A message that is not pinned there is `not_found` naming `seq`.
-pub fn unpin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: u64) -> Result<Vec<Message>, Error> {
+pub fn unpin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: Seq) -> Result<Vec<Message>, Error> {
     let (channel_id, _) = require_channel(conn, "channel", channel_name.as_str())?;
     let account = require_account(conn, "caller", caller.handle.as_str())?;
     let pinned_by: Option<i64> = conn
         .query_row(
             "SELECT pinned_by FROM pins WHERE channel_id = ?1 AND seq = ?2",
-            params![channel_id, seq as i64],
+            params![channel_id, seq.get() as i64],
             |r| r.get(0),
         )
         .optional()
@@ -303,7 +304,7 @@ pub fn unpin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq
         }
         Some(_) => {}
     }
-    conn.execute("DELETE FROM pins WHERE channel_id = ?1 AND seq = ?2", params![channel_id, seq as i64])
+    conn.execute("DELETE FROM pins WHERE channel_id = ?1 AND seq = ?2", params![channel_id, seq.get() as i64])
         .map_err(sql("unpinning"))?;
     crate::schema::audit(conn, Some(account.id), "board.unpin", channel_name.as_str(), &seq.to_string())?;
     board(conn, caller, channel_name)

@@ -13,6 +13,7 @@ use canopy_core::continuity::{
     PinnedLine, excerpt,
 };
 use canopy_core::{AccountKind, Error, Message};
+use canopy_core::{Incarnation, Seq};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::views::{MESSAGE_SELECT, message_from_row, message_from_row_offset, require_account};
@@ -92,7 +93,7 @@ pub fn history_search(conn: &Connection, caller: &Caller, query: &HistoryQuery) 
     let mut items: Vec<(HistoryCursor, HistoryItem)> = messages
         .into_iter()
         .map(|(at, mut message, sent)| {
-            let key = HistoryCursor { at_ms: at, source: 0, id: message.seq as i64 };
+            let key = HistoryCursor { at_ms: at, source: 0, id: message.seq.get() as i64 };
             message.body = excerpt(&message.body, text, EXCERPT_CHARS);
             (key, HistoryItem::Message { message, sent })
         })
@@ -129,7 +130,7 @@ pub fn history_search(conn: &Connection, caller: &Caller, query: &HistoryQuery) 
                 HistoryCursor { at_ms: at, source: 1, id },
                 HistoryItem::ToolEvent {
                     at: rfc3339(at),
-                    incarnation,
+                    incarnation: Incarnation(incarnation),
                     turn_id,
                     name: canopy_core::redact::redact(&name, 80),
                     status,
@@ -156,7 +157,7 @@ const CHECKPOINTS: i64 = 3;
 pub fn continuity_facts(
     conn: &Connection,
     agent: &str,
-    incarnation: u64,
+    incarnation: Incarnation,
     compaction: bool,
 ) -> Result<ContinuityFacts, Error> {
     let account = require_account(conn, "agent", agent)?;
@@ -174,7 +175,7 @@ pub fn continuity_facts(
             .prepare_cached(
                 "SELECT end_reason FROM sessions WHERE agent_id = ?1 AND incarnation < ?2 ORDER BY incarnation DESC LIMIT 1",
             )
-            .and_then(|mut s| s.query_row(params![account.id, incarnation as i64], |r| r.get(0)).optional())
+            .and_then(|mut s| s.query_row(params![account.id, incarnation.get() as i64], |r| r.get(0)).optional())
             .map_err(sql("reading the previous session"))?;
         ContinuityReason::Start {
             previous: previous
@@ -187,8 +188,8 @@ pub fn continuity_facts(
             s.query_map(params![account.id, CHECKPOINTS], |r| {
                 Ok(Checkpoint {
                     at: rfc3339(r.get(0)?),
-                    incarnation: r.get::<_, i64>(1)? as u64,
-                    seq: r.get::<_, i64>(2)? as u64,
+                    incarnation: Incarnation(r.get::<_, i64>(1)? as u64),
+                    seq: Seq(r.get::<_, i64>(2)? as u64),
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()

@@ -8,7 +8,7 @@
 
 use canopy_core::acl::{Caller, may_post};
 use canopy_core::mention::parse_mentions;
-use canopy_core::{AccountKind, ChannelName, Error, Handle, Message, Sender, TopicName};
+use canopy_core::{AccountKind, ChannelName, Error, Handle, Message, Sender, Seq, TopicName};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::channels::{is_subscribed, require_readable};
@@ -44,7 +44,7 @@ pub struct Posted {
 pub struct Page {
     pub messages: Vec<Message>,
     /// The sequence to pass as `after` for the next page.
-    pub next_after: u64,
+    pub next_after: Seq,
     pub more: bool,
 }
 
@@ -137,7 +137,7 @@ pub fn read_channel(
     caller: &Caller,
     channel: &ChannelName,
     topic: Option<&TopicName>,
-    after: u64,
+    after: Seq,
     limit: u32,
 ) -> Result<Page, Error> {
     let (channel_id, _) = require_readable(conn, caller, channel.as_str())?;
@@ -155,10 +155,10 @@ pub fn read_channel(
     let messages: Vec<Message> = match topic_id {
         Some(topic_id) => conn
             .prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.topic_id = ?1 AND m.seq > ?2 ORDER BY m.seq LIMIT ?3"))
-            .and_then(|mut s| s.query_map(params![topic_id, after as i64, fetch], message_from_row)?.collect()),
+            .and_then(|mut s| s.query_map(params![topic_id, after.get() as i64, fetch], message_from_row)?.collect()),
         None => conn
             .prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.channel_id = ?1 AND m.seq > ?2 ORDER BY m.seq LIMIT ?3"))
-            .and_then(|mut s| s.query_map(params![channel_id, after as i64, fetch], message_from_row)?.collect()),
+            .and_then(|mut s| s.query_map(params![channel_id, after.get() as i64, fetch], message_from_row)?.collect()),
     }
     .map_err(sql("reading messages"))?;
     Ok(page(messages, after, limit))
@@ -169,7 +169,7 @@ pub fn sync(
     conn: &Connection,
     caller: &Caller,
     channel: Option<&ChannelName>,
-    after: u64,
+    after: Seq,
     limit: u32,
 ) -> Result<Page, Error> {
     if let Some(channel) = channel {
@@ -178,20 +178,20 @@ pub fn sync(
     let fetch = i64::from(limit) + 1;
     let messages: Vec<Message> = if caller.is_operator() {
         conn.prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.seq > ?1 ORDER BY m.seq LIMIT ?2"))
-            .and_then(|mut s| s.query_map(params![after as i64, fetch], message_from_row)?.collect())
+            .and_then(|mut s| s.query_map(params![after.get() as i64, fetch], message_from_row)?.collect())
     } else {
         let account = require_account(conn, "caller", caller.handle.as_str())?;
         conn.prepare_cached(&format!(
             "{MESSAGE_SELECT} WHERE m.seq > ?1 AND m.channel_id IN \
              (SELECT channel_id FROM subscriptions WHERE account_id = ?2) ORDER BY m.seq LIMIT ?3"
         ))
-        .and_then(|mut s| s.query_map(params![after as i64, account.id, fetch], message_from_row)?.collect())
+        .and_then(|mut s| s.query_map(params![after.get() as i64, account.id, fetch], message_from_row)?.collect())
     }
     .map_err(sql("syncing messages"))?;
     Ok(page(messages, after, limit))
 }
 
-fn page(mut messages: Vec<Message>, after: u64, limit: u32) -> Page {
+fn page(mut messages: Vec<Message>, after: Seq, limit: u32) -> Page {
     let more = messages.len() > limit as usize;
     messages.truncate(limit as usize);
     let next_after = messages.last().map_or(after, |m| m.seq);
@@ -285,7 +285,7 @@ fn insert_message(conn: &Connection, new: NewMessage<'_>, now: i64) -> Result<Me
     .map_err(sql("updating a topic"))?;
     // Built from what is known rather than read back: this is the hot path of every post.
     Ok(Message {
-        seq: seq as u64,
+        seq: Seq(seq as u64),
         channel: channel.clone(),
         topic: topic.clone(),
         sender,

@@ -16,6 +16,7 @@ use canopy_core::{
     AccountKind, AccountState, ActivityItem, ChannelName, Desired, Error, Handle, Message, Presence, RoleName,
     RosterEntry, TopicName,
 };
+use canopy_core::{Incarnation, RunnerId};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::messages::post_as_system;
@@ -34,7 +35,7 @@ const DETAIL_BYTES: usize = 4096;
 /// A runner's heartbeat, as the store needs it.
 #[derive(Debug, Clone)]
 pub struct RunnerHeartbeat {
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     pub name: String,
     pub mcp_url: String,
     pub capacity: u32,
@@ -48,7 +49,7 @@ pub struct LiveSession {
     pub agent: Handle,
     pub display_name: String,
     pub role: RoleName,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     pub harness: String,
     pub script_name: Option<String>,
     pub script: Option<String>,
@@ -65,7 +66,7 @@ pub struct LiveSession {
 #[derive(Debug, Clone)]
 pub struct Report {
     pub agent: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     pub presence: Option<Presence>,
     pub reason: Option<String>,
     pub activity: Option<(String, Option<String>, String, serde_json::Value)>,
@@ -92,13 +93,13 @@ pub struct Applied {
 pub fn sync_runner(
     conn: &Connection,
     beat: &RunnerHeartbeat,
-    token_hash_for: &dyn Fn(&str, u64) -> String,
+    token_hash_for: &dyn Fn(&str, Incarnation) -> String,
 ) -> Result<Vec<LiveSession>, Error> {
     let now = now_ms();
     conn.execute(
         "INSERT INTO runners (id, name, mcp_url, capacity, started_at, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?5) \
          ON CONFLICT (id) DO UPDATE SET name = ?2, mcp_url = ?3, capacity = ?4, last_seen = ?5",
-        params![beat.runner_id, beat.name, beat.mcp_url, beat.capacity, now],
+        params![beat.runner_id.as_str(), beat.name, beat.mcp_url, beat.capacity, now],
     )
     .map_err(sql("recording a runner heartbeat"))?;
 
@@ -140,13 +141,13 @@ pub fn sync_runner(
             .prepare_cached("SELECT COALESCE(MAX(incarnation), 0) + 1 FROM sessions WHERE agent_id = ?1")
             .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
             .map_err(sql("numbering a session"))?;
-        let token_hash = token_hash_for(&handle, incarnation as u64);
+        let token_hash = token_hash_for(&handle, Incarnation(incarnation as u64));
         conn.execute(
             "INSERT INTO sessions (agent_id, incarnation, runner_id, token_hash, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![agent_id, incarnation, beat.runner_id, token_hash, now],
+            params![agent_id, incarnation, beat.runner_id.as_str(), token_hash, now],
         )
         .map_err(sql("creating a session"))?;
-        set_presence(conn, agent_id, Presence::Starting, None, Some(incarnation as u64), now)?;
+        set_presence(conn, agent_id, Presence::Starting, None, Some(Incarnation(incarnation as u64)), now)?;
     }
 
     conn.prepare_cached(
@@ -159,12 +160,12 @@ pub fn sync_runner(
          WHERE s.runner_id = ?1 AND s.ended_at IS NULL ORDER BY a.handle",
     )
     .and_then(|mut s| {
-        s.query_map(params![beat.runner_id], |r| {
+        s.query_map(params![beat.runner_id.as_str()], |r| {
             Ok(LiveSession {
                 agent: Handle::from_trusted(r.get(0)?),
                 display_name: r.get(1)?,
                 role: RoleName::from_trusted(r.get(2)?),
-                incarnation: r.get::<_, i64>(3)? as u64,
+                incarnation: Incarnation(r.get::<_, i64>(3)? as u64),
                 harness: r.get(4)?,
                 script_name: r.get(5)?,
                 script: r.get(6)?,
@@ -186,7 +187,7 @@ pub fn sync_runner(
 /// Applies a batch of reports from `runner_id`.
 pub fn apply_reports(
     conn: &Connection,
-    runner_id: &str,
+    runner_id: &RunnerId,
     reports: &[Report],
     max_activity: u32,
 ) -> Result<Applied, Error> {
@@ -199,8 +200,10 @@ pub fn apply_reports(
                  WHERE a.handle = ?1 AND s.incarnation = ?2 AND s.runner_id = ?3 AND s.ended_at IS NULL",
             )
             .and_then(|mut s| {
-                s.query_row(params![report.agent, report.incarnation as i64, runner_id], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
+                s.query_row(params![report.agent, report.incarnation.get() as i64, runner_id.as_str()], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()
             })
             .map_err(sql("finding a reported session"))?;
         let Some((session_id, agent_id)) = live else {
@@ -363,8 +366,8 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
         reason: r.get(5)?,
         activity: r.get(6)?,
         desired: parse_enum(r, 7, Desired::parse)?,
-        incarnation: r.get::<_, i64>(8)? as u64,
-        runner: r.get(9)?,
+        incarnation: Incarnation(r.get::<_, i64>(8)? as u64),
+        runner: r.get::<_, Option<String>>(9)?.map(RunnerId::from_trusted),
         harness: r.get(10)?,
         last_seen: r.get::<_, Option<i64>>(11)?.map(rfc3339),
         overflow: r.get(13)?,
@@ -432,7 +435,7 @@ fn activity_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActivityItem> {
     Ok(ActivityItem {
         id: r.get::<_, i64>(0)? as u64,
         agent: Handle::from_trusted(r.get(7)?),
-        incarnation: r.get::<_, i64>(1)? as u64,
+        incarnation: Incarnation(r.get::<_, i64>(1)? as u64),
         at: rfc3339(r.get(2)?),
         kind: r.get(3)?,
         turn_id: r.get(4)?,
@@ -446,7 +449,7 @@ fn insert_activity(
     conn: &Connection,
     agent_id: i64,
     handle: &str,
-    incarnation: u64,
+    incarnation: Incarnation,
     kind: &str,
     turn_id: Option<&str>,
     summary: &str,
@@ -464,7 +467,7 @@ fn insert_activity(
     conn.prepare_cached(
         "INSERT INTO activity (agent_id, incarnation, at, kind, turn_id, summary, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )
-    .and_then(|mut s| s.execute(params![agent_id, incarnation as i64, now, kind, turn_id, summary, detail_text]))
+    .and_then(|mut s| s.execute(params![agent_id, incarnation.get() as i64, now, kind, turn_id, summary, detail_text]))
     .map_err(sql("storing activity"))?;
     let id = conn.last_insert_rowid();
     // Keep the newest `max_activity` items of this session; drop the oldest first.
@@ -472,7 +475,7 @@ fn insert_activity(
         "DELETE FROM activity WHERE agent_id = ?1 AND incarnation = ?2 AND id <= \
          (SELECT id FROM activity WHERE agent_id = ?1 AND incarnation = ?2 ORDER BY id DESC LIMIT 1 OFFSET ?3)",
     )
-    .and_then(|mut s| s.execute(params![agent_id, incarnation as i64, max_activity]))
+    .and_then(|mut s| s.execute(params![agent_id, incarnation.get() as i64, max_activity]))
     .map_err(sql("pruning activity"))?;
     Ok(ActivityItem {
         id: id as u64,
@@ -501,7 +504,7 @@ pub(crate) fn set_presence(
     agent_id: i64,
     state: Presence,
     reason: Option<&str>,
-    incarnation: Option<u64>,
+    incarnation: Option<Incarnation>,
     now: i64,
 ) -> Result<(), Error> {
     conn.prepare_cached(
@@ -509,7 +512,7 @@ pub(crate) fn set_presence(
          ON CONFLICT (agent_id) DO UPDATE SET state = ?2, reason = ?3, \
          incarnation = COALESCE(?4, incarnation), state_since = ?5",
     )
-    .and_then(|mut s| s.execute(params![agent_id, state.as_str(), reason, incarnation.map(|i| i as i64), now]))
+    .and_then(|mut s| s.execute(params![agent_id, state.as_str(), reason, incarnation.map(|i| i.get() as i64), now]))
     .map_err(sql("setting presence"))?;
     Ok(())
 }
@@ -517,7 +520,12 @@ pub(crate) fn set_presence(
 /// The agent id of a session that is live on `runner_id`, if it is.
 /// The agent id of `agent`'s live session `incarnation` on `runner_id`, or `conflict` for a
 /// stale or foreign session (a runner's call about a session it no longer hosts).
-pub fn live_agent(conn: &Connection, agent: &str, incarnation: u64, runner_id: &str) -> Result<i64, Error> {
+pub fn live_agent(
+    conn: &Connection,
+    agent: &str,
+    incarnation: Incarnation,
+    runner_id: &RunnerId,
+) -> Result<i64, Error> {
     crate::delivery::live_session_agent(conn, agent, incarnation, runner_id)?.ok_or_else(|| Error::ConflictOn {
         field: "incarnation",
         reason: format!("{agent} session {incarnation} is not live on runner {runner_id}"),
@@ -544,25 +552,27 @@ pub(crate) fn notice_in_home(
 }
 
 /// Records the rendered prompt's hash on each session record `(agent, incarnation, hash)`.
-pub fn record_prompt_hashes(conn: &Connection, hashes: &[(String, u64, String)]) -> Result<(), Error> {
+pub fn record_prompt_hashes(conn: &Connection, hashes: &[(String, Incarnation, String)]) -> Result<(), Error> {
     for (agent, incarnation, hash) in hashes {
         conn.prepare_cached(
             "UPDATE sessions SET prompt_hash = ?3 WHERE incarnation = ?2 \
              AND agent_id = (SELECT id FROM accounts WHERE handle = ?1)",
         )
-        .and_then(|mut s| s.execute(params![agent, *incarnation as i64, hash]))
+        .and_then(|mut s| s.execute(params![agent, incarnation.get() as i64, hash]))
         .map_err(sql("recording a prompt hash"))?;
     }
     Ok(())
 }
 
 /// The prompt hash of an agent's latest session, with its incarnation.
-pub fn prompt_hash(conn: &Connection, agent: &str) -> Result<Option<(u64, String)>, Error> {
+pub fn prompt_hash(conn: &Connection, agent: &str) -> Result<Option<(Incarnation, String)>, Error> {
     conn.prepare_cached(
         "SELECT s.incarnation, s.prompt_hash FROM sessions s JOIN accounts a ON a.id = s.agent_id \
          WHERE a.handle = ?1 AND s.prompt_hash IS NOT NULL ORDER BY s.incarnation DESC LIMIT 1",
     )
-    .and_then(|mut s| s.query_row(params![agent], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))).optional())
+    .and_then(|mut s| {
+        s.query_row(params![agent], |r| Ok((Incarnation(r.get::<_, i64>(0)? as u64), r.get(1)?))).optional()
+    })
     .map_err(sql("reading a prompt hash"))
 }
 

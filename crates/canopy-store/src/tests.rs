@@ -5,7 +5,10 @@
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
 use canopy_core::acl::Caller;
-use canopy_core::{AccountKind, ChannelName, ErrorCode, Handle, PostPolicy, RoleName, SpawnState, TopicName};
+use canopy_core::{
+    AccountKind, ChannelName, ErrorCode, Handle, Incarnation, PostPolicy, RoleName, RunnerId, Seq, SpawnState,
+    TopicName,
+};
 
 use crate::{AgentSpec, ChannelSpec, InitSpec, OperatorSpec, PostSpec, Store, ops};
 
@@ -83,7 +86,16 @@ async fn a_failed_write_rolls_back_only_itself() {
     assert!(a.is_ok() && c.is_ok());
     assert_eq!(b.err().map(|e| e.code()), Some(ErrorCode::NotFound));
     let page = store
-        .read(|c| ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, 0, 100))
+        .read(|c| {
+            ops::read_channel(
+                c,
+                &operator(),
+                &ChannelName::parse("announcements").unwrap(),
+                None,
+                Seq(0),
+                100,
+            )
+        })
         .await
         .unwrap();
     let bodies: Vec<&str> = page.messages.iter().map(|m| m.body.as_str()).collect();
@@ -118,7 +130,14 @@ async fn agents_post_in_their_home_but_not_in_another_agents_home() {
     assert_eq!(other.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
     let read = store
         .read(|c| {
-            ops::read_channel(c, &agent("ci-manager"), &ChannelName::parse("home-docs-manager").unwrap(), None, 0, 10)
+            ops::read_channel(
+                c,
+                &agent("ci-manager"),
+                &ChannelName::parse("home-docs-manager").unwrap(),
+                None,
+                Seq(0),
+                10,
+            )
         })
         .await;
     assert_eq!(read.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
@@ -129,10 +148,10 @@ async fn agents_sync_only_their_subscriptions() {
     let (_dir, store) = workspace().await;
     store.write(|c| ops::post(c, &operator(), &post_spec("home-docs-manager", "t", "private"))).await.unwrap();
     store.write(|c| ops::post(c, &operator(), &post_spec("announcements", "t", "public"))).await.unwrap();
-    let page = store.read(|c| ops::sync(c, &agent("ci-manager"), None, 0, 100)).await.unwrap();
+    let page = store.read(|c| ops::sync(c, &agent("ci-manager"), None, Seq(0), 100)).await.unwrap();
     let bodies: Vec<&str> = page.messages.iter().map(|m| m.body.as_str()).collect();
     assert_eq!(bodies, ["public"]);
-    let page = store.read(|c| ops::sync(c, &operator(), None, 0, 100)).await.unwrap();
+    let page = store.read(|c| ops::sync(c, &operator(), None, Seq(0), 100)).await.unwrap();
     assert_eq!(page.messages.len(), 2);
 }
 
@@ -173,7 +192,7 @@ async fn new_subscriptions_start_at_the_channel_head() {
     store.write(move |c| ops::create_agent(c, &operator(), &spec)).await.unwrap();
     let subs = store.read(|c| ops::subscriptions(c, "late")).await.unwrap();
     let announcements = subs.iter().find(|s| s.channel.as_str() == "announcements").unwrap();
-    assert_eq!(announcements.cursor, 1, "a new agent is not owed the channel's history");
+    assert_eq!(announcements.cursor, Seq(1), "a new agent is not owed the channel's history");
 }
 
 #[tokio::test]
@@ -201,7 +220,7 @@ async fn reopening_a_store_keeps_everything_and_migrations_are_idempotent() {
     store.write(|c| ops::post(c, &operator(), &post_spec("announcements", "t", "kept"))).await.unwrap();
     store.close().await;
     let store = Store::open(&dir.path().join("canopy.db"), 8).unwrap();
-    let page = store.read(|c| ops::sync(c, &operator(), None, 0, 10)).await.unwrap();
+    let page = store.read(|c| ops::sync(c, &operator(), None, Seq(0), 10)).await.unwrap();
     assert_eq!(page.messages[0].body, "kept");
     let again = store
         .write(|c| {
@@ -316,7 +335,7 @@ async fn live_workspace() -> (tempfile::TempDir, Store) {
             c.execute("UPDATE accounts SET harness = 'scripted' WHERE kind = 'agent' AND handle != 'supervisor'", [])
                 .unwrap();
             let beat = crate::RunnerHeartbeat {
-                runner_id: "r1".into(),
+                runner_id: RunnerId::parse("r1").unwrap(),
                 name: "r1".into(),
                 mcp_url: "http://x".into(),
                 capacity: 10,
@@ -332,7 +351,7 @@ async fn live_workspace() -> (tempfile::TempDir, Store) {
 fn report(agent: &str, kind: &str, detail: serde_json::Value, usage: Option<crate::UsageReport>) -> crate::Report {
     crate::Report {
         agent: agent.into(),
-        incarnation: 1,
+        incarnation: Incarnation(1),
         presence: None,
         reason: None,
         activity: Some((kind.into(), Some("t1".into()), format!("{kind} {detail}"), detail)),
@@ -422,7 +441,7 @@ async fn a_planted_secret_never_comes_out_of_activity_or_history() {
         let detail =
             serde_json::json!({ "kind": "tool_result", "name": "bash", "call_id": format!("c{i}"), "output": output });
         let reports = vec![report("ci-manager", "tool_result", detail, None)];
-        store.write(move |c| ops::apply_reports(c, "r1", &reports, 1000)).await.unwrap();
+        store.write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000)).await.unwrap();
         // Message bodies are the operator's record and stay as posted; history excerpts are redacted.
         let body = format!("note {i}: {secret}");
         store
@@ -470,7 +489,7 @@ async fn usage_is_summed_per_turn_session_and_agent_and_old_records_are_pruned()
         report("ci-manager", "usage", serde_json::Value::Null, Some(usage("t2", 7, Some(0.25)))),
         report("docs-manager", "usage", serde_json::Value::Null, Some(usage("t1", 1, None))),
     ];
-    store.write(move |c| ops::apply_reports(c, "r1", &reports, 1000)).await.unwrap();
+    store.write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000)).await.unwrap();
     let all = store.read(|c| ops::usage(c, &operator(), None, 0)).await.unwrap();
     assert_eq!(all.total.input_tokens, 158);
     assert_eq!(all.total.output_tokens, 40);
@@ -511,9 +530,10 @@ async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stay
             .await
             .unwrap();
         let reports = vec![report("ci-manager", "compaction_ended", serde_json::Value::Null, None)];
-        store.write(move |c| ops::apply_reports(c, "r1", &reports, 1000)).await.unwrap();
+        store.write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000)).await.unwrap();
     }
-    let facts = store.read(|c| ops::continuity_facts(c, "ci-manager", 1, false)).await.unwrap();
+    let facts =
+        store.read(|c| ops::continuity_facts(c, "ci-manager", Incarnation(1), false)).await.unwrap();
     assert_eq!(facts.reason, ContinuityReason::Start { previous: None });
     assert_eq!(facts.checkpoints.len(), 3);
     assert!(!facts.pins.is_empty());
@@ -521,7 +541,8 @@ async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stay
     let block = continuity_block(&facts);
     assert!(block.chars().count() <= MAX_CONTINUITY_CHARS, "{}", block.chars().count());
     assert!(block.contains("Compaction checkpoints") && block.contains("history_search"), "{block}");
-    let after = store.read(|c| ops::continuity_facts(c, "ci-manager", 1, true)).await.unwrap();
+    let after =
+        store.read(|c| ops::continuity_facts(c, "ci-manager", Incarnation(1), true)).await.unwrap();
     assert_eq!(after.reason, ContinuityReason::Compaction);
 }
 
@@ -541,7 +562,16 @@ async fn a_forbidden_post_is_audited_in_its_own_job_and_leaves_nothing_else() {
     let topics = store.read(|c| ops::list_topics(c, &operator(), "announcements")).await.unwrap();
     assert!(topics.iter().all(|t| t.name.as_str() != "new topic"), "a refused post started its topic: {topics:?}");
     let page = store
-        .read(|c| ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, 0, 100))
+        .read(|c| {
+            ops::read_channel(
+                c,
+                &operator(),
+                &ChannelName::parse("announcements").unwrap(),
+                None,
+                Seq(0),
+                100,
+            )
+        })
         .await
         .unwrap();
     assert!(page.messages.is_empty(), "{page:?}");

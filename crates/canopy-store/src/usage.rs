@@ -6,6 +6,7 @@
 //! in bounded batches, so one pass never holds the writer for long. Does not decide the
 //! periods (configuration) or touch files (transcripts are the daemon's).
 
+use canopy_core::Incarnation;
 use canopy_core::acl::{Caller, require_operator};
 use canopy_core::{Error, Handle, UsageRow, UsageTotals};
 use rusqlite::{Connection, params};
@@ -31,7 +32,7 @@ pub struct UsageReport {
 pub(crate) fn record_usage(
     conn: &Connection,
     agent_id: i64,
-    incarnation: u64,
+    incarnation: Incarnation,
     usage: &UsageReport,
     now: i64,
 ) -> Result<(), Error> {
@@ -46,7 +47,7 @@ pub(crate) fn record_usage(
     .and_then(|mut s| {
         s.execute(params![
             agent_id,
-            incarnation as i64,
+            incarnation.get() as i64,
             usage.turn_id,
             now,
             clamp(usage.input_tokens),
@@ -61,12 +62,17 @@ pub(crate) fn record_usage(
 }
 
 /// Records that a session's context was compacted, with the newest message sequence then.
-pub(crate) fn record_compaction(conn: &Connection, agent_id: i64, incarnation: u64, now: i64) -> Result<(), Error> {
+pub(crate) fn record_compaction(
+    conn: &Connection,
+    agent_id: i64,
+    incarnation: Incarnation,
+    now: i64,
+) -> Result<(), Error> {
     conn.prepare_cached(
         "INSERT INTO compactions (agent_id, incarnation, at, seq) \
          VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(seq), 0) FROM messages))",
     )
-    .and_then(|mut s| s.execute(params![agent_id, incarnation as i64, now]))
+    .and_then(|mut s| s.execute(params![agent_id, incarnation.get() as i64, now]))
     .map_err(sql("storing a compaction checkpoint"))?;
     Ok(())
 }
@@ -110,7 +116,7 @@ pub fn usage(conn: &Connection, caller: &Caller, agent: Option<&Handle>, since_m
         let (totals, last) = totals(r, 3)?;
         Ok(UsageRow {
             agent: Handle::from_trusted(r.get(0)?),
-            incarnation: if incarnation { Some(r.get::<_, i64>(1)? as u64) } else { None },
+            incarnation: if incarnation { Some(Incarnation(r.get::<_, i64>(1)? as u64)) } else { None },
             turn_id: if turn { r.get(2)? } else { None },
             last_at: rfc3339(last),
             totals,
@@ -185,10 +191,10 @@ pub fn prune(conn: &Connection, activity_before_ms: i64, usage_before_ms: i64) -
 }
 
 /// Live sessions as (agent handle, incarnation), so transcript pruning spares them.
-pub fn live_sessions(conn: &Connection) -> Result<Vec<(String, u64)>, Error> {
+pub fn live_sessions(conn: &Connection) -> Result<Vec<(String, Incarnation)>, Error> {
     conn.prepare_cached(
         "SELECT a.handle, s.incarnation FROM sessions s JOIN accounts a ON a.id = s.agent_id WHERE s.ended_at IS NULL",
     )
-    .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?.collect())
+    .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, Incarnation(r.get::<_, i64>(1)? as u64))))?.collect())
     .map_err(sql("listing live sessions"))
 }

@@ -2,6 +2,7 @@
 //!
 //! Owns the SELECT lists that feed them, so a column change is made in one place.
 
+use canopy_core::Seq;
 use canopy_core::{
     Account, AccountKind, AccountState, Channel, ChannelKind, ChannelName, Error, Handle, Message, PostPolicy,
     RoleName, Sender, SubscriptionPolicy, TopicName,
@@ -43,7 +44,7 @@ pub(crate) fn message_from_row_offset(row: &Row<'_>, offset: usize) -> rusqlite:
     let mentions: String = row.get(offset + 7)?;
     let mentions: Vec<String> = serde_json::from_str(&mentions).unwrap_or_default();
     Ok(Message {
-        seq: row.get::<_, i64>(offset)? as u64,
+        seq: Seq(row.get::<_, i64>(offset)? as u64),
         channel: ChannelName::from_trusted(row.get(offset + 1)?),
         topic: TopicName::from_trusted(row.get(offset + 2)?),
         sender: Sender {
@@ -88,7 +89,7 @@ fn channel_row(conn: &Connection, name: &str) -> Result<Option<(i64, Channel)>, 
                     posters: Vec::new(),
                     created_at: rfc3339(row.get(6)?),
                     subscribers: 0,
-                    last_seq: 0,
+                    last_seq: Seq(0),
                 },
             ))
         })
@@ -130,7 +131,7 @@ pub(crate) fn load_channel(conn: &Connection, name: &str) -> Result<Option<(i64,
         .and_then(|mut s| s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?))))
         .map_err(sql("counting a channel"))?;
     channel.subscribers = subscribers as u64;
-    channel.last_seq = last_seq as u64;
+    channel.last_seq = Seq(last_seq as u64);
     channel.posters = posters(conn, id)?;
     Ok(Some((id, channel)))
 }
