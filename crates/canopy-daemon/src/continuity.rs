@@ -76,7 +76,7 @@ impl Api {
         let since_ms = match req.since_secs {
             None => 0,
             Some(secs) => {
-                canopy_sys::unix_ms().saturating_sub(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
+                self.store.clock().now_ms().saturating_sub(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
             }
         };
         let view = self.store.read(move |conn| ops::usage(conn, &caller, agent.as_ref(), since_ms)).await?;
@@ -87,7 +87,7 @@ impl Api {
     /// bounded batches, then the directories of ended sessions nobody touched for long.
     pub async fn prune_records(&self) {
         let retention = &self.config.retention;
-        let now = canopy_sys::unix_ms();
+        let now = self.store.clock().now_ms();
         let activity_before = now.saturating_sub(retention.activity.as_millis() as i64);
         let usage_before = now.saturating_sub(retention.usage.as_millis() as i64);
         let mut total = Pruned::default();
@@ -119,7 +119,9 @@ impl Api {
         let sessions = canopy_config::DataDir::new(self.data_dir.clone()).sessions();
         let keep_for = retention.transcripts;
         let removed =
-            tokio::task::spawn_blocking(move || prune_session_dirs(&sessions, &live, keep_for)).await.unwrap_or(0);
+            tokio::task::spawn_blocking(move || prune_session_dirs(&sessions, &live, keep_for, SystemTime::now()))
+                .await
+                .unwrap_or(0);
         if total != Pruned::default() || removed > 0 {
             tracing::info!(
                 activity = total.activity,
@@ -134,8 +136,8 @@ impl Api {
 
 /// Removes `<sessions>/<agent>/<incarnation>/` directories of sessions that are not live and
 /// whose newest entry is older than `keep_for`. Returns how many were removed.
-fn prune_session_dirs(sessions: &Path, live: &[(String, Incarnation)], keep_for: Duration) -> usize {
-    let Some(cutoff) = SystemTime::now().checked_sub(keep_for) else { return 0 };
+fn prune_session_dirs(sessions: &Path, live: &[(String, Incarnation)], keep_for: Duration, now: SystemTime) -> usize {
+    let Some(cutoff) = now.checked_sub(keep_for) else { return 0 };
     let mut removed = 0;
     let Ok(agents) = std::fs::read_dir(sessions) else { return 0 };
     for agent in agents.flatten() {
@@ -203,9 +205,11 @@ mod tests {
         }
         let live = vec![("a".to_owned(), Incarnation(2))];
         // Nothing is old enough yet.
-        assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_secs(3600)), 0);
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_millis(1)), 2);
+        let now = SystemTime::now();
+        assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_secs(3600), now), 0);
+        // An hour on, everything is old enough.
+        let later = now + Duration::from_secs(7200);
+        assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_secs(3600), later), 2);
         assert!(!dir.path().join("a/1").exists() && !dir.path().join("b/1").exists());
         assert!(dir.path().join("a/2").exists(), "a live session keeps its directory");
         assert!(dir.path().join("a/work").exists(), "the working directory is not a session");
@@ -221,8 +225,8 @@ mod tests {
         }
         std::fs::create_dir_all(dir.path().join("live/3")).unwrap();
         let live = vec![("live".to_owned(), Incarnation(3))];
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_millis(1)), 2);
+        let later = SystemTime::now() + Duration::from_secs(7200);
+        assert_eq!(prune_session_dirs(dir.path(), &live, Duration::from_secs(3600), later), 2);
         assert!(!dir.path().join("idle/claude-config").exists() && !dir.path().join("idle/claude-session").exists());
         assert!(dir.path().join("idle/work").exists(), "the working directory stays");
         assert!(dir.path().join("live/claude-config").exists() && dir.path().join("live/claude-session").exists());

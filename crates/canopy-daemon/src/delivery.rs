@@ -273,7 +273,7 @@ impl Api {
             .store
             .write(move |conn| {
                 let mut notices = Vec::new();
-                let cutoff = canopy_sys::unix_ms() - retention.as_millis() as i64;
+                let cutoff = conn.now_ms() - retention.as_millis() as i64;
                 for (agent_id, handle, missed) in ops::expire(conn, cutoff)? {
                     let body = format!(
                         "@{handle} never received {missed} messages older than the retention period ({}); \

@@ -116,7 +116,10 @@ impl Api {
     pub(crate) async fn audit_list(&self, caller: Caller, req: AuditListRequest) -> Result<AuditListResponse, Error> {
         require_operator(&caller, "read the audit log")?;
         let since = match req.since_secs {
-            Some(secs) => canopy_sys::unix_ms()
+            Some(secs) => self
+                .store
+                .clock()
+                .now_ms()
                 .saturating_sub(i64::try_from(Duration::from_secs(secs).as_millis()).unwrap_or(i64::MAX)),
             None => 0,
         };

@@ -12,13 +12,13 @@ use canopy_core::{
     Account, AccountKind, AccountState, ChannelKind, ChannelName, Error, Handle, PostPolicy, Presence, RoleName,
     Subscription, SubscriptionPolicy, TreeNode,
 };
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::channels::{insert_channel, subscribe, subscribe_all};
 use crate::schema::audit;
 use crate::sessions::set_presence;
 use crate::views::{ACCOUNT_SELECT, account_from_row, account_ref, require_account};
-use crate::{now_ms, sql};
+use crate::{Db, sql};
 
 /// A standing agent to create.
 #[derive(Debug, Clone)]
@@ -47,7 +47,7 @@ pub struct OperatorSpec {
 
 /// The account a token hash belongs to, if any: an operator's token, or the token of an
 /// agent's live session (a token dies with its session).
-pub fn resolve_token(conn: &Connection, token_hash: &str) -> Result<Option<Caller>, Error> {
+pub fn resolve_token(conn: &Db<'_>, token_hash: &str) -> Result<Option<Caller>, Error> {
     conn.prepare_cached(
         "SELECT handle, kind FROM accounts WHERE token_hash = ?1 AND state != 'despawned' \
          UNION ALL SELECT a.handle, a.kind FROM sessions s JOIN accounts a ON a.id = s.agent_id \
@@ -66,7 +66,7 @@ pub fn resolve_token(conn: &Connection, token_hash: &str) -> Result<Option<Calle
 }
 
 /// One account by handle.
-pub fn account(conn: &Connection, field: &'static str, handle: &str) -> Result<Account, Error> {
+pub fn account(conn: &Db<'_>, field: &'static str, handle: &str) -> Result<Account, Error> {
     conn.prepare_cached(&format!("{ACCOUNT_SELECT} WHERE a.handle = ?1"))
         .and_then(|mut s| s.query_row(params![handle], account_from_row).optional())
         .map_err(sql("reading an account"))?
@@ -74,14 +74,14 @@ pub fn account(conn: &Connection, field: &'static str, handle: &str) -> Result<A
 }
 
 /// Every agent, ordered by handle.
-pub fn list_agents(conn: &Connection) -> Result<Vec<Account>, Error> {
+pub fn list_agents(conn: &Db<'_>) -> Result<Vec<Account>, Error> {
     conn.prepare_cached(&format!("{ACCOUNT_SELECT} WHERE a.kind = 'agent' AND a.run_of IS NULL ORDER BY a.handle"))
         .and_then(|mut s| s.query_map([], account_from_row)?.collect())
         .map_err(sql("listing agents"))
 }
 
 /// The handles of an account's children, ordered.
-pub fn children(conn: &Connection, handle: &str) -> Result<Vec<String>, Error> {
+pub fn children(conn: &Db<'_>, handle: &str) -> Result<Vec<String>, Error> {
     conn.prepare_cached(
         "SELECT c.handle FROM accounts c JOIN accounts p ON p.id = c.parent_id WHERE p.handle = ?1 ORDER BY c.handle",
     )
@@ -90,7 +90,7 @@ pub fn children(conn: &Connection, handle: &str) -> Result<Vec<String>, Error> {
 }
 
 /// An account's subscriptions with their cursors, ordered by channel.
-pub fn subscriptions(conn: &Connection, handle: &str) -> Result<Vec<Subscription>, Error> {
+pub fn subscriptions(conn: &Db<'_>, handle: &str) -> Result<Vec<Subscription>, Error> {
     conn.prepare_cached(
         "SELECT c.name, s.mandatory, s.cursor FROM subscriptions s JOIN channels c ON c.id = s.channel_id \
          JOIN accounts a ON a.id = s.account_id WHERE a.handle = ?1 ORDER BY c.name",
@@ -109,7 +109,7 @@ pub fn subscriptions(conn: &Connection, handle: &str) -> Result<Vec<Subscription
 }
 
 /// Creates a standing agent on an operator's request.
-pub fn create_agent(conn: &Connection, caller: &Caller, spec: &AgentSpec) -> Result<Account, Error> {
+pub fn create_agent(conn: &Db<'_>, caller: &Caller, spec: &AgentSpec) -> Result<Account, Error> {
     require_operator(caller, &format!("create agent {}", spec.handle))?;
     if spec.role.is_supervisor() {
         return Err(Error::Forbidden {
@@ -122,7 +122,7 @@ pub fn create_agent(conn: &Connection, caller: &Caller, spec: &AgentSpec) -> Res
 }
 
 /// Inserts an agent, its home channel and its subscriptions. No permission check.
-pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &AgentSpec) -> Result<Account, Error> {
+pub(crate) fn insert_agent(conn: &Db<'_>, actor_id: Option<i64>, spec: &AgentSpec) -> Result<Account, Error> {
     if account_ref(conn, spec.handle.as_str())?.is_some() {
         return Err(Error::AlreadyExists { field: "handle", what: format!("an account with handle {}", spec.handle) });
     }
@@ -135,7 +135,7 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
         Some((name, text)) => (Some(name.as_str()), Some(text.as_str())),
         None => (None, None),
     };
-    let now = now_ms();
+    let now = conn.now_ms();
     conn.prepare_cached(
         "INSERT INTO accounts (handle, display_name, kind, role, parent_id, charter, state, created_at, harness, \
          script_name, script, persona) VALUES (?1, ?2, 'agent', ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, ?10)",
@@ -186,7 +186,7 @@ pub(crate) fn insert_agent(conn: &Connection, actor_id: Option<i64>, spec: &Agen
 }
 
 /// Creates an operator and subscribes it to every home and broadcast channel.
-pub fn create_operator(conn: &Connection, spec: &OperatorSpec) -> Result<Account, Error> {
+pub fn create_operator(conn: &Db<'_>, spec: &OperatorSpec) -> Result<Account, Error> {
     if account_ref(conn, spec.handle.as_str())?.is_some() {
         return Err(Error::AlreadyExists {
             field: "operator",
@@ -196,7 +196,7 @@ pub fn create_operator(conn: &Connection, spec: &OperatorSpec) -> Result<Account
     conn.execute(
         "INSERT INTO accounts (handle, display_name, kind, token_hash, state, created_at) \
          VALUES (?1, ?2, 'operator', ?3, 'active', ?4)",
-        params![spec.handle.as_str(), spec.display_name, spec.token_hash, now_ms()],
+        params![spec.handle.as_str(), spec.display_name, spec.token_hash, conn.now_ms()],
     )
     .map_err(sql("inserting an operator"))?;
     let operator_id = conn.last_insert_rowid();
@@ -208,7 +208,7 @@ pub fn create_operator(conn: &Connection, spec: &OperatorSpec) -> Result<Account
 }
 
 /// Moves an agent under a new parent. Refuses the Supervisor and cycles.
-pub fn reparent(conn: &Connection, caller: &Caller, handle: &Handle, parent: &Handle) -> Result<Account, Error> {
+pub fn reparent(conn: &Db<'_>, caller: &Caller, handle: &Handle, parent: &Handle) -> Result<Account, Error> {
     require_operator(caller, &format!("reparent {handle}"))?;
     let child = require_account(conn, "handle", handle.as_str())?;
     if child.kind != AccountKind::Agent {
@@ -227,7 +227,7 @@ pub fn reparent(conn: &Connection, caller: &Caller, handle: &Handle, parent: &Ha
 }
 
 /// The whole agent tree, from the Supervisor down.
-pub fn tree(conn: &Connection) -> Result<TreeNode, Error> {
+pub fn tree(conn: &Db<'_>) -> Result<TreeNode, Error> {
     struct Row {
         handle: String,
         display_name: String,
@@ -282,7 +282,7 @@ pub fn tree(conn: &Connection) -> Result<TreeNode, Error> {
 }
 
 /// The row id of a live agent, refusing operators and despawned agents.
-fn require_live_agent(conn: &Connection, field: &'static str, handle: &str) -> Result<i64, Error> {
+fn require_live_agent(conn: &Db<'_>, field: &'static str, handle: &str) -> Result<i64, Error> {
     let account = require_account(conn, field, handle)?;
     if account.kind != AccountKind::Agent {
         return Err(Error::invalid(field, format!("{handle} is an operator; only agents can have children")));
@@ -294,7 +294,7 @@ fn require_live_agent(conn: &Connection, field: &'static str, handle: &str) -> R
 }
 
 /// The handles above `id`, from itself up to the root. Bounded so a corrupt row cannot loop.
-fn ancestors(conn: &Connection, id: i64) -> Result<Vec<Handle>, Error> {
+fn ancestors(conn: &Db<'_>, id: i64) -> Result<Vec<Handle>, Error> {
     let mut out = Vec::new();
     let mut next = Some(id);
     while let Some(current) = next {

@@ -10,11 +10,11 @@ use canopy_core::acl::{Caller, may_read, require_operator};
 use canopy_core::{
     AccountKind, Channel, ChannelKind, ChannelName, Error, Handle, PostPolicy, SubscriptionPolicy, Topic, TopicName,
 };
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::schema::audit;
 use crate::views::{load_channel, require_account, require_channel};
-use crate::{now_ms, rfc3339, sql};
+use crate::{Db, rfc3339, sql};
 
 /// A channel an operator (or `init`) asks for.
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ impl ChannelSpec {
 }
 
 /// Creates a channel. `caller` is `None` only for `init`, which acts as the system.
-pub fn create_channel(conn: &Connection, caller: Option<&Caller>, spec: &ChannelSpec) -> Result<Channel, Error> {
+pub fn create_channel(conn: &Db<'_>, caller: Option<&Caller>, spec: &ChannelSpec) -> Result<Channel, Error> {
     let actor_id = match caller {
         Some(caller) => {
             require_operator(caller, &format!("create channel #{}", spec.name))?;
@@ -99,7 +99,7 @@ pub fn create_channel(conn: &Connection, caller: Option<&Caller>, spec: &Channel
 
 /// Inserts a channel row. No permission check; the caller owns the channel's lifecycle.
 pub(crate) fn insert_channel(
-    conn: &Connection,
+    conn: &Db<'_>,
     name: &ChannelName,
     kind: ChannelKind,
     post_policy: PostPolicy,
@@ -117,7 +117,7 @@ pub(crate) fn insert_channel(
             post_policy.as_str(),
             subscription.as_str(),
             owner_id,
-            now_ms()
+            conn.now_ms()
         ])
     })
     .map_err(|e| match e {
@@ -130,19 +130,19 @@ pub(crate) fn insert_channel(
 }
 
 /// Subscribes an account to a channel (idempotent), its cursor at the channel's head.
-pub(crate) fn subscribe(conn: &Connection, account_id: i64, channel_id: i64, mandatory: bool) -> Result<(), Error> {
+pub(crate) fn subscribe(conn: &Db<'_>, account_id: i64, channel_id: i64, mandatory: bool) -> Result<(), Error> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO subscriptions (account_id, channel_id, mandatory, cursor, created_at) \
          VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(seq), 0) FROM messages WHERE channel_id = ?2), ?4)",
     )
-    .and_then(|mut s| s.execute(params![account_id, channel_id, mandatory, now_ms()]))
+    .and_then(|mut s| s.execute(params![account_id, channel_id, mandatory, conn.now_ms()]))
     .map_err(sql("subscribing"))?;
     Ok(())
 }
 
 /// Subscribes each `(account, channel)` pair produced from the ids a query returns.
 pub(crate) fn subscribe_all(
-    conn: &Connection,
+    conn: &Db<'_>,
     query: &str,
     mandatory: bool,
     pair: impl Fn(i64) -> (i64, i64),
@@ -159,7 +159,7 @@ pub(crate) fn subscribe_all(
 }
 
 /// Whether an account is subscribed to a channel.
-pub(crate) fn is_subscribed(conn: &Connection, account_id: i64, channel_id: i64) -> Result<bool, Error> {
+pub(crate) fn is_subscribed(conn: &Db<'_>, account_id: i64, channel_id: i64) -> Result<bool, Error> {
     conn.prepare_cached("SELECT 1 FROM subscriptions WHERE account_id = ?1 AND channel_id = ?2")
         .and_then(|mut s| s.query_row(params![account_id, channel_id], |_| Ok(())).optional())
         .map(|found| found.is_some())
@@ -167,12 +167,12 @@ pub(crate) fn is_subscribed(conn: &Connection, account_id: i64, channel_id: i64)
 }
 
 /// One channel by name.
-pub fn channel(conn: &Connection, name: &str) -> Result<Channel, Error> {
+pub fn channel(conn: &Db<'_>, name: &str) -> Result<Channel, Error> {
     Ok(require_channel(conn, "channel", name)?.1)
 }
 
 /// Every channel, ordered by name.
-pub fn list_channels(conn: &Connection) -> Result<Vec<Channel>, Error> {
+pub fn list_channels(conn: &Db<'_>) -> Result<Vec<Channel>, Error> {
     let names: Vec<String> = conn
         .prepare_cached("SELECT name FROM channels ORDER BY name")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
@@ -181,7 +181,7 @@ pub fn list_channels(conn: &Connection) -> Result<Vec<Channel>, Error> {
 }
 
 /// The topics of a channel the caller may read, most recent activity first.
-pub fn list_topics(conn: &Connection, caller: &Caller, channel_name: &str) -> Result<Vec<Topic>, Error> {
+pub fn list_topics(conn: &Db<'_>, caller: &Caller, channel_name: &str) -> Result<Vec<Topic>, Error> {
     let (channel_id, channel) = require_readable(conn, caller, channel_name)?;
     conn.prepare_cached(
         "SELECT t.name, a.handle, t.message_count, t.last_seq, t.last_activity_at, t.resolved FROM topics t \
@@ -205,7 +205,7 @@ pub fn list_topics(conn: &Connection, caller: &Caller, channel_name: &str) -> Re
 }
 
 /// Loads a channel and checks the caller may read it.
-pub(crate) fn require_readable(conn: &Connection, caller: &Caller, name: &str) -> Result<(i64, Channel), Error> {
+pub(crate) fn require_readable(conn: &Db<'_>, caller: &Caller, name: &str) -> Result<(i64, Channel), Error> {
     let (channel_id, channel) = require_channel(conn, "channel", name)?;
     let subscribed = if caller.is_operator() {
         true

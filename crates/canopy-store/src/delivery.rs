@@ -9,10 +9,10 @@
 //! redelivered after any crash.
 
 use canopy_core::{AccountState, Error, Handle, Incarnation, Message, Presence, RunnerId, Seq};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::views::{MESSAGE_SELECT, message_from_row, parse_enum};
-use crate::{now_ms, sql};
+use crate::{Db, sql};
 
 /// An agent that a committed message reaches, with what decides its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub struct Reach {
 }
 
 /// Every agent subscribed to `channel_id` except the sender, with its live state.
-pub fn reach(conn: &Connection, channel_id: i64, sender_id: i64, mentions: &[Handle]) -> Result<Reach, Error> {
+pub fn reach(conn: &Db<'_>, channel_id: i64, sender_id: i64, mentions: &[Handle]) -> Result<Reach, Error> {
     let recipients: Vec<Recipient> = conn
         .prepare_cached(
             "SELECT a.id, a.handle, a.state, COALESCE(p.state, 'offline'), s.runner_id, COALESCE(s.incarnation, 0) \
@@ -96,7 +96,7 @@ pub struct Pending {
 
 /// The live session's agent id, checking that (agent, incarnation) runs on `runner_id`.
 pub(crate) fn live_session_agent(
-    conn: &Connection,
+    conn: &Db<'_>,
     agent: &str,
     incarnation: Incarnation,
     runner_id: &RunnerId,
@@ -116,7 +116,7 @@ const PENDING_WHERE: &str = "FROM subscriptions sub JOIN messages m ON m.channel
      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.agent_id = ?1 AND d.seq = m.seq AND d.state = 'injected')";
 
 /// The oldest `limit` pending messages of an agent.
-pub fn pending(conn: &Connection, agent_id: i64, limit: u32) -> Result<Pending, Error> {
+pub fn pending(conn: &Db<'_>, agent_id: i64, limit: u32) -> Result<Pending, Error> {
     let select = MESSAGE_SELECT.replacen(
         "FROM messages m",
         "FROM messages m JOIN subscriptions sub ON sub.channel_id = m.channel_id AND m.seq > sub.cursor",
@@ -147,7 +147,7 @@ pub fn pending(conn: &Connection, agent_id: i64, limit: u32) -> Result<Pending, 
 /// Records that the harness accepted `seqs` at a turn start: each subscription's cursor
 /// moves to the highest acknowledged sequence in its channel (never backwards), and sparse
 /// rows behind the cursor are dropped. Idempotent. Returns how many cursors moved.
-pub fn acknowledge(conn: &Connection, agent_id: i64, seqs: &[Seq]) -> Result<u32, Error> {
+pub fn acknowledge(conn: &Db<'_>, agent_id: i64, seqs: &[Seq]) -> Result<u32, Error> {
     let mut moved = 0;
     for seq in seqs {
         let channel: Option<i64> = conn
@@ -173,33 +173,33 @@ pub fn acknowledge(conn: &Connection, agent_id: i64, seqs: &[Seq]) -> Result<u32
 }
 
 /// Records that `seq` was steered into a running turn of the agent (ahead of its cursor).
-pub fn record_injected(conn: &Connection, agent_id: i64, seq: Seq) -> Result<(), Error> {
+pub fn record_injected(conn: &Db<'_>, agent_id: i64, seq: Seq) -> Result<(), Error> {
     conn.prepare_cached(
         "INSERT INTO deliveries (agent_id, seq, state, at) VALUES (?1, ?2, 'injected', ?3) \
          ON CONFLICT (agent_id, seq) DO UPDATE SET state = 'injected', at = ?3",
     )
-    .and_then(|mut s| s.execute(params![agent_id, seq.get() as i64, now_ms()]))
+    .and_then(|mut s| s.execute(params![agent_id, seq.get() as i64, conn.now_ms()]))
     .map_err(sql("recording a steer"))?;
     Ok(())
 }
 
 /// Records that the loop guard stopped `seq` from waking the agent.
-pub fn record_held(conn: &Connection, agent_id: i64, seq: Seq) -> Result<(), Error> {
+pub fn record_held(conn: &Db<'_>, agent_id: i64, seq: Seq) -> Result<(), Error> {
     conn.prepare_cached("INSERT OR IGNORE INTO deliveries (agent_id, seq, state, at) VALUES (?1, ?2, 'held', ?3)")
-        .and_then(|mut s| s.execute(params![agent_id, seq.get() as i64, now_ms()]))
+        .and_then(|mut s| s.execute(params![agent_id, seq.get() as i64, conn.now_ms()]))
         .map_err(sql("recording a held wake"))?;
     Ok(())
 }
 
 /// The agent id of a handle.
-pub fn agent_id(conn: &Connection, handle: &str) -> Result<i64, Error> {
+pub fn agent_id(conn: &Db<'_>, handle: &str) -> Result<i64, Error> {
     crate::views::require_account(conn, "agent", handle).map(|a| a.id)
 }
 
 /// Agents whose pending messages may exceed `cap`, with their pending count; and clears
 /// the overflow mark of agents back under it. Returns (agent id, handle, pending) for newly
 /// overflowing agents.
-pub fn overflowing(conn: &Connection, cap: u64) -> Result<Vec<(i64, String, u64)>, Error> {
+pub fn overflowing(conn: &Db<'_>, cap: u64) -> Result<Vec<(i64, String, u64)>, Error> {
     // A cheap upper bound first: a subscription whose channel head is far past its cursor.
     let candidates: Vec<(i64, String, bool)> = conn
         .prepare_cached(
@@ -230,7 +230,7 @@ pub fn overflowing(conn: &Connection, cap: u64) -> Result<Vec<(i64, String, u64)
 
 /// Moves cursors past pending messages older than `cutoff_ms` (the retention period) and
 /// returns, per agent, how many it never received, so the operator can be told.
-pub fn expire(conn: &Connection, cutoff_ms: i64) -> Result<Vec<(i64, String, u64)>, Error> {
+pub fn expire(conn: &Db<'_>, cutoff_ms: i64) -> Result<Vec<(i64, String, u64)>, Error> {
     let stale: Vec<(i64, String, i64, i64, i64)> = conn
         .prepare_cached(
             "SELECT sub.account_id, a.handle, sub.channel_id, MAX(m.seq), \

@@ -11,15 +11,15 @@ use canopy_core::acl::{Caller, may_read, require_operator};
 use canopy_core::{
     AccountKind, Channel, ChannelKind, ChannelName, Error, Handle, Message, PostPolicy, SubscriptionPolicy, TopicName,
 };
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::channels::{channel, insert_channel, is_subscribed, subscribe, subscribe_all};
 use crate::schema::audit;
 use crate::views::{MESSAGE_SELECT, message_from_row, require_account, require_channel};
-use crate::{now_ms, sql};
+use crate::{Db, sql};
 
 /// Subscribes the caller to an optional channel.
-pub fn subscribe_self(conn: &Connection, caller: &Caller, name: &ChannelName) -> Result<Channel, Error> {
+pub fn subscribe_self(conn: &Db<'_>, caller: &Caller, name: &ChannelName) -> Result<Channel, Error> {
     let account = require_account(conn, "caller", caller.handle.as_str())?;
     let (channel_id, channel_view) = require_channel(conn, "channel", name.as_str())?;
     if is_subscribed(conn, account.id, channel_id)? {
@@ -36,7 +36,7 @@ pub fn subscribe_self(conn: &Connection, caller: &Caller, name: &ChannelName) ->
 }
 
 /// Unsubscribes the caller from an optional channel; mandatory ones are refused.
-pub fn unsubscribe_self(conn: &Connection, caller: &Caller, name: &ChannelName) -> Result<Channel, Error> {
+pub fn unsubscribe_self(conn: &Db<'_>, caller: &Caller, name: &ChannelName) -> Result<Channel, Error> {
     let account = require_account(conn, "caller", caller.handle.as_str())?;
     let (channel_id, _) = require_channel(conn, "channel", name.as_str())?;
     let mandatory: Option<bool> = conn
@@ -63,12 +63,7 @@ pub fn unsubscribe_self(conn: &Connection, caller: &Caller, name: &ChannelName) 
 
 /// Puts `child` in its parent's coordination channel (creating it) and leaves the old one.
 /// Runs in the transaction that writes the parent edge.
-pub(crate) fn link_parent(
-    conn: &Connection,
-    child_id: i64,
-    old_parent: Option<i64>,
-    new_parent: i64,
-) -> Result<(), Error> {
+pub(crate) fn link_parent(conn: &Db<'_>, child_id: i64, old_parent: Option<i64>, new_parent: i64) -> Result<(), Error> {
     if let Some(old) = old_parent
         && old != new_parent
     {
@@ -90,7 +85,7 @@ pub(crate) fn link_parent(
 }
 
 /// The coordination channel a Manager owns, created on first use.
-fn coordination_channel(conn: &Connection, manager_id: i64) -> Result<i64, Error> {
+fn coordination_channel(conn: &Db<'_>, manager_id: i64) -> Result<i64, Error> {
     let (existing, handle): (Option<i64>, String) = conn
         .query_row("SELECT coord_channel_id, handle FROM accounts WHERE id = ?1", params![manager_id], |r| {
             Ok((r.get(0)?, r.get(1)?))
@@ -116,7 +111,7 @@ fn coordination_channel(conn: &Connection, manager_id: i64) -> Result<i64, Error
 }
 
 /// The direct (two-party) channel between two agents, created on first use.
-fn direct_between(conn: &Connection, a: i64, b: i64) -> Result<i64, Error> {
+fn direct_between(conn: &Db<'_>, a: i64, b: i64) -> Result<i64, Error> {
     let existing: Option<i64> = conn
         .prepare_cached(
             "SELECT c.id FROM channel_posters a JOIN channel_posters b ON b.channel_id = a.channel_id \
@@ -162,7 +157,7 @@ fn direct_between(conn: &Connection, a: i64, b: i64) -> Result<i64, Error> {
 }
 
 /// Opens (or returns) the caller's direct channel with a peer, its parent or a report.
-pub fn open_direct(conn: &Connection, caller: &Caller, peer: &Handle) -> Result<Channel, Error> {
+pub fn open_direct(conn: &Db<'_>, caller: &Caller, peer: &Handle) -> Result<Channel, Error> {
     if caller.kind != AccountKind::Agent {
         return Err(Error::invalid("peer", "operators read every channel; direct channels are between agents"));
     }
@@ -189,7 +184,7 @@ pub fn open_direct(conn: &Connection, caller: &Caller, peer: &Handle) -> Result<
 
 /// Renames a topic (operators). Refuses a name already used in the channel.
 pub fn rename_topic(
-    conn: &Connection,
+    conn: &Db<'_>,
     caller: &Caller,
     channel_name: &ChannelName,
     from: &TopicName,
@@ -226,7 +221,7 @@ pub fn rename_topic(
 
 /// Marks a topic resolved or open again (operators).
 pub fn resolve_topic(
-    conn: &Connection,
+    conn: &Db<'_>,
     caller: &Caller,
     channel_name: &ChannelName,
     topic: &TopicName,
@@ -252,7 +247,7 @@ pub fn resolve_topic(
 
 /// Pins a message of a channel to its board. The caller must be able to read the channel
 /// (operators, or subscribed agents); the message must belong to that channel.
-pub fn pin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: Seq) -> Result<Vec<Message>, Error> {
+pub fn pin(conn: &Db<'_>, caller: &Caller, channel_name: &ChannelName, seq: Seq) -> Result<Vec<Message>, Error> {
     let (channel_id, channel_view) = require_channel(conn, "channel", channel_name.as_str())?;
     let account = require_account(conn, "caller", caller.handle.as_str())?;
     let subscribed = caller.is_operator() || is_subscribed(conn, account.id, channel_id)?;
@@ -273,7 +268,7 @@ pub fn pin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: 
     }
     conn.execute(
         "INSERT OR IGNORE INTO pins (channel_id, seq, pinned_by, at) VALUES (?1, ?2, ?3, ?4)",
-        params![channel_id, seq.get() as i64, account.id, now_ms()],
+        params![channel_id, seq.get() as i64, account.id, conn.now_ms()],
     )
     .map_err(sql("pinning"))?;
     board(conn, caller, channel_name)
@@ -281,7 +276,7 @@ pub fn pin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: 
 
 /// Takes message `seq` off the channel's board: an operator may unpin any pin, an agent only
 /// its own. A message that is not pinned there is `not_found` naming `seq`.
-pub fn unpin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq: Seq) -> Result<Vec<Message>, Error> {
+pub fn unpin(conn: &Db<'_>, caller: &Caller, channel_name: &ChannelName, seq: Seq) -> Result<Vec<Message>, Error> {
     let (channel_id, _) = require_channel(conn, "channel", channel_name.as_str())?;
     let account = require_account(conn, "caller", caller.handle.as_str())?;
     let pinned_by: Option<i64> = conn
@@ -311,7 +306,7 @@ pub fn unpin(conn: &Connection, caller: &Caller, channel_name: &ChannelName, seq
 }
 
 /// A channel's pinned messages, in pin order.
-pub fn board(conn: &Connection, caller: &Caller, channel_name: &ChannelName) -> Result<Vec<Message>, Error> {
+pub fn board(conn: &Db<'_>, caller: &Caller, channel_name: &ChannelName) -> Result<Vec<Message>, Error> {
     let (channel_id, _) = crate::channels::require_readable(conn, caller, channel_name.as_str())?;
     conn.prepare_cached(&format!(
         "{MESSAGE_SELECT} JOIN pins p ON p.seq = m.seq AND p.channel_id = m.channel_id WHERE m.channel_id = ?1 ORDER BY p.at, p.seq"

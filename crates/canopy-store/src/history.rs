@@ -14,10 +14,10 @@ use canopy_core::continuity::{
 };
 use canopy_core::{AccountKind, Error, Message};
 use canopy_core::{Incarnation, Seq};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::views::{MESSAGE_SELECT, message_from_row, message_from_row_offset, require_account};
-use crate::{rfc3339, sql};
+use crate::{Db, rfc3339, sql};
 
 /// What `history_search` asks for. Limits are checked by the caller.
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ pub struct HistoryPage {
 
 /// The accounts whose sessions make up the caller's history. The one place that scopes it:
 /// an agent reads only its own; subagent runs the caller started will be added here.
-pub fn history_owners(conn: &Connection, caller: &Caller) -> Result<Vec<i64>, Error> {
+pub fn history_owners(conn: &Db<'_>, caller: &Caller) -> Result<Vec<i64>, Error> {
     if caller.kind != AccountKind::Agent {
         return Err(Error::invalid(
             "caller",
@@ -61,7 +61,7 @@ const TOOL_EVENTS: &[(&str, &str)] =
     &[("tool_result", "ok"), ("tool_failed", "failed"), ("tool_blocked", "blocked"), ("tool_aborted", "aborted")];
 
 /// Messages the caller sent or received and, when asked, its tool events, newest first.
-pub fn history_search(conn: &Connection, caller: &Caller, query: &HistoryQuery) -> Result<HistoryPage, Error> {
+pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> Result<HistoryPage, Error> {
     let owners = history_owners(conn, caller)?;
     let owners_json = serde_json::to_string(&owners).map_err(|e| Error::Internal(format!("encoding owners: {e}")))?;
     let fetch = i64::from(query.limit) + 1;
@@ -155,7 +155,7 @@ const CHECKPOINTS: i64 = 3;
 /// Everything the continuity block says about an agent's live session, except subagent
 /// runs (the daemon adds those).
 pub fn continuity_facts(
-    conn: &Connection,
+    conn: &Db<'_>,
     agent: &str,
     incarnation: Incarnation,
     compaction: bool,

@@ -51,6 +51,30 @@ pub const MAX_BATCH: usize = 256;
 pub struct Store {
     writer: writer::WriterHandle,
     readers: Arc<ReadPool>,
+    clock: canopy_sys::Clock,
+}
+
+/// What one piece of store work sees: the connection it runs on and the moment it runs at,
+/// read once from the store's clock when the work starts. Every store operation takes it,
+/// so the time is an argument (a test drives a `Clock::Manual`), and no `rusqlite` type
+/// appears in the store's signatures.
+pub struct Db<'a> {
+    conn: &'a Connection,
+    now_ms: i64,
+}
+
+impl Db<'_> {
+    /// Milliseconds since the Unix epoch, as of the start of this work.
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+}
+
+impl std::ops::Deref for Db<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -62,6 +86,11 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if needed) the database at `path`, migrates it, and starts the writer.
     pub fn open(path: &Path, queue_capacity: usize) -> Result<Store, Error> {
+        Store::open_with_clock(path, queue_capacity, canopy_sys::Clock::System)
+    }
+
+    /// `open`, stamping time from `clock`.
+    pub fn open_with_clock(path: &Path, queue_capacity: usize, clock: canopy_sys::Clock) -> Result<Store, Error> {
         let conn = open_connection(path, false)?;
         schema::migrate(&conn)?;
         let writer = writer::spawn(conn, queue_capacity)?;
@@ -70,7 +99,7 @@ impl Store {
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(tokio::sync::Semaphore::new(ReadPool::MAX)),
         });
-        Ok(Store { writer, readers })
+        Ok(Store { writer, readers, clock })
     }
 
     /// Runs `work` inside the writer's transaction. The result is returned only after the
@@ -78,18 +107,25 @@ impl Store {
     pub async fn write<T, F>(&self, work: F) -> Result<T, Error>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+        F: FnOnce(&Db<'_>) -> Result<T, Error> + Send + 'static,
     {
-        self.writer.write(work).await
+        let clock = self.clock.clone();
+        self.writer.write(move |conn| work(&Db { conn, now_ms: clock.now_ms() })).await
+    }
+
+    /// The clock this store stamps time with.
+    pub fn clock(&self) -> &canopy_sys::Clock {
+        &self.clock
     }
 
     /// Runs `query` on a read-only connection on the blocking pool.
     pub async fn read<T, F>(&self, query: F) -> Result<T, Error>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+        F: FnOnce(&Db<'_>) -> Result<T, Error> + Send + 'static,
     {
         let readers = self.readers.clone();
+        let clock = self.clock.clone();
         // Bound concurrent reads to the pool, so connections are reused, never churned.
         let permit = readers
             .permits
@@ -98,7 +134,7 @@ impl Store {
             .await
             .map_err(|_| Error::Unavailable("the store is shut down".into()))?;
         tokio::task::spawn_blocking(move || {
-            let result = readers.with(query);
+            let result = readers.with(|conn| query(&Db { conn, now_ms: clock.now_ms() }));
             drop(permit);
             result
         })
@@ -161,11 +197,6 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, Error> {
 /// Maps a SQLite failure to the domain error, naming what was being done.
 pub(crate) fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
     move |e| Error::Internal(format!("{context}: {e}"))
-}
-
-/// Milliseconds since the Unix epoch (`canopy_sys::unix_ms`, Canopy's one clock).
-pub(crate) fn now_ms() -> i64 {
-    canopy_sys::unix_ms()
 }
 
 /// Renders a stored timestamp as RFC 3339 with milliseconds.
@@ -249,7 +280,7 @@ pub mod bench {
             .and_then(|mut s| s.query_map([channels as i64], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
             .map_err(sql("listing home channels"))?;
         let body = "x".repeat(120);
-        let now = crate::now_ms();
+        let now = canopy_sys::unix_ms();
         let mut written = 0;
         for chunk in homes.chunks(50) {
             let tx = conn.transaction().map_err(sql("starting a fill transaction"))?;

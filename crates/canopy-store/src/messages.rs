@@ -9,12 +9,12 @@
 use canopy_core::acl::{Caller, may_post};
 use canopy_core::mention::parse_mentions;
 use canopy_core::{AccountKind, ChannelName, Error, Handle, Message, Sender, Seq, TopicName};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::channels::{is_subscribed, require_readable};
 use crate::schema::audit;
 use crate::views::{MESSAGE_SELECT, channel_for_post, message_from_row, require_account, require_channel};
-use crate::{now_ms, rfc3339, sql};
+use crate::{Db, rfc3339, sql};
 
 /// A message to commit. Names are parsed and the body's size checked by the caller.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ pub struct Page {
 
 /// Commits a message. Whom it reaches is read afterwards (`delivery::reach`), so the
 /// writer's transaction holds only what must be atomic with the insert.
-pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Posted, Error> {
+pub fn post(conn: &Db<'_>, caller: &Caller, spec: &PostSpec) -> Result<Posted, Error> {
     let sender = require_account(conn, "caller", caller.handle.as_str())?;
     if let Some(key) = &spec.idempotency_key
         && let Some(seq) = conn
@@ -75,7 +75,7 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Poste
     let subscribed = caller.is_operator() || is_subscribed(conn, sender.id, channel_id)?;
     may_post(caller, &channel, subscribed)?;
 
-    let now = now_ms();
+    let now = conn.now_ms();
     let topic_id = match topic_id(conn, channel_id, &spec.topic)? {
         Some(id) => id,
         None if spec.create_topic => {
@@ -119,7 +119,7 @@ pub fn post(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Poste
 /// and returns the refusal inside `Ok`, so the job's savepoint is kept rather than rolled
 /// back. `post` refuses on policy before it writes anything, so the record is all the
 /// attempt leaves behind. Any other failure is returned as the job's error and rolls back.
-pub fn post_audited(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Result<Result<Posted, Error>, Error> {
+pub fn post_audited(conn: &Db<'_>, caller: &Caller, spec: &PostSpec) -> Result<Result<Posted, Error>, Error> {
     match post(conn, caller, spec) {
         Err(Error::Forbidden { action, reason }) => {
             let actor = require_account(conn, "caller", caller.handle.as_str())?;
@@ -133,7 +133,7 @@ pub fn post_audited(conn: &Connection, caller: &Caller, spec: &PostSpec) -> Resu
 
 /// A page of one channel (optionally one topic) after `after`, for a caller who may read it.
 pub fn read_channel(
-    conn: &Connection,
+    conn: &Db<'_>,
     caller: &Caller,
     channel: &ChannelName,
     topic: Option<&TopicName>,
@@ -166,7 +166,7 @@ pub fn read_channel(
 
 /// A flat page of every channel the caller may read (or one channel) after `after`.
 pub fn sync(
-    conn: &Connection,
+    conn: &Db<'_>,
     caller: &Caller,
     channel: Option<&ChannelName>,
     after: Seq,
@@ -198,13 +198,13 @@ fn page(mut messages: Vec<Message>, after: Seq, limit: u32) -> Page {
     Page { messages, next_after, more }
 }
 
-fn topic_id(conn: &Connection, channel_id: i64, topic: &TopicName) -> Result<Option<i64>, Error> {
+fn topic_id(conn: &Db<'_>, channel_id: i64, topic: &TopicName) -> Result<Option<i64>, Error> {
     conn.prepare_cached("SELECT id FROM topics WHERE channel_id = ?1 AND name = ?2")
         .and_then(|mut s| s.query_row(params![channel_id, topic.as_str()], |r| r.get(0)).optional())
         .map_err(sql("finding a topic"))
 }
 
-fn message(conn: &Connection, seq: i64) -> Result<Message, Error> {
+fn message(conn: &Db<'_>, seq: i64) -> Result<Message, Error> {
     conn.prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.seq = ?1"))
         .and_then(|mut s| s.query_row(params![seq], message_from_row))
         .map_err(sql("reading a message"))
@@ -213,7 +213,7 @@ fn message(conn: &Connection, seq: i64) -> Result<Message, Error> {
 /// Posts as Canopy itself (the `system` account), starting the topic if needed. Used for
 /// notices the daemon owes the operator; no post policy applies.
 pub(crate) fn post_as_system(
-    conn: &Connection,
+    conn: &Db<'_>,
     channel: &ChannelName,
     topic: &TopicName,
     body: &str,
@@ -223,7 +223,7 @@ pub(crate) fn post_as_system(
         .and_then(|mut s| s.query_row([], |r| r.get(0)))
         .map_err(sql("finding the system account"))?;
     let (channel_id, _) = require_channel(conn, "channel", channel.as_str())?;
-    let now = now_ms();
+    let now = conn.now_ms();
     let topic_id = match topic_id(conn, channel_id, topic)? {
         Some(id) => id,
         None => {
@@ -264,7 +264,7 @@ struct NewMessage<'a> {
 }
 
 /// Inserts a message and bumps its topic; returns the stored message.
-fn insert_message(conn: &Connection, new: NewMessage<'_>, now: i64) -> Result<Message, Error> {
+fn insert_message(conn: &Db<'_>, new: NewMessage<'_>, now: i64) -> Result<Message, Error> {
     let NewMessage { channel_id, channel, topic_id, topic, sender_id, sender, body, idempotency_key, ack_only } = new;
     let mentions = parse_mentions(body);
     let mentions_json =

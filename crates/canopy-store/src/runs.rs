@@ -12,12 +12,12 @@
 use canopy_core::acl::Caller;
 use canopy_core::notices::RunEnd;
 use canopy_core::{AccountKind, AccountState, Error, Handle, Message, Presence, RoleName, TopicName};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::schema::audit;
 use crate::sessions::{notice_in_home, set_presence};
 use crate::views::require_account;
-use crate::{now_ms, rfc3339, sql};
+use crate::{Db, rfc3339, sql};
 
 /// A run to start.
 #[derive(Debug, Clone)]
@@ -96,7 +96,7 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
 }
 
 /// Starts a run for `caller` (a live agent).
-pub fn start_run(conn: &Connection, caller: &Caller, spec: &RunSpec) -> Result<Run, Error> {
+pub fn start_run(conn: &Db<'_>, caller: &Caller, spec: &RunSpec) -> Result<Run, Error> {
     let action = || format!("start a {} run", spec.definition);
     if caller.kind != AccountKind::Agent {
         return Err(Error::Forbidden { action: action(), reason: "only agents start subagent runs".into() });
@@ -119,7 +119,7 @@ pub fn start_run(conn: &Connection, caller: &Caller, spec: &RunSpec) -> Result<R
         .query_row("SELECT COALESCE(MAX(id), 0) + 1 FROM runs", [], |r| r.get(0))
         .map_err(sql("numbering a run"))?;
     let handle = format!("run-{id}");
-    let now = now_ms();
+    let now = conn.now_ms();
     let (script_name, script) = match &spec.script {
         Some((name, text)) => (Some(name.as_str()), Some(text.as_str())),
         None => (None, None),
@@ -156,7 +156,7 @@ pub fn start_run(conn: &Connection, caller: &Caller, spec: &RunSpec) -> Result<R
 }
 
 /// One run by id.
-pub fn load(conn: &Connection, id: i64) -> Result<Run, Error> {
+pub fn load(conn: &Db<'_>, id: i64) -> Result<Run, Error> {
     conn.prepare_cached(&format!("{RUN_SELECT} WHERE r.id = ?1"))
         .and_then(|mut s| s.query_row(params![id], run_from_row).optional())
         .map_err(sql("reading a run"))?
@@ -164,7 +164,7 @@ pub fn load(conn: &Connection, id: i64) -> Result<Run, Error> {
 }
 
 /// The run a `run-<id>` account is, if it is one.
-pub fn run_of_account(conn: &Connection, handle: &str) -> Result<Option<(Run, String)>, Error> {
+pub fn run_of_account(conn: &Db<'_>, handle: &str) -> Result<Option<(Run, String)>, Error> {
     let row: Option<(i64, String)> = conn
         .prepare_cached("SELECT r.id, r.brief FROM runs r JOIN accounts a ON a.id = r.account_id WHERE a.handle = ?1")
         .and_then(|mut s| s.query_row(params![handle], |r| Ok((r.get(0)?, r.get(1)?))).optional())
@@ -176,7 +176,7 @@ pub fn run_of_account(conn: &Connection, handle: &str) -> Result<Option<(Run, St
 }
 
 /// A Manager's runs, newest first; only those still out when `open_only`.
-pub fn list_runs(conn: &Connection, manager: &str, open_only: bool) -> Result<Vec<Run>, Error> {
+pub fn list_runs(conn: &Db<'_>, manager: &str, open_only: bool) -> Result<Vec<Run>, Error> {
     let filter = if open_only { " AND r.ended_at IS NULL" } else { "" };
     conn.prepare_cached(&format!("{RUN_SELECT} WHERE m.handle = ?1{filter} ORDER BY r.id DESC LIMIT 200"))
         .and_then(|mut s| s.query_map(params![manager], run_from_row)?.collect())
@@ -185,17 +185,12 @@ pub fn list_runs(conn: &Connection, manager: &str, open_only: bool) -> Result<Ve
 
 /// Ends a run once: records the status and report, retires its account and tells its
 /// Manager. `None` when it had already ended (a late report changes nothing).
-pub fn finish_run(
-    conn: &Connection,
-    id: i64,
-    status: RunStatus,
-    report: &str,
-) -> Result<Option<(Run, Message)>, Error> {
+pub fn finish_run(conn: &Db<'_>, id: i64, status: RunStatus, report: &str) -> Result<Option<(Run, Message)>, Error> {
     let run = load(conn, id)?;
     if run.status != RunStatus::Running || status == RunStatus::Running {
         return Ok(None);
     }
-    let now = now_ms();
+    let now = conn.now_ms();
     conn.prepare_cached("UPDATE runs SET status = ?1, report = ?2, ended_at = ?3 WHERE id = ?4 AND ended_at IS NULL")
         .and_then(|mut s| s.execute(params![status.as_str(), report, now, id]))
         .map_err(sql("ending a run"))?;
@@ -226,10 +221,10 @@ pub fn finish_run(
 }
 
 /// Ends every run past its deadline as timed out.
-pub fn expire_runs(conn: &Connection) -> Result<Vec<(Run, Message)>, Error> {
+pub fn expire_runs(conn: &Db<'_>) -> Result<Vec<(Run, Message)>, Error> {
     let due: Vec<i64> = conn
         .prepare_cached("SELECT id FROM runs WHERE ended_at IS NULL AND deadline < ?1 ORDER BY id")
-        .and_then(|mut s| s.query_map(params![now_ms()], |r| r.get(0))?.collect())
+        .and_then(|mut s| s.query_map(params![conn.now_ms()], |r| r.get(0))?.collect())
         .map_err(sql("finding overdue runs"))?;
     let mut ended = Vec::new();
     for id in due {

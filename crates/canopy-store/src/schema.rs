@@ -5,6 +5,8 @@
 use canopy_core::Error;
 use rusqlite::Connection;
 
+use crate::Db;
+
 use crate::sql;
 
 const MIGRATIONS: &[&str] = &[
@@ -258,14 +260,14 @@ pub(crate) fn migrate(conn: &Connection) -> Result<(), Error> {
 
 /// Appends one line to the audit log in the caller's transaction.
 pub(crate) fn audit(
-    conn: &Connection,
+    conn: &Db<'_>,
     actor_id: Option<i64>,
     action: &str,
     target: &str,
     detail: &str,
 ) -> Result<(), Error> {
     conn.prepare_cached("INSERT INTO audit (at, actor_id, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)")
-        .and_then(|mut s| s.execute(rusqlite::params![crate::now_ms(), actor_id, action, target, detail]))
+        .and_then(|mut s| s.execute(rusqlite::params![conn.now_ms(), actor_id, action, target, detail]))
         .map_err(sql("writing the audit log"))?;
     Ok(())
 }

@@ -17,12 +17,12 @@ use canopy_core::{
     RosterEntry, TopicName,
 };
 use canopy_core::{Incarnation, RunnerId};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::messages::post_as_system;
 use crate::schema::audit;
 use crate::views::{parse_enum, require_account};
-use crate::{now_ms, rfc3339, sql};
+use crate::{Db, rfc3339, sql};
 
 /// Topic of the notices Canopy posts about an agent's sessions in its home channel.
 pub const SESSION_NOTICE_TOPIC: &str = "canopy: sessions";
@@ -91,11 +91,11 @@ pub struct Applied {
 
 /// Records a heartbeat, places agents without a session, and returns this runner's sessions.
 pub fn sync_runner(
-    conn: &Connection,
+    conn: &Db<'_>,
     beat: &RunnerHeartbeat,
     token_hash_for: &dyn Fn(&str, Incarnation) -> String,
 ) -> Result<Vec<LiveSession>, Error> {
-    let now = now_ms();
+    let now = conn.now_ms();
     conn.execute(
         "INSERT INTO runners (id, name, mcp_url, capacity, started_at, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?5) \
          ON CONFLICT (id) DO UPDATE SET name = ?2, mcp_url = ?3, capacity = ?4, last_seen = ?5",
@@ -186,13 +186,13 @@ pub fn sync_runner(
 
 /// Applies a batch of reports from `runner_id`.
 pub fn apply_reports(
-    conn: &Connection,
+    conn: &Db<'_>,
     runner_id: &RunnerId,
     reports: &[Report],
     max_activity: u32,
 ) -> Result<Applied, Error> {
     let mut applied = Applied::default();
-    let now = now_ms();
+    let now = conn.now_ms();
     for report in reports {
         let live: Option<(i64, i64)> = conn
             .prepare_cached(
@@ -257,8 +257,8 @@ pub fn apply_reports(
 }
 
 /// Marks sessions silent past `stall_after_ms` while working as `stalled`, with a notice.
-pub fn mark_stalled(conn: &Connection, stall_after_ms: i64) -> Result<Vec<Message>, Error> {
-    let now = now_ms();
+pub fn mark_stalled(conn: &Db<'_>, stall_after_ms: i64) -> Result<Vec<Message>, Error> {
+    let now = conn.now_ms();
     let stalled: Vec<(i64, String)> = conn
         .prepare_cached(
             "SELECT p.agent_id, a.handle FROM presence p JOIN accounts a ON a.id = p.agent_id \
@@ -278,12 +278,7 @@ pub fn mark_stalled(conn: &Connection, stall_after_ms: i64) -> Result<Vec<Messag
 }
 
 /// Sets whether an agent's session should run. Stopping ends its live session.
-pub fn set_desired(
-    conn: &Connection,
-    caller: &Caller,
-    handle: &Handle,
-    desired: Desired,
-) -> Result<RosterEntry, Error> {
+pub fn set_desired(conn: &Db<'_>, caller: &Caller, handle: &Handle, desired: Desired) -> Result<RosterEntry, Error> {
     require_operator(caller, &format!("{} {handle}", if desired == Desired::Running { "start" } else { "stop" }))?;
     let agent = require_account(conn, "handle", handle.as_str())?;
     if agent.kind != AccountKind::Agent {
@@ -292,7 +287,7 @@ pub fn set_desired(
     if agent.state == AccountState::Despawned {
         return Err(Error::ConflictOn { field: "handle", reason: format!("{handle} is despawned") });
     }
-    let now = now_ms();
+    let now = conn.now_ms();
     conn.execute("UPDATE accounts SET desired = ?1 WHERE id = ?2", params![desired.as_str(), agent.id])
         .map_err(sql("setting desired state"))?;
     match desired {
@@ -327,14 +322,14 @@ pub fn set_desired(
 
 /// Records an operator's interrupt of an agent's turn in the audit log (`agents.interrupt`).
 /// The interrupt itself goes to the runner; this only keeps the record.
-pub fn record_interrupt(conn: &Connection, caller: &Caller, handle: &Handle, detail: &str) -> Result<(), Error> {
+pub fn record_interrupt(conn: &Db<'_>, caller: &Caller, handle: &Handle, detail: &str) -> Result<(), Error> {
     require_operator(caller, &format!("interrupt {handle}"))?;
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
     audit(conn, Some(actor.id), "agents.interrupt", handle.as_str(), detail)
 }
 
 /// Sets the caller's own activity line.
-pub fn set_activity(conn: &Connection, caller: &Caller, text: &str) -> Result<RosterEntry, Error> {
+pub fn set_activity(conn: &Db<'_>, caller: &Caller, text: &str) -> Result<RosterEntry, Error> {
     if caller.kind != AccountKind::Agent {
         return Err(Error::invalid("text", "only agents have a roster activity line"));
     }
@@ -378,14 +373,14 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
 }
 
 /// Every agent's live state, ordered by handle.
-pub fn roster(conn: &Connection) -> Result<Vec<RosterEntry>, Error> {
+pub fn roster(conn: &Db<'_>) -> Result<Vec<RosterEntry>, Error> {
     conn.prepare_cached(&format!("{ROSTER_SELECT} WHERE a.kind = 'agent' AND a.run_of IS NULL ORDER BY a.handle"))
         .and_then(|mut s| s.query_map([], roster_from_row)?.collect())
         .map_err(sql("reading the roster"))
 }
 
 /// One agent's roster line.
-pub fn roster_entry(conn: &Connection, handle: &str) -> Result<RosterEntry, Error> {
+pub fn roster_entry(conn: &Db<'_>, handle: &str) -> Result<RosterEntry, Error> {
     conn.prepare_cached(&format!("{ROSTER_SELECT} WHERE a.kind = 'agent' AND a.handle = ?1"))
         .and_then(|mut s| s.query_row(params![handle], roster_from_row).optional())
         .map_err(sql("reading a roster line"))?
@@ -394,7 +389,7 @@ pub fn roster_entry(conn: &Connection, handle: &str) -> Result<RosterEntry, Erro
 
 /// An agent's stored activity: after `after`, or the newest `tail` items.
 pub fn read_activity(
-    conn: &Connection,
+    conn: &Db<'_>,
     caller: &Caller,
     handle: &str,
     after: u64,
@@ -446,7 +441,7 @@ fn activity_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActivityItem> {
 
 #[allow(clippy::too_many_arguments, reason = "one row's columns; a struct would only rename them")]
 fn insert_activity(
-    conn: &Connection,
+    conn: &Db<'_>,
     agent_id: i64,
     handle: &str,
     incarnation: Incarnation,
@@ -489,7 +484,7 @@ fn insert_activity(
     })
 }
 
-fn end_session(conn: &Connection, session_id: i64, reason: &str, now: i64) -> Result<(), Error> {
+fn end_session(conn: &Db<'_>, session_id: i64, reason: &str, now: i64) -> Result<(), Error> {
     conn.execute(
         "UPDATE sessions SET ended_at = ?1, end_reason = ?2 WHERE id = ?3 AND ended_at IS NULL",
         params![now, reason, session_id],
@@ -500,7 +495,7 @@ fn end_session(conn: &Connection, session_id: i64, reason: &str, now: i64) -> Re
 
 /// Moves an agent's presence; `incarnation` is set when a new session starts.
 pub(crate) fn set_presence(
-    conn: &Connection,
+    conn: &Db<'_>,
     agent_id: i64,
     state: Presence,
     reason: Option<&str>,
@@ -520,12 +515,7 @@ pub(crate) fn set_presence(
 /// The agent id of a session that is live on `runner_id`, if it is.
 /// The agent id of `agent`'s live session `incarnation` on `runner_id`, or `conflict` for a
 /// stale or foreign session (a runner's call about a session it no longer hosts).
-pub fn live_agent(
-    conn: &Connection,
-    agent: &str,
-    incarnation: Incarnation,
-    runner_id: &RunnerId,
-) -> Result<i64, Error> {
+pub fn live_agent(conn: &Db<'_>, agent: &str, incarnation: Incarnation, runner_id: &RunnerId) -> Result<i64, Error> {
     crate::delivery::live_session_agent(conn, agent, incarnation, runner_id)?.ok_or_else(|| Error::ConflictOn {
         field: "incarnation",
         reason: format!("{agent} session {incarnation} is not live on runner {runner_id}"),
@@ -533,17 +523,12 @@ pub fn live_agent(
 }
 
 /// Posts a notice from Canopy into an agent's home channel.
-pub fn notice(conn: &Connection, agent_id: i64, body: &str) -> Result<Message, Error> {
+pub fn notice(conn: &Db<'_>, agent_id: i64, body: &str) -> Result<Message, Error> {
     notice_in_home(conn, agent_id, &TopicName::from_trusted(SESSION_NOTICE_TOPIC.to_owned()), body)
 }
 
 /// Posts a notice from Canopy into an agent's home channel under `topic`.
-pub(crate) fn notice_in_home(
-    conn: &Connection,
-    agent_id: i64,
-    topic: &TopicName,
-    body: &str,
-) -> Result<Message, Error> {
+pub(crate) fn notice_in_home(conn: &Db<'_>, agent_id: i64, topic: &TopicName, body: &str) -> Result<Message, Error> {
     let home: String = conn
         .prepare_cached("SELECT c.name FROM accounts a JOIN channels c ON c.id = a.home_channel_id WHERE a.id = ?1")
         .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
@@ -552,7 +537,7 @@ pub(crate) fn notice_in_home(
 }
 
 /// Records the rendered prompt's hash on each session record `(agent, incarnation, hash)`.
-pub fn record_prompt_hashes(conn: &Connection, hashes: &[(String, Incarnation, String)]) -> Result<(), Error> {
+pub fn record_prompt_hashes(conn: &Db<'_>, hashes: &[(String, Incarnation, String)]) -> Result<(), Error> {
     for (agent, incarnation, hash) in hashes {
         conn.prepare_cached(
             "UPDATE sessions SET prompt_hash = ?3 WHERE incarnation = ?2 \
@@ -565,7 +550,7 @@ pub fn record_prompt_hashes(conn: &Connection, hashes: &[(String, Incarnation, S
 }
 
 /// The prompt hash of an agent's latest session, with its incarnation.
-pub fn prompt_hash(conn: &Connection, agent: &str) -> Result<Option<(Incarnation, String)>, Error> {
+pub fn prompt_hash(conn: &Db<'_>, agent: &str) -> Result<Option<(Incarnation, String)>, Error> {
     conn.prepare_cached(
         "SELECT s.incarnation, s.prompt_hash FROM sessions s JOIN accounts a ON a.id = s.agent_id \
          WHERE a.handle = ?1 AND s.prompt_hash IS NOT NULL ORDER BY s.incarnation DESC LIMIT 1",
@@ -577,7 +562,7 @@ pub fn prompt_hash(conn: &Connection, agent: &str) -> Result<Option<(Incarnation
 }
 
 /// What an agent's prompt needs beyond its account: (persona, harness).
-pub fn prompt_inputs(conn: &Connection, agent: &str) -> Result<(Option<String>, String), Error> {
+pub fn prompt_inputs(conn: &Db<'_>, agent: &str) -> Result<(Option<String>, String), Error> {
     conn.prepare_cached("SELECT persona, harness FROM accounts WHERE handle = ?1")
         .and_then(|mut s| s.query_row(params![agent], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(sql("reading an agent's prompt inputs"))?

@@ -24,13 +24,13 @@ use canopy_core::{
     AccountKind, AccountState, AuditEntry, ChannelName, Error, Handle, Message, RoleName, SpawnRequest, SpawnState,
     TopicName,
 };
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::accounts::{AgentSpec, insert_agent};
 use crate::schema::audit;
 use crate::sessions::set_presence;
 use crate::views::{parse_enum, require_account};
-use crate::{now_ms, rfc3339, sql};
+use crate::{Db, rfc3339, sql};
 
 /// Limits checked before a request reaches the operator (`canopy.toml` `[policy]`).
 #[derive(Debug, Clone)]
@@ -114,20 +114,20 @@ pub fn parse_id(id: &str) -> Result<i64, Error> {
 }
 
 /// One request by its number.
-pub fn load(conn: &Connection, id: i64) -> Result<SpawnRequest, Error> {
+pub fn load(conn: &Db<'_>, id: i64) -> Result<SpawnRequest, Error> {
     conn.prepare_cached(&format!("{SELECT} WHERE r.id = ?1"))
         .and_then(|mut s| s.query_row(params![id], from_row).optional())
         .map_err(sql("reading a spawn request"))?
         .ok_or_else(|| Error::invalid("id", format!("req-{id} does not exist")))
 }
 
-fn count(conn: &Connection, query: &str, id: i64) -> Result<u32, Error> {
+fn count(conn: &Db<'_>, query: &str, id: i64) -> Result<u32, Error> {
     conn.query_row(query, params![id], |r| r.get::<_, i64>(0)).map(|n| n as u32).map_err(sql("checking a limit"))
 }
 
 /// Records a request from an agent (after the policy), and posts it for the operator.
 pub fn request_spawn(
-    conn: &Connection,
+    conn: &Db<'_>,
     caller: &Caller,
     spec: &SpawnSpec,
     policy: &SpawnPolicy,
@@ -198,7 +198,7 @@ pub fn request_spawn(
         count(conn, "SELECT COUNT(*) FROM spawn_requests WHERE requester_id = ?1 AND state = 'pending'", requester.id)?;
     let facts = SpawnFacts { requester_depth: depth, children, live_agents: live, pending };
     spawn_rules::check_limits(caller.handle.as_str(), &facts, &policy.limits())?;
-    let now = now_ms();
+    let now = conn.now_ms();
     conn.execute(
         "INSERT INTO spawn_requests (requester_id, handle, display_name, role, charter, reason, idempotency_key, state, \
          created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9)",
@@ -233,7 +233,7 @@ pub fn request_spawn(
 }
 
 /// Posts in the requester's home channel, topic `spawn: <handle>`.
-fn post_to_requester(conn: &Connection, requester_id: i64, handle: &Handle, body: &str) -> Result<Message, Error> {
+fn post_to_requester(conn: &Db<'_>, requester_id: i64, handle: &Handle, body: &str) -> Result<Message, Error> {
     crate::sessions::notice_in_home(conn, requester_id, &spawn_topic(handle), body)
 }
 
@@ -244,7 +244,7 @@ pub fn spawn_topic(handle: &Handle) -> TopicName {
 
 /// An operator's decision (or an agent's refused attempt at one).
 pub fn decide_spawn(
-    conn: &Connection,
+    conn: &Db<'_>,
     caller: &Caller,
     id: i64,
     approve: bool,
@@ -263,7 +263,7 @@ pub fn decide_spawn(
         let notice = post_to_requester(conn, requester.id, &request.handle, &body)?;
         return Ok(Decided { request, notices: vec![notice], refused: Some(error) });
     }
-    let now = now_ms();
+    let now = conn.now_ms();
     if request.state == SpawnState::Pending && expired(conn, id, now)? {
         request = load(conn, id)?;
     }
@@ -307,7 +307,7 @@ pub fn decide_spawn(
 }
 
 /// Marks one request expired if its time has passed.
-fn expired(conn: &Connection, id: i64, now: i64) -> Result<bool, Error> {
+fn expired(conn: &Db<'_>, id: i64, now: i64) -> Result<bool, Error> {
     let changed = conn
         .execute("UPDATE spawn_requests SET state = 'expired', decided_at = ?1 WHERE id = ?2 AND state = 'pending' AND expires_at <= ?1", params![now, id])
         .map_err(sql("expiring a request"))?;
@@ -315,8 +315,8 @@ fn expired(conn: &Connection, id: i64, now: i64) -> Result<bool, Error> {
 }
 
 /// Expires every pending request past its time and tells each requester.
-pub fn expire_spawns(conn: &Connection) -> Result<Vec<Message>, Error> {
-    let now = now_ms();
+pub fn expire_spawns(conn: &Db<'_>) -> Result<Vec<Message>, Error> {
+    let now = conn.now_ms();
     let due: Vec<i64> = conn
         .prepare_cached("SELECT id FROM spawn_requests WHERE state = 'pending' AND expires_at <= ?1")
         .and_then(|mut s| s.query_map(params![now], |r| r.get(0))?.collect())
@@ -329,7 +329,7 @@ pub fn expire_spawns(conn: &Connection) -> Result<Vec<Message>, Error> {
 }
 
 /// Expires one request if its time has passed, audits it and tells its requester.
-fn expire_and_tell(conn: &Connection, id: i64, now: i64) -> Result<Option<Message>, Error> {
+fn expire_and_tell(conn: &Db<'_>, id: i64, now: i64) -> Result<Option<Message>, Error> {
     if !expired(conn, id, now)? {
         return Ok(None);
     }
@@ -354,7 +354,7 @@ pub type RoleSession<'a> = dyn Fn(&RoleName) -> (String, Option<(String, String)
 /// grammar, one on a request no longer pending with its state, one outside the request's
 /// topic with where the request is. `session` gives a role's session defaults for the child.
 pub fn answer_reply(
-    conn: &Connection,
+    conn: &Db<'_>,
     caller: &Caller,
     channel: &ChannelName,
     topic: &TopicName,
@@ -393,7 +393,7 @@ pub fn answer_reply(
     }
     let mut notices = Vec::new();
     if request.state == SpawnState::Pending
-        && let Some(notice) = expire_and_tell(conn, id, now_ms())?
+        && let Some(notice) = expire_and_tell(conn, id, conn.now_ms())?
     {
         notices.push(notice);
         request = load(conn, id)?;
@@ -416,7 +416,7 @@ pub fn answer_reply(
 
 /// Why an operator's answer in `channel`'s `spawn: <handle>` topic decided nothing: the
 /// topic is not a request's, so the text says where the request for `handle` is, if any.
-fn misplaced(conn: &Connection, channel: &ChannelName, handle: &str) -> Result<String, Error> {
+fn misplaced(conn: &Db<'_>, channel: &ChannelName, handle: &str) -> Result<String, Error> {
     let newest: Option<(i64, String)> = conn
         .prepare_cached(
             "SELECT r.id, c.name FROM spawn_requests r JOIN accounts q ON q.id = r.requester_id \
@@ -429,7 +429,7 @@ fn misplaced(conn: &Connection, channel: &ChannelName, handle: &str) -> Result<S
 }
 
 /// The requester cancels its own pending request.
-pub fn cancel_spawn(conn: &Connection, caller: &Caller, id: i64) -> Result<(SpawnRequest, Message), Error> {
+pub fn cancel_spawn(conn: &Db<'_>, caller: &Caller, id: i64) -> Result<(SpawnRequest, Message), Error> {
     let request = load(conn, id)?;
     if request.requester != caller.handle {
         return Err(Error::Forbidden {
@@ -440,7 +440,7 @@ pub fn cancel_spawn(conn: &Connection, caller: &Caller, id: i64) -> Result<(Spaw
     let changed = conn
         .execute(
             "UPDATE spawn_requests SET state = 'cancelled', decided_at = ?1 WHERE id = ?2 AND state = 'pending'",
-            params![now_ms(), id],
+            params![conn.now_ms(), id],
         )
         .map_err(sql("cancelling a request"))?;
     if changed == 0 {
@@ -456,7 +456,7 @@ pub fn cancel_spawn(conn: &Connection, caller: &Caller, id: i64) -> Result<(Spaw
 }
 
 /// Requests, newest first, optionally in one state.
-pub fn list_spawns(conn: &Connection, state: Option<SpawnState>) -> Result<Vec<SpawnRequest>, Error> {
+pub fn list_spawns(conn: &Db<'_>, state: Option<SpawnState>) -> Result<Vec<SpawnRequest>, Error> {
     let state = state.map(|s| s.as_str().to_owned());
     conn.prepare_cached(&format!("{SELECT} WHERE (?1 IS NULL OR r.state = ?1) ORDER BY r.id DESC LIMIT 1000"))
         .and_then(|mut s| s.query_map(params![state], from_row)?.collect())
@@ -466,7 +466,7 @@ pub fn list_spawns(conn: &Connection, state: Option<SpawnState>) -> Result<Vec<S
 /// Despawns `handle` and its subtree. Agents may despawn only their descendants; operators
 /// anyone but the Supervisor. Sessions end; accounts and history stay. Returns the despawned
 /// handles and the notice to the parent.
-pub fn despawn(conn: &Connection, caller: &Caller, handle: &Handle) -> Result<(Vec<Handle>, Option<Message>), Error> {
+pub fn despawn(conn: &Db<'_>, caller: &Caller, handle: &Handle) -> Result<(Vec<Handle>, Option<Message>), Error> {
     let target = require_account(conn, "handle", handle.as_str())?;
     let mut ancestors = Vec::new();
     let mut next = target.parent_id;
@@ -500,7 +500,7 @@ pub fn despawn(conn: &Connection, caller: &Caller, handle: &Handle) -> Result<(V
         subtree.extend(kids);
         index += 1;
     }
-    let now = now_ms();
+    let now = conn.now_ms();
     let mut handles = Vec::new();
     for id in &subtree {
         conn.execute("UPDATE accounts SET state = 'despawned', desired = 'stopped' WHERE id = ?1", params![id])
@@ -530,7 +530,7 @@ pub fn despawn(conn: &Connection, caller: &Caller, handle: &Handle) -> Result<(V
 }
 
 /// The audit log since a time, newest first (at most 1000 lines).
-pub fn audit_log(conn: &Connection, since_ms: i64) -> Result<Vec<AuditEntry>, Error> {
+pub fn audit_log(conn: &Db<'_>, since_ms: i64) -> Result<Vec<AuditEntry>, Error> {
     conn.prepare_cached(
         "SELECT l.id, l.at, a.handle, l.action, l.target, l.detail FROM audit l LEFT JOIN accounts a ON a.id = l.actor_id \
          WHERE l.at >= ?1 ORDER BY l.id DESC LIMIT 1000",
@@ -552,7 +552,7 @@ pub fn audit_log(conn: &Connection, since_ms: i64) -> Result<Vec<AuditEntry>, Er
 }
 
 /// A channel's id and the system account's id, for delivering Canopy's own notices.
-pub fn channel_and_system(conn: &Connection, channel: &ChannelName) -> Result<(i64, i64), Error> {
+pub fn channel_and_system(conn: &Db<'_>, channel: &ChannelName) -> Result<(i64, i64), Error> {
     let (channel_id, _) = crate::views::require_channel(conn, "channel", channel.as_str())?;
     let system: i64 = conn
         .query_row("SELECT id FROM accounts WHERE kind = 'system' ORDER BY id LIMIT 1", [], |r| r.get(0))

@@ -37,7 +37,9 @@ fn post_spec(channel: &str, topic: &str, body: &str) -> PostSpec {
 
 async fn workspace() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("canopy.db"), 64).unwrap();
+    // Time moves only when a test says: deadlines are tested without waiting for them.
+    let clock = canopy_sys::Clock::manual(1_800_000_000_000);
+    let store = Store::open_with_clock(&dir.path().join("canopy.db"), 64, clock).unwrap();
     store
         .write(|conn| {
             ops::init(
@@ -86,16 +88,7 @@ async fn a_failed_write_rolls_back_only_itself() {
     assert!(a.is_ok() && c.is_ok());
     assert_eq!(b.err().map(|e| e.code()), Some(ErrorCode::NotFound));
     let page = store
-        .read(|c| {
-            ops::read_channel(
-                c,
-                &operator(),
-                &ChannelName::parse("announcements").unwrap(),
-                None,
-                Seq(0),
-                100,
-            )
-        })
+        .read(|c| ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, Seq(0), 100))
         .await
         .unwrap();
     let bodies: Vec<&str> = page.messages.iter().map(|m| m.body.as_str()).collect();
@@ -312,8 +305,11 @@ async fn mandatory_subscriptions_cannot_be_left_and_pins_stay_in_their_channel()
 async fn pending_messages_past_retention_expire_and_are_counted() {
     let (_dir, store) = workspace().await;
     store.write(|c| ops::post(c, &operator(), &post_spec("home-ci-manager", "t", "old"))).await.unwrap();
-    // Everything posted so far is older than a cutoff in the future.
-    let cutoff = crate::now_ms() + 1_000;
+    store.clock().advance(std::time::Duration::from_secs(10));
+    // A cutoff newer than the post expires it; one older than the post keeps it.
+    let kept = store.clock().now_ms() - 20_000;
+    assert!(store.write(move |c| ops::expire(c, kept)).await.unwrap().is_empty());
+    let cutoff = store.clock().now_ms() - 5_000;
     let expired = store.write(move |c| ops::expire(c, cutoff)).await.unwrap();
     let missed: Vec<(&str, u64)> = expired.iter().map(|(_, h, n)| (h.as_str(), *n)).collect();
     assert_eq!(missed, [("ci-manager", 1)]);
@@ -449,6 +445,7 @@ async fn a_planted_secret_never_comes_out_of_activity_or_history() {
             .await
             .unwrap();
         planted.push(core[..core.len().min(16)].to_owned());
+        store.clock().advance(std::time::Duration::from_millis(1));
     }
     let (activity, _) = store.read(|c| ops::read_activity(c, &operator(), "ci-manager", 0, 1000, None)).await.unwrap();
     let stored = serde_json::to_string(&activity).unwrap();
@@ -532,8 +529,7 @@ async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stay
         let reports = vec![report("ci-manager", "compaction_ended", serde_json::Value::Null, None)];
         store.write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000)).await.unwrap();
     }
-    let facts =
-        store.read(|c| ops::continuity_facts(c, "ci-manager", Incarnation(1), false)).await.unwrap();
+    let facts = store.read(|c| ops::continuity_facts(c, "ci-manager", Incarnation(1), false)).await.unwrap();
     assert_eq!(facts.reason, ContinuityReason::Start { previous: None });
     assert_eq!(facts.checkpoints.len(), 3);
     assert!(!facts.pins.is_empty());
@@ -541,8 +537,7 @@ async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stay
     let block = continuity_block(&facts);
     assert!(block.chars().count() <= MAX_CONTINUITY_CHARS, "{}", block.chars().count());
     assert!(block.contains("Compaction checkpoints") && block.contains("history_search"), "{block}");
-    let after =
-        store.read(|c| ops::continuity_facts(c, "ci-manager", Incarnation(1), true)).await.unwrap();
+    let after = store.read(|c| ops::continuity_facts(c, "ci-manager", Incarnation(1), true)).await.unwrap();
     assert_eq!(after.reason, ContinuityReason::Compaction);
 }
 
@@ -562,16 +557,7 @@ async fn a_forbidden_post_is_audited_in_its_own_job_and_leaves_nothing_else() {
     let topics = store.read(|c| ops::list_topics(c, &operator(), "announcements")).await.unwrap();
     assert!(topics.iter().all(|t| t.name.as_str() != "new topic"), "a refused post started its topic: {topics:?}");
     let page = store
-        .read(|c| {
-            ops::read_channel(
-                c,
-                &operator(),
-                &ChannelName::parse("announcements").unwrap(),
-                None,
-                Seq(0),
-                100,
-            )
-        })
+        .read(|c| ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, Seq(0), 100))
         .await
         .unwrap();
     assert!(page.messages.is_empty(), "{page:?}");
@@ -724,13 +710,7 @@ async fn a_decision_on_a_decided_request_is_answered_with_its_state() {
 #[tokio::test]
 async fn a_reply_on_an_expired_request_marks_it_and_says_so() {
     let (_dir, store, id) = requested().await;
-    store
-        .write(move |c| {
-            c.execute("UPDATE spawn_requests SET expires_at = 0 WHERE id = ?1", [id]).unwrap();
-            Ok(())
-        })
-        .await
-        .unwrap();
+    store.clock().advance(std::time::Duration::from_millis(spawn_policy().ttl_ms as u64));
     let answered = reply(&store, operator(), "home-ci-manager", "spawn: flaky", "approve").await;
     assert!(!answered.decided);
     assert_eq!(request_state(&store, id).await, SpawnState::Expired);
@@ -755,4 +735,18 @@ async fn an_agents_decision_reply_is_refused_audited_and_told_even_once_decided(
     assert!(!late.decided);
     assert_eq!(audited(&store, "spawn.deny.refused").await, 1);
     assert_eq!(request_state(&store, id).await, SpawnState::Spawned);
+}
+
+#[tokio::test]
+async fn a_request_expires_exactly_when_its_time_is_up() {
+    let (_dir, store, id) = requested().await;
+    let ttl = std::time::Duration::from_millis(spawn_policy().ttl_ms as u64);
+    store.clock().advance(ttl - std::time::Duration::from_millis(1));
+    assert!(store.write(ops::expire_spawns).await.unwrap().is_empty(), "expired a millisecond early");
+    assert_eq!(request_state(&store, id).await, SpawnState::Pending);
+    store.clock().advance(std::time::Duration::from_millis(1));
+    let notices = store.write(ops::expire_spawns).await.unwrap();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(request_state(&store, id).await, SpawnState::Expired);
+    assert_eq!(audited(&store, "spawn.expire").await, 1);
 }

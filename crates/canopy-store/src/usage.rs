@@ -9,10 +9,10 @@
 use canopy_core::Incarnation;
 use canopy_core::acl::{Caller, require_operator};
 use canopy_core::{Error, Handle, UsageRow, UsageTotals};
-use rusqlite::{Connection, params};
+use rusqlite::params;
 
 use crate::views::require_account;
-use crate::{rfc3339, sql};
+use crate::{Db, rfc3339, sql};
 
 /// Largest token count stored per report and field.
 pub const MAX_TOKENS_PER_REPORT: u64 = 1_000_000_000_000;
@@ -30,7 +30,7 @@ pub struct UsageReport {
 
 /// Stores one usage report of a live session.
 pub(crate) fn record_usage(
-    conn: &Connection,
+    conn: &Db<'_>,
     agent_id: i64,
     incarnation: Incarnation,
     usage: &UsageReport,
@@ -62,12 +62,7 @@ pub(crate) fn record_usage(
 }
 
 /// Records that a session's context was compacted, with the newest message sequence then.
-pub(crate) fn record_compaction(
-    conn: &Connection,
-    agent_id: i64,
-    incarnation: Incarnation,
-    now: i64,
-) -> Result<(), Error> {
+pub(crate) fn record_compaction(conn: &Db<'_>, agent_id: i64, incarnation: Incarnation, now: i64) -> Result<(), Error> {
     conn.prepare_cached(
         "INSERT INTO compactions (agent_id, incarnation, at, seq) \
          VALUES (?1, ?2, ?3, (SELECT COALESCE(MAX(seq), 0) FROM messages))",
@@ -109,7 +104,7 @@ fn totals(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(UsageTotals, i6
 }
 
 /// Sums usage reported since `since_ms` (operators only), optionally for one agent.
-pub fn usage(conn: &Connection, caller: &Caller, agent: Option<&Handle>, since_ms: i64) -> Result<UsageView, Error> {
+pub fn usage(conn: &Db<'_>, caller: &Caller, agent: Option<&Handle>, since_ms: i64) -> Result<UsageView, Error> {
     require_operator(caller, "read usage")?;
     let agent_id = agent.map(|h| require_account(conn, "agent", h.as_str()).map(|a| a.id)).transpose()?;
     let row = |r: &rusqlite::Row<'_>, incarnation: bool, turn: bool| -> rusqlite::Result<UsageRow> {
@@ -174,7 +169,7 @@ pub struct Pruned {
 /// Deletes activity and checkpoints older than `activity_before_ms` and usage older than
 /// `usage_before_ms`, at most `PRUNE_BATCH` rows of each; the caller repeats while a
 /// batch came back full.
-pub fn prune(conn: &Connection, activity_before_ms: i64, usage_before_ms: i64) -> Result<Pruned, Error> {
+pub fn prune(conn: &Db<'_>, activity_before_ms: i64, usage_before_ms: i64) -> Result<Pruned, Error> {
     let delete = |table: &str, cutoff: i64, what: &'static str| -> Result<u64, Error> {
         conn.prepare_cached(&format!(
             "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE at < ?1 ORDER BY at LIMIT ?2)"
@@ -191,7 +186,7 @@ pub fn prune(conn: &Connection, activity_before_ms: i64, usage_before_ms: i64) -
 }
 
 /// Live sessions as (agent handle, incarnation), so transcript pruning spares them.
-pub fn live_sessions(conn: &Connection) -> Result<Vec<(String, Incarnation)>, Error> {
+pub fn live_sessions(conn: &Db<'_>) -> Result<Vec<(String, Incarnation)>, Error> {
     conn.prepare_cached(
         "SELECT a.handle, s.incarnation FROM sessions s JOIN accounts a ON a.id = s.agent_id WHERE s.ended_at IS NULL",
     )

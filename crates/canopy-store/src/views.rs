@@ -7,9 +7,9 @@ use canopy_core::{
     Account, AccountKind, AccountState, Channel, ChannelKind, ChannelName, Error, Handle, Message, PostPolicy,
     RoleName, Sender, SubscriptionPolicy, TopicName,
 };
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 
-use crate::{rfc3339, sql};
+use crate::{Db, rfc3339, sql};
 
 /// Columns for `account_from_row`.
 pub(crate) const ACCOUNT_SELECT: &str = "SELECT a.handle, a.display_name, a.kind, a.role, p.handle, c.name, \
@@ -71,7 +71,7 @@ pub(crate) fn parse_enum<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Opti
 }
 
 /// A channel's id and its view without counts or posters.
-fn channel_row(conn: &Connection, name: &str) -> Result<Option<(i64, Channel)>, Error> {
+fn channel_row(conn: &Db<'_>, name: &str) -> Result<Option<(i64, Channel)>, Error> {
     conn.prepare_cached(
         "SELECT c.id, c.name, c.kind, c.post_policy, c.subscription_policy, o.handle, c.created_at \
          FROM channels c LEFT JOIN accounts o ON o.id = c.owner_id WHERE c.name = ?1",
@@ -99,7 +99,7 @@ fn channel_row(conn: &Connection, name: &str) -> Result<Option<(i64, Channel)>, 
 }
 
 /// A channel's id and the parts of its view that decide who may post (no counts).
-pub(crate) fn channel_for_post(conn: &Connection, name: &str) -> Result<(i64, Channel), Error> {
+pub(crate) fn channel_for_post(conn: &Db<'_>, name: &str) -> Result<(i64, Channel), Error> {
     let (id, mut channel) = channel_row(conn, name)?
         .ok_or_else(|| Error::ChannelNotFound { field: "channel", channel: name.to_owned() })?;
     if channel.post_policy == PostPolicy::Restricted {
@@ -108,7 +108,7 @@ pub(crate) fn channel_for_post(conn: &Connection, name: &str) -> Result<(i64, Ch
     Ok((id, channel))
 }
 
-fn posters(conn: &Connection, channel_id: i64) -> Result<Vec<Handle>, Error> {
+fn posters(conn: &Db<'_>, channel_id: i64) -> Result<Vec<Handle>, Error> {
     conn.prepare_cached(
         "SELECT a.handle FROM channel_posters p JOIN accounts a ON a.id = p.account_id \
          WHERE p.channel_id = ?1 ORDER BY a.handle",
@@ -121,7 +121,7 @@ fn posters(conn: &Connection, channel_id: i64) -> Result<Vec<Handle>, Error> {
 }
 
 /// A channel's id and its full view.
-pub(crate) fn load_channel(conn: &Connection, name: &str) -> Result<Option<(i64, Channel)>, Error> {
+pub(crate) fn load_channel(conn: &Db<'_>, name: &str) -> Result<Option<(i64, Channel)>, Error> {
     let Some((id, mut channel)) = channel_row(conn, name)? else { return Ok(None) };
     let (subscribers, last_seq): (i64, i64) = conn
         .prepare_cached(
@@ -147,13 +147,13 @@ pub(crate) struct AccountRef {
     pub parent_id: Option<i64>,
 }
 
-pub(crate) fn account_ref(conn: &Connection, handle: &str) -> Result<Option<AccountRef>, Error> {
+pub(crate) fn account_ref(conn: &Db<'_>, handle: &str) -> Result<Option<AccountRef>, Error> {
     conn.prepare_cached("SELECT id, handle, kind, role, state, parent_id FROM accounts WHERE handle = ?1")
         .and_then(|mut s| s.query_row(params![handle], account_ref_from_row).optional())
         .map_err(sql("reading an account"))
 }
 
-pub(crate) fn account_ref_by_id(conn: &Connection, id: i64) -> Result<Option<AccountRef>, Error> {
+pub(crate) fn account_ref_by_id(conn: &Db<'_>, id: i64) -> Result<Option<AccountRef>, Error> {
     conn.prepare_cached("SELECT id, handle, kind, role, state, parent_id FROM accounts WHERE id = ?1")
         .and_then(|mut s| s.query_row(params![id], account_ref_from_row).optional())
         .map_err(sql("reading an account"))
@@ -171,11 +171,11 @@ fn account_ref_from_row(row: &Row<'_>) -> rusqlite::Result<AccountRef> {
 }
 
 /// The account with this handle, or `AgentNotFound` naming `field`.
-pub(crate) fn require_account(conn: &Connection, field: &'static str, handle: &str) -> Result<AccountRef, Error> {
+pub(crate) fn require_account(conn: &Db<'_>, field: &'static str, handle: &str) -> Result<AccountRef, Error> {
     account_ref(conn, handle)?.ok_or_else(|| Error::AgentNotFound { field, handle: handle.to_owned() })
 }
 
 /// The channel with this name, or `ChannelNotFound` naming `field`.
-pub(crate) fn require_channel(conn: &Connection, field: &'static str, name: &str) -> Result<(i64, Channel), Error> {
+pub(crate) fn require_channel(conn: &Db<'_>, field: &'static str, name: &str) -> Result<(i64, Channel), Error> {
     load_channel(conn, name)?.ok_or_else(|| Error::ChannelNotFound { field, channel: name.to_owned() })
 }

@@ -5,11 +5,11 @@
 //! operator. Running it on an initialised store is a `conflict`, never a second workspace.
 
 use canopy_core::{Error, Handle, Workspace};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::accounts::{self, AgentSpec, OperatorSpec};
 use crate::channels::{self, ChannelSpec};
-use crate::{now_ms, rfc3339, sql};
+use crate::{Db, rfc3339, sql};
 
 /// What `init` needs to know.
 #[derive(Debug, Clone)]
@@ -24,7 +24,7 @@ pub struct InitSpec {
 }
 
 /// The workspace, if the store has been initialised.
-pub fn workspace(conn: &Connection) -> Result<Option<Workspace>, Error> {
+pub fn workspace(conn: &Db<'_>) -> Result<Option<Workspace>, Error> {
     conn.query_row("SELECT id, name, mission, created_at FROM workspace", [], |r| {
         Ok(Workspace { id: r.get(0)?, name: r.get(1)?, mission: r.get(2)?, created_at: rfc3339(r.get(3)?) })
     })
@@ -33,7 +33,7 @@ pub fn workspace(conn: &Connection) -> Result<Option<Workspace>, Error> {
 }
 
 /// Creates the workspace and its starting accounts and channels.
-pub fn init(conn: &Connection, spec: &InitSpec) -> Result<Workspace, Error> {
+pub fn init(conn: &Db<'_>, spec: &InitSpec) -> Result<Workspace, Error> {
     if let Some(existing) = workspace(conn)? {
         return Err(Error::Conflict(format!(
             "this data directory already holds workspace {} ({}); it was not changed",
@@ -42,14 +42,14 @@ pub fn init(conn: &Connection, spec: &InitSpec) -> Result<Workspace, Error> {
     }
     conn.execute(
         "INSERT INTO workspace (id, name, mission, created_at) VALUES (?1, ?2, ?3, ?4)",
-        params![spec.workspace_id, spec.name, spec.mission, now_ms()],
+        params![spec.workspace_id, spec.name, spec.mission, conn.now_ms()],
     )
     .map_err(sql("creating the workspace"))?;
 
     // Canopy itself, the author of notices. Its handle is reserved, so no one can take it.
     conn.execute(
         "INSERT INTO accounts (handle, display_name, kind, state, created_at) VALUES ('canopy', 'Canopy', 'system', 'active', ?1)",
-        params![now_ms()],
+        params![conn.now_ms()],
     )
     .map_err(sql("creating the system account"))?;
 

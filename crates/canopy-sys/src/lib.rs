@@ -1,6 +1,7 @@
 //! The few OS calls Canopy needs that std does not offer, in one place: sending a signal to
 //! a process or process group, asking the kernel to kill a child when its parent dies,
-//! starting a child in a session of its own, the one wall clock (`unix_us`), Landlock (the ABI this kernel offers, and a
+//! starting a child in a session of its own, the one wall clock (`unix_us`, and `Clock` for code
+//! that takes the time as an argument), Landlock (the ABI this kernel offers, and a
 //! TCP-connect and scope ruleset a child enters before it runs anything), and reading the OS
 //! random source.
 //!
@@ -211,6 +212,40 @@ pub fn unix_us() -> u64 {
 /// Milliseconds since the Unix epoch, on the same clock as `unix_us`.
 pub fn unix_ms() -> i64 {
     i64::try_from(unix_us() / 1000).unwrap_or(i64::MAX)
+}
+
+/// The wall clock as a value, so the code that stamps time takes it as an argument: the
+/// system clock in production, a hand-driven one in tests (time moves only when the test
+/// says, so nothing waits for a deadline to pass).
+#[derive(Clone, Debug, Default)]
+pub enum Clock {
+    /// `unix_ms`.
+    #[default]
+    System,
+    /// Milliseconds since the epoch, moved by `advance`.
+    Manual(std::sync::Arc<std::sync::atomic::AtomicI64>),
+}
+
+impl Clock {
+    /// A hand-driven clock starting at `start_ms`.
+    pub fn manual(start_ms: i64) -> Clock {
+        Clock::Manual(std::sync::Arc::new(std::sync::atomic::AtomicI64::new(start_ms)))
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub fn now_ms(&self) -> i64 {
+        match self {
+            Clock::System => unix_ms(),
+            Clock::Manual(ms) => ms.load(std::sync::atomic::Ordering::SeqCst),
+        }
+    }
+
+    /// Moves a manual clock forward (the system clock moves by itself; this is a no-op there).
+    pub fn advance(&self, by: std::time::Duration) {
+        if let Clock::Manual(ms) = self {
+            ms.fetch_add(i64::try_from(by.as_millis()).unwrap_or(i64::MAX), std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
 
 /// `n` bytes from the OS random source, as lowercase hex.
