@@ -67,7 +67,7 @@ impl Api {
         runs.into_iter().map(|r| format!("run {} ({}, started {})", r.id, r.definition, r.started_at)).collect()
     }
 
-    pub(crate) async fn usage(&self, caller: Caller, req: UsageRequest) -> Result<UsageResponse, Error> {
+    pub(crate) async fn usage(&self, _operator: Caller, req: UsageRequest) -> Result<UsageResponse, Error> {
         let agent = req
             .agent
             .as_deref()
@@ -79,7 +79,7 @@ impl Api {
                 self.store.clock().now_ms().saturating_sub(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
             }
         };
-        let view = self.store.read(move |conn| ops::usage(conn, &caller, agent.as_ref(), since_ms)).await?;
+        let view = self.store.read(move |conn| ops::usage(conn, agent.as_ref(), since_ms)).await?;
         Ok(UsageResponse { total: view.total, agents: view.agents, sessions: view.sessions, turns: view.turns })
     }
 

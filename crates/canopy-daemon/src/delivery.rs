@@ -12,19 +12,16 @@
 //! runners pull pending messages from the store and acknowledge what the harness accepted.
 //! Canopy's own notices take the same path (`deliver_notices`), so they ring like any post.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Instant;
 
 use canopy_core::Error;
 use canopy_core::acl::Caller;
-use canopy_core::delivery::{RecipientFacts, Route, route};
+use canopy_core::delivery::{LoopLimits, PlanRecipient, RecipientFacts, plan};
 use canopy_proto::api::*;
 use canopy_store::{Reach, Recipient, ops};
 
 use crate::context::{Api, encode};
-
-/// Posts reaching more agents than this list outcomes only for the mentioned and refused.
-pub const LIST_OUTCOMES_UP_TO: usize = 100;
 
 pub use canopy_core::delivery::LoopGuard;
 
@@ -55,7 +52,9 @@ impl Api {
         }
     }
 
-    /// Decides and carries out every recipient's delivery for a committed post.
+    /// Plans (`canopy_core::delivery::plan`) and carries out every recipient's delivery for
+    /// a committed post: steers concurrently, each bounded by the steer timeout; then held
+    /// wakes, loop notices and doorbells.
     pub(crate) async fn deliver(
         &self,
         caller: &Caller,
@@ -64,90 +63,46 @@ impl Api {
         ack_only: bool,
         committed_us: u64,
     ) -> (Vec<RecipientOutcome>, OutcomeCounts) {
-        let mut outcomes = Vec::with_capacity(reach.recipients.len());
-        let mut doorbells: HashMap<canopy_core::RunnerId, Vec<String>> = HashMap::new();
-        let mut steers = Vec::new();
-        let mut held = Vec::new();
-        let mut loop_notices = Vec::new();
+        let recipients: Vec<PlanRecipient<'_>> = reach
+            .recipients
+            .iter()
+            .map(|r| PlanRecipient {
+                handle: r.handle.as_str(),
+                facts: RecipientFacts {
+                    state: r.state,
+                    presence: r.presence,
+                    runner: r.runner.as_ref(),
+                    mentioned: r.mentioned,
+                },
+            })
+            .collect();
         let delivery = &self.config.delivery;
-        for recipient in &reach.recipients {
-            if caller.is_operator() {
-                self.loops.reset(recipient.handle.as_str());
-            }
-            let outcome = |outcome, reason: Option<String>| RecipientOutcome {
-                recipient: recipient.handle.to_string(),
-                outcome,
-                reason,
-                steer_latency_us: None,
-            };
-            let facts = RecipientFacts {
-                state: recipient.state,
-                presence: recipient.presence,
-                runner: recipient.runner.as_ref(),
-                mentioned: recipient.mentioned,
-            };
-            let guard = || {
-                let (from, to) = (caller.handle.as_str(), recipient.handle.as_str());
-                self.loops.wake(from, to, delivery.loop_wakes, delivery.loop_window, Instant::now())
-            };
-            match route(caller.kind, facts, ack_only, guard) {
-                Route::Refused(why) => outcomes.push(outcome(Outcome::Refused, Some(why))),
-                Route::Held(why) => outcomes.push(outcome(Outcome::Held, Some(why))),
-                Route::LoopHeld { tell } => {
-                    held.push(recipient.agent_id);
-                    if tell {
-                        loop_notices.push(recipient.clone());
-                    }
-                    let why = "loop guard: these two agents keep waking each other; the operator was told";
-                    outcomes.push(outcome(Outcome::Held, Some(why.into())));
-                }
-                Route::Steer { runner } => steers.push((recipient.clone(), runner)),
-                Route::Woke { runner } => {
-                    doorbells.entry(runner).or_default().push(recipient.handle.to_string());
-                    outcomes.push(outcome(Outcome::Woke, None));
-                }
-                Route::Queued { runner, reason } => {
-                    doorbells.entry(runner).or_default().push(recipient.handle.to_string());
-                    outcomes.push(outcome(Outcome::Queued, reason));
-                }
-            }
-        }
+        let limits = LoopLimits { wakes: delivery.loop_wakes, window: delivery.loop_window };
+        let sender = (caller.handle.as_str(), caller.kind);
+        let mut plan = plan(sender, &recipients, ack_only, &self.loops, limits, Instant::now());
         for handle in &reach.unreachable_mentions {
-            outcomes.push(RecipientOutcome {
-                recipient: handle.clone(),
-                outcome: Outcome::Refused,
-                reason: Some(format!("not subscribed to #{}", message.channel)),
-                steer_latency_us: None,
-            });
+            plan.refuse(handle, format!("not subscribed to #{}", message.channel));
         }
 
-        // Steers run concurrently, each bounded by the steer timeout.
-        let steered = futures_util::future::join_all(steers.into_iter().map(|(recipient, runner)| async move {
-            let result = self.steer(&recipient, &runner, message).await;
+        let steers = std::mem::take(&mut plan.steers);
+        let steered = futures_util::future::join_all(steers.into_iter().map(|(index, runner)| async move {
+            let recipient = &reach.recipients[index];
+            let result = self.steer(recipient, &runner, message).await;
             (recipient, runner, result)
         }))
         .await;
         for (recipient, runner, result) in steered {
-            let (outcome, reason, latency) = match result {
-                Ok((turn_id, written_at_us)) => (
-                    Outcome::Steered,
-                    Some(format!("into turn {turn_id}")),
-                    written_at_us.map(|w| w.saturating_sub(committed_us)),
-                ),
-                Err(reason) => {
-                    doorbells.entry(runner).or_default().push(recipient.handle.to_string());
-                    (Outcome::Queued, Some(format!("fell back to its next turn start: {reason}")), None)
+            match result {
+                Ok((turn_id, written_at_us)) => {
+                    let latency = written_at_us.map(|w| w.saturating_sub(committed_us));
+                    plan.steered(recipient.handle.as_str(), &turn_id, latency);
                 }
-            };
-            outcomes.push(RecipientOutcome {
-                recipient: recipient.handle.to_string(),
-                outcome,
-                reason,
-                steer_latency_us: latency,
-            });
+                Err(reason) => plan.steer_failed(recipient.handle.as_str(), runner, &reason),
+            }
         }
 
-        if !held.is_empty() {
+        if !plan.held.is_empty() {
+            let held: Vec<i64> = plan.held.iter().map(|i| reach.recipients[*i].agent_id).collect();
             let seq = message.seq;
             if let Err(e) = self
                 .store
@@ -157,32 +112,18 @@ impl Api {
                 tracing::warn!(error = %e, "recording held wakes failed");
             }
         }
-        for recipient in loop_notices {
-            self.tell_loop(caller.handle.as_str(), &recipient).await;
+        for index in std::mem::take(&mut plan.loop_notices) {
+            self.tell_loop(caller.handle.as_str(), &reach.recipients[index]).await;
         }
-        for (runner, agents) in doorbells {
+        for (runner, agents) in std::mem::take(&mut plan.doorbells) {
             let subject = self.subjects.runner_deliver(&runner);
             if let Err(e) = self.bus.publish(&subject, encode(&DeliverDoorbell { agents })).await {
                 tracing::debug!(error = %e, "a delivery doorbell was not sent; the runner resyncs on its timer");
             }
         }
-
-        let mut counts = OutcomeCounts::default();
-        for o in &outcomes {
-            *match o.outcome {
-                Outcome::Steered => &mut counts.steered,
-                Outcome::Queued => &mut counts.queued,
-                Outcome::Woke => &mut counts.woke,
-                Outcome::Held => &mut counts.held,
-                Outcome::Refused => &mut counts.refused,
-            } += 1;
-        }
-        if outcomes.len() > LIST_OUTCOMES_UP_TO {
-            let mentioned: HashSet<&str> =
-                reach.recipients.iter().filter(|r| r.mentioned).map(|r| r.handle.as_str()).collect();
-            outcomes.retain(|o| o.outcome == Outcome::Refused || mentioned.contains(o.recipient.as_str()));
-        }
-        (outcomes, counts)
+        let mentioned: HashSet<&str> =
+            reach.recipients.iter().filter(|r| r.mentioned).map(|r| r.handle.as_str()).collect();
+        plan.finish(&mentioned)
     }
 
     /// Asks the recipient's runner to inject the message into its running turn.

@@ -18,9 +18,10 @@ use crate::auth::token_hash;
 use crate::context::{Api, encode, ok};
 
 /// The dispatch, generated from the method table (`canopy_proto::api_methods!`): a runner
-/// method needs the runner token; any other needs an account's token and passes the per-role
-/// tool check; then the request is decoded as the table's request type and handed to the
-/// handler the table names, whose response must be the table's response type.
+/// method needs a runner credential; an operator method an operator's token; any other an
+/// account's token that passes the per-role tool check. Then the request is decoded as the
+/// table's request type and handed to the handler the table names, whose response must be the
+/// table's response type. The table's access is checked here and nowhere else.
 macro_rules! dispatch {
     (@call $api:ident, Runner, $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
         $api.authenticate_runner($token)?;
@@ -28,20 +29,27 @@ macro_rules! dispatch {
         let response: $resp = $api.$handler(request).await?;
         ok(response)
     }};
-    (@call $api:ident, Account, $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
+    (@call $api:ident, Operators, $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
+        let caller = $api.authenticate($token).await?;
+        canopy_core::acl::require_operator(&caller, $method.as_str())?;
+        let request: $req = decode_request($payload)?;
+        let response: $resp = $api.$handler(caller, request).await?;
+        ok(response)
+    }};
+    (@call $api:ident, Anyone, $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
         let caller = $api.authenticate($token).await?;
         $api.check_tool(&caller, $method).await?;
         let request: $req = decode_request($payload)?;
         let response: $resp = $api.$handler(caller, request).await?;
         ok(response)
     }};
-    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $callers:ident, $tool:expr)),* $(,)?) => {
+    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
         impl Api {
             async fn dispatch(&self, method: &str, token: Option<&str>, payload: &[u8]) -> Result<Bytes, Error> {
                 let api = self;
                 let method = Method::parse(method).ok_or_else(|| Error::UnknownMethod { method: method.to_owned() })?;
                 match method {
-                    $(Method::$variant => dispatch!(@call api, $callers, $handler, $req, $resp, token, payload, method),)*
+                    $(Method::$variant => dispatch!(@call api, $access, $handler, $req, $resp, token, payload, method),)*
                 }
             }
         }

@@ -176,45 +176,7 @@ pub struct PostRequest {
     pub ack_only: bool,
 }
 
-/// What became of a post for one recipient.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Injected into the recipient's running turn (it was @mentioned).
-    Steered,
-    /// Delivered at the start of the recipient's next turn (it is busy now).
-    Queued,
-    /// The recipient was idle; a turn starts for it.
-    Woke,
-    /// The recipient is offline (or its wake was held): delivered at its next start or turn.
-    Held,
-    /// The recipient cannot receive it.
-    Refused,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RecipientOutcome {
-    pub recipient: String,
-    pub outcome: Outcome,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// For a steer: microseconds from the message's commit until its line was written to
-    /// the recipient's harness (wall clocks of daemon and runner).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steer_latency_us: Option<u64>,
-}
-
-/// How many recipients got each outcome.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OutcomeCounts {
-    pub steered: u32,
-    pub queued: u32,
-    pub woke: u32,
-    pub held: u32,
-    pub refused: u32,
-}
+pub use canopy_core::delivery::{Outcome, OutcomeCounts, RecipientOutcome};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

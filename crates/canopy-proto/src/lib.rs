@@ -11,6 +11,6 @@ pub mod reply;
 pub mod schema;
 pub mod subject;
 
-pub use methods::{ApiMethod, Callers, Tool};
+pub use methods::{Access, ApiMethod, Tool};
 pub use reply::{Reply, WireError, decode_request};
 pub use subject::{Method, Subjects, TOKEN_HEADER, method};

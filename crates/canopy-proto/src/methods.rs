@@ -8,13 +8,17 @@
 //! the tool catalog (`canopy-tools`). Adding a method is one line here plus its handler.
 //! Does not decide anything about a request beyond who may send it.
 
-/// Who may call a method. Finer rules (operators only, a role's tools) are the handler's and
-/// the per-role tool check's, made with the caller's resolved account.
+/// Which credential may call a method: checked by the daemon's dispatch before the handler
+/// runs. Finer rules (a channel's post policy, a role's tools, whose descendant) are the
+/// handler's and the per-role tool check's, made with the caller's resolved account; the
+/// table's `who` text says them, and the authorization matrix (`access`) proves them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Callers {
-    /// Any account's token: an operator, or an agent's session token.
-    Account,
-    /// Only the workspace's runner token.
+pub enum Access {
+    /// Any account's token: an operator's, or a live session's.
+    Anyone,
+    /// Only an operator's token.
+    Operators,
+    /// Only a runner's credential.
     Runner,
 }
 
@@ -32,83 +36,200 @@ pub trait ApiMethod {
     const METHOD: crate::Method;
 }
 
-/// Calls `$apply! { (Variant, handler, "subject.name", Request => Response, Callers, tool), .. }`
-/// with the whole table. The tool methods come first, in the order sessions see the tools.
+/// Calls `$apply! { (Variant, handler, "subject.name", Request => Response, Access, "who may
+/// call it", "what it does", tool), .. }` with the whole table. The tool methods come first,
+/// in the order sessions see the tools. `proto/SUBJECTS.md`'s API table is printed from it.
 #[macro_export]
 macro_rules! api_methods {
     ($apply:path) => {
         $apply! {
-            (MessagesPost, messages_post, "messages.post", PostRequest => PostResponse, Account,
+            (MessagesPost, messages_post, "messages.post", PostRequest => PostResponse, Anyone,
+                "any account, by the channel's post policy",
+                "commit a message; idempotent by `(sender, idempotency_key)`",
                 Some(("comms_post_message", "Post a message to a channel and topic (both required; there is no default channel). Returns the stored message and its sequence number."))),
-            (MessagesRead, messages_read, "messages.read", ReadRequest => ReadResponse, Account,
+            (MessagesRead, messages_read, "messages.read", ReadRequest => ReadResponse, Anyone,
+                "operators; agents on channels they subscribe to",
+                "a page of a channel after a sequence, grouped by topic",
                 Some(("comms_list_messages", "Read a channel's messages after a sequence number, grouped by topic."))),
-            (ChannelsList, channels_list, "channels.list", ChannelsListRequest => ChannelsListResponse, Account,
+            (ChannelsList, channels_list, "channels.list", ChannelsListRequest => ChannelsListResponse, Anyone,
+                "any account",
+                "every channel with kind, policies, owner, posters, subscriber count",
                 Some(("comms_list_channels", "List the channels with their kind, post policy and subscription policy."))),
-            (TopicsList, topics_list, "topics.list", TopicsListRequest => TopicsListResponse, Account,
+            (TopicsList, topics_list, "topics.list", TopicsListRequest => TopicsListResponse, Anyone,
+                "any account",
+                "a channel's topics, most recent activity first",
                 Some(("comms_list_topics", "List a channel's topics, most recent activity first."))),
-            (AgentsSetActivity, agents_set_activity, "agents.set_activity", SetActivityRequest => canopy_core::RosterEntry, Account,
+            (AgentsSetActivity, agents_set_activity, "agents.set_activity", SetActivityRequest => canopy_core::RosterEntry, Anyone,
+                "agents",
+                "set the caller's roster activity line",
                 Some(("comms_set_activity", "Set the one-line activity the roster shows for you (empty clears it)."))),
-            (ChannelsSubscribe, channels_subscribe, "channels.subscribe", ChannelRequest => canopy_core::Channel, Account,
+            (ChannelsSubscribe, channels_subscribe, "channels.subscribe", ChannelRequest => canopy_core::Channel, Anyone,
+                "agents",
+                "join an optional (general) channel",
                 Some(("comms_subscribe", "Join an optional channel; its messages then reach you at your turn starts."))),
-            (ChannelsUnsubscribe, channels_unsubscribe, "channels.unsubscribe", ChannelRequest => canopy_core::Channel, Account,
+            (ChannelsUnsubscribe, channels_unsubscribe, "channels.unsubscribe", ChannelRequest => canopy_core::Channel, Anyone,
+                "agents",
+                "leave an optional channel; mandatory ones are refused",
                 Some(("comms_unsubscribe", "Leave an optional channel (home, broadcast, coordination and direct channels cannot be left)."))),
-            (ChannelsOpenDirect, channels_open_direct, "channels.open_direct", OpenDirectRequest => canopy_core::Channel, Account,
+            (ChannelsOpenDirect, channels_open_direct, "channels.open_direct", OpenDirectRequest => canopy_core::Channel, Anyone,
+                "agents",
+                "the two-party channel with a peer, the parent or a report",
                 Some(("comms_open_direct", "Open (or find) the two-party channel between you and a peer, your parent or one of your reports."))),
-            (Tree, tree, "tree", TreeRequest => TreeResponse, Account,
+            (Tree, tree, "tree", TreeRequest => TreeResponse, Anyone,
+                "any account",
+                "the agent tree from the Supervisor down",
                 Some(("tree_show", "Show the agent tree, read fresh: who is above, beside and below you."))),
-            (Roster, roster, "roster", RosterRequest => RosterResponse, Account,
+            (Roster, roster, "roster", RosterRequest => RosterResponse, Anyone,
+                "any account",
+                "every agent's presence, reason, activity line, incarnation, runner, last seen",
                 Some(("roster_list", "List every agent with its presence, activity line and last-seen time."))),
-            (BoardPin, board_pin, "board.pin", BoardPinRequest => BoardResponse, Account,
+            (BoardPin, board_pin, "board.pin", BoardPinRequest => BoardResponse, Anyone,
+                "operators; agents on channels they read",
+                "pin a message of the channel to its board",
                 Some(("board_pin", "Pin a message to its channel's board (a pointer to the message, by sequence number)."))),
-            (BoardList, board_list, "board.list", BoardListRequest => BoardResponse, Account,
+            (BoardList, board_list, "board.list", BoardListRequest => BoardResponse, Anyone,
+                "operators; agents on channels they read",
+                "the channel's pinned messages",
                 Some(("board_list", "List a channel's pinned messages."))),
-            (SpawnRequest, spawn_request, "spawn.request", SpawnRequestRequest => canopy_core::SpawnRequest, Account,
+            (SpawnRequest, spawn_request, "spawn.request", SpawnRequestRequest => canopy_core::SpawnRequest, Anyone,
+                "agents",
+                "ask for a child Manager; returns the request, `pending`, at once (policy refusals are `limit_exceeded`)",
                 Some(("agents_spawn_peer", "Ask the operator for a new child Manager. Returns at once with the request id and state pending; the operator's answer arrives as a message at a later turn."))),
-            (SpawnCancel, spawn_cancel, "spawn.cancel", SpawnCancelRequest => canopy_core::SpawnRequest, Account,
+            (SpawnCancel, spawn_cancel, "spawn.cancel", SpawnCancelRequest => canopy_core::SpawnRequest, Anyone,
+                "the requester",
+                "withdraw its own pending request",
                 Some(("agents_cancel_spawn", "Withdraw one of your own pending spawn requests (by its id, req-N)."))),
-            (AgentsDespawn, agents_despawn, "agents.despawn", AgentsDespawnRequest => AgentsDespawnResponse, Account,
+            (AgentsDespawn, agents_despawn, "agents.despawn", AgentsDespawnRequest => AgentsDespawnResponse, Anyone,
+                "operators (not the Supervisor); agents for their descendants",
+                "despawn an agent and its subtree",
                 Some(("agents_despawn_peer", "Despawn one of your descendants (and its subtree); its session stops and its history stays."))),
-            (RunsStart, runs_start, "runs.start", RunsStartRequest => RunsStartResponse, Account,
+            (RunsStart, runs_start, "runs.start", RunsStartRequest => RunsStartResponse, Anyone,
+                "agents with `agents_run_subagent`",
+                "start an ephemeral subagent run with a brief; capped per Manager",
                 Some(("agents_run_subagent", "Brief an ephemeral implementer subagent (definition, e.g. implementer; brief: goal, context, constraints, done-means, report wanted). Returns at once; its report arrives as a message in your home channel at a later turn start. Needs no approval; runs per Manager are capped."))),
-            (PromptsSkill, prompts_skill, "prompts.skill", PromptsReadRequest => PromptsReadResponse, Account,
+            (PromptsSkill, prompts_skill, "prompts.skill", PromptsReadRequest => PromptsReadResponse, Anyone,
+                "agents whose prompt lists the skill; operators",
+                "a skill's body (tool `skill_read`)",
                 Some(("skill_read", "Read the body of a skill your prompt lists by name."))),
-            (PromptsRule, prompts_rule, "prompts.rule", PromptsReadRequest => PromptsReadResponse, Account,
+            (PromptsRule, prompts_rule, "prompts.rule", PromptsReadRequest => PromptsReadResponse, Anyone,
+                "agents whose prompt lists the rule; operators",
+                "a rule's body (tool `rule_read`)",
                 Some(("rule_read", "Read the body of a rule your prompt lists by name."))),
-            (HistorySearch, history_search, "history.search", HistorySearchRequest => HistorySearchResponse, Account,
+            (HistorySearch, history_search, "history.search", HistorySearchRequest => HistorySearchResponse, Anyone,
+                "agents (their own history only)",
+                "earlier messages the caller sent or received and, when asked, its tool events: redacted, bounded excerpts, newest first, with a cursor",
                 Some(("history_search", "Search your own earlier sessions (every restart and compaction): messages you sent or received, and with include_tool_events your tool calls (name, status, short preview). Optional query text; newest first; limit defaults to 10, at most 50; pass next_before as before for older results. Call it before asking anyone to repeat context."))),
-            (BoardUnpin, board_unpin, "board.unpin", BoardPinRequest => BoardResponse, Account, None),
-            (Whoami, whoami, "whoami", WhoamiRequest => WhoamiResponse, Account, None),
-            (AgentsCreate, agents_create, "agents.create", AgentsCreateRequest => canopy_core::Account, Account, None),
-            (AgentsList, agents_list, "agents.list", AgentsListRequest => AgentsListResponse, Account, None),
-            (AgentsShow, agents_show, "agents.show", AgentsShowRequest => AgentsShowResponse, Account, None),
-            (AgentsReparent, agents_reparent, "agents.reparent", AgentsReparentRequest => canopy_core::Account, Account, None),
-            (ChannelsCreate, channels_create, "channels.create", ChannelsCreateRequest => canopy_core::Channel, Account, None),
-            (MessagesSync, messages_sync, "messages.sync", SyncRequest => SyncResponse, Account, None),
-            (AgentsStart, agents_start, "agents.start", AgentsStartStopRequest => canopy_core::RosterEntry, Account, None),
-            (AgentsStop, agents_stop, "agents.stop", AgentsStartStopRequest => canopy_core::RosterEntry, Account, None),
-            (ActivityRead, activity_read, "activity.read", ActivityReadRequest => ActivityReadResponse, Account, None),
-            (TopicsRename, topics_rename, "topics.rename", TopicsRenameRequest => Done, Account, None),
-            (TopicsResolve, topics_resolve, "topics.resolve", TopicsResolveRequest => Done, Account, None),
-            (SpawnDecide, spawn_decide, "spawn.decide", SpawnDecideRequest => canopy_core::SpawnRequest, Account, None),
-            (SpawnList, spawn_list, "spawn.list", SpawnListRequest => SpawnListResponse, Account, None),
-            (AuditList, audit_list, "audit.list", AuditListRequest => AuditListResponse, Account, None),
-            (PromptsRender, prompts_render, "prompts.render", PromptsRenderRequest => PromptsRenderResponse, Account, None),
-            (RunsList, runs_list, "runs.list", RunsListRequest => RunsListResponse, Account, None),
-            (Usage, usage, "usage", UsageRequest => UsageResponse, Account, None),
-            (AgentsInterrupt, agents_interrupt, "agents.interrupt", AgentsInterruptRequest => AgentsInterruptResponse, Account, None),
-            (RunnersSync, runners_sync, "runners.sync", RunnersSyncRequest => RunnersSyncResponse, Runner, None),
-            (SessionsReport, sessions_report, "sessions.report", SessionsReportRequest => SessionsReportResponse, Runner, None),
-            (DeliveriesPull, deliveries_pull, "deliveries.pull", DeliveriesPullRequest => DeliveriesPullResponse, Runner, None),
-            (DeliveriesAck, deliveries_ack, "deliveries.ack", DeliveriesAckRequest => DeliveriesAckResponse, Runner, None),
-            (RunsFinish, runs_finish, "runs.finish", RunsFinishRequest => RunsFinishResponse, Runner, None),
-            (SessionsContinuity, sessions_continuity, "sessions.continuity", SessionsContinuityRequest => SessionsContinuityResponse, Runner, None),
+            (BoardUnpin, board_unpin, "board.unpin", BoardPinRequest => BoardResponse, Anyone,
+                "operators; agents their own pins",
+                "take a message off the channel's board",
+                None),
+            (Whoami, whoami, "whoami", WhoamiRequest => WhoamiResponse, Anyone,
+                "any account",
+                "the caller's account, the workspace, the daemon version",
+                None),
+            (AgentsCreate, agents_create, "agents.create", AgentsCreateRequest => canopy_core::Account, Operators,
+                "operators",
+                "create a standing agent, its home channel and its subscriptions",
+                None),
+            (AgentsList, agents_list, "agents.list", AgentsListRequest => AgentsListResponse, Anyone,
+                "any account",
+                "every agent, by handle",
+                None),
+            (AgentsShow, agents_show, "agents.show", AgentsShowRequest => AgentsShowResponse, Anyone,
+                "any account",
+                "one account, its children and its subscriptions with cursors",
+                None),
+            (AgentsReparent, agents_reparent, "agents.reparent", AgentsReparentRequest => canopy_core::Account, Operators,
+                "operators",
+                "move an agent; refuses cycles (`conflict`) and the Supervisor (`forbidden`)",
+                None),
+            (ChannelsCreate, channels_create, "channels.create", ChannelsCreateRequest => canopy_core::Channel, Operators,
+                "operators",
+                "a `general` or `broadcast` channel",
+                None),
+            (MessagesSync, messages_sync, "messages.sync", SyncRequest => SyncResponse, Anyone,
+                "operators; agents on channels they subscribe to",
+                "a flat page after a sequence, for followers catching up",
+                None),
+            (AgentsStart, agents_start, "agents.start", AgentsStartStopRequest => canopy_core::RosterEntry, Operators,
+                "operators",
+                "let an agent's session run (clears a crash loop)",
+                None),
+            (AgentsStop, agents_stop, "agents.stop", AgentsStartStopRequest => canopy_core::RosterEntry, Operators,
+                "operators",
+                "stop an agent's session and keep it stopped",
+                None),
+            (ActivityRead, activity_read, "activity.read", ActivityReadRequest => ActivityReadResponse, Operators,
+                "operators",
+                "an agent's stored session activity after an id, or its newest items",
+                None),
+            (TopicsRename, topics_rename, "topics.rename", TopicsRenameRequest => Done, Operators,
+                "operators",
+                "rename a topic",
+                None),
+            (TopicsResolve, topics_resolve, "topics.resolve", TopicsResolveRequest => Done, Operators,
+                "operators",
+                "mark a topic resolved, or open it again",
+                None),
+            (SpawnDecide, spawn_decide, "spawn.decide", SpawnDecideRequest => canopy_core::SpawnRequest, Anyone,
+                "operators (an agent's attempt is refused and audited)",
+                "approve or deny a pending request",
+                None),
+            (SpawnList, spawn_list, "spawn.list", SpawnListRequest => SpawnListResponse, Anyone,
+                "any account",
+                "spawn requests, newest first",
+                None),
+            (AuditList, audit_list, "audit.list", AuditListRequest => AuditListResponse, Operators,
+                "operators",
+                "the audit log",
+                None),
+            (PromptsRender, prompts_render, "prompts.render", PromptsRenderRequest => PromptsRenderResponse, Operators,
+                "operators",
+                "the exact prompt a session of an agent (or a role) receives, its sections, tools and hash",
+                None),
+            (RunsList, runs_list, "runs.list", RunsListRequest => RunsListResponse, Anyone,
+                "operators (any agent's); agents (their own)",
+                "subagent runs, newest first",
+                None),
+            (Usage, usage, "usage", UsageRequest => UsageResponse, Operators,
+                "operators",
+                "tokens and cost reported by sessions: per agent, and for one agent per session and per recent turn",
+                None),
+            (AgentsInterrupt, agents_interrupt, "agents.interrupt", AgentsInterruptRequest => AgentsInterruptResponse, Operators,
+                "operators (an agent's session token is refused, `forbidden`)",
+                "stop the agent's running turn through its runner; the session stays up (same incarnation), pending messages stay pending. `interrupted: false` with a reason when no turn runs; `not_found` naming `handle` for an unknown agent, `conflict` naming `handle` without a live session, `unavailable` when its runner does not answer. Audited as `agents.interrupt`",
+                None),
+            (RunnersSync, runners_sync, "runners.sync", RunnersSyncRequest => RunnersSyncResponse, Runner,
+                "runners (runner token)",
+                "heartbeat; the reply lists the sessions the runner should host, with tokens",
+                None),
+            (SessionsReport, sessions_report, "sessions.report", SessionsReportRequest => SessionsReportResponse, Runner,
+                "runners (runner token)",
+                "a batch of session events: presence, activity, ends, crash loops",
+                None),
+            (DeliveriesPull, deliveries_pull, "deliveries.pull", DeliveriesPullRequest => DeliveriesPullResponse, Runner,
+                "runners (runner token)",
+                "a live session's pending messages, oldest first, and whether they may wake it",
+                None),
+            (DeliveriesAck, deliveries_ack, "deliveries.ack", DeliveriesAckRequest => DeliveriesAckResponse, Runner,
+                "runners (runner token)",
+                "the harness accepted these messages at a turn start: cursors advance",
+                None),
+            (RunsFinish, runs_finish, "runs.finish", RunsFinishRequest => RunsFinishResponse, Runner,
+                "runners (runner token)",
+                "a run's final report (or failure); posted to its Manager once",
+                None),
+            (SessionsContinuity, sessions_continuity, "sessions.continuity", SessionsContinuityRequest => SessionsContinuityResponse, Runner,
+                "runners (runner token)",
+                "the continuity block (at most 1,500 characters) for the head of a live session's first input after a start or a compaction",
+                None),
         }
     };
 }
 
 /// The per-method items of this crate, from the table.
 macro_rules! define_methods {
-    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $callers:ident, $tool:expr)),* $(,)?) => {
+    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
         /// An API method, served as request/reply on `canopy.<ws>.api.<method>`.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Method {
@@ -126,10 +247,24 @@ macro_rules! define_methods {
                 }
             }
 
-            /// Who may call it.
-            pub fn callers(self) -> $crate::methods::Callers {
+            /// Which credential may call it.
+            pub fn access(self) -> $crate::methods::Access {
                 match self {
-                    $(Method::$variant => $crate::methods::Callers::$callers,)*
+                    $(Method::$variant => $crate::methods::Access::$access,)*
+                }
+            }
+
+            /// Who may call it, in words (the handler's finer rules included).
+            pub fn who(self) -> &'static str {
+                match self {
+                    $(Method::$variant => $who,)*
+                }
+            }
+
+            /// What it does, in words.
+            pub fn what(self) -> &'static str {
+                match self {
+                    $(Method::$variant => $what,)*
                 }
             }
 

@@ -19,7 +19,7 @@ fn pair<Req: JsonSchema, Resp: JsonSchema>(method: Method) -> [(String, Value); 
 
 /// The request and reply schemas of every method in the table.
 macro_rules! method_schemas {
-    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $callers:ident, $tool:expr)),* $(,)?) => {
+    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
         fn method_schemas() -> Vec<(String, Value)> {
             let mut out = Vec::new();
             $(out.extend(pair::<$req, $resp>(Method::$variant));)*

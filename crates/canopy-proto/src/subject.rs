@@ -20,7 +20,29 @@ impl Method {
 
     /// Whether only runners (authenticated by the runner token) may call the method.
     pub fn is_runner_method(self) -> bool {
-        self.callers() == crate::methods::Callers::Runner
+        self.access() == crate::methods::Access::Runner
+    }
+
+    /// `proto/SUBJECTS.md`'s API table, printed from the method table.
+    pub fn table() -> String {
+        let mut out = String::from(
+            "| subject | access | who may call | what it does | tool |\n| --- | --- | --- | --- | --- |\n",
+        );
+        for m in Method::ALL {
+            let access = match m.access() {
+                crate::methods::Access::Anyone => "any account",
+                crate::methods::Access::Operators => "operators",
+                crate::methods::Access::Runner => "runner",
+            };
+            let tool = m.tool().map(|t| format!("`{}`", t.name)).unwrap_or_default();
+            out.push_str(&format!(
+                "| `canopy.<ws>.api.{}` | {access} | {} | {} | {tool} |\n",
+                m.as_str(),
+                m.who(),
+                m.what()
+            ));
+        }
+        out
     }
 
     /// The native tools, in the order sessions see them.
@@ -107,11 +129,27 @@ mod tests {
         assert_eq!(s.api_suffix("canopy.other.api.tree"), None);
     }
 
+    /// `proto/SUBJECTS.md`'s API table is the method table printed; `CANOPY_BLESS=1` rewrites it.
     #[test]
-    fn subjects_md_lists_every_method() {
-        let doc = include_str!("../../../proto/SUBJECTS.md");
-        for m in Method::ALL {
-            assert!(doc.contains(&format!("api.{}`", m.as_str())), "proto/SUBJECTS.md misses {}", m.as_str());
+    fn subjects_md_prints_the_method_table() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto/SUBJECTS.md");
+        let doc = std::fs::read_to_string(&path).unwrap_or_default();
+        let (start, end) = (
+            "(crates/canopy-proto/src/methods.rs): CANOPY_BLESS=1 cargo test -p canopy-proto -->\n",
+            "<!-- end of generated table -->",
+        );
+        let (Some(a), Some(b)) = (doc.find(start), doc.find(end)) else {
+            panic!("proto/SUBJECTS.md lost its generated-table markers");
+        };
+        let (head, tail) = (&doc[..a + start.len()], &doc[b..]);
+        let fresh = format!("{head}{}{tail}", Method::table());
+        if std::env::var_os("CANOPY_BLESS").is_some() {
+            std::fs::write(&path, &fresh).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        } else {
+            assert!(
+                doc == fresh,
+                "proto/SUBJECTS.md's API table drifted from the method table; rerun with CANOPY_BLESS=1 cargo test -p canopy-proto"
+            );
         }
     }
 }

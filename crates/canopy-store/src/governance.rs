@@ -7,7 +7,7 @@
 //! report can always answer its parent. Pins are pointers to messages of the same channel.
 
 use canopy_core::Seq;
-use canopy_core::acl::{Caller, may_read, require_operator};
+use canopy_core::acl::{Caller, may_read};
 use canopy_core::{
     AccountKind, Channel, ChannelKind, ChannelName, Error, Handle, Message, PostPolicy, SubscriptionPolicy, TopicName,
 };
@@ -190,7 +190,6 @@ pub fn rename_topic(
     from: &TopicName,
     to: &TopicName,
 ) -> Result<(), Error> {
-    require_operator(caller, &format!("rename a topic in #{channel_name}"))?;
     let (channel_id, _) = require_channel(conn, "channel", channel_name.as_str())?;
     let taken: bool = conn
         .query_row(
@@ -227,7 +226,6 @@ pub fn resolve_topic(
     topic: &TopicName,
     resolved: bool,
 ) -> Result<(), Error> {
-    require_operator(caller, &format!("resolve a topic in #{channel_name}"))?;
     let (channel_id, _) = require_channel(conn, "channel", channel_name.as_str())?;
     let changed = conn
         .execute(
@@ -242,7 +240,9 @@ pub fn resolve_topic(
             existing: Vec::new(),
         });
     }
-    Ok(())
+    let actor = require_account(conn, "caller", caller.handle.as_str())?;
+    let action = if resolved { "topics.resolve" } else { "topics.reopen" };
+    audit(conn, Some(actor.id), action, &format!("#{channel_name} {:?}", topic.as_str()), "")
 }
 
 /// Pins a message of a channel to its board. The caller must be able to read the channel

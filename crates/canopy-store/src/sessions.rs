@@ -10,7 +10,7 @@
 //! notice in its home channel. Reports for a session that is not the agent's live one are
 //! ignored (stale incarnation).
 
-use canopy_core::acl::{Caller, require_operator};
+use canopy_core::acl::Caller;
 use canopy_core::redact::{redact, redact_value};
 use canopy_core::{
     AccountKind, AccountState, ActivityItem, ChannelName, Desired, Error, Handle, Message, Presence, RoleName,
@@ -279,7 +279,6 @@ pub fn mark_stalled(conn: &Db<'_>, stall_after_ms: i64) -> Result<Vec<Message>, 
 
 /// Sets whether an agent's session should run. Stopping ends its live session.
 pub fn set_desired(conn: &Db<'_>, caller: &Caller, handle: &Handle, desired: Desired) -> Result<RosterEntry, Error> {
-    require_operator(caller, &format!("{} {handle}", if desired == Desired::Running { "start" } else { "stop" }))?;
     let agent = require_account(conn, "handle", handle.as_str())?;
     if agent.kind != AccountKind::Agent {
         return Err(Error::invalid("handle", format!("{handle} is not an agent")));
@@ -323,7 +322,6 @@ pub fn set_desired(conn: &Db<'_>, caller: &Caller, handle: &Handle, desired: Des
 /// Records an operator's interrupt of an agent's turn in the audit log (`agents.interrupt`).
 /// The interrupt itself goes to the runner; this only keeps the record.
 pub fn record_interrupt(conn: &Db<'_>, caller: &Caller, handle: &Handle, detail: &str) -> Result<(), Error> {
-    require_operator(caller, &format!("interrupt {handle}"))?;
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
     audit(conn, Some(actor.id), "agents.interrupt", handle.as_str(), detail)
 }
@@ -390,13 +388,11 @@ pub fn roster_entry(conn: &Db<'_>, handle: &str) -> Result<RosterEntry, Error> {
 /// An agent's stored activity: after `after`, or the newest `tail` items.
 pub fn read_activity(
     conn: &Db<'_>,
-    caller: &Caller,
     handle: &str,
     after: u64,
     limit: u32,
     tail: Option<u32>,
 ) -> Result<(Vec<ActivityItem>, bool), Error> {
-    require_operator(caller, &format!("watch {handle}"))?;
     let agent = require_account(conn, "agent", handle)?;
     let mut items: Vec<ActivityItem> = match tail {
         Some(tail) => {

@@ -7,7 +7,6 @@
 //! periods (configuration) or touch files (transcripts are the daemon's).
 
 use canopy_core::Incarnation;
-use canopy_core::acl::{Caller, require_operator};
 use canopy_core::{Error, Handle, UsageRow, UsageTotals};
 use rusqlite::params;
 
@@ -104,8 +103,7 @@ fn totals(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(UsageTotals, i6
 }
 
 /// Sums usage reported since `since_ms` (operators only), optionally for one agent.
-pub fn usage(conn: &Db<'_>, caller: &Caller, agent: Option<&Handle>, since_ms: i64) -> Result<UsageView, Error> {
-    require_operator(caller, "read usage")?;
+pub fn usage(conn: &Db<'_>, agent: Option<&Handle>, since_ms: i64) -> Result<UsageView, Error> {
     let agent_id = agent.map(|h| require_account(conn, "agent", h.as_str()).map(|a| a.id)).transpose()?;
     let row = |r: &rusqlite::Row<'_>, incarnation: bool, turn: bool| -> rusqlite::Result<UsageRow> {
         let (totals, last) = totals(r, 3)?;
