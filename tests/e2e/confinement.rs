@@ -25,8 +25,16 @@ const QUICK: &[(&str, &str)] = &[
 ];
 
 /// The secret files at the data directory's root, as the issue lists them.
-const SECRETS: &[&str] =
-    &["operator.token", "runner.token", "session.secret", "daemon.json", "canopy.db", "canopy.toml"];
+const SECRETS: &[&str] = &[
+    "operator.token",
+    "credentials/runners/embedded.json",
+    "credentials/nats-operator.json",
+    "credentials/nats-daemon.json",
+    "session.secret",
+    "daemon.json",
+    "canopy.db",
+    "canopy.toml",
+];
 
 /// The attacks, each a shell command meant to fail, run from the attacker's working
 /// directory `<data>/sessions/<attacker>/work`.
@@ -77,10 +85,16 @@ fn assert_gate_held(env: &TestEnv, attacker: &str) {
 
 /// Every secret's text, to look for in what the model was sent.
 fn secret_texts(data: &Path) -> Vec<String> {
-    ["operator.token", "runner.token", "session.secret"]
+    let mut texts: Vec<String> = ["operator.token", "session.secret"]
         .iter()
         .map(|name| std::fs::read_to_string(data.join(name)).unwrap().trim().to_owned())
-        .collect()
+        .collect();
+    let runner: Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("credentials/runners/embedded.json")).unwrap())
+            .unwrap();
+    texts.push(runner["token"].as_str().unwrap().to_owned());
+    texts.push(runner["nats"]["password"].as_str().unwrap().to_owned());
+    texts
 }
 
 #[test]

@@ -74,7 +74,7 @@ impl TestEnv {
             .block_on(ManagedNats::start(NatsServerConfig {
                 bin,
                 dir: dir.path().join("test-nats"),
-                token: None,
+                users: Vec::new(),
                 restart_min: Duration::from_millis(100),
                 restart_max: Duration::from_millis(500),
             }))
@@ -172,11 +172,12 @@ impl TestEnv {
         self.wait_ready();
     }
 
-    /// Starts a standalone runner (`canopy runner`) on this workspace's NATS, its output
-    /// discarded; dropping the guard kills it.
+    /// Starts a standalone runner (`canopy runner --id second`, its credential made first) on
+    /// this workspace's NATS, its output discarded; dropping the guard kills it.
     pub fn spawn_runner(&self) -> Guarded {
+        self.runner_credential("second");
         Guarded(
-            self.command(&["runner", "--nats-url", &self.nats_url()])
+            self.command(&["runner", "--id", "second", "--nats-url", &self.nats_url()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -223,7 +224,7 @@ impl TestEnv {
 
     /// A raw NATS client on the test server (no token: the test server is open).
     pub fn bus(&self) -> Bus {
-        self.rt.block_on(Bus::connect(&self.nats_url(), None, "e2e", false)).unwrap()
+        self.rt.block_on(Bus::connect(&self.nats_url(), &canopy_bus::Login::open(), "e2e", false)).unwrap()
     }
 
     /// The workspace's subject map, from `daemon.json`.
@@ -231,6 +232,20 @@ impl TestEnv {
         let info: Value =
             serde_json::from_str(&std::fs::read_to_string(self.data_dir().join("daemon.json")).unwrap()).unwrap();
         canopy_proto::Subjects::new(info["workspace_id"].as_str().unwrap())
+    }
+
+    /// A runner's credential (`canopy runners add ID`, once), as JSON.
+    pub fn runner_credential(&self, id: &str) -> Value {
+        let path = self.data_dir().join("credentials/runners").join(format!("{id}.json"));
+        if !path.exists() {
+            self.ok(&["runners", "add", id]);
+        }
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// A runner's API token.
+    pub fn runner_token(&self, id: &str) -> String {
+        self.runner_credential(id)["token"].as_str().unwrap().to_owned()
     }
 
     /// The operator's token.

@@ -12,6 +12,7 @@ mod fake_http;
 mod fake_openai;
 mod harness_bins;
 
+mod authz;
 mod claude;
 mod cli;
 mod codex;

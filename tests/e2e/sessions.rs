@@ -357,8 +357,9 @@ fn a_bad_script_fails_agents_create_with_its_file_and_line() {
 #[test]
 fn two_runners_share_one_daemon_and_tools_work_through_each() {
     let env = TestEnv::started_with(FAST);
+    env.runner_credential("second");
     let mut second = crate::env::Guarded(
-        env.command(&["runner", "--nats-url", &env.nats_url()])
+        env.command(&["runner", "--id", "second", "--nats-url", &env.nats_url()])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

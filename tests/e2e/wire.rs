@@ -22,7 +22,7 @@ fn malformed_payloads_on_every_subject_get_typed_errors() {
     let bus = env.bus();
     let subjects = env.subjects();
     let operator = env.token();
-    let runner = std::fs::read_to_string(env.data_dir().join("runner.token")).unwrap().trim().to_owned();
+    let runner = env.runner_token("embedded");
     let garbage: &[&[u8]] = &[
         b"not json",
         b"[]",

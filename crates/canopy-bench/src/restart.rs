@@ -67,7 +67,9 @@ pub async fn figures(bench: Sandbox, quick: bool) -> Result<Vec<Figure>, String>
         .spawn()
         .map_err(|e| format!("starting {}: {e}", exe.display()))?;
     let pid = child.id().ok_or("the daemon exited at once")?;
-    let bus = Bus::connect(stopped.nats.url(), None, "canopy-bench-restart", false).await.map_err(|e| e.to_string())?;
+    let bus = Bus::connect(stopped.nats.url(), &canopy_bus::Login::open(), "canopy-bench-restart", false)
+        .await
+        .map_err(|e| e.to_string())?;
     let deadline = started + Duration::from_secs(120);
     let api = loop {
         if let Ok(info) = canopy_config::read_connection_info(&stopped.data) {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use canopy_bus::{ApiClient, Bus, ManagedNats, NatsServerConfig, find_nats_server};
+use canopy_bus::{ApiClient, Bus, Login, ManagedNats, NatsServerConfig, find_nats_server};
 use canopy_config::{Config, DataDir};
 use canopy_daemon::InitOptions;
 use canopy_proto::Subjects;
@@ -18,6 +18,9 @@ use crate::payload;
 
 /// The runner id the broadcast figure registers, so sessions exist without processes.
 pub const FAKE_RUNNER: &str = "bench-fake-runner";
+
+/// The in-process runner's id.
+pub const BENCH_RUNNER: &str = "bench-runner";
 
 /// The fake runner's id, typed.
 pub fn fake_runner() -> canopy_core::RunnerId {
@@ -36,6 +39,7 @@ pub struct Sandbox {
     pub api: ApiClient,
     pub operator: String,
     runner_token: String,
+    bench_runner: canopy_config::RunnerCredential,
     data: DataDir,
     config: Config,
     nats: ManagedNats,
@@ -68,7 +72,14 @@ impl Sandbox {
             name: "bench".into(),
             check_script: canopy_harness::scripted::check_script,
         };
-        canopy_daemon::init(&data, &options).await.map_err(|e| e.to_string())?;
+        let report = canopy_daemon::init(&data, &options).await.map_err(|e| e.to_string())?;
+        // The in-process runner's and the stand-in runner's credentials, before the daemon reads them.
+        let workspace_id = report.workspace.id.clone();
+        let credential = |id: canopy_core::RunnerId| {
+            canopy_daemon::credentials::add_runner(&data, &workspace_id, &id).map_err(|e| e.to_string())
+        };
+        let bench_runner = credential(canopy_core::RunnerId::from_trusted(BENCH_RUNNER.to_owned()))?;
+        let fake_credential = credential(fake_runner())?;
         let mut text = std::fs::read_to_string(data.config()).map_err(|e| e.to_string())?;
         for (from, to) in edits {
             text = text.replacen(from, to, 1);
@@ -79,7 +90,7 @@ impl Sandbox {
         let nats = ManagedNats::start(NatsServerConfig {
             bin: find_nats_server().map_err(|e| e.to_string())?,
             dir: dir.path().join("nats"),
-            token: None,
+            users: Vec::new(),
             restart_min: Duration::from_millis(100),
             restart_max: Duration::from_secs(1),
         })
@@ -106,7 +117,7 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        let bus = Bus::connect(nats.url(), None, "canopy-bench", false).await.map_err(|e| e.to_string())?;
+        let bus = Bus::connect(nats.url(), &Login::open(), "canopy-bench", false).await.map_err(|e| e.to_string())?;
         let api = ApiClient::new(bus, Subjects::new(&info.workspace_id), Duration::from_secs(30));
         let read = |path: std::path::PathBuf| {
             std::fs::read_to_string(&path).map(|t| t.trim().to_owned()).map_err(|e| format!("{}: {e}", path.display()))
@@ -116,7 +127,8 @@ impl Sandbox {
         let reader = Store::open(&data.db(), 16).map_err(|e| e.to_string())?;
         Ok(Sandbox {
             operator: read(data.operator_token())?,
-            runner_token: read(data.runner_token())?,
+            runner_token: fake_credential.token,
+            bench_runner,
             api,
             data,
             config,
@@ -227,8 +239,8 @@ impl Sandbox {
 
     /// A real runner in this process (harness: this binary's `harness-scripted`).
     pub async fn start_runner(&self) -> Result<canopy_runner::RunnerHandle, String> {
-        let options =
-            canopy_runner::wiring::options(&self.data, &self.config, self.api.clone()).map_err(|e| e.to_string())?;
+        let options = canopy_runner::wiring::options(&self.data, &self.config, self.api.clone(), &self.bench_runner)
+            .map_err(|e| e.to_string())?;
         canopy_runner::spawn(options).await.map_err(|e| e.to_string())
     }
 
@@ -241,6 +253,7 @@ impl Sandbox {
         loop {
             let request = RunnersSyncRequest {
                 runner_id: fake_runner(),
+                boot: String::new(),
                 name: "benchmark stand-in".into(),
                 mcp_url: "http://127.0.0.1:1/mcp".into(),
                 capacity,

@@ -28,11 +28,53 @@ pub enum BusError {
     Server(String),
 }
 
-/// A change in the connection to NATS.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A change in the connection to NATS, or the server refusing something on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConnectionEvent {
     Connected,
     Disconnected,
+    /// The server said no (a permissions violation names the subject); the connection stays.
+    Refused(String),
+}
+
+/// Reads a login's user and password, at every (re)connect.
+pub type ReadLogin = std::sync::Arc<dyn Fn() -> std::io::Result<(String, String)> + Send + Sync>;
+
+/// How a client logs in to NATS.
+#[derive(Clone, Default)]
+pub struct Login {
+    /// The user and password, read again at every reconnect so a rotated credential is picked
+    /// up without a restart; `None` connects without credentials (an open server).
+    pub read: Option<ReadLogin>,
+    /// The prefix of this client's reply inboxes (its login may subscribe only there).
+    pub inbox: Option<String>,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Login").field("user", &self.read.is_some()).field("inbox", &self.inbox).finish()
+    }
+}
+
+impl Login {
+    /// No credentials.
+    pub fn open() -> Login {
+        Login::default()
+    }
+
+    /// The user and password `read` returns at each connect (a credential file, say).
+    pub fn reading(
+        read: impl Fn() -> std::io::Result<(String, String)> + Send + Sync + 'static,
+        inbox: Option<String>,
+    ) -> Login {
+        Login { read: Some(std::sync::Arc::new(read)), inbox }
+    }
+
+    /// A fixed user and password.
+    pub fn fixed(user: &str, password: &str, inbox: Option<String>) -> Login {
+        let (user, password) = (user.to_owned(), password.to_owned());
+        Login { read: Some(std::sync::Arc::new(move || Ok((user.clone(), password.clone())))), inbox }
+    }
 }
 
 /// A connected NATS client. Cheap to clone.
@@ -66,38 +108,56 @@ pub struct Received {
 }
 
 impl Bus {
-    /// Connects to `url`, authenticating with the server token when there is one.
+    /// Connects to `url` with `login`.
     ///
     /// With `wait` the first connection is retried until it succeeds (the daemon uses this
     /// against its own server); without it a server that is down is an error at once.
-    pub async fn connect(url: &str, server_token: Option<&str>, name: &str, wait: bool) -> Result<Bus, BusError> {
+    pub async fn connect(url: &str, login: &Login, name: &str, wait: bool) -> Result<Bus, BusError> {
         let (events, _) = broadcast::channel(64);
         let events_tx = events.clone();
-        let mut options = match server_token {
-            Some(token) => async_nats::ConnectOptions::with_token(token.to_owned()),
-            None => async_nats::ConnectOptions::new(),
-        }
-        .name(name)
-        .connection_timeout(Duration::from_secs(5))
-        .subscription_capacity(8192)
-        .reconnect_delay_callback(|attempt| Duration::from_millis((50u64 << attempt.min(6)).min(2000)))
-        .event_callback(move |event| {
-            let events_tx = events_tx.clone();
-            async move {
-                let mapped = match event {
-                    async_nats::Event::Connected => Some(ConnectionEvent::Connected),
-                    async_nats::Event::Disconnected => Some(ConnectionEvent::Disconnected),
-                    other => {
-                        tracing::debug!(event = %other, "nats event");
-                        None
-                    }
-                };
-                if let Some(mapped) = mapped {
-                    tracing::debug!(?mapped, "nats connection changed");
-                    let _ = events_tx.send(mapped);
+        let mut options = match login.read.clone() {
+            Some(read) => async_nats::ConnectOptions::with_auth_callback(move |_nonce| {
+                let read = read.clone();
+                async move {
+                    let (user, password) =
+                        read().map_err(|e| async_nats::AuthError::new(format!("reading the NATS login: {e}")))?;
+                    let mut auth = async_nats::Auth::new();
+                    auth.username = Some(user);
+                    auth.password = Some(password);
+                    Ok(auth)
                 }
-            }
-        });
+            }),
+            None => async_nats::ConnectOptions::new(),
+        };
+        if let Some(inbox) = &login.inbox {
+            options = options.custom_inbox_prefix(inbox);
+        }
+        let mut options = options
+            .name(name)
+            .connection_timeout(Duration::from_secs(5))
+            .subscription_capacity(8192)
+            .reconnect_delay_callback(|attempt| Duration::from_millis((50u64 << attempt.min(6)).min(2000)))
+            .event_callback(move |event| {
+                let events_tx = events_tx.clone();
+                async move {
+                    let mapped = match event {
+                        async_nats::Event::Connected => Some(ConnectionEvent::Connected),
+                        async_nats::Event::Disconnected => Some(ConnectionEvent::Disconnected),
+                        async_nats::Event::ServerError(e) => {
+                            tracing::warn!(error = %e, "the NATS server refused a request of this client");
+                            Some(ConnectionEvent::Refused(e.to_string()))
+                        }
+                        other => {
+                            tracing::debug!(event = %other, "nats event");
+                            None
+                        }
+                    };
+                    if let Some(mapped) = mapped {
+                        tracing::debug!(?mapped, "nats connection changed");
+                        let _ = events_tx.send(mapped);
+                    }
+                }
+            });
         if wait {
             options = options.retry_on_initial_connect();
         }

@@ -11,5 +11,5 @@ mod client;
 mod server;
 
 pub use api::{ApiClient, CallError};
-pub use client::{Bus, BusError, ConnectionEvent, Incoming, Received};
-pub use server::{ManagedNats, NatsServerConfig, find_nats_server};
+pub use client::{Bus, BusError, ConnectionEvent, Incoming, Login, ReadLogin, Received};
+pub use server::{ManagedNats, NatsServerConfig, NatsUser, find_nats_server, render_authorization};

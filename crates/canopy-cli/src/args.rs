@@ -77,6 +77,15 @@ pub enum Command {
     Watch(WatchArgs),
     /// Run a runner as its own process: it hosts sessions placed on it by the daemon.
     Runner(RunnerArgs),
+    /// Runner credentials: add one (a NATS login and an API token), or revoke one.
+    #[command(subcommand)]
+    Runners(RunnersCommand),
+    /// The workspace's NATS logins and runner tokens: rotate them all.
+    #[command(subcommand)]
+    Credentials(CredentialsCommand),
+    /// Print the `authorization` block (bcrypt password hashes) for an external nats-server
+    /// the daemon uses with --nats-url.
+    NatsConfig,
     /// Serve the native tools over MCP on stdio for one session's token (for harnesses
     /// that only speak stdio).
     Mcp(McpArgs),
@@ -181,6 +190,31 @@ pub struct RunnerArgs {
     /// The NATS server the daemon uses (default: the one in daemon.json).
     #[arg(long, env = "CANOPY_NATS_URL")]
     pub nats_url: Option<String>,
+    /// The runner's credential in this data directory (`canopy runners add ID` made it).
+    #[arg(long, conflicts_with = "credentials")]
+    pub id: Option<String>,
+    /// A runner credential file (`canopy runners add ID --out FILE`, carried to this machine).
+    #[arg(long)]
+    pub credentials: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunnersCommand {
+    /// A credential for a new runner; the managed NATS server accepts it at once.
+    Add {
+        id: String,
+        /// Also write the credential here (mode 0600), to carry to the runner's machine.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Revoke a runner's credential: its connection is closed, its token refused.
+    Remove { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CredentialsCommand {
+    /// New passwords and tokens for every NATS login and runner; old connections are closed.
+    Rotate,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,10 +1,12 @@
-//! The CLI's connection to a running daemon: `daemon.json`, the operator token, NATS.
+//! The CLI's connection to a running daemon: `daemon.json`, the operator token, and NATS
+//! logged in as an operator client (or, for `canopy runner`, as that runner).
 
 pub use canopy_bus::CallError;
-use canopy_bus::{ApiClient, Bus};
+use canopy_bus::{ApiClient, Bus, Login};
+use canopy_config::credentials::read_login;
 use canopy_config::{Config, ConnectionInfo, DataDir, read_connection_info};
-use canopy_proto::ApiMethod;
 use canopy_proto::Subjects;
+use canopy_proto::{ApiMethod, Party};
 
 /// A connected operator client.
 pub struct Client {
@@ -24,16 +26,28 @@ pub fn connection_info(dir: &DataDir) -> Result<ConnectionInfo, CallError> {
     })
 }
 
-/// Connects to the daemon's NATS (`url` overrides the one in `daemon.json`).
-pub async fn api_client(dir: &DataDir, url: Option<&str>) -> Result<ApiClient, CallError> {
+/// Connects to the daemon's NATS (from `daemon.json`) as an operator client.
+pub async fn api_client(dir: &DataDir) -> Result<ApiClient, CallError> {
     let info = connection_info(dir)?;
+    let subjects = Subjects::new(&info.workspace_id);
+    let login_file = dir.operator_login();
+    let login = Login::reading(move || read_login(&login_file), Some(subjects.inbox(Party::Operator)));
+    connect(dir, &info.nats_url, subjects, &login, "canopy-cli").await
+}
+
+/// Connects to `url` with `login`, for the workspace `subjects` belong to.
+pub async fn connect(
+    dir: &DataDir,
+    url: &str,
+    subjects: Subjects,
+    login: &Login,
+    name: &str,
+) -> Result<ApiClient, CallError> {
     let timeout = Config::load(&dir.config())
         .map(|c| c.daemon.request_timeout)
         .unwrap_or_else(|_| Config::default().daemon.request_timeout);
-    let url = url.unwrap_or(&info.nats_url);
-    let token = if url == info.nats_url { info.nats_token.as_deref() } else { None };
-    let bus = Bus::connect(url, token, "canopy-cli", false).await.map_err(|e| CallError::Unreachable(e.to_string()))?;
-    Ok(ApiClient::new(bus, Subjects::new(&info.workspace_id), timeout))
+    let bus = Bus::connect(url, login, name, false).await.map_err(|e| CallError::Unreachable(e.to_string()))?;
+    Ok(ApiClient::new(bus, subjects, timeout))
 }
 
 /// Reads a token file of the data directory.
@@ -46,7 +60,7 @@ pub fn read_token(path: &std::path::Path) -> Result<String, CallError> {
 
 impl Client {
     pub async fn connect(dir: &DataDir) -> Result<Client, CallError> {
-        let api = api_client(dir, None).await?;
+        let api = api_client(dir).await?;
         Ok(Client { api, token: read_token(&dir.operator_token())? })
     }
 

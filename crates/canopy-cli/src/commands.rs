@@ -6,7 +6,7 @@ use canopy_config::{Config, DataDir};
 use canopy_core::{ChannelKind, ErrorCode, PostPolicy, Seq};
 use canopy_daemon::{DaemonError, DaemonOptions, InitOptions};
 use canopy_proto::api::*;
-use canopy_proto::{ApiMethod, method};
+use canopy_proto::{ApiMethod, Subjects, method};
 use futures_util::StreamExt;
 
 use crate::args::*;
@@ -34,6 +34,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Mcp(args) => mcp(json, &args).await,
         Command::Bench { quick } => bench(json, quick).await,
         Command::Doctor => crate::doctor::run(&dir, json).await,
+        Command::NatsConfig => nats_config(&dir, json),
         Command::Demo { yes } => crate::demo::run(yes).await,
         Command::Bundle(BundleCommand::Check { bundle }) => bundle_check(&dir, json, bundle),
         command => match Client::connect(&dir).await {
@@ -368,6 +369,20 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             call::<method::MessagesRead>(client, json, &request, output::read).await
         }
         Command::Tail(args) => tail(client, json, args).await,
+        Command::Runners(RunnersCommand::Add { id, out }) => runners_add(client, json, id, out).await,
+        Command::Runners(RunnersCommand::Remove { id }) => {
+            let request = RunnersRemoveRequest { id: id.clone() };
+            call::<method::RunnersRemove>(client, json, &request, |r: &CredentialsChangedResponse| {
+                output::credentials_changed(&format!("revoked runner {id}"), r)
+            })
+            .await
+        }
+        Command::Credentials(CredentialsCommand::Rotate) => {
+            call::<method::CredentialsRotate>(client, json, &CredentialsRotateRequest {}, |r| {
+                output::credentials_changed("rotated every NATS login and runner token", r)
+            })
+            .await
+        }
         Command::Init(_)
         | Command::Daemon(_)
         | Command::Up { .. }
@@ -376,6 +391,7 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         | Command::Bench { .. }
         | Command::Bundle(_)
         | Command::Doctor
+        | Command::NatsConfig
         | Command::Demo { .. } => Ok(()),
     };
     match result {
@@ -573,9 +589,33 @@ async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
         Err(e) => return fail_usage(json, &e.key, &e.to_string()),
     };
     canopy_runner::wiring::warn_if_unconfined(&config);
+    let file = match (&args.credentials, &args.id) {
+        (Some(file), _) => file.clone(),
+        (None, Some(id)) => dir.runner_credential(id),
+        (None, None) => {
+            let why = "a runner needs its credential: --id ID (made by `canopy runners add ID`) or --credentials FILE";
+            return fail_usage(json, "id", why);
+        }
+    };
     let started = async {
-        let api = crate::client::api_client(dir, args.nats_url.as_deref()).await?;
-        let options = canopy_runner::wiring::options(dir, &config, api)
+        let credential: canopy_config::RunnerCredential = canopy_config::credentials::read(&file)
+            .map_err(|e| CallError::Unreachable(format!("reading the runner's credential: {e}")))?;
+        // Another machine has no daemon.json: the credential names the workspace, --nats-url the server.
+        let url = match (&args.nats_url, crate::client::connection_info(dir)) {
+            (Some(url), _) => url.clone(),
+            (None, Ok(info)) => info.nats_url,
+            (None, Err(e)) => return Err(e),
+        };
+        let subjects = Subjects::new(&credential.workspace_id);
+        let id = canopy_core::RunnerId::parse(&credential.runner_id)
+            .map_err(|e| CallError::Unreachable(format!("{}: runner id: {e}", file.display())))?;
+        let login_file = file.clone();
+        let login = canopy_bus::Login::reading(
+            move || canopy_config::credentials::read_login(&login_file),
+            Some(subjects.inbox(canopy_proto::Party::Runner(&id))),
+        );
+        let api = crate::client::connect(dir, &url, subjects, &login, "canopy-runner").await?;
+        let options = canopy_runner::wiring::options(dir, &config, api, &credential)
             .map_err(|e| CallError::Unreachable(format!("preparing the runner: {e}")))?;
         canopy_runner::spawn(options).await.map_err(|e| CallError::Unreachable(e.to_string()))
     };
@@ -591,6 +631,74 @@ async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
     shutdown_signal().await;
     handle.shutdown().await;
     0
+}
+
+/// `canopy runners add`: the daemon writes the credential; `--out` writes a copy to carry.
+async fn runners_add(
+    client: &Client,
+    json: bool,
+    id: String,
+    out: Option<std::path::PathBuf>,
+) -> Result<(), CallError> {
+    let response = client.send::<method::RunnersAdd>(&RunnersAddRequest { id }).await?;
+    if let Some(out) = &out {
+        write_credential(out, &response.credential)?;
+    }
+    if json {
+        output::json(&response);
+    } else {
+        output::runner_added(&response, out.as_deref());
+    }
+    Ok(())
+}
+
+/// Writes a runner credential where the operator asked, mode 0600.
+fn write_credential(path: &std::path::Path, wire: &RunnerCredentialWire) -> Result<(), CallError> {
+    let credential = canopy_config::RunnerCredential {
+        workspace_id: wire.workspace_id.clone(),
+        runner_id: wire.runner_id.to_string(),
+        nats: canopy_config::NatsLogin { user: wire.nats_user.clone(), password: wire.nats_password.clone() },
+        token: wire.token.clone(),
+    };
+    let text = serde_json::to_string_pretty(&credential).unwrap_or_default() + "\n";
+    canopy_sys::write_private(path, text.as_bytes())
+        .map_err(|e| CallError::Unreachable(format!("writing {}: {e}", path.display())))
+}
+
+/// bcrypt's cheapest cost: the passwords are 256 random bits, so no cost makes guessing them
+/// any harder, and the server pays it at every connect.
+const BCRYPT_COST: u32 = 4;
+
+/// Prints the `authorization` block for an external nats-server: every login of this
+/// workspace with its permissions, passwords as bcrypt hashes. Needs no daemon.
+fn nats_config(dir: &DataDir, json: bool) -> u8 {
+    let built = (|| {
+        let credentials = canopy_daemon::credentials::load(dir).map_err(|e| e.to_string())?;
+        let workspace = credentials
+            .runners
+            .first()
+            .map(|r| r.workspace_id.clone())
+            .ok_or_else(|| format!("no runner credential in {}: run `canopy init` first", dir.root().display()))?;
+        let mut users = credentials.users(&Subjects::new(&workspace));
+        for user in &mut users {
+            user.password = bcrypt::hash(&user.password, BCRYPT_COST).map_err(|e| e.to_string())?;
+        }
+        Ok::<_, String>((workspace, canopy_bus::render_authorization(&users)))
+    })();
+    match built {
+        Ok((workspace, block)) if json => {
+            output::json(&serde_json::json!({ "workspace_id": workspace, "authorization": block }));
+            0
+        }
+        Ok((workspace, block)) => {
+            println!("# NATS logins of Canopy workspace {workspace}: put this in the nats-server configuration,");
+            println!("# reload the server, then run `canopy daemon --nats-url URL`. Re-run after");
+            println!("# `canopy runners add|remove` and `canopy credentials rotate`.");
+            print!("{block}");
+            0
+        }
+        Err(e) => fail(json, &CallError::Unreachable(e)),
+    }
 }
 
 /// Runs the benchmark and prints each figure beside its baseline.

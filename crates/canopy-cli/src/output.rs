@@ -1,7 +1,9 @@
 //! Output: logging set-up, JSON printing, and the concise text forms.
 
 use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, SpawnRequest, Topic, TreeNode};
-use canopy_proto::api::{BoardResponse, PostResponse, ReadResponse, UsageResponse};
+use canopy_proto::api::{
+    BoardResponse, CredentialsChangedResponse, PostResponse, ReadResponse, RunnersAddResponse, UsageResponse,
+};
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
 
@@ -185,6 +187,26 @@ pub fn board(r: &BoardResponse) {
     println!("#{} board", r.channel);
     for m in &r.pins {
         println!("  {}", message_line(m, false));
+    }
+}
+
+pub fn runner_added(r: &RunnersAddResponse, out: Option<&std::path::Path>) {
+    let id = &r.credential.runner_id;
+    println!("runner {id}: credential written to {}", r.path);
+    if let Some(out) = out {
+        println!("  and to {} (carry it to the runner's machine)", out.display());
+    }
+    println!("  start it here:      canopy runner --id {id}");
+    println!("  or on its machine:  canopy runner --credentials FILE --nats-url URL");
+    if !r.applied {
+        println!("  the NATS server is external: install `canopy nats-config` there and reload it");
+    }
+}
+
+pub fn credentials_changed(what: &str, r: &CredentialsChangedResponse) {
+    println!("{what}; NATS users now: {}", r.users.join(", "));
+    if !r.applied {
+        println!("  the NATS server is external: install `canopy nats-config` there and reload it");
     }
 }
 

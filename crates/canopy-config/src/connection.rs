@@ -11,8 +11,6 @@ use crate::DataDir;
 pub struct ConnectionInfo {
     pub workspace_id: String,
     pub nats_url: String,
-    /// The managed server's client token; `None` for an external server.
-    pub nats_token: Option<String>,
     pub pid: u32,
     pub version: String,
 }

@@ -37,9 +37,9 @@ impl DataDir {
         self.root.join("operator.token")
     }
 
-    /// The runners' bearer token (mode 0600): `runners.sync` and `sessions.report` need it.
-    pub fn runner_token(&self) -> PathBuf {
-        self.root.join("runner.token")
+    /// NATS logins and runner credentials (mode 0700; see `credentials`).
+    pub fn credentials(&self) -> PathBuf {
+        self.root.join("credentials")
     }
 
     /// The daemon's secret for deriving session tokens (mode 0600).

@@ -3,8 +3,6 @@
 //! The store keeps only a SHA-256 of each token; the token itself lives in a 0600 file
 //! (the operator's) or is handed to a session at start (later issues).
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -48,11 +46,7 @@ pub fn session_token(secret: &str, agent: &str, incarnation: canopy_core::Incarn
 
 /// Writes `text` to `path` atomically, readable by its owner only.
 pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    canopy_sys::write_private(path, text.as_bytes())
 }
 
 #[cfg(test)]

@@ -46,12 +46,15 @@ pub struct Api {
     pub prompts: std::sync::Arc<crate::prompts::Prompts>,
     /// Agent handle -> role (and run definition), for the per-role tool check.
     pub role_cache: std::sync::Arc<dashmap::DashMap<String, RoleOf>>,
+    /// The managed NATS server, reloaded when credentials change; `None` for an external one.
+    pub nats: Option<std::sync::Arc<canopy_bus::ManagedNats>>,
+    pub workspace_id: String,
 }
 
 /// The daemon's credentials for runners and sessions.
 pub struct Secrets {
-    /// Hash of the workspace's runner token.
-    pub runner_token_hash: String,
+    /// Runner token hash -> the runner it belongs to (replaced when credentials change).
+    pub runners: std::sync::RwLock<std::collections::HashMap<String, canopy_core::RunnerId>>,
     /// Secret from which session tokens are derived.
     pub session_secret: String,
 }
@@ -71,6 +74,18 @@ pub struct RoleOf {
     pub definition: Option<String>,
     /// For a subagent run: its Manager (its activity shows under the Manager too).
     pub manager: Option<String>,
+}
+
+/// A runner acts only as itself: the runner id a request names must be its token's.
+pub fn as_runner(runner: &canopy_core::RunnerId, claimed: &canopy_core::RunnerId) -> Result<(), Error> {
+    if runner == claimed {
+        Ok(())
+    } else {
+        Err(Error::Forbidden {
+            action: format!("act as runner {claimed}"),
+            reason: format!("the request's token is runner {runner}'s"),
+        })
+    }
 }
 
 impl Api {

@@ -46,8 +46,10 @@ impl Api {
 
     pub(crate) async fn sessions_continuity(
         &self,
+        runner: canopy_core::RunnerId,
         req: SessionsContinuityRequest,
     ) -> Result<SessionsContinuityResponse, Error> {
+        crate::context::as_runner(&runner, &req.runner_id)?;
         let compaction = req.when == ContinuityWhen::Compaction;
         let mut facts = self
             .store

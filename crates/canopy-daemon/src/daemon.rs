@@ -11,8 +11,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use canopy_bus::{ApiClient, Bus, ManagedNats, NatsServerConfig, find_nats_server};
-use canopy_proto::Subjects;
+use canopy_bus::{ApiClient, Bus, Login, ManagedNats, NatsServerConfig, find_nats_server};
+use canopy_config::credentials::read_login;
+use canopy_proto::{Party, Subjects};
 use canopy_store::Store;
 use futures_util::StreamExt;
 
@@ -20,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{load_or_create, random_hex, token_hash, write_private};
+use crate::auth::{load_or_create, write_private};
 use crate::context::{Api, Secrets};
 use crate::roles::{RoleDefaults, ScriptCheck};
 use canopy_config::{Config, ConfigError};
@@ -98,30 +99,31 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         .await?
         .ok_or_else(|| DaemonError::NoWorkspace { dir: dir.root().display().to_string() })?;
 
-    let (nats, url, nats_token) = match &options.nats_url {
-        Some(url) => (None, url.clone(), None),
+    let subjects = Subjects::new(&workspace.id);
+    let credentials = crate::credentials::ensure(&dir, &workspace.id)?;
+    let (nats, url) = match &options.nats_url {
+        Some(url) => (None, url.clone()),
         None => {
-            let token = random_hex(24)
-                .map_err(|source| DaemonError::Io { what: "generating the NATS token".into(), source })?;
             let nats = ManagedNats::start(NatsServerConfig {
                 bin: find_nats_server()?,
                 dir: dir.nats_dir(),
-                token: Some(token.clone()),
+                users: credentials.users(&subjects),
                 restart_min: config.nats.restart_backoff_min,
                 restart_max: config.nats.restart_backoff_max,
             })
             .await?;
             let url = nats.url().to_owned();
-            (Some(nats), url, Some(token))
+            (Some(Arc::new(nats)), url)
         }
     };
-    let bus = Bus::connect(&url, nats_token.as_deref(), "canopy-daemon", true).await?;
-    let subjects = Subjects::new(&workspace.id);
+    let login_file = dir.daemon_login();
+    let login = Login::reading(move || read_login(&login_file), Some(subjects.inbox(Party::Daemon)));
+    let bus = Bus::connect(&url, &login, "canopy-daemon", true).await?;
     let requests = bus.serve(&subjects.api_wildcard(), API_QUEUE).await?;
     bus.flush().await?;
 
     let secrets = Arc::new(Secrets {
-        runner_token_hash: token_hash(&secret(&dir.runner_token(), "cnr_")?),
+        runners: std::sync::RwLock::new(credentials.runner_tokens()),
         session_secret: secret(&dir.session_secret(), "")?,
     });
     let roles = Arc::new(RoleDefaults::resolve(&config, &dir.config(), dir.root(), options.check_script)?);
@@ -138,6 +140,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         operators: Arc::default(),
         prompts,
         role_cache: Arc::default(),
+        nats: nats.clone(),
+        workspace_id: workspace.id.clone(),
     };
 
     // Serve the API in its own task, so it keeps answering while the runner shuts down.
@@ -148,7 +152,6 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let info = ConnectionInfo {
         workspace_id: workspace.id.clone(),
         nats_url: url.clone(),
-        nats_token: nats_token.clone(),
         pid: std::process::id(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
     };

@@ -175,7 +175,12 @@ impl Api {
         }
     }
 
-    pub(crate) async fn deliveries_pull(&self, req: DeliveriesPullRequest) -> Result<DeliveriesPullResponse, Error> {
+    pub(crate) async fn deliveries_pull(
+        &self,
+        runner: canopy_core::RunnerId,
+        req: DeliveriesPullRequest,
+    ) -> Result<DeliveriesPullResponse, Error> {
+        crate::context::as_runner(&runner, &req.runner_id)?;
         let limit = req.limit.unwrap_or(self.config.delivery.batch).clamp(1, MAX_READ_LIMIT);
         let pending = self
             .store
@@ -187,7 +192,12 @@ impl Api {
         Ok(DeliveriesPullResponse { messages: pending.messages, wake: pending.wake, total: pending.total })
     }
 
-    pub(crate) async fn deliveries_ack(&self, req: DeliveriesAckRequest) -> Result<DeliveriesAckResponse, Error> {
+    pub(crate) async fn deliveries_ack(
+        &self,
+        runner: canopy_core::RunnerId,
+        req: DeliveriesAckRequest,
+    ) -> Result<DeliveriesAckResponse, Error> {
+        crate::context::as_runner(&runner, &req.runner_id)?;
         if req.seqs.len() > MAX_READ_LIMIT as usize {
             return Err(Error::invalid("seqs", format!("at most {MAX_READ_LIMIT} per acknowledgement")));
         }

@@ -8,8 +8,8 @@
 //! input: every failure is a typed `Error` in the reply. Holds no handler of its own.
 
 use bytes::Bytes;
-use canopy_core::Error;
 use canopy_core::acl::Caller;
+use canopy_core::{Error, RunnerId};
 use canopy_proto::api::*;
 use canopy_proto::{Method, Reply, WireError, decode_request};
 use canopy_store::ops;
@@ -24,9 +24,9 @@ use crate::context::{Api, encode, ok};
 /// table's response type. The table's access is checked here and nowhere else.
 macro_rules! dispatch {
     (@call $api:ident, Runner, $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
-        $api.authenticate_runner($token)?;
+        let runner = $api.authenticate_runner($token)?;
         let request: $req = decode_request($payload)?;
-        let response: $resp = $api.$handler(request).await?;
+        let response: $resp = $api.$handler(runner, request).await?;
         ok(response)
     }};
     (@call $api:ident, Operators, $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
@@ -87,11 +87,14 @@ impl Api {
         Ok(caller)
     }
 
-    pub(crate) fn authenticate_runner(&self, token: Option<&str>) -> Result<(), Error> {
-        match token {
-            Some(token) if token_hash(token) == self.secrets.runner_token_hash => Ok(()),
-            Some(_) => Err(Error::Unauthenticated("this method needs the workspace's runner token".into())),
-            None => Err(Error::Unauthenticated("the request has no Canopy-Token header".into())),
-        }
+    /// The runner a runner token belongs to.
+    pub(crate) fn authenticate_runner(&self, token: Option<&str>) -> Result<RunnerId, Error> {
+        let Some(token) = token else {
+            return Err(Error::Unauthenticated("the request has no Canopy-Token header".into()));
+        };
+        let hash = token_hash(token);
+        let runners =
+            self.secrets.runners.read().map_err(|_| Error::Internal("the runner tokens are poisoned".into()))?;
+        runners.get(&hash).cloned().ok_or_else(|| Error::Unauthenticated("this method needs a runner's token".into()))
     }
 }

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod builtin;
 pub mod context;
 pub mod continuity;
+pub mod credentials;
 pub mod daemon;
 pub mod delivery;
 pub mod gate;

@@ -354,14 +354,25 @@ impl Api {
         Ok(RunsListResponse { runs: runs.into_iter().map(run_info).collect() })
     }
 
-    pub(crate) async fn runs_finish(&self, req: RunsFinishRequest) -> Result<RunsFinishResponse, Error> {
+    pub(crate) async fn runs_finish(
+        &self,
+        runner: canopy_core::RunnerId,
+        req: RunsFinishRequest,
+    ) -> Result<RunsFinishResponse, Error> {
         let status = match req.status.as_str() {
             "done" => RunStatus::Done,
             "failed" => RunStatus::Failed,
             other => return Err(Error::invalid("status", format!("{other:?} is not one of: done, failed"))),
         };
-        let agent = req.agent.clone();
-        let run = self.store.read(move |conn| ops::run_of_account(conn, &agent)).await?;
+        let (agent, incarnation) = (req.agent.clone(), req.incarnation);
+        // Only the runner hosting the run's live session reports its end.
+        let run = self
+            .store
+            .read(move |conn| {
+                ops::live_agent(conn, &agent, incarnation, &runner)?;
+                ops::run_of_account(conn, &agent)
+            })
+            .await?;
         let Some((run, _)) = run else {
             return Err(Error::invalid("agent", format!("{} is not a subagent run", req.agent)));
         };

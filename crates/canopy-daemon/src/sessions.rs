@@ -2,18 +2,26 @@
 //! should host) and its session reports (presence, activity, usage, ends, crash loops, with
 //! their notices), and the stall check. Does not deliver messages (`delivery`).
 
+use canopy_core::acl::Caller;
 use canopy_core::{Error, Incarnation};
 use canopy_proto::api::*;
 use canopy_store::{Report, RunnerHeartbeat, UsageReport, ops};
 
 use crate::auth::{session_token, token_hash};
 use crate::context::{Api, bounded_text, encode};
+use crate::credentials;
 
 impl Api {
-    pub(crate) async fn runners_sync(&self, req: RunnersSyncRequest) -> Result<RunnersSyncResponse, Error> {
+    pub(crate) async fn runners_sync(
+        &self,
+        runner: canopy_core::RunnerId,
+        req: RunnersSyncRequest,
+    ) -> Result<RunnersSyncResponse, Error> {
+        crate::context::as_runner(&runner, &req.runner_id)?;
         let running = req.running;
         let beat = RunnerHeartbeat {
             runner_id: req.runner_id,
+            boot: bounded_text("boot", req.boot, 64)?,
             name: bounded_text("name", req.name, 128)?,
             mcp_url: bounded_text("mcp_url", req.mcp_url, 512)?,
             capacity: req.capacity,
@@ -77,7 +85,12 @@ impl Api {
         Ok(RunnersSyncResponse { keep, start, more })
     }
 
-    pub(crate) async fn sessions_report(&self, req: SessionsReportRequest) -> Result<SessionsReportResponse, Error> {
+    pub(crate) async fn sessions_report(
+        &self,
+        runner: canopy_core::RunnerId,
+        req: SessionsReportRequest,
+    ) -> Result<SessionsReportResponse, Error> {
+        crate::context::as_runner(&runner, &req.runner_id)?;
         if req.reports.len() > 10_000 {
             return Err(Error::invalid("reports", "at most 10000 reports per request"));
         }
@@ -128,5 +141,87 @@ impl Api {
             Ok(notices) => self.deliver_notices(notices).await,
             Err(e) => tracing::warn!(error = %e, "checking for stalled sessions failed"),
         }
+    }
+}
+
+/// How long after answering a credential change the NATS server reloads its users.
+const RELOAD_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Runner credentials and rotation: the files change first, then the server's users and the
+/// token map, then the audit record.
+impl Api {
+    pub(crate) async fn runners_add(
+        &self,
+        caller: Caller,
+        req: RunnersAddRequest,
+    ) -> Result<RunnersAddResponse, Error> {
+        let id = canopy_core::RunnerId::parse(&req.id).map_err(|e| Error::name("id", e))?;
+        let dir = canopy_config::DataDir::new(&self.data_dir);
+        let credential = credentials::add_runner(&dir, &self.workspace_id, &id)?;
+        let applied = self.credentials_changed(&caller, "runners.add", id.as_str()).await?;
+        Ok(RunnersAddResponse {
+            path: dir.runner_credential(id.as_str()).display().to_string(),
+            credential: RunnerCredentialWire {
+                workspace_id: credential.workspace_id,
+                runner_id: id,
+                nats_user: credential.nats.user,
+                nats_password: credential.nats.password,
+                token: credential.token,
+            },
+            applied: applied.applied,
+        })
+    }
+
+    pub(crate) async fn runners_remove(
+        &self,
+        caller: Caller,
+        req: RunnersRemoveRequest,
+    ) -> Result<CredentialsChangedResponse, Error> {
+        let id = canopy_core::RunnerId::parse(&req.id).map_err(|e| Error::name("id", e))?;
+        credentials::remove_runner(&canopy_config::DataDir::new(&self.data_dir), &id)?;
+        self.credentials_changed(&caller, "runners.remove", id.as_str()).await
+    }
+
+    pub(crate) async fn credentials_rotate(
+        &self,
+        caller: Caller,
+        _req: CredentialsRotateRequest,
+    ) -> Result<CredentialsChangedResponse, Error> {
+        credentials::rotate(&canopy_config::DataDir::new(&self.data_dir), &self.workspace_id)?;
+        self.credentials_changed(&caller, "credentials.rotate", "all").await
+    }
+
+    /// Applies the credential files as they now are: the managed server's users (a reload,
+    /// which closes connections of users that are gone), the runner tokens, the audit log.
+    async fn credentials_changed(
+        &self,
+        caller: &Caller,
+        action: &'static str,
+        target: &str,
+    ) -> Result<CredentialsChangedResponse, Error> {
+        let now = credentials::load(&canopy_config::DataDir::new(&self.data_dir))?;
+        if let Ok(mut tokens) = self.secrets.runners.write() {
+            *tokens = now.runner_tokens();
+        }
+        let applied = match &self.nats {
+            Some(nats) => {
+                // After the reply has gone: the reload closes the connections of renamed users,
+                // the caller's included, and the daemon's own (which logs in again at once).
+                let (nats, users) = (nats.clone(), now.users(&self.subjects));
+                tokio::spawn(async move {
+                    tokio::time::sleep(RELOAD_AFTER).await;
+                    if let Err(e) = nats.reload(&users) {
+                        tracing::error!(error = %e, "reloading the NATS server's users failed");
+                    }
+                });
+                true
+            }
+            None => false,
+        };
+        let (caller, target, detail) =
+            (caller.clone(), target.to_owned(), if applied { "applied" } else { "install canopy nats-config" });
+        self.store.write(move |conn| ops::record_act(conn, &caller, action, &target, detail)).await?;
+        tracing::info!(action, applied, "credentials changed");
+        Ok(CredentialsChangedResponse { users: now.user_names(), applied })
     }
 }

@@ -346,8 +346,12 @@ pub struct RunningSession {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunnersSyncRequest {
-    /// Stable for the runner process's life.
+    /// The runner's id: its credential's, so it must match the token the request carries.
     pub runner_id: RunnerId,
+    /// Random per start of the runner's process: a new one ends the sessions an earlier
+    /// process of the same runner left recorded as live.
+    #[serde(default)]
+    pub boot: String,
     pub name: String,
     /// The runner's MCP endpoint, for the record.
     pub mcp_url: String,
@@ -587,6 +591,63 @@ pub struct BoardResponse {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Done {}
+
+/// `runners.add`: a credential for a new runner (operators).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersAddRequest {
+    /// The runner's id: lowercase letters, digits and hyphens, at most 64 bytes.
+    pub id: String,
+}
+
+/// A runner's credential, as it goes into the file the runner reads.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnerCredentialWire {
+    pub workspace_id: String,
+    pub runner_id: RunnerId,
+    pub nats_user: String,
+    pub nats_password: String,
+    pub token: String,
+}
+
+impl std::fmt::Debug for RunnerCredentialWire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerCredentialWire").field("runner_id", &self.runner_id).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersAddResponse {
+    pub credential: RunnerCredentialWire,
+    /// Where the daemon wrote it (mode 0600), for a runner on this machine.
+    pub path: String,
+    /// Whether the NATS server already accepts it: true for the managed server; for an
+    /// external one, install `canopy nats-config` again.
+    pub applied: bool,
+}
+
+/// `runners.remove`: revoke a runner's credential (operators).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersRemoveRequest {
+    pub id: String,
+}
+
+/// `credentials.rotate`: new passwords and tokens for every NATS login and runner (operators).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialsRotateRequest {}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialsChangedResponse {
+    /// The NATS users now accepted.
+    pub users: Vec<String>,
+    /// Whether the NATS server already applied the change (see `RunnersAddResponse`).
+    pub applied: bool,
+}
 
 /// On `canopy.<ws>.runner.<id>.deliver`: these agents have new messages.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

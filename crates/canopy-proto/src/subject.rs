@@ -64,6 +64,11 @@ impl Subjects {
         Subjects { prefix: format!("canopy.{workspace_id}") }
     }
 
+    /// `canopy.<ws>`, the start of every subject of the workspace.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// `canopy.<ws>.api.<method>`
     pub fn api(&self, method: Method) -> String {
         format!("{}.api.{}", self.prefix, method.as_str())

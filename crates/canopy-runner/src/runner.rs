@@ -49,7 +49,9 @@ pub struct RunnerSettings {
 #[derive(Debug, Clone)]
 pub struct RunnerOptions {
     pub api: ApiClient,
-    /// The workspace's runner token (runners.sync and sessions.report need it).
+    /// Its id: its credential's (the NATS login may use only this runner's subjects).
+    pub id: RunnerId,
+    /// Its credential's API token (the runner methods need it; it names this runner).
     pub token: String,
     /// A human name for the roster (`host-pid`).
     pub name: String,
@@ -92,8 +94,9 @@ impl RunnerHandle {
 
 /// Starts a runner: its MCP endpoint, its reporter, and its sync loop.
 pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> {
-    // Digits and lowercase hex: always a valid runner id.
-    let id = RunnerId::from_trusted(format!("runner-{}-{:x}", std::process::id(), random_suffix()));
+    let id = options.id.clone();
+    // Which process of this runner this is: a new one ends what an earlier one left live.
+    let boot = format!("{}-{:x}", std::process::id(), random_suffix());
     let tokens: Arc<RwLock<HashMap<String, String>>> = Arc::new(RwLock::new(HashMap::new()));
     let check_tokens = tokens.clone();
     let check: TokenCheck = Arc::new(move |token| check_tokens.read().is_ok_and(|t| t.contains_key(token)));
@@ -134,6 +137,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         stop: stop.clone(),
         resync_now: false,
         registered: false,
+        boot,
     };
     let task = tokio::spawn(async move {
         actor.run(pokes, doorbells, steers, interrupts).await;
@@ -165,6 +169,8 @@ struct RunnerActor {
     /// agent -> earliest restart time (backoff after a crash).
     not_before: HashMap<String, Instant>,
     stop: CancellationToken,
+    /// This process's boot, sent with every sync.
+    boot: String,
     /// Set when the last sync said more sessions wait to be started.
     resync_now: bool,
     /// Whether a sync has succeeded yet (the daemon knows this runner).
@@ -213,6 +219,7 @@ impl RunnerActor {
             .collect();
         let request = RunnersSyncRequest {
             runner_id: self.id.clone(),
+            boot: self.boot.clone(),
             name: self.options.name.clone(),
             mcp_url: self.endpoint.url.clone(),
             capacity: self.options.settings.capacity,

@@ -12,7 +12,8 @@ use std::pin::Pin;
 
 use canopy_bus::ApiClient;
 use canopy_config::config::{HarnessKeys, SandboxModeConfig};
-use canopy_config::{Config, ConfigError, DataDir};
+use canopy_config::{Config, ConfigError, DataDir, EMBEDDED_RUNNER, RunnerCredential};
+use canopy_core::RunnerId;
 use canopy_harness::{HarnessKind, HarnessSettings, ProviderSettings, SandboxMode, SandboxSettings};
 
 use crate::{RunnerOptions, RunnerSettings};
@@ -28,7 +29,10 @@ pub fn embedded(
     api: ApiClient,
 ) -> Pin<Box<dyn Future<Output = Result<Stop, String>> + Send>> {
     Box::pin(async move {
-        let options = options(&dir, &config, api).map_err(|e| format!("preparing the embedded runner: {e}"))?;
+        let credential = canopy_config::credentials::read(&dir.runner_credential(EMBEDDED_RUNNER))
+            .map_err(|e| format!("preparing the embedded runner: {e}"))?;
+        let options =
+            options(&dir, &config, api, &credential).map_err(|e| format!("preparing the embedded runner: {e}"))?;
         let handle = crate::spawn(options).await.map_err(|e| e.to_string())?;
         let stop: Stop = Box::new(move || Box::pin(async move { handle.shutdown().await }));
         Ok(stop)
@@ -121,13 +125,21 @@ pub fn warn_if_unconfined(config: &Config) {
     }
 }
 
-/// The embedded (or standalone) runner's options from the configuration.
-pub fn options(dir: &DataDir, config: &Config, api: ApiClient) -> std::io::Result<RunnerOptions> {
+/// The embedded (or standalone) runner's options from the configuration and its credential.
+pub fn options(
+    dir: &DataDir,
+    config: &Config,
+    api: ApiClient,
+    credential: &RunnerCredential,
+) -> std::io::Result<RunnerOptions> {
     let runner = &config.runner;
-    let token = std::fs::read_to_string(dir.runner_token())?.trim().to_owned();
+    let id = RunnerId::parse(&credential.runner_id).map_err(|e| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("runner id {:?}: {e}", credential.runner_id))
+    })?;
     Ok(RunnerOptions {
         api,
-        token,
+        id,
+        token: credential.token.clone(),
         name: format!("{}-{}", hostname(), std::process::id()),
         sessions_dir: dir.sessions(),
         scripted_program: std::env::current_exe()?,

@@ -233,6 +233,11 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX activity_at ON activity(at);
     CREATE INDEX messages_sender ON messages(sender_id, seq);
     "#,
+    // A runner's process: a runner id is its credential's and outlives a process, so each
+    // start says which boot it is, and the sessions of an earlier boot end at once.
+    r#"
+    ALTER TABLE runners ADD COLUMN boot TEXT NOT NULL DEFAULT '';
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

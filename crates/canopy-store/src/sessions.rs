@@ -36,6 +36,8 @@ const DETAIL_BYTES: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct RunnerHeartbeat {
     pub runner_id: RunnerId,
+    /// Which start of the runner's process this is (random per start).
+    pub boot: String,
     pub name: String,
     pub mcp_url: String,
     pub capacity: u32,
@@ -96,12 +98,28 @@ pub fn sync_runner(
     token_hash_for: &dyn Fn(&str, Incarnation) -> String,
 ) -> Result<Vec<LiveSession>, Error> {
     let now = conn.now_ms();
+    let previous_boot: Option<String> = conn
+        .prepare_cached("SELECT boot FROM runners WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![beat.runner_id.as_str()], |r| r.get(0)).optional())
+        .map_err(sql("reading a runner's boot"))?;
     conn.execute(
-        "INSERT INTO runners (id, name, mcp_url, capacity, started_at, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?5) \
-         ON CONFLICT (id) DO UPDATE SET name = ?2, mcp_url = ?3, capacity = ?4, last_seen = ?5",
-        params![beat.runner_id.as_str(), beat.name, beat.mcp_url, beat.capacity, now],
+        "INSERT INTO runners (id, name, mcp_url, capacity, started_at, last_seen, boot) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6) \
+         ON CONFLICT (id) DO UPDATE SET name = ?2, mcp_url = ?3, capacity = ?4, last_seen = ?5, boot = ?6",
+        params![beat.runner_id.as_str(), beat.name, beat.mcp_url, beat.capacity, now, beat.boot],
     )
     .map_err(sql("recording a runner heartbeat"))?;
+
+    // The same runner started again: the sessions of its earlier process died with it.
+    if previous_boot.is_some_and(|boot| boot != beat.boot) {
+        let orphaned: Vec<(i64, i64)> = conn
+            .prepare_cached("SELECT id, agent_id FROM sessions WHERE runner_id = ?1 AND ended_at IS NULL")
+            .and_then(|mut s| s.query_map(params![beat.runner_id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .map_err(sql("finding an earlier boot's sessions"))?;
+        for (session_id, agent_id) in orphaned {
+            end_session(conn, session_id, "its runner restarted", now)?;
+            set_presence(conn, agent_id, Presence::Offline, Some("its runner restarted"), None, now)?;
+        }
+    }
 
     // Sessions on runners that stopped syncing end here; their agents get placed again.
     let dead: Vec<(i64, i64)> = conn
@@ -322,8 +340,14 @@ pub fn set_desired(conn: &Db<'_>, caller: &Caller, handle: &Handle, desired: Des
 /// Records an operator's interrupt of an agent's turn in the audit log (`agents.interrupt`).
 /// The interrupt itself goes to the runner; this only keeps the record.
 pub fn record_interrupt(conn: &Db<'_>, caller: &Caller, handle: &Handle, detail: &str) -> Result<(), Error> {
+    record_act(conn, caller, "agents.interrupt", handle.as_str(), detail)
+}
+
+/// Records an act that happens outside the store (a credential changed, a turn stopped) in
+/// the audit log, as `caller`'s.
+pub fn record_act(conn: &Db<'_>, caller: &Caller, action: &str, target: &str, detail: &str) -> Result<(), Error> {
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
-    audit(conn, Some(actor.id), "agents.interrupt", handle.as_str(), detail)
+    audit(conn, Some(actor.id), action, target, detail)
 }
 
 /// Sets the caller's own activity line.

@@ -313,6 +313,7 @@ async fn live_workspace() -> (tempfile::TempDir, Store) {
                 .unwrap();
             let beat = crate::RunnerHeartbeat {
                 runner_id: RunnerId::parse("r1").unwrap(),
+                boot: "b1".into(),
                 name: "r1".into(),
                 mcp_url: "http://x".into(),
                 capacity: 10,
@@ -728,4 +729,35 @@ async fn a_request_expires_exactly_when_its_time_is_up() {
     assert_eq!(notices.len(), 1, "{notices:?}");
     assert_eq!(request_state(&store, id).await, SpawnState::Expired);
     assert_eq!(audited(&store, "spawn.expire").await, 1);
+}
+
+#[tokio::test]
+async fn a_runner_that_starts_again_gets_fresh_sessions_at_once() {
+    let (_dir, store) = live_workspace().await;
+    let beat = |boot: &str| crate::RunnerHeartbeat {
+        runner_id: RunnerId::parse("r1").unwrap(),
+        boot: boot.into(),
+        name: "r1".into(),
+        mcp_url: "http://x".into(),
+        capacity: 10,
+        ttl_ms: 60_000,
+    };
+    let sync = |b: crate::RunnerHeartbeat| {
+        let store = store.clone();
+        async move {
+            store
+                .write(move |c| ops::sync_runner(c, &b, &|agent, n| format!("hash-{agent}-{n}")))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|s| (s.agent.to_string(), s.incarnation))
+                .collect::<Vec<_>>()
+        }
+    };
+    let same = sync(beat("b1")).await;
+    assert!(same.iter().all(|(_, n)| *n == Incarnation(1)), "the same boot keeps its sessions: {same:?}");
+    // No waiting for the runner's time-to-live: the earlier process's sessions ended with it.
+    let again = sync(beat("b2")).await;
+    assert_eq!(again.len(), same.len());
+    assert!(again.iter().all(|(_, n)| *n == Incarnation(2)), "{again:?}");
 }

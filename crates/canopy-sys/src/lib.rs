@@ -1,7 +1,7 @@
 //! The few OS calls Canopy needs that std does not offer, in one place: sending a signal to
 //! a process or process group, asking the kernel to kill a child when its parent dies,
 //! starting a child in a session of its own, the one wall clock (`unix_us`, and `Clock` for code
-//! that takes the time as an argument), Landlock (the ABI this kernel offers, and a
+//! that takes the time as an argument), writing a private file atomically, Landlock (the ABI this kernel offers, and a
 //! TCP-connect and scope ruleset a child enters before it runs anything), and reading the OS
 //! random source.
 //!
@@ -11,7 +11,7 @@
 
 use tokio::process::Command;
 
-pub use libc::{SIGCONT, SIGKILL, SIGSTOP, SIGTERM};
+pub use libc::{SIGCONT, SIGHUP, SIGKILL, SIGSTOP, SIGTERM};
 
 /// Sends `signal` to process `pid`. A stale pid only yields ESRCH, which is ignored.
 pub fn signal(pid: u32, signal: libc::c_int) {
@@ -246,6 +246,18 @@ impl Clock {
             ms.fetch_add(i64::try_from(by.as_millis()).unwrap_or(i64::MAX), std::sync::atomic::Ordering::SeqCst);
         }
     }
+}
+
+/// Writes `bytes` to `path` atomically (a temporary file, synced, then renamed), readable
+/// and writable by its owner only: every secret file Canopy writes goes through here.
+pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 /// `n` bytes from the OS random source, as lowercase hex.

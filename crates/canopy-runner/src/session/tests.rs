@@ -99,17 +99,17 @@ async fn start(hold_acks: bool) -> Running {
     let nats = ManagedNats::start(NatsServerConfig {
         bin: canopy_bus::find_nats_server().unwrap(),
         dir: dir.path().join("nats"),
-        token: None,
+        users: Vec::new(),
         restart_min: Duration::from_millis(100),
         restart_max: Duration::from_millis(500),
     })
     .await
     .unwrap();
     let subjects = Subjects::new("ws-000000000000");
-    let served = Bus::connect(nats.url(), None, "stand-in", true).await.unwrap();
+    let served = Bus::connect(nats.url(), &canopy_bus::Login::open(), "stand-in", true).await.unwrap();
     tokio::spawn(serve(served.clone(), subjects.clone(), daemon));
     served.flush().await.unwrap();
-    let bus = Bus::connect(nats.url(), None, "runner", true).await.unwrap();
+    let bus = Bus::connect(nats.url(), &canopy_bus::Login::open(), "runner", true).await.unwrap();
     let api = ApiClient::new(bus, subjects, Duration::from_millis(500));
     let settings = RunnerSettings {
         sync_interval: Duration::from_secs(60),
@@ -129,6 +129,7 @@ async fn start(hold_acks: bool) -> Running {
     };
     let options = RunnerOptions {
         api,
+        id: canopy_core::RunnerId::parse("r1").unwrap(),
         token: "cnr_test".into(),
         name: "test".into(),
         sessions_dir: dir.path().join("sessions"),
