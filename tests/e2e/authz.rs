@@ -224,3 +224,259 @@ fn an_external_server_set_up_by_nats_config_takes_a_runner_from_a_second_directo
     );
     drop(server);
 }
+
+/// Who the matrix calls every method as, in `canopy_proto::access::CALLERS` order.
+struct World {
+    env: TestEnv,
+    bus: Bus,
+    subjects: Subjects,
+    /// One token per caller kind; `None` sends no token at all.
+    tokens: Vec<Option<String>>,
+    /// A message in `#home-lead`, for the board.
+    seq: u64,
+    counter: std::cell::Cell<u32>,
+}
+
+const IDLE: &str = "";
+
+/// The script of an implementer run that stays out (its token must be live for the matrix).
+const LINGERING_RUN: &str = "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ sleep = \"600s\" }]\n";
+
+impl World {
+    fn new() -> World {
+        let linger = tempfile::Builder::new()
+            .prefix("linger-")
+            .suffix(".toml")
+            .tempfile()
+            .unwrap()
+            .into_temp_path()
+            .keep()
+            .unwrap();
+        std::fs::write(&linger, LINGERING_RUN).unwrap();
+        let run_script = format!("script = {:?}", linger.display().to_string());
+        let mut edits: Vec<(&str, &str)> = crate::sessions::FAST.to_vec();
+        edits.push(("script = \"implementer.toml\"", &run_script));
+        edits.extend([
+            ("max_pending_requests = 3", "max_pending_requests = 100"),
+            ("max_children = 8", "max_children = 100"),
+            ("max_per_manager = 4", "max_per_manager = 100"),
+        ]);
+        let env = TestEnv::started_with(&edits);
+        env.create_scripted("lead", IDLE);
+        env.create_scripted("other", IDLE);
+        env.create_scripted("retired", IDLE);
+        env.create_scripted("spare", IDLE);
+        let lint = env.script("lint.toml", IDLE);
+        env.json(&["agents", "create", "--handle", "lint", "--name", "lint", "--parent", "lead", "--script", &lint]);
+        env.ok(&["channels", "create", "matrix"]);
+        let token = |handle: &str| {
+            let pid = env.wait_harness_pid(handle, 1);
+            crate::sessions::process_env(pid)["CANOPY_MCP_TOKEN"].clone()
+        };
+        let (supervisor, lead, lint, other, retired) =
+            (token("supervisor"), token("lead"), token("lint"), token("other"), token("retired"));
+        let bus = env.bus();
+        let subjects = env.subjects();
+        let started = crate::wire::request(
+            &env,
+            &bus,
+            &subjects.api(Method::RunsStart),
+            Some(&lead),
+            br#"{"definition": "implementer", "brief": "stay out for the matrix"}"#,
+        );
+        assert!(started.get("ok").is_some(), "{started}");
+        // A run's activity shows under its Manager.
+        let mut run_pid;
+        crate::assert_eventually!(
+            {
+                run_pid = env
+                    .activity("lead")
+                    .iter()
+                    .find(|i| i["kind"] == "session_ready" && i["agent"] == "run-1")
+                    .and_then(|i| i["detail"]["pid"].as_u64());
+                run_pid.is_some()
+            },
+            "run-1 never became ready"
+        );
+        let run = crate::sessions::process_env(run_pid.unwrap() as u32)["CANOPY_MCP_TOKEN"].clone();
+        env.ok(&["agents", "stop", "retired"]);
+        crate::assert_eventually!(
+            env.roster_entry("retired")["presence"] != "idle",
+            "retired's session never ended: {}",
+            env.roster_entry("retired")
+        );
+        let runner = env.runner_token("matrix");
+        let posted = env.json(&["post", "--channel", "home-lead", "--topic", "matrix", "--create-topic", "pin me"]);
+        let seq = posted["message"]["seq"].as_u64().unwrap();
+        let tokens = vec![
+            Some(env.token()),
+            Some(supervisor),
+            Some(lead),
+            Some(lint),
+            Some(other),
+            Some(run),
+            Some(runner),
+            Some(retired),
+            None,
+            Some("cnp_not-a-token".to_owned()),
+        ];
+        World { env, bus, subjects, tokens, seq, counter: std::cell::Cell::new(0) }
+    }
+
+    fn call(&self, method: Method, token: Option<&str>, request: &Value) -> Value {
+        crate::wire::request(&self.env, &self.bus, &self.subjects.api(method), token, request.to_string().as_bytes())
+    }
+
+    /// Calls as the operator (or `lead`), which must succeed.
+    fn setup(&self, method: Method, caller: usize, request: Value) -> Value {
+        let reply = self.call(method, self.tokens[caller].as_deref(), &request);
+        reply.get("ok").cloned().unwrap_or_else(|| panic!("setting up with {}: {reply}", method.as_str()))
+    }
+
+    fn fresh(&self) -> u32 {
+        self.counter.set(self.counter.get() + 1);
+        self.counter.get()
+    }
+
+    /// The request that tries `method` as a caller against `lead`'s resources (setting up
+    /// whatever it consumes: a pending request to decide, an agent to despawn, a pin).
+    fn request(&self, method: Method) -> Value {
+        use serde_json::json;
+        let n = self.fresh();
+        let idle = json!({ "name": "idle.toml", "text": "" });
+        let spawn = |handle: String| {
+            let request = json!({ "handle": handle, "name": "Child", "charter": "c", "reason": "matrix" });
+            self.setup(Method::SpawnRequest, 2, request)["id"].clone()
+        };
+        let victim = || {
+            let handle = format!("victim-{n}");
+            let request =
+                json!({ "handle": handle, "name": "Victim", "parent": "lead", "harness": "scripted", "script": idle });
+            self.setup(Method::AgentsCreate, 0, request);
+            handle
+        };
+        match method {
+            Method::MessagesPost => {
+                json!({ "channel": "home-lead", "topic": "matrix", "body": format!("post {n}"), "create_topic": true })
+            }
+            Method::MessagesRead | Method::TopicsList | Method::BoardList => json!({ "channel": "home-lead" }),
+            Method::ChannelsList
+            | Method::Tree
+            | Method::Roster
+            | Method::HistorySearch
+            | Method::Whoami
+            | Method::AgentsList
+            | Method::MessagesSync
+            | Method::SpawnList
+            | Method::AuditList
+            | Method::Usage
+            | Method::CredentialsRotate => json!({}),
+            Method::AgentsSetActivity => json!({ "text": format!("matrix {n}") }),
+            Method::ChannelsSubscribe | Method::ChannelsUnsubscribe => json!({ "channel": "matrix" }),
+            Method::ChannelsOpenDirect => json!({ "peer": "lead" }),
+            Method::BoardPin => json!({ "channel": "home-lead", "seq": self.seq }),
+            Method::BoardUnpin => {
+                let posted = self.setup(
+                    Method::MessagesPost,
+                    0,
+                    json!({ "channel": "home-lead", "topic": "matrix", "body": format!("pinned {n}") }),
+                );
+                let seq = posted["message"]["seq"].clone();
+                self.setup(Method::BoardPin, 0, json!({ "channel": "home-lead", "seq": seq }));
+                json!({ "channel": "home-lead", "seq": seq })
+            }
+            Method::SpawnRequest => {
+                json!({ "handle": format!("child-{n}"), "name": "Child", "charter": "c", "reason": "matrix" })
+            }
+            Method::SpawnCancel => json!({ "id": spawn(format!("cancel-{n}")) }),
+            Method::SpawnDecide => json!({ "id": spawn(format!("decide-{n}")), "approve": false, "reason": "matrix" }),
+            Method::AgentsDespawn => json!({ "handle": victim() }),
+            Method::AgentsReparent => json!({ "handle": victim(), "parent": "other" }),
+            Method::RunsStart => json!({ "definition": "implementer", "brief": format!("matrix {n}") }),
+            Method::PromptsSkill => json!({ "name": "comms-playbook" }),
+            Method::PromptsRule => json!({ "name": "never-merge" }),
+            Method::AgentsCreate => {
+                json!({ "handle": format!("made-{n}"), "name": "Made", "harness": "scripted", "script": idle })
+            }
+            Method::AgentsShow => json!({ "handle": "lead" }),
+            Method::ChannelsCreate => json!({ "name": format!("made-{n}"), "kind": "general" }),
+            Method::AgentsStart | Method::AgentsStop => json!({ "handle": "spare" }),
+            Method::ActivityRead => json!({ "agent": "lead" }),
+            Method::TopicsRename => {
+                let topic = format!("rename-{n}");
+                self.setup(
+                    Method::MessagesPost,
+                    0,
+                    json!({ "channel": "home-lead", "topic": topic, "body": "x", "create_topic": true }),
+                );
+                json!({ "channel": "home-lead", "topic": topic, "to": format!("renamed-{n}") })
+            }
+            Method::TopicsResolve => json!({ "channel": "home-lead", "topic": "matrix", "resolved": true }),
+            Method::PromptsRender | Method::RunsList => json!({ "agent": "lead" }),
+            Method::AgentsInterrupt => json!({ "handle": "lead" }),
+            Method::RunnersAdd => json!({ "id": format!("added-{n}") }),
+            Method::OperatorsAdd => json!({ "handle": format!("op-{n}") }),
+            Method::OperatorsList => json!({}),
+            Method::OperatorsRevoke => {
+                let handle = format!("gone-{n}");
+                self.setup(Method::OperatorsAdd, 0, json!({ "handle": handle }));
+                json!({ "handle": handle })
+            }
+            Method::RunnersRemove => {
+                let id = format!("removed-{n}");
+                self.setup(Method::RunnersAdd, 0, json!({ "id": id }));
+                json!({ "id": id })
+            }
+            Method::RunnersSync => json!({
+                "runner_id": "matrix", "boot": "matrix", "name": "matrix", "mcp_url": "http://127.0.0.1:1/mcp",
+                "capacity": 0, "running": []
+            }),
+            Method::SessionsReport => json!({ "runner_id": "matrix", "reports": [] }),
+            Method::DeliveriesPull => json!({ "runner_id": "matrix", "agent": "lead", "incarnation": 1 }),
+            Method::DeliveriesAck => json!({ "runner_id": "matrix", "agent": "lead", "incarnation": 1, "seqs": [] }),
+            Method::RunsFinish => json!({ "agent": "run-1", "incarnation": 1, "status": "done", "report": "forged" }),
+            Method::SessionsContinuity => {
+                json!({ "runner_id": "matrix", "agent": "lead", "incarnation": 1, "when": "start" })
+            }
+        }
+    }
+}
+
+/// The answer's code: `ok`, or the error's.
+fn code(reply: &Value) -> String {
+    if reply.get("ok").is_some() { "ok".to_owned() } else { reply["error"]["code"].as_str().unwrap_or("?").to_owned() }
+}
+
+#[test]
+fn the_authorization_matrix_holds_for_every_method_and_caller() {
+    let world = World::new();
+    // Rotation last: it replaces the runner token the runner column uses.
+    let mut methods: Vec<Method> = Method::ALL.iter().copied().filter(|m| *m != Method::CredentialsRotate).collect();
+    methods.push(Method::CredentialsRotate);
+    assert_eq!(world.tokens.len(), canopy_proto::access::CALLERS.len());
+    let mut wrong = Vec::new();
+    for method in methods {
+        let expected = canopy_proto::access::matrix(method);
+        for (caller, want) in expected.iter().enumerate() {
+            let request = world.request(method);
+            let reply = world.call(method, world.tokens[caller].as_deref(), &request);
+            let got = code(&reply);
+            if got != *want {
+                let who = canopy_proto::access::CALLERS[caller];
+                wrong.push(format!("{} as {who}: wanted {want}, got {reply}", method.as_str()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the matrix does not hold:\n{}", wrong.join("\n"));
+
+    // Beyond the matrix: a runner's token cannot speak for another runner.
+    let forged = serde_json::json!({
+        "runner_id": "embedded", "boot": "x", "name": "x", "mcp_url": "http://127.0.0.1:1/mcp", "capacity": 0, "running": []
+    });
+    let reply = world.call(Method::RunnersSync, world.tokens[6].as_deref(), &forged);
+    assert_eq!(code(&reply), "forbidden", "{reply}");
+    // After the rotation (the last row), the embedded runner still delivers, on its new token.
+    let env = &world.env;
+    env.ok(&["post", "--channel", "home-lead", "--topic", "after", "--create-topic", "still delivered"]);
+    env.settled("lead");
+}

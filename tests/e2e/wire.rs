@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::env::TestEnv;
 
-fn request(env: &TestEnv, bus: &canopy_bus::Bus, subject: &str, token: Option<&str>, payload: &[u8]) -> Value {
+pub fn request(env: &TestEnv, bus: &canopy_bus::Bus, subject: &str, token: Option<&str>, payload: &[u8]) -> Value {
     let reply = env
         .rt
         .block_on(bus.request(subject, token, Bytes::copy_from_slice(payload), Duration::from_secs(5)))

@@ -90,7 +90,7 @@ pub async fn figures(bench: Sandbox, quick: bool) -> Result<Vec<Figure>, String>
     let rss_ready = rss_mib(pid).unwrap_or(0.0);
     // Serve the whole roster and agent list once, as an operator's first look would.
     let roster: RosterResponse =
-        api.send::<method::Roster>(&stopped.operator, &RosterRequest {}).await.map_err(|e| e.to_string())?;
+        api.send::<method::Roster>(&stopped.operator, &RosterRequest::default()).await.map_err(|e| e.to_string())?;
     let _: AgentsListResponse =
         api.send::<method::AgentsList>(&stopped.operator, &AgentsListRequest {}).await.map_err(|e| e.to_string())?;
     let rss = rss_mib(pid).unwrap_or(0.0).max(rss_ready);

@@ -224,8 +224,11 @@ impl Sandbox {
         self.api.send::<method::AgentsCreate>(&self.operator, &request).await.map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let roster: RosterResponse =
-                self.api.send::<method::Roster>(&self.operator, &RosterRequest {}).await.map_err(|e| e.to_string())?;
+            let roster: RosterResponse = self
+                .api
+                .send::<method::Roster>(&self.operator, &RosterRequest::default())
+                .await
+                .map_err(|e| e.to_string())?;
             if roster.agents.iter().any(|a| a.handle.as_str() == handle && a.presence == canopy_core::Presence::Working)
             {
                 return Ok(());
@@ -239,8 +242,14 @@ impl Sandbox {
 
     /// A real runner in this process (harness: this binary's `harness-scripted`).
     pub async fn start_runner(&self) -> Result<canopy_runner::RunnerHandle, String> {
-        let options = canopy_runner::wiring::options(&self.data, &self.config, self.api.clone(), &self.bench_runner)
-            .map_err(|e| e.to_string())?;
+        let options = canopy_runner::wiring::options(
+            &self.data,
+            &self.config,
+            self.api.clone(),
+            &self.bench_runner,
+            &self.data.runner_credential(BENCH_RUNNER),
+        )
+        .map_err(|e| e.to_string())?;
         canopy_runner::spawn(options).await.map_err(|e| e.to_string())
     }
 

@@ -77,6 +77,9 @@ pub enum Command {
     Watch(WatchArgs),
     /// Run a runner as its own process: it hosts sessions placed on it by the daemon.
     Runner(RunnerArgs),
+    /// Operators: add one (a token of its own), list them, revoke one.
+    #[command(subcommand)]
+    Operators(OperatorsCommand),
     /// Runner credentials: add one (a NATS login and an API token), or revoke one.
     #[command(subcommand)]
     Runners(RunnersCommand),
@@ -196,6 +199,22 @@ pub struct RunnerArgs {
     /// A runner credential file (`canopy runners add ID --out FILE`, carried to this machine).
     #[arg(long)]
     pub credentials: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperatorsCommand {
+    /// Another operator; its token is written to --out (mode 0600) or printed once.
+    Add {
+        handle: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Every operator and its state.
+    List,
+    /// Revoke an operator: its token is refused from its next request on.
+    Revoke { handle: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -282,8 +282,10 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             call::<method::Usage>(client, json, &request, output::usage).await
         }
         Command::Roster => {
-            call::<method::Roster>(client, json, &RosterRequest {}, |r: &RosterResponse| output::roster(&r.agents))
-                .await
+            call::<method::Roster>(client, json, &RosterRequest::default(), |r: &RosterResponse| {
+                output::roster(&r.agents)
+            })
+            .await
         }
         Command::Watch(args) => watch(client, json, args).await,
         Command::Agents(AgentsCommand::List) => {
@@ -310,7 +312,8 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                 .await
         }
         Command::Tree => {
-            call::<method::Tree>(client, json, &TreeRequest {}, |r: &TreeResponse| output::tree(&r.root)).await
+            call::<method::Tree>(client, json, &TreeRequest { depth: None }, |r: &TreeResponse| output::tree(&r.root))
+                .await
         }
         Command::Channels { command: None | Some(ChannelsCommand::List) } => {
             call::<method::ChannelsList>(client, json, &ChannelsListRequest {}, |r: &ChannelsListResponse| {
@@ -370,6 +373,22 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         }
         Command::Tail(args) => tail(client, json, args).await,
         Command::Runners(RunnersCommand::Add { id, out }) => runners_add(client, json, id, out).await,
+        Command::Operators(OperatorsCommand::Add { handle, name, out }) => {
+            operators_add(client, json, OperatorsAddRequest { handle, name }, out).await
+        }
+        Command::Operators(OperatorsCommand::List) => {
+            call::<method::OperatorsList>(client, json, &OperatorsListRequest {}, |r: &OperatorsListResponse| {
+                output::operators(&r.operators)
+            })
+            .await
+        }
+        Command::Operators(OperatorsCommand::Revoke { handle }) => {
+            let request = OperatorsRevokeRequest { handle };
+            call::<method::OperatorsRevoke>(client, json, &request, |a: &canopy_core::Account| {
+                println!("revoked operator {}: its token is refused from now on", a.handle)
+            })
+            .await
+        }
         Command::Runners(RunnersCommand::Remove { id }) => {
             let request = RunnersRemoveRequest { id: id.clone() };
             call::<method::RunnersRemove>(client, json, &request, |r: &CredentialsChangedResponse| {
@@ -615,7 +634,7 @@ async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
             Some(subjects.inbox(canopy_proto::Party::Runner(&id))),
         );
         let api = crate::client::connect(dir, &url, subjects, &login, "canopy-runner").await?;
-        let options = canopy_runner::wiring::options(dir, &config, api, &credential)
+        let options = canopy_runner::wiring::options(dir, &config, api, &credential, &file)
             .map_err(|e| CallError::Unreachable(format!("preparing the runner: {e}")))?;
         canopy_runner::spawn(options).await.map_err(|e| CallError::Unreachable(e.to_string()))
     };
@@ -631,6 +650,30 @@ async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
     shutdown_signal().await;
     handle.shutdown().await;
     0
+}
+
+/// `canopy operators add`: the token goes to `--out` (0600), or is printed once.
+async fn operators_add(
+    client: &Client,
+    json: bool,
+    request: OperatorsAddRequest,
+    out: Option<std::path::PathBuf>,
+) -> Result<(), CallError> {
+    let response = client.send::<method::OperatorsAdd>(&request).await?;
+    if let Some(out) = &out {
+        canopy_sys::write_private(out, format!("{}\n", response.token).as_bytes())
+            .map_err(|e| CallError::Unreachable(format!("writing {}: {e}", out.display())))?;
+    }
+    if json {
+        output::json(&response);
+    } else {
+        let handle = &response.account.handle;
+        match &out {
+            Some(out) => println!("operator {handle}: token written to {} (0600)", out.display()),
+            None => println!("operator {handle}: token {} (shown once; keep it 0600)", response.token),
+        }
+    }
+    Ok(())
 }
 
 /// `canopy runners add`: the daemon writes the credential; `--out` writes a copy to carry.

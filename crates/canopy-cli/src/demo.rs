@@ -94,7 +94,7 @@ impl Demo {
     }
 
     async fn presence(&self, handle: &str) -> Option<canopy_core::Presence> {
-        let roster: RosterResponse = self.send::<method::Roster>(&RosterRequest {}).await.ok()?;
+        let roster: RosterResponse = self.send::<method::Roster>(&RosterRequest::default()).await.ok()?;
         roster.agents.into_iter().find(|a| a.handle.as_str() == handle).map(|a| a.presence)
     }
 

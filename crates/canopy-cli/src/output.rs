@@ -72,7 +72,11 @@ pub fn tree(node: &TreeNode) {
         };
         println!("{prefix}{branch}{} ({}, {}, {})", node.handle, node.display_name, node.role, node.state);
         for (i, child) in node.children.iter().enumerate() {
-            walk(child, &next, i + 1 == node.children.len(), false);
+            walk(child, &next, i + 1 == node.children.len() && node.omitted == 0, false);
+        }
+        if node.omitted > 0 {
+            let branch = if root { "" } else { "└── " };
+            println!("{next}{branch}... {} more", node.omitted);
         }
     }
     walk(node, "", true, true);
@@ -187,6 +191,13 @@ pub fn board(r: &BoardResponse) {
     println!("#{} board", r.channel);
     for m in &r.pins {
         println!("  {}", message_line(m, false));
+    }
+}
+
+pub fn operators(operators: &[Account]) {
+    let width = operators.iter().map(|a| a.handle.as_str().len()).max().unwrap_or(8);
+    for a in operators {
+        println!("{:width$}  {:8}  {}", a.handle.as_str(), a.state.to_string(), a.display_name);
     }
 }
 

@@ -188,7 +188,31 @@ pub struct PolicyConfig {
     /// A spawn request nobody answers expires after this long.
     #[serde(with = "humantime_serde")]
     pub request_ttl: Duration,
+    /// Words a handle may not contain (as one of its hyphen-separated parts): the names of
+    /// tools and vendors, because a lane is named by its function (`ci-manager`).
+    pub forbidden_handle_words: Vec<String>,
 }
+
+/// The default `policy.forbidden_handle_words`.
+pub const FORBIDDEN_HANDLE_WORDS: &[&str] = &[
+    "aws",
+    "gcp",
+    "azure",
+    "grafana",
+    "github",
+    "gitlab",
+    "slack",
+    "jira",
+    "claude",
+    "codex",
+    "gpt",
+    "openai",
+    "anthropic",
+    "gemini",
+    "llm",
+    "ai",
+    "bot",
+];
 
 impl Default for PolicyConfig {
     fn default() -> PolicyConfig {
@@ -198,6 +222,7 @@ impl Default for PolicyConfig {
             max_agents: 100,
             max_pending_requests: 3,
             request_ttl: Duration::from_secs(24 * 3600),
+            forbidden_handle_words: FORBIDDEN_HANDLE_WORDS.iter().map(|w| (*w).to_owned()).collect(),
         }
     }
 }
@@ -617,6 +642,13 @@ impl Config {
         positive("policy.max_pending_requests", policy.max_pending_requests as usize)?;
         if policy.request_ttl.is_zero() {
             return Err(("policy.request_ttl", "must be longer than zero".into()));
+        }
+        if let Some(bad) = policy
+            .forbidden_handle_words
+            .iter()
+            .find(|w| w.is_empty() || !w.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+        {
+            return Err(("policy.forbidden_handle_words", format!("{bad:?} is not one lowercase word")));
         }
         let sandbox = &self.sandbox;
         if sandbox.bwrap.as_os_str().is_empty() {

@@ -70,6 +70,29 @@ pub fn may_post(caller: &Caller, channel: &Channel, subscribed: bool) -> Result<
     }
 }
 
+/// Whether `caller` may pin a message of `channel` to its board: a pin is said to everyone
+/// who reads the channel, so it needs the right to read and to post there (an agent cannot
+/// pin into `#announcements`, where only the Supervisor and operators speak).
+pub fn may_pin(caller: &Caller, channel: &Channel, subscribed: bool) -> Result<(), Error> {
+    may_read(caller, channel, subscribed)?;
+    may_post(caller, channel, subscribed).map_err(|e| match e {
+        Error::Forbidden { reason, .. } => Error::Forbidden { action: format!("pin to #{}", channel.name), reason },
+        other => other,
+    })
+}
+
+/// Whether `caller` may take a pin off a board: operators any, an agent only its own.
+pub fn may_unpin(caller: &Caller, channel: &str, seq: crate::Seq, pinned_by_caller: bool) -> Result<(), Error> {
+    if caller.is_operator() || pinned_by_caller {
+        Ok(())
+    } else {
+        Err(Error::Forbidden {
+            action: format!("unpin message {seq} in #{channel}"),
+            reason: "an agent may unpin only what it pinned".into(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

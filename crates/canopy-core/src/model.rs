@@ -59,8 +59,10 @@ pub enum AccountState {
     Active,
     Crashed,
     Despawned,
+    /// An operator whose token was revoked (`canopy operators revoke`).
+    Revoked,
 }
-string_enum!(AccountState { Active => "active", Crashed => "crashed", Despawned => "despawned" });
+string_enum!(AccountState { Active => "active", Crashed => "crashed", Despawned => "despawned", Revoked => "revoked" });
 
 /// What a channel is for (DESIGN section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -139,6 +141,13 @@ pub struct TreeNode {
     pub role: RoleName,
     pub state: AccountState,
     pub children: Vec<TreeNode>,
+    /// Children left out of `children` (a view around an agent shows only so much).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A channel as the API shows it.

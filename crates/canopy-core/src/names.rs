@@ -134,6 +134,24 @@ impl Handle {
     }
 }
 
+impl Handle {
+    /// Refuses a handle with a word of `forbidden` as one of its hyphen-separated parts: a
+    /// Manager is named by its function (`ci-manager`), not by the tool or vendor it uses
+    /// (`aws-manager`, `claude-bot`), because tools change and lanes stay.
+    pub fn check_function_name(&self, field: &'static str, forbidden: &[String]) -> Result<(), crate::Error> {
+        match self.0.split('-').find(|part| forbidden.iter().any(|w| w == part)) {
+            None => Ok(()),
+            Some(word) => Err(crate::Error::invalid(
+                field,
+                format!(
+                    "{self} names a tool or vendor ({word}); name the lane by its function instead \
+                     (what it owns: ci-manager, release-manager, docs-manager)"
+                ),
+            )),
+        }
+    }
+}
+
 impl RoleName {
     /// The root agent's role; exactly one account has it.
     pub const SUPERVISOR: &'static str = "supervisor";
@@ -213,6 +231,20 @@ impl TopicName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_handle_names_a_function_not_a_tool() {
+        let words: Vec<String> = ["aws", "claude", "bot"].iter().map(|w| (*w).to_owned()).collect();
+        for bad in ["aws-manager", "claude-bot", "bot", "infra-aws"] {
+            let err = Handle::parse(bad).unwrap_or_else(|e| panic!("{e}")).check_function_name("handle", &words);
+            let message = err.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(message.contains("name the lane by its function"), "{bad}: {message}");
+        }
+        for good in ["ci-manager", "claudette", "robotics", "bots-manager"] {
+            let handle = Handle::parse(good).unwrap_or_else(|e| panic!("{e}"));
+            assert!(handle.check_function_name("handle", &words).is_ok(), "{good}");
+        }
+    }
 
     #[test]
     fn handles_follow_the_grammar() {

@@ -89,11 +89,38 @@ impl Api {
         self.config.sandbox.mode == canopy_config::config::SandboxModeConfig::Off
     }
 
-    pub(crate) async fn roster(&self, _: Caller, _: RosterRequest) -> Result<RosterResponse, Error> {
-        let mut agents = self.store.read(ops::roster).await?;
+    /// The roster, filtered, a page at a time: bounded for agents (a prompt-sized answer at
+    /// any tree size), the whole of it for operators unless they ask for less.
+    pub(crate) async fn roster(&self, caller: Caller, req: RosterRequest) -> Result<RosterResponse, Error> {
+        let limit = match (req.limit, caller.is_operator()) {
+            (Some(0), _) => return Err(Error::invalid("limit", "must be at least 1")),
+            (Some(n), true) => n as usize,
+            (Some(n), false) => n.min(MAX_ROSTER_PAGE) as usize,
+            (None, true) => usize::MAX,
+            (None, false) => MAX_ROSTER_PAGE as usize,
+        };
+        if req.handles.len() > MAX_ROSTER_PAGE as usize {
+            return Err(Error::invalid("handles", format!("at most {MAX_ROSTER_PAGE} per request")));
+        }
+        let handles = req
+            .handles
+            .iter()
+            .map(|h| Handle::parse(h).map_err(|e| Error::name("handles", e)))
+            .collect::<Result<std::collections::HashSet<Handle>, Error>>()?;
         let unconfined = self.unconfined();
-        agents.iter_mut().for_each(|a| a.unconfined = unconfined);
-        Ok(RosterResponse { agents })
+        let mut matched: Vec<RosterEntry> = self
+            .store
+            .read(ops::roster)
+            .await?
+            .into_iter()
+            .filter(|a| req.presence.is_none_or(|p| a.presence == p))
+            .filter(|a| handles.is_empty() || handles.contains(&a.handle))
+            .filter(|a| req.after.as_deref().is_none_or(|after| a.handle.as_str() > after))
+            .collect();
+        let more = matched.len().saturating_sub(limit) as u32;
+        matched.truncate(limit);
+        matched.iter_mut().for_each(|a| a.unconfined = unconfined);
+        Ok(RosterResponse { agents: matched, more })
     }
 
     pub(crate) async fn activity_read(
@@ -130,8 +157,10 @@ impl Api {
         caller: Caller,
         req: AgentsCreateRequest,
     ) -> Result<canopy_core::Account, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        handle.check_function_name("handle", &self.config.policy.forbidden_handle_words)?;
         let spec = AgentSpec {
-            handle: Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?,
+            handle,
             display_name: display_name(&req.name)?,
             role: RoleName::parse(&req.role).map_err(|e| Error::name("role", e))?,
             parent: req
@@ -190,7 +219,53 @@ impl Api {
         self.store.write(move |conn| ops::reparent(conn, &caller, &handle, &parent)).await
     }
 
-    pub(crate) async fn tree(&self, _: Caller, _: TreeRequest) -> Result<TreeResponse, Error> {
-        Ok(TreeResponse { root: self.store.read(ops::tree).await? })
+    /// The whole tree for an operator; for an agent, the tree around it (`tree::around`).
+    pub(crate) async fn tree(&self, caller: Caller, req: TreeRequest) -> Result<TreeResponse, Error> {
+        let whole = self.store.read(ops::tree).await?;
+        if caller.is_operator() {
+            return Ok(TreeResponse { root: whole });
+        }
+        let depth = req.depth.unwrap_or(canopy_core::tree::DEFAULT_AROUND_DEPTH);
+        let root = canopy_core::tree::around(&whole, &caller.handle, depth)
+            .ok_or_else(|| Error::AgentNotFound { field: "caller", handle: caller.handle.to_string() })?;
+        Ok(TreeResponse { root })
+    }
+}
+
+/// Operators: more of them, and revocation.
+impl Api {
+    pub(crate) async fn operators_add(
+        &self,
+        _operator: Caller,
+        req: OperatorsAddRequest,
+    ) -> Result<OperatorsAddResponse, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let display_name = display_name(&req.name.unwrap_or_else(|| handle.to_string()))?;
+        let token = crate::auth::new_token().map_err(|e| Error::Internal(format!("generating a token: {e}")))?;
+        let spec = canopy_store::OperatorSpec { handle, display_name, token_hash: crate::auth::token_hash(&token) };
+        let account = self.store.write(move |conn| ops::create_operator(conn, &spec)).await?;
+        Ok(OperatorsAddResponse { account, token })
+    }
+
+    pub(crate) async fn operators_list(
+        &self,
+        _operator: Caller,
+        _: OperatorsListRequest,
+    ) -> Result<OperatorsListResponse, Error> {
+        Ok(OperatorsListResponse { operators: self.store.read(ops::operators).await? })
+    }
+
+    /// Revokes an operator and drops it from the token cache, so its very next request fails.
+    pub(crate) async fn operators_revoke(
+        &self,
+        caller: Caller,
+        req: OperatorsRevokeRequest,
+    ) -> Result<canopy_core::Account, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let target = handle.clone();
+        let account = self.store.write(move |conn| ops::revoke_operator(conn, &caller, &target)).await?;
+        self.revocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.operators.retain(|_, cached| cached.handle != handle);
+        Ok(account)
     }
 }

@@ -42,6 +42,8 @@ pub struct Api {
     /// so they are resolved once; session tokens are checked against the store every time,
     /// because they die with their session.
     pub operators: std::sync::Arc<dashmap::DashMap<String, Caller>>,
+    /// Moves at every revocation: a lookup that began before one does not fill the cache.
+    pub revocations: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The prompt bundle in use.
     pub prompts: std::sync::Arc<crate::prompts::Prompts>,
     /// Agent handle -> role (and run definition), for the per-role tool check.

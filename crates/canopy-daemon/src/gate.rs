@@ -44,8 +44,10 @@ impl Api {
         {
             return Err(Error::invalid("idempotency_key", "must be 1 to 128 printable ASCII characters"));
         }
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        handle.check_function_name("handle", &self.config.policy.forbidden_handle_words)?;
         let spec = SpawnSpec {
-            handle: Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?,
+            handle,
             display_name: text("name", req.name, 128)?,
             role: RoleName::parse(&req.role).map_err(|e| Error::name("role", e))?,
             charter: text("charter", req.charter, MAX_CHARTER)?,

@@ -72,17 +72,30 @@ impl Api {
     pub(crate) async fn authenticate(&self, token: Option<&str>) -> Result<Caller, Error> {
         let token = token.ok_or_else(|| Error::Unauthenticated("the request has no Canopy-Token header".into()))?;
         let hash = token_hash(token);
-        if let Some(caller) = self.operators.get(&hash) {
-            return Ok(caller.clone());
+        // Operators' digests are compared one by one in constant time, without a hash lookup
+        // whose timing depends on the digest (there are a handful of operators).
+        let mut cached = None;
+        for entry in self.operators.iter() {
+            if crate::auth::same_digest(entry.key(), &hash) {
+                cached = Some(entry.value().clone());
+            }
+        }
+        if let Some(caller) = cached {
+            return Ok(caller);
         }
         let key = hash.clone();
+        let epoch = self.revocations.load(std::sync::atomic::Ordering::SeqCst);
         let caller = self
             .store
             .read(move |conn| ops::resolve_token(conn, &key))
             .await?
             .ok_or_else(|| Error::Unauthenticated("the token is not known to this workspace".into()))?;
         if caller.is_operator() {
-            self.operators.insert(hash, caller.clone());
+            self.operators.insert(hash.clone(), caller.clone());
+            // A revocation that landed meanwhile may have read the cache before this entry.
+            if self.revocations.load(std::sync::atomic::Ordering::SeqCst) != epoch {
+                self.operators.remove(&hash);
+            }
         }
         Ok(caller)
     }

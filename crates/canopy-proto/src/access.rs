@@ -80,6 +80,101 @@ impl Subjects {
     }
 }
 
+/// The caller kinds of the authorization matrix, in column order: an operator; the
+/// Supervisor; a Manager (`lead`, whose resources each request targets); its report (a child
+/// Manager); an unrelated Manager; an implementer run of `lead`'s; a runner's credential (not
+/// the one hosting `lead`); a session token whose session ended; no token; a malformed one.
+pub const CALLERS: [&str; 10] =
+    ["operator", "supervisor", "manager", "report", "unrelated", "run", "runner", "ended", "none", "malformed"];
+
+/// Operators only.
+const OPERATORS: &str = "ok no no no no no no no no no";
+/// The runner methods, by a runner not hosting the session named: it is refused as a conflict.
+const OTHER_RUNNERS: &str = "no no no no no no conflict no no no";
+/// The runner methods that name no session.
+const RUNNERS: &str = "no no no no no no ok no no no";
+/// Any live account; a run only where its definition has the tool.
+const SESSIONS_BUT_RUNS: &str = "ok ok ok ok ok no no no no no";
+
+/// What each caller kind gets from `method`, called on `lead`'s resources (its home channel,
+/// its descendants, its runs, its sessions), in `CALLERS` order: `ok` (the handler's answer),
+/// `no` (`forbidden`), or the code of a typed refusal that comes after authorization passed
+/// (`invalid_argument`, `conflict`). Every method has a row: a new one does not compile until
+/// it has, and the end-to-end matrix test checks each against a live daemon.
+pub fn matrix(method: Method) -> Vec<&'static str> {
+    let row = match method {
+        Method::MessagesPost => "ok no ok no no no no no no no",
+        Method::MessagesRead => "ok no ok no no no no no no no",
+        Method::ChannelsList => SESSIONS_BUT_RUNS,
+        Method::TopicsList => "ok no ok no no no no no no no",
+        Method::AgentsSetActivity => "invalid_argument ok ok ok ok no no no no no",
+        Method::ChannelsSubscribe => SESSIONS_BUT_RUNS,
+        Method::ChannelsUnsubscribe => SESSIONS_BUT_RUNS,
+        // Self (lead) and operators have no direct channel with lead; its parent, report, peer do.
+        Method::ChannelsOpenDirect => "invalid_argument ok invalid_argument ok ok no no no no no",
+        Method::Tree => SESSIONS_BUT_RUNS,
+        Method::Roster => SESSIONS_BUT_RUNS,
+        Method::BoardPin => "ok no ok no no no no no no no",
+        Method::BoardList => "ok no ok no no no no no no no",
+        Method::SpawnRequest => "invalid_argument ok ok ok ok no no no no no",
+        Method::SpawnCancel => "no no ok no no no no no no no",
+        Method::AgentsDespawn => "ok ok ok no no no no no no no",
+        Method::RunsStart => "no ok ok ok ok no no no no no",
+        Method::PromptsSkill => SESSIONS_BUT_RUNS,
+        Method::PromptsRule => SESSIONS_BUT_RUNS,
+        Method::HistorySearch => "invalid_argument ok ok ok ok ok no no no no",
+        Method::BoardUnpin => OPERATORS,
+        Method::Whoami => "ok ok ok ok ok ok no no no no",
+        Method::AgentsCreate
+        | Method::AgentsList
+        | Method::AgentsShow
+        | Method::AgentsReparent
+        | Method::ChannelsCreate
+        | Method::MessagesSync
+        | Method::AgentsStart
+        | Method::AgentsStop
+        | Method::ActivityRead
+        | Method::TopicsRename
+        | Method::TopicsResolve
+        | Method::SpawnDecide
+        | Method::SpawnList
+        | Method::AuditList
+        | Method::PromptsRender
+        | Method::RunsList
+        | Method::Usage
+        | Method::AgentsInterrupt
+        | Method::OperatorsAdd
+        | Method::OperatorsList
+        | Method::OperatorsRevoke
+        | Method::RunnersAdd
+        | Method::RunnersRemove
+        | Method::CredentialsRotate => OPERATORS,
+        Method::RunnersSync | Method::SessionsReport => RUNNERS,
+        Method::DeliveriesPull | Method::DeliveriesAck | Method::RunsFinish | Method::SessionsContinuity => {
+            OTHER_RUNNERS
+        }
+    };
+    row.split_whitespace().map(|answer| if answer == "no" { "forbidden" } else { answer }).collect()
+}
+
+/// `proto/SUBJECTS.md`'s authorization matrix, printed from `matrix`.
+pub fn matrix_table() -> String {
+    let mut out = format!("| method | {} |\n|{}\n", CALLERS.join(" | "), " --- |".repeat(CALLERS.len() + 1));
+    for m in Method::ALL {
+        let cells: Vec<&str> = matrix(*m)
+            .into_iter()
+            .map(|a| match a {
+                "ok" => "ok",
+                "forbidden" => "-",
+                "invalid_argument" => "invalid",
+                other => other,
+            })
+            .collect();
+        out.push_str(&format!("| `{}` | {} |\n", m.as_str(), cells.join(" | ")));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
@@ -98,6 +193,44 @@ mod tests {
                 }
             }
         })
+    }
+
+    /// The matrix agrees with the table's access: an operator method answers only operators,
+    /// a runner method only runners, and nobody without a live token gets anything.
+    #[test]
+    fn the_matrix_agrees_with_each_methods_access() {
+        for m in Method::ALL {
+            let row = matrix(*m);
+            assert_eq!(row.len(), CALLERS.len(), "{}", m.as_str());
+            for (caller, answer) in CALLERS.iter().zip(&row) {
+                let allowed = *answer != "forbidden";
+                let may = match (m.access(), *caller) {
+                    (_, "ended" | "none" | "malformed") => false,
+                    (Access::Runner, c) => c == "runner",
+                    (_, "runner") => false,
+                    (Access::Operators, c) => c == "operator",
+                    (Access::Anyone, _) => true,
+                };
+                assert!(may || !allowed, "{} lets {caller} in against its access", m.as_str());
+            }
+        }
+    }
+
+    /// A session's token acts only through its tools (and `whoami`, with which the tool
+    /// server lists them): any other method is an operator's or a runner's.
+    #[test]
+    fn every_method_a_session_may_call_is_one_of_its_tools() {
+        for m in Method::ALL {
+            // `spawn.decide` lets an agent's token through to the gate, which refuses and
+            // audits the attempt; nothing else is open to sessions without being a tool.
+            if m.access() == Access::Anyone && *m != Method::SpawnDecide {
+                assert!(
+                    m.tool().is_some() || *m == Method::Whoami,
+                    "{} is open to sessions but is no tool",
+                    m.as_str()
+                );
+            }
+        }
     }
 
     #[test]

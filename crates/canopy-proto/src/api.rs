@@ -110,7 +110,12 @@ pub struct AgentsReparentRequest {
 /// `tree`: the whole agent tree from the Supervisor down, read fresh.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct TreeRequest {}
+pub struct TreeRequest {
+    /// For an agent: how many levels of its own subtree to show (default 2, at most 5).
+    /// Operators always get the whole tree.
+    #[serde(default)]
+    pub depth: Option<u32>,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -294,15 +299,34 @@ pub struct SetActivityRequest {
     pub text: String,
 }
 
-/// `roster`: every agent's live state, ordered by handle.
+/// Most roster entries one page holds for an agent (operators get every agent by default).
+pub const MAX_ROSTER_PAGE: u32 = 200;
+
+/// `roster`: agents' live state, ordered by handle, optionally filtered.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RosterRequest {}
+pub struct RosterRequest {
+    /// Only agents in this presence (`idle`, `working`, `offline`, ...).
+    #[serde(default)]
+    pub presence: Option<Presence>,
+    /// Only these agents.
+    #[serde(default)]
+    pub handles: Vec<String>,
+    /// Only agents whose handle comes after this one (the next page).
+    #[serde(default)]
+    pub after: Option<String>,
+    /// At most this many (agents: default and at most 200; operators: every one by default).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RosterResponse {
     pub agents: Vec<RosterEntry>,
+    /// Agents that matched beyond this page (pass the last handle as `after` for them).
+    #[serde(default)]
+    pub more: u32,
 }
 
 /// `activity.read`: an agent's stored activity after an id (operators only).
@@ -591,6 +615,47 @@ pub struct BoardResponse {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Done {}
+
+/// `operators.add`: another operator, with a token of its own (shown once).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorsAddRequest {
+    pub handle: String,
+    /// Display name; the handle when absent.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorsAddResponse {
+    pub account: Account,
+    /// The new operator's bearer token: shown once, stored only as a hash.
+    pub token: String,
+}
+
+impl std::fmt::Debug for OperatorsAddResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorsAddResponse").field("account", &self.account).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorsListRequest {}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorsListResponse {
+    pub operators: Vec<Account>,
+}
+
+/// `operators.revoke`: an operator's token stops working at once.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorsRevokeRequest {
+    pub handle: String,
+}
 
 /// `runners.add`: a credential for a new runner (operators).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

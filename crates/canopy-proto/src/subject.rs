@@ -148,6 +148,12 @@ mod tests {
         };
         let (head, tail) = (&doc[..a + start.len()], &doc[b..]);
         let fresh = format!("{head}{}{tail}", Method::table());
+        let (start, end) =
+            ("<!-- the authorization matrix, printed from crate::access::matrix -->\n", "<!-- end of the matrix -->");
+        let (Some(a), Some(b)) = (fresh.find(start), fresh.find(end)) else {
+            panic!("proto/SUBJECTS.md lost its matrix markers");
+        };
+        let fresh = format!("{}{}{}", &fresh[..a + start.len()], crate::access::matrix_table(), &fresh[b..]);
         if std::env::var_os("CANOPY_BLESS").is_some() {
             std::fs::write(&path, &fresh).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         } else {

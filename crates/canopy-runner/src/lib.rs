@@ -13,4 +13,4 @@ mod runner;
 mod session;
 pub mod wiring;
 
-pub use runner::{RunnerError, RunnerHandle, RunnerOptions, RunnerSettings, spawn};
+pub use runner::{RunnerError, RunnerHandle, RunnerOptions, RunnerSettings, RunnerToken, spawn};

@@ -18,7 +18,7 @@ const BATCH: usize = 200;
 
 pub(crate) fn spawn(
     api: ApiClient,
-    token: String,
+    token: crate::RunnerToken,
     runner_id: RunnerId,
     capacity: usize,
 ) -> (mpsc::Sender<SessionReport>, tokio::task::JoinHandle<()>) {
@@ -33,7 +33,7 @@ pub(crate) fn spawn(
                     Err(_) => break,
                 }
             }
-            send(&api, &token, &runner_id, &mut batch).await;
+            send(&api, &token.get(), &runner_id, &mut batch).await;
         }
     });
     (tx, task)

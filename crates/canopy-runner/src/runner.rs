@@ -52,7 +52,7 @@ pub struct RunnerOptions {
     /// Its id: its credential's (the NATS login may use only this runner's subjects).
     pub id: RunnerId,
     /// Its credential's API token (the runner methods need it; it names this runner).
-    pub token: String,
+    pub token: RunnerToken,
     /// A human name for the roster (`host-pid`).
     pub name: String,
     /// Where session directories go: `<dir>/<agent>/<incarnation>/`, and `<dir>/<agent>/work`.
@@ -89,6 +89,53 @@ impl RunnerHandle {
     pub async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.task.await;
+    }
+}
+
+/// The runner's API token, shared by its parts. Read from its credential file again before
+/// every sync, so a rotation (`canopy credentials rotate` rewrites the file) reaches a
+/// running runner without a restart.
+#[derive(Clone)]
+pub struct RunnerToken {
+    current: Arc<RwLock<String>>,
+    file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for RunnerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerToken").field("file", &self.file).finish_non_exhaustive()
+    }
+}
+
+impl RunnerToken {
+    /// A token that never changes (tests).
+    pub fn fixed(token: &str) -> RunnerToken {
+        RunnerToken { current: Arc::new(RwLock::new(token.to_owned())), file: None }
+    }
+
+    /// `token`, as read from the credential `file`.
+    pub fn from_file(token: &str, file: std::path::PathBuf) -> RunnerToken {
+        RunnerToken { current: Arc::new(RwLock::new(token.to_owned())), file: Some(file) }
+    }
+
+    pub fn get(&self) -> String {
+        self.current.read().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Takes the token the credential file holds now, if it changed.
+    fn refresh(&self) {
+        let Some(file) = &self.file else { return };
+        match canopy_config::credentials::read::<canopy_config::RunnerCredential>(file) {
+            Ok(credential) => {
+                if let Ok(mut current) = self.current.write()
+                    && *current != credential.token
+                {
+                    tracing::info!(file = %file.display(), "the runner's credential changed; using the new token");
+                    *current = credential.token;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "re-reading the runner's credential failed; keeping the token"),
+        }
     }
 }
 
@@ -212,6 +259,7 @@ impl RunnerActor {
     }
 
     async fn sync(&mut self, exits: &mpsc::Sender<SessionExit>) {
+        self.options.token.refresh();
         let running = self
             .sessions
             .iter()
@@ -226,7 +274,7 @@ impl RunnerActor {
             running,
         };
         let assigned: RunnersSyncResponse =
-            match self.options.api.send::<method::RunnersSync>(&self.options.token, &request).await {
+            match self.options.api.send::<method::RunnersSync>(&self.options.token.get(), &request).await {
                 Ok(response) => response,
                 Err(CallError::Refused(e)) => {
                     tracing::error!(error = %e, "the daemon refused this runner's sync");

@@ -197,7 +197,7 @@ impl Reporter {
 #[derive(Clone)]
 struct Mailbox {
     api: ApiClient,
-    token: String,
+    token: crate::RunnerToken,
     runner_id: RunnerId,
     agent: String,
     incarnation: Incarnation,
@@ -212,7 +212,7 @@ impl Mailbox {
             incarnation: self.incarnation,
             limit: Some(self.batch),
         };
-        match self.api.send::<method::DeliveriesPull>(&self.token, &request).await {
+        match self.api.send::<method::DeliveriesPull>(&self.token.get(), &request).await {
             Ok(pending) => Some(pending),
             Err(e) => {
                 tracing::debug!(error = %e, "pulling pending messages failed; retrying later");
@@ -233,7 +233,8 @@ impl Mailbox {
             status: if done { "done" } else { "failed" }.to_owned(),
             report,
         };
-        retrying("reporting a run's end failed", || self.api.send::<method::RunsFinish>(&self.token, &request)).await;
+        let token = self.token.get();
+        retrying("reporting a run's end failed", || self.api.send::<method::RunsFinish>(&token, &request)).await;
     }
 
     /// The continuity block the daemon builds for this session, or `None` if it cannot be
@@ -245,7 +246,7 @@ impl Mailbox {
             incarnation: self.incarnation,
             when,
         };
-        match self.api.send::<method::SessionsContinuity>(&self.token, &request).await {
+        match self.api.send::<method::SessionsContinuity>(&self.token.get(), &request).await {
             Ok(response) if !response.block.is_empty() => Some(response.block),
             Ok(_) => None,
             Err(e) => {
@@ -277,8 +278,8 @@ impl Mailbox {
             seqs,
             steered,
         };
-        retrying("acknowledging a delivery failed", || self.api.send::<method::DeliveriesAck>(&self.token, &request))
-            .await;
+        let token = self.token.get();
+        retrying("acknowledging a delivery failed", || self.api.send::<method::DeliveriesAck>(&token, &request)).await;
     }
 }
 

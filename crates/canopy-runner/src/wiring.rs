@@ -29,10 +29,11 @@ pub fn embedded(
     api: ApiClient,
 ) -> Pin<Box<dyn Future<Output = Result<Stop, String>> + Send>> {
     Box::pin(async move {
-        let credential = canopy_config::credentials::read(&dir.runner_credential(EMBEDDED_RUNNER))
+        let file = dir.runner_credential(EMBEDDED_RUNNER);
+        let credential =
+            canopy_config::credentials::read(&file).map_err(|e| format!("preparing the embedded runner: {e}"))?;
+        let options = options(&dir, &config, api, &credential, &file)
             .map_err(|e| format!("preparing the embedded runner: {e}"))?;
-        let options =
-            options(&dir, &config, api, &credential).map_err(|e| format!("preparing the embedded runner: {e}"))?;
         let handle = crate::spawn(options).await.map_err(|e| e.to_string())?;
         let stop: Stop = Box::new(move || Box::pin(async move { handle.shutdown().await }));
         Ok(stop)
@@ -131,6 +132,7 @@ pub fn options(
     config: &Config,
     api: ApiClient,
     credential: &RunnerCredential,
+    file: &Path,
 ) -> std::io::Result<RunnerOptions> {
     let runner = &config.runner;
     let id = RunnerId::parse(&credential.runner_id).map_err(|e| {
@@ -139,7 +141,7 @@ pub fn options(
     Ok(RunnerOptions {
         api,
         id,
-        token: credential.token.clone(),
+        token: crate::RunnerToken::from_file(&credential.token, file.to_owned()),
         name: format!("{}-{}", hostname(), std::process::id()),
         sessions_dir: dir.sessions(),
         scripted_program: std::env::current_exe()?,

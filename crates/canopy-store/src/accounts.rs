@@ -49,7 +49,7 @@ pub struct OperatorSpec {
 /// agent's live session (a token dies with its session).
 pub fn resolve_token(conn: &Db<'_>, token_hash: &str) -> Result<Option<Caller>, Error> {
     conn.prepare_cached(
-        "SELECT handle, kind FROM accounts WHERE token_hash = ?1 AND state != 'despawned' \
+        "SELECT handle, kind FROM accounts WHERE token_hash = ?1 AND state NOT IN ('despawned', 'revoked') \
          UNION ALL SELECT a.handle, a.kind FROM sessions s JOIN accounts a ON a.id = s.agent_id \
          WHERE s.token_hash = ?1 AND s.ended_at IS NULL AND a.state = 'active' LIMIT 1",
     )
@@ -206,6 +206,39 @@ pub fn create_operator(conn: &Db<'_>, spec: &OperatorSpec) -> Result<Account, Er
     account(conn, "operator", spec.handle.as_str())
 }
 
+/// Every operator, by handle.
+pub fn operators(conn: &Db<'_>) -> Result<Vec<Account>, Error> {
+    conn.prepare_cached(&format!("{ACCOUNT_SELECT} WHERE a.kind = 'operator' ORDER BY a.handle"))
+        .and_then(|mut s| s.query_map([], account_from_row)?.collect())
+        .map_err(sql("listing operators"))
+}
+
+/// Revokes an operator: its token stops working at once (the daemon drops its cache entry).
+/// Refuses the last active operator, which would lock the workspace.
+pub fn revoke_operator(conn: &Db<'_>, caller: &Caller, handle: &Handle) -> Result<Account, Error> {
+    let target = require_account(conn, "handle", handle.as_str())?;
+    if target.kind != AccountKind::Operator {
+        return Err(Error::invalid("handle", format!("{handle} is an agent; despawn agents instead")));
+    }
+    if target.state == AccountState::Revoked {
+        return Err(Error::ConflictOn { field: "handle", reason: format!("{handle} is already revoked") });
+    }
+    let active: i64 = conn
+        .query_row("SELECT COUNT(*) FROM accounts WHERE kind = 'operator' AND state = 'active'", [], |r| r.get(0))
+        .map_err(sql("counting operators"))?;
+    if active <= 1 {
+        return Err(Error::ConflictOn {
+            field: "handle",
+            reason: format!("{handle} is the last active operator; add another before revoking it"),
+        });
+    }
+    conn.execute("UPDATE accounts SET state = 'revoked' WHERE id = ?1", params![target.id])
+        .map_err(sql("revoking an operator"))?;
+    let actor = require_account(conn, "caller", caller.handle.as_str())?;
+    audit(conn, Some(actor.id), "operators.revoke", handle.as_str(), "")?;
+    account(conn, "handle", handle.as_str())
+}
+
 /// Moves an agent under a new parent. Refuses the Supervisor and cycles.
 pub fn reparent(conn: &Db<'_>, caller: &Caller, handle: &Handle, parent: &Handle) -> Result<Account, Error> {
     let child = require_account(conn, "handle", handle.as_str())?;
@@ -270,6 +303,7 @@ pub fn tree(conn: &Db<'_>) -> Result<TreeNode, Error> {
             role: RoleName::from_trusted(row.role.clone()),
             state: AccountState::parse(&row.state).unwrap_or(AccountState::Active),
             children,
+            omitted: 0,
         }
     }
     let root = rows

@@ -7,7 +7,7 @@
 //! report can always answer its parent. Pins are pointers to messages of the same channel.
 
 use canopy_core::Seq;
-use canopy_core::acl::{Caller, may_read};
+use canopy_core::acl::Caller;
 use canopy_core::{
     AccountKind, Channel, ChannelKind, ChannelName, Error, Handle, Message, PostPolicy, SubscriptionPolicy, TopicName,
 };
@@ -251,7 +251,7 @@ pub fn pin(conn: &Db<'_>, caller: &Caller, channel_name: &ChannelName, seq: Seq)
     let (channel_id, channel_view) = require_channel(conn, "channel", channel_name.as_str())?;
     let account = require_account(conn, "caller", caller.handle.as_str())?;
     let subscribed = caller.is_operator() || is_subscribed(conn, account.id, channel_id)?;
-    may_read(caller, &channel_view, subscribed)?;
+    canopy_core::acl::may_pin(caller, &channel_view, subscribed)?;
     let message_channel: Option<i64> = conn
         .query_row("SELECT channel_id FROM messages WHERE seq = ?1", params![seq.get() as i64], |r| r.get(0))
         .optional()
@@ -266,11 +266,15 @@ pub fn pin(conn: &Db<'_>, caller: &Caller, channel_name: &ChannelName, seq: Seq)
         }
         Some(_) => {}
     }
-    conn.execute(
-        "INSERT OR IGNORE INTO pins (channel_id, seq, pinned_by, at) VALUES (?1, ?2, ?3, ?4)",
-        params![channel_id, seq.get() as i64, account.id, conn.now_ms()],
-    )
-    .map_err(sql("pinning"))?;
+    let pinned = conn
+        .execute(
+            "INSERT OR IGNORE INTO pins (channel_id, seq, pinned_by, at) VALUES (?1, ?2, ?3, ?4)",
+            params![channel_id, seq.get() as i64, account.id, conn.now_ms()],
+        )
+        .map_err(sql("pinning"))?;
+    if pinned > 0 {
+        crate::schema::audit(conn, Some(account.id), "board.pin", channel_name.as_str(), &seq.to_string())?;
+    }
     board(conn, caller, channel_name)
 }
 
@@ -291,13 +295,7 @@ pub fn unpin(conn: &Db<'_>, caller: &Caller, channel_name: &ChannelName, seq: Se
         None => {
             return Err(Error::NotFound { field: "seq", what: format!("a pin of message {seq} in #{channel_name}") });
         }
-        Some(by) if by != account.id && !caller.is_operator() => {
-            return Err(Error::Forbidden {
-                action: format!("unpin message {seq} in #{channel_name}"),
-                reason: "an agent may unpin only what it pinned".into(),
-            });
-        }
-        Some(_) => {}
+        Some(by) => canopy_core::acl::may_unpin(caller, channel_name.as_str(), seq, by == account.id)?,
     }
     conn.execute("DELETE FROM pins WHERE channel_id = ?1 AND seq = ?2", params![channel_id, seq.get() as i64])
         .map_err(sql("unpinning"))?;

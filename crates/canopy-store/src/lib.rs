@@ -208,7 +208,8 @@ pub(crate) fn rfc3339(ms: i64) -> String {
 /// Queries for the daemon and the CLI, grouped by what they touch.
 pub mod ops {
     pub use crate::accounts::{
-        account, children, create_agent, create_operator, list_agents, reparent, resolve_token, subscriptions, tree,
+        account, children, create_agent, create_operator, list_agents, operators, reparent, resolve_token,
+        revoke_operator, subscriptions, tree,
     };
     pub use crate::channels::{channel, create_channel, list_channels, list_topics};
     pub use crate::delivery::{

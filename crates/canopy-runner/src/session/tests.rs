@@ -130,7 +130,7 @@ async fn start(hold_acks: bool) -> Running {
     let options = RunnerOptions {
         api,
         id: canopy_core::RunnerId::parse("r1").unwrap(),
-        token: "cnr_test".into(),
+        token: crate::RunnerToken::fixed("cnr_test"),
         name: "test".into(),
         sessions_dir: dir.path().join("sessions"),
         scripted_program: "/bin/sh".into(),
