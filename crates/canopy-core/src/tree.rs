@@ -101,6 +101,7 @@ pub fn check_reparent(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
     use super::*;
     use crate::ErrorCode;
 
