@@ -480,3 +480,134 @@ fn the_authorization_matrix_holds_for_every_method_and_caller() {
     env.ok(&["post", "--channel", "home-lead", "--topic", "after", "--create-topic", "still delivered"]);
     env.settled("lead");
 }
+
+/// A live session's token, as its harness holds it.
+fn session_token(env: &TestEnv, handle: &str) -> String {
+    let pid = env.wait_harness_pid(handle, 1);
+    crate::sessions::process_env(pid)["CANOPY_MCP_TOKEN"].clone()
+}
+
+/// Calls `method` with `token` and a JSON body.
+fn call(env: &TestEnv, method: Method, token: &str, body: Value) -> Value {
+    let bus = env.bus();
+    crate::wire::request(env, &bus, &env.subjects().api(method), Some(token), body.to_string().as_bytes())
+}
+
+#[test]
+fn pins_need_the_right_to_post_and_each_pin_and_unpin_is_audited() {
+    use serde_json::json;
+    let env = TestEnv::started_with(crate::sessions::FAST);
+    env.create_scripted("lead", IDLE);
+    let lead = session_token(&env, "lead");
+    let broadcast = env.json(&["post", "--channel", "announcements", "--topic", "news", "--create-topic", "hello"]);
+    let seq = broadcast["message"]["seq"].as_u64().unwrap();
+    // Lead reads #announcements but may not speak there, so it may not pin there either.
+    let refused = call(&env, Method::BoardPin, &lead, json!({ "channel": "announcements", "seq": seq }));
+    assert_eq!(code(&refused), "forbidden", "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("pin to #announcements"), "{refused}");
+    assert!(env.json(&["board", "--channel", "announcements"])["pins"].as_array().unwrap().is_empty());
+
+    let own = env.json(&["post", "--channel", "home-lead", "--topic", "t", "--create-topic", "worth keeping"]);
+    let own = own["message"]["seq"].as_u64().unwrap();
+    assert_eq!(code(&call(&env, Method::BoardPin, &lead, json!({ "channel": "home-lead", "seq": own }))), "ok");
+    env.ok(&["board", "--channel", "announcements", "pin", &seq.to_string()]);
+    // Lead unpins its own pin; the operator's pin in its home is not lead's to take off.
+    let second = env.json(&["post", "--channel", "home-lead", "--topic", "t", "second"]);
+    let second = second["message"]["seq"].as_u64().unwrap();
+    env.ok(&["board", "--channel", "home-lead", "pin", &second.to_string()]);
+    let theirs = call(&env, Method::BoardUnpin, &lead, json!({ "channel": "home-lead", "seq": second }));
+    assert_eq!(code(&theirs), "forbidden", "{theirs}");
+    assert_eq!(code(&call(&env, Method::BoardUnpin, &lead, json!({ "channel": "home-lead", "seq": own }))), "ok");
+    env.ok(&["board", "--channel", "home-lead", "unpin", &second.to_string()]);
+    let audit = env.json(&["audit"]);
+    let actions: Vec<(&str, &str)> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"].as_str().unwrap().starts_with("board."))
+        .map(|e| (e["action"].as_str().unwrap(), e["actor"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(actions.iter().filter(|(a, _)| *a == "board.pin").count(), 3, "{audit}");
+    assert_eq!(actions.iter().filter(|(a, _)| *a == "board.unpin").count(), 2, "{audit}");
+}
+
+#[test]
+fn an_agent_sees_the_tree_around_it_and_a_bounded_roster() {
+    use serde_json::json;
+    let env = TestEnv::started_with(crate::sessions::FAST);
+    for handle in ["lead", "other", "third"] {
+        env.create_scripted(handle, IDLE);
+    }
+    let lint = env.script("lint.toml", IDLE);
+    env.json(&["agents", "create", "--handle", "lint", "--name", "lint", "--parent", "lead", "--script", &lint]);
+    let leaf = env.script("leaf.toml", IDLE);
+    env.json(&["agents", "create", "--handle", "leaf", "--name", "leaf", "--parent", "lint", "--script", &leaf]);
+    let lead = session_token(&env, "lead");
+
+    let view = call(&env, Method::Tree, &lead, json!({ "depth": 1 }))["ok"]["root"].clone();
+    assert_eq!(view["handle"], "supervisor", "{view}");
+    let children: Vec<&str> =
+        view["children"].as_array().unwrap().iter().map(|c| c["handle"].as_str().unwrap()).collect();
+    assert_eq!(children[0], "lead", "the caller comes first: {view}");
+    assert!(children.contains(&"other") && children.contains(&"third"), "{view}");
+    let me = &view["children"][0];
+    assert_eq!(me["children"][0]["handle"], "lint", "{view}");
+    assert_eq!(me["children"][0]["omitted"], 1, "leaf is below the asked depth: {view}");
+    let peer = view["children"].as_array().unwrap().iter().find(|c| c["handle"] == "other").unwrap();
+    assert!(peer["children"].as_array().unwrap().is_empty(), "a peer's subtree is not the caller's: {view}");
+    // The operator sees everything.
+    let whole = env.json(&["tree"]);
+    assert!(whole.to_string().contains("\"leaf\""), "{whole}");
+
+    let page = call(&env, Method::Roster, &lead, json!({ "limit": 2 }))["ok"].clone();
+    assert_eq!(page["agents"].as_array().unwrap().len(), 2, "{page}");
+    assert!(page["more"].as_u64().unwrap() >= 3, "{page}");
+    let last = page["agents"][1]["handle"].as_str().unwrap().to_owned();
+    let next = call(&env, Method::Roster, &lead, json!({ "limit": 2, "after": last }))["ok"].clone();
+    assert!(next["agents"][0]["handle"].as_str().unwrap() > last.as_str(), "{next}");
+    let named = call(&env, Method::Roster, &lead, json!({ "handles": ["lint", "leaf"] }))["ok"].clone();
+    assert_eq!(named["agents"].as_array().unwrap().len(), 2, "{named}");
+    let bad = call(&env, Method::Roster, &lead, json!({ "presence": "asleep" }));
+    assert_eq!(code(&bad), "invalid_argument", "{bad}");
+}
+
+#[test]
+fn handles_named_for_tools_or_vendors_are_refused_with_the_rule() {
+    use serde_json::json;
+    let env = TestEnv::started_with(crate::sessions::FAST);
+    let err = env.refused(&["agents", "create", "--handle", "aws-manager", "--name", "AWS"]);
+    assert_eq!(err["field"], "handle", "{err}");
+    assert!(err["message"].as_str().unwrap().contains("name the lane by its function"), "{err}");
+    env.create_scripted("lead", IDLE);
+    let lead = session_token(&env, "lead");
+    let request = json!({ "handle": "claude-bot", "name": "Bot", "charter": "c", "reason": "r" });
+    let refused = call(&env, Method::SpawnRequest, &lead, request);
+    assert_eq!(code(&refused), "invalid_argument", "{refused}");
+    assert_eq!(env.json(&["requests"])["requests"].as_array().unwrap().len(), 0, "a refused request was recorded");
+    let fine = json!({ "handle": "release-manager", "name": "Release", "charter": "c", "reason": "r" });
+    assert_eq!(code(&call(&env, Method::SpawnRequest, &lead, fine)), "ok");
+}
+
+#[test]
+fn a_revoked_operator_is_refused_at_once_and_the_last_one_stays() {
+    let env = TestEnv::started();
+    let file = env.dir.path().join("second.token");
+    env.ok(&["operators", "add", "second", "--out", file.to_str().unwrap()]);
+    let second = std::fs::read_to_string(&file).unwrap().trim().to_owned();
+    let whoami = || call(&env, Method::Whoami, &second, serde_json::json!({}));
+    assert_eq!(code(&whoami()), "ok");
+    assert_eq!(code(&whoami()), "ok", "now from the cache");
+    env.ok(&["operators", "revoke", "second"]);
+    assert_eq!(code(&whoami()), "forbidden", "a revoked token still worked");
+    let last = env.refused(&["operators", "revoke", "ops"]);
+    assert_eq!(last["code"], "conflict", "{last}");
+    let list = env.json(&["operators", "list"]);
+    let states: Vec<(&str, &str)> = list["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["handle"].as_str().unwrap(), o["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(states, [("ops", "active"), ("second", "revoked")]);
+    assert!(env.ok(&["--json", "audit"]).contains("operators.revoke"));
+}
