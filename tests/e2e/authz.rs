@@ -117,21 +117,7 @@ fn each_nats_login_may_do_only_its_part_on_the_managed_server() {
     assert!(may_publish(&env, &runner, &s.api(Method::MessagesPost)), "a runner cannot forward a tool call");
 
     // The runner joins with its credential and hosts sessions.
-    let _second = Guarded(
-        env.command(&["runner", "--id", "second"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(env.dir.path().join("second.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let log = env.dir.path().join("second.log");
-    crate::assert_eventually!(
-        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("registered with the daemon")),
-        "the second runner never registered: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    let _second = env.spawn_registered_runner(env.command(&["runner", "--id", "second"]), "second");
 
     // Rotation: the old logins stop working, everyone on this machine logs in again.
     let old_operator = login_of(&env, "credentials/nats-operator.json");
@@ -203,25 +189,10 @@ fn an_external_server_set_up_by_nats_config_takes_a_runner_from_a_second_directo
     server = external_server(&env, port);
     let far = env.dir.path().join("far-data");
     std::fs::create_dir_all(&far).unwrap();
-    let log = env.dir.path().join("far.log");
-    let _runner = Guarded(
-        std::process::Command::new(crate::env::CANOPY)
-            .arg("--dir")
-            .arg(&far)
-            .args(["runner", "--credentials", file.to_str().unwrap(), "--nats-url", &url])
-            .env("RUST_LOG", "info")
-            .env_remove("CANOPY_DIR")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    crate::assert_eventually!(
-        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("registered with the daemon")),
-        "the far runner never registered: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    let mut command = std::process::Command::new(crate::env::CANOPY);
+    command.arg("--dir").arg(&far).args(["runner", "--credentials", file.to_str().unwrap(), "--nats-url", &url]);
+    command.env_remove("CANOPY_DIR");
+    let _runner = env.spawn_registered_runner(command, "far");
     drop(server);
 }
 

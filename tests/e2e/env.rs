@@ -186,6 +186,27 @@ impl TestEnv {
         )
     }
 
+    /// Runs `command` (a `canopy runner`) logging to `<name>.log`, and waits until it says it
+    /// registered with the daemon; dropping the guard kills it.
+    pub fn spawn_registered_runner(&self, mut command: Command, name: &str) -> Guarded {
+        let log = self.dir.path().join(format!("{name}.log"));
+        let runner = Guarded(
+            command
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        crate::assert_eventually!(
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("registered with the daemon")),
+            "runner {name} never registered: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        runner
+    }
+
     /// Waits until `whoami` succeeds.
     pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);

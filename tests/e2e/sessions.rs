@@ -358,21 +358,9 @@ fn a_bad_script_fails_agents_create_with_its_file_and_line() {
 fn two_runners_share_one_daemon_and_tools_work_through_each() {
     let env = TestEnv::started_with(FAST);
     env.runner_credential("second");
-    let mut second = crate::env::Guarded(
-        env.command(&["runner", "--id", "second", "--nats-url", &env.nats_url()])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(env.dir.path().join("runner2.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
     // Let the second runner register before agents appear, so placement can use it.
-    let log = env.dir.path().join("runner2.log");
-    crate::assert_eventually!(
-        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("registered with the daemon")),
-        "the second runner never registered"
-    );
+    let mut second = env
+        .spawn_registered_runner(env.command(&["runner", "--id", "second", "--nats-url", &env.nats_url()]), "runner2");
     for handle in ["a1", "a2", "a3", "a4"] {
         env.create_scripted(handle, POSTS_HELLO);
     }

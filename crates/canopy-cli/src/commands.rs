@@ -661,8 +661,7 @@ async fn operators_add(
 ) -> Result<(), CallError> {
     let response = client.send::<method::OperatorsAdd>(&request).await?;
     if let Some(out) = &out {
-        canopy_sys::write_private(out, format!("{}\n", response.token).as_bytes())
-            .map_err(|e| CallError::Unreachable(format!("writing {}: {e}", out.display())))?;
+        write_secret(out, &format!("{}\n", response.token))?;
     }
     if json {
         output::json(&response);
@@ -703,7 +702,11 @@ fn write_credential(path: &std::path::Path, wire: &RunnerCredentialWire) -> Resu
         nats: canopy_config::NatsLogin { user: wire.nats_user.clone(), password: wire.nats_password.clone() },
         token: wire.token.clone(),
     };
-    let text = serde_json::to_string_pretty(&credential).unwrap_or_default() + "\n";
+    write_secret(path, &(serde_json::to_string_pretty(&credential).unwrap_or_default() + "\n"))
+}
+
+/// Writes a secret where the operator asked, mode 0600.
+fn write_secret(path: &std::path::Path, text: &str) -> Result<(), CallError> {
     canopy_sys::write_private(path, text.as_bytes())
         .map_err(|e| CallError::Unreachable(format!("writing {}: {e}", path.display())))
 }

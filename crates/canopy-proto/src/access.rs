@@ -157,6 +157,23 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
     row.split_whitespace().map(|answer| if answer == "no" { "forbidden" } else { answer }).collect()
 }
 
+/// `proto/SUBJECTS.md`'s table of NATS logins and what each may do.
+pub fn permissions_table() -> String {
+    let subjects = Subjects::new("<ws>");
+    let id = RunnerId::from_trusted("<id>".into());
+    let mut out =
+        String::from("| login | may publish | may subscribe | answers requests |\n| --- | --- | --- | --- |\n");
+    for (who, party) in
+        [("daemon", Party::Daemon), ("operator clients", Party::Operator), ("runner `<id>`", Party::Runner(&id))]
+    {
+        let p = subjects.permissions(party);
+        let list = |l: &[String]| l.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ");
+        let answers = if p.allow_responses { "yes (once each)" } else { "no" };
+        out.push_str(&format!("| {who} | {} | {} | {answers} |\n", list(&p.publish), list(&p.subscribe)));
+    }
+    out
+}
+
 /// `proto/SUBJECTS.md`'s authorization matrix, printed from `matrix`.
 pub fn matrix_table() -> String {
     let mut out = format!("| method | {} |\n|{}\n", CALLERS.join(" | "), " --- |".repeat(CALLERS.len() + 1));

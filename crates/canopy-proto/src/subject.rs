@@ -154,6 +154,14 @@ mod tests {
             panic!("proto/SUBJECTS.md lost its matrix markers");
         };
         let fresh = format!("{}{}{}", &fresh[..a + start.len()], crate::access::matrix_table(), &fresh[b..]);
+        let (start, end) = (
+            "<!-- the NATS logins, printed from crate::access::Subjects::permissions -->\n",
+            "<!-- end of the logins -->",
+        );
+        let (Some(a), Some(b)) = (fresh.find(start), fresh.find(end)) else {
+            panic!("proto/SUBJECTS.md lost its logins markers");
+        };
+        let fresh = format!("{}{}{}", &fresh[..a + start.len()], crate::access::permissions_table(), &fresh[b..]);
         if std::env::var_os("CANOPY_BLESS").is_some() {
             std::fs::write(&path, &fresh).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         } else {

@@ -108,6 +108,7 @@ mod tests {
             "roster_list",
             "board_pin",
             "board_list",
+            "board_unpin",
             "agents_spawn_peer",
             "agents_cancel_spawn",
             "agents_despawn_peer",
