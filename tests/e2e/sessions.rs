@@ -72,7 +72,7 @@ impl TestEnv {
         crate::assert_eventually!(
             {
                 let entry = self.roster_entry(handle);
-                entry["presence"] == "idle" && entry["pending"] == 0
+                (entry["presence"] == "idle" || entry["presence"] == "waiting_approval") && entry["pending"] == 0
             },
             "{handle} never settled: {}",
             self.roster_entry(handle)

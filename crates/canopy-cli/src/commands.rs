@@ -367,8 +367,13 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         }
         Command::Post(args) => post(client, json, args).await,
         Command::Read(args) => {
-            let request =
-                ReadRequest { channel: args.channel, topic: args.topic, after: args.after, limit: args.limit };
+            let request = ReadRequest {
+                channel: args.channel,
+                topic: args.topic,
+                after: args.after,
+                limit: args.limit,
+                unread: false,
+            };
             call::<method::MessagesRead>(client, json, &request, output::read).await
         }
         Command::Tail(args) => tail(client, json, args).await,
@@ -831,6 +836,20 @@ fn fail(json: bool, error: &CallError) -> u8 {
 }
 
 /// `canopy bundle check`: loads and lints a bundle locally (no daemon needed).
+/// Every command path of the CLI (`canopy agents create`), for the prompt lint.
+pub fn cli_commands() -> Vec<String> {
+    fn walk(command: &clap::Command, prefix: &str, out: &mut Vec<String>) {
+        for sub in command.get_subcommands() {
+            let path = format!("{prefix} {}", sub.get_name());
+            out.push(path.clone());
+            walk(sub, &path, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&<Cli as clap::CommandFactory>::command(), "canopy", &mut out);
+    out
+}
+
 fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf>) -> u8 {
     use canopy_daemon::prompts::{BundleSource, check};
     let source = match bundle {
@@ -844,7 +863,7 @@ fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf>) -
         BundleSource::Embedded => "embedded".to_owned(),
         BundleSource::Dir(path) => path.display().to_string(),
     };
-    match check(&source) {
+    match check(&source, cli_commands()) {
         Ok(renderer) => {
             let b = renderer.bundle();
             let counts = serde_json::json!({

@@ -181,6 +181,7 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
             topic: Some(format!("spawn: {}", request.handle)),
             after: canopy_core::Seq(0),
             limit: None,
+            unread: false,
         })
         .await?;
     say(&format!("  - {} appears in #home-ci-manager, topic \"spawn: {}\":", request.id, request.handle));

@@ -65,4 +65,95 @@ mod tests {
             }
         }
     }
+
+    use canopy_daemon::prompts::{BundleSource, check};
+
+    /// A copy of the shipped bundle in a temporary directory.
+    fn shipped_copy() -> tempfile::TempDir {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        for sub in ["config/prompts", "config/roles", "agents", "skills", "rules"] {
+            copy(&root.join(sub), &dir.path().join(sub));
+        }
+        dir
+    }
+
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("{e}"));
+        for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())).flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                copy(&path, &to.join(entry.file_name()));
+            } else {
+                std::fs::copy(&path, to.join(entry.file_name())).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+
+    fn problems(dir: &std::path::Path) -> Vec<String> {
+        match check(&BundleSource::Dir(dir.to_owned()), crate::commands::cli_commands()) {
+            Ok(_) => Vec::new(),
+            Err(problems) => problems,
+        }
+    }
+
+    /// The shipped bundle passes the lint with everything it checks: tools, their
+    /// arguments, states, the CLI's commands, channel prefixes.
+    #[test]
+    fn the_shipped_bundle_passes_the_whole_lint() {
+        assert_eq!(problems(shipped_copy().path()), Vec::<String>::new());
+        let commands = crate::commands::cli_commands();
+        assert!(
+            commands.contains(&"canopy approve".to_owned()) && commands.contains(&"canopy agents create".to_owned())
+        );
+    }
+
+    /// Each kind of planted error fails the check, naming its file and line.
+    #[test]
+    fn each_planted_error_is_named_with_its_file_and_line() {
+        let line = "- Read the channel with `comms_list_messages`, filtered by `unseen`.\n";
+        let cases: [(&str, &str, &str); 5] = [
+            ("skills/comms-playbook/SKILL.md", line, "skills/comms-playbook/SKILL.md:"),
+            ("skills/comms-playbook/SKILL.md", "- Watch the roster for `asleep_forever`.\n", "`asleep_forever`"),
+            ("skills/comms-playbook/SKILL.md", "- Approve with `canopy aprove req-1`.\n", "`canopy aprove`"),
+            ("skills/comms-playbook/SKILL.md", "- Post in `house-<you>`.\n", "`house-<you>`"),
+            ("rules/never-block.md", "- Call `comms_post_message(channel, subject)`.\n", "`subject`"),
+        ];
+        for (file, planted, needle) in cases {
+            let dir = shipped_copy();
+            let path = dir.path().join(file);
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines = text.lines().count();
+            std::fs::write(&path, format!("{text}{planted}")).unwrap_or_else(|e| panic!("{e}"));
+            let found = problems(dir.path());
+            let at = format!("{file}:{}", lines + 1);
+            assert!(found.iter().any(|p| p.contains(&at) && p.contains(needle)), "{planted:?} gave {found:?}");
+        }
+        // A file the bundle does not understand, and a bad YAML role.
+        let dir = shipped_copy();
+        std::fs::write(dir.path().join("skills/notes.txt"), "x").unwrap_or_else(|e| panic!("{e}"));
+        assert!(problems(dir.path()).iter().any(|p| p.contains("skills/notes.txt") && p.contains("not a bundle file")));
+        let dir = shipped_copy();
+        let role = "id: reviewer\nblock0: manager\nmode: replace\ntools:\n  - comms_*\n  colour: red\n";
+        std::fs::write(dir.path().join("config/roles/reviewer.yaml"), role).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            problems(dir.path()).iter().any(|p| p.contains("config/roles/reviewer.yaml:6")),
+            "{:?}",
+            problems(dir.path())
+        );
+    }
+
+    /// A YAML role is a role: it loads and renders like a TOML one.
+    #[test]
+    fn a_yaml_role_loads_and_renders() {
+        let dir = shipped_copy();
+        let role = "# A reviewer: reads and comments, never edits.\nid: reviewer\nblock0: manager\nmode: replace\ntools:\n  - \"*\"\nskills: [review, comms-playbook]\nharness: scripted\n";
+        std::fs::write(dir.path().join("config/roles/reviewer.yaml"), role).unwrap_or_else(|e| panic!("{e}"));
+        let renderer = match check(&BundleSource::Dir(dir.path().to_owned()), crate::commands::cli_commands()) {
+            Ok(renderer) => renderer,
+            Err(problems) => panic!("{problems:?}"),
+        };
+        let reviewer = renderer.bundle().roles.get("reviewer").unwrap_or_else(|| panic!("no reviewer role"));
+        assert_eq!(reviewer.skills, ["review", "comms-playbook"]);
+    }
 }

@@ -185,10 +185,21 @@ impl Api {
         let topic =
             req.topic.as_deref().map(|t| TopicName::parse(t).map_err(|e| Error::name("topic", e))).transpose()?;
         let limit = page_limit(req.limit)?;
-        let after = req.after;
+        if req.unread && caller.is_operator() {
+            return Err(Error::invalid("unread", "operators have no cursor; pass `after` instead"));
+        }
+        let (after, unread) = (req.after, req.unread);
         let name = channel.clone();
-        let page =
-            self.store.read(move |conn| ops::read_channel(conn, &caller, &name, topic.as_ref(), after, limit)).await?;
+        let page = self
+            .store
+            .read(move |conn| {
+                let after = match unread {
+                    true => after.max(ops::cursor(conn, caller.handle.as_str(), &name)?),
+                    false => after,
+                };
+                ops::read_channel(conn, &caller, &name, topic.as_ref(), after, limit)
+            })
+            .await?;
         Ok(ReadResponse {
             channel: channel.to_string(),
             groups: group_by_topic(page.messages),

@@ -75,11 +75,30 @@ pub fn catalog() -> Vec<&'static str> {
     Method::tools().map(|(_, tool)| tool.name).collect()
 }
 
-/// Loads `source` and runs the lint: what `canopy bundle check` and the daemon's start do.
-pub fn check(source: &BundleSource) -> Result<Renderer, Vec<String>> {
+/// What the lint checks prose against: each tool's arguments, every state name the code
+/// has, the channel prefixes. `commands` are the CLI's, when the caller has them.
+pub fn vocabulary(commands: Vec<String>) -> canopy_prompt::Vocabulary {
+    let mut states: Vec<String> = Vec::new();
+    states.extend(canopy_core::Presence::ALL.iter().map(|p| p.as_str().to_owned()));
+    states.extend(canopy_core::SpawnState::ALL.iter().map(|s| s.as_str().to_owned()));
+    states.extend(canopy_core::AccountState::ALL.iter().map(|s| s.as_str().to_owned()));
+    states.extend(["steered", "queued", "woke", "held", "refused"].map(str::to_owned));
+    states.extend(["running", "done", "failed", "timed_out"].map(str::to_owned));
+    canopy_prompt::Vocabulary {
+        arguments: canopy_proto::schema::tool_arguments().into_iter().map(|(t, a)| (t.to_owned(), a)).collect(),
+        states,
+        commands,
+        channel_prefixes: canopy_core::names::RESERVED_CHANNEL_PREFIXES.iter().map(|p| (*p).to_owned()).collect(),
+    }
+}
+
+/// Loads `source` and runs the lint: what `canopy bundle check` (with the CLI's commands) and
+/// the daemon's start (without) do.
+pub fn check(source: &BundleSource, commands: Vec<String>) -> Result<Renderer, Vec<String>> {
     let bundle = source.load().map_err(|e| vec![e.to_string()])?;
     let renderer = Renderer::new(Arc::new(bundle), &catalog());
-    let mut problems: Vec<String> = canopy_prompt::lint(&renderer).iter().map(ToString::to_string).collect();
+    let mut problems: Vec<String> =
+        canopy_prompt::lint_with(&renderer, &vocabulary(commands)).iter().map(ToString::to_string).collect();
     for role in ["manager", "supervisor"] {
         if renderer.bundle().role(role).is_none() {
             problems.push(format!("config/roles/{role}.toml: the bundle needs a {role} role"));
@@ -114,7 +133,7 @@ impl Prompts {
     pub fn open(config: &Config, config_path: &Path, data_dir: &Path) -> Result<Prompts, ConfigError> {
         let source = BundleSource::from_config(config, data_dir);
         let fingerprint = source.fingerprint();
-        let renderer = check(&source).map_err(|problems| ConfigError {
+        let renderer = check(&source, Vec::new()).map_err(|problems| ConfigError {
             path: config_path.to_owned(),
             key: "prompts.bundle".into(),
             message: format!("the bundle does not pass `canopy bundle check`: {}", problems.join("; ")),
@@ -145,7 +164,7 @@ impl Prompts {
         }
         let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
         if current.fingerprint != fingerprint {
-            match check(&self.source) {
+            match check(&self.source, Vec::new()) {
                 Ok(renderer) => {
                     tracing::info!(bundle = ?self.source, "prompt bundle changed; new sessions use it");
                     current.renderer = Arc::new(renderer);
@@ -231,7 +250,7 @@ mod tests {
 
     #[test]
     fn the_shipped_bundle_passes_the_check() {
-        if let Err(problems) = check(&BundleSource::Embedded) {
+        if let Err(problems) = check(&BundleSource::Embedded, Vec::new()) {
             panic!("the shipped bundle fails `canopy bundle check`:\n{}", problems.join("\n"));
         }
     }
@@ -247,7 +266,7 @@ mod tests {
 
     #[test]
     fn the_shipped_manager_prompt_has_its_sections_in_order() {
-        let renderer = check(&BundleSource::Embedded).unwrap();
+        let renderer = check(&BundleSource::Embedded, Vec::new()).unwrap();
         let facts = Facts { role: "manager".into(), handle: "m".into(), goal: "g".into(), ..Facts::default() };
         let rendered = renderer.render(&facts, false).unwrap();
         assert_eq!(rendered.sections, ["role", "why_here", "skills", "rules", "footer"]);

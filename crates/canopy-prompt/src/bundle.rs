@@ -1,8 +1,9 @@
 //! Loading and validating a prompt bundle.
 //!
 //! A bundle is a directory holding `config/prompts/<name>/SYSTEM.md` (block-0s),
-//! `config/roles/<role>.toml`, `agents/<name>.md` (subagent definitions), `skills/<name>/SKILL.md`
-//! and `rules/<name>.md`. It is read into a map of relative path to text (from disk, or the
+//! `config/roles/<role>.toml` or `.yaml`, `agents/<name>.md` (subagent definitions),
+//! `skills/<name>/SKILL.md` and `rules/<name>.md`. A file there that is none of these is an
+//! error naming it, never skipped. It is read into a map of relative path to text (from disk, or the
 //! copy embedded in the binary) and parsed from that map, so both sources take one path.
 //! Every error names the file and line. Names are checked against one grammar before any
 //! path is built from them, so nothing reaches outside the bundle; symlinks that leave the
@@ -170,7 +171,7 @@ impl Bundle {
                     return Err(BundleError::at(
                         path,
                         0,
-                        "is not a bundle file (expected config/prompts/<name>/SYSTEM.md, config/roles/<role>.toml, \
+                        "is not a bundle file (expected config/prompts/<name>/SYSTEM.md, config/roles/<role>.toml or .yaml, \
                          agents/<name>.md, skills/<name>/SKILL.md or rules/<name>.md)"
                             .into(),
                     ));
@@ -250,18 +251,42 @@ struct RoleFile {
     definition: Option<String>,
 }
 
+/// A YAML role: the TOML role's keys, read with the frontmatter subset.
+fn yaml_role(path: &str, text: &str) -> Result<RoleFile, BundleError> {
+    let doc = frontmatter::document(path, text)?;
+    doc.only(path, &["id", "block0", "mode", "tools", "skills", "harness", "model", "harness_tools", "definition"])?;
+    Ok(RoleFile {
+        id: doc.string(path, "id")?,
+        block0: doc.string(path, "block0")?,
+        mode: doc.string(path, "mode")?,
+        tools: doc.optional_list(path, "tools")?.unwrap_or_default(),
+        skills: doc.optional_list(path, "skills")?.unwrap_or_default(),
+        harness: doc.optional_string(path, "harness")?.unwrap_or_default(),
+        model: doc.optional_string(path, "model")?.unwrap_or_default(),
+        harness_tools: doc.optional_list(path, "harness_tools")?.unwrap_or_default(),
+        definition: doc.optional_string(path, "definition")?,
+    })
+}
+
 fn stem<'a>(path: &str, file: &'a str, ext: &str) -> Result<&'a str, BundleError> {
     let stem = file.strip_suffix(ext).ok_or_else(|| BundleError::at(path, 0, format!("must end in {ext}")))?;
     check_name(stem).map_err(|m| BundleError::at(path, 0, m))?;
     Ok(stem)
 }
 
+/// A role file, TOML or YAML (the same keys).
 fn parse_role(path: &str, file: &str, text: &str) -> Result<Role, BundleError> {
-    let id = stem(path, file, ".toml")?;
-    let raw: RoleFile = toml::from_str(text).map_err(|e| {
-        let line = e.span().map_or(0, |s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        BundleError::at(path, line, e.message().to_owned())
-    })?;
+    let (id, raw) = if file.ends_with(".toml") {
+        let id = stem(path, file, ".toml")?;
+        let raw: RoleFile = toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(0, |s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            BundleError::at(path, line, e.message().to_owned())
+        })?;
+        (id, raw)
+    } else {
+        let ext = if file.ends_with(".yml") { ".yml" } else { ".yaml" };
+        (stem(path, file, ext)?, yaml_role(path, text)?)
+    };
     let line_of = |key: &str| text.lines().position(|l| l.trim_start().starts_with(key)).map_or(0, |i| i + 1);
     let field = |key: &str, m: String| BundleError::at(path, line_of(key), format!("`{key}`: {m}"));
     if raw.id != id {
@@ -405,8 +430,15 @@ fn walk(root: &Path, dir: &Path, depth: usize, files: &mut BTreeMap<String, Stri
             walk(root, &path, depth + 1, files)?;
             continue;
         }
-        if !matches!(path.extension().and_then(|e| e.to_str()), Some("md" | "toml")) {
+        if path.file_name().is_some_and(|f| f == ".gitkeep") {
             continue;
+        }
+        if !matches!(path.extension().and_then(|e| e.to_str()), Some("md" | "toml" | "yaml" | "yml")) {
+            return Err(BundleError::at(
+                &name,
+                0,
+                "is not a bundle file (bundles hold .md files, and .toml or .yaml role files); move it out".into(),
+            ));
         }
         let size = real.metadata().map(|m| m.len()).unwrap_or(0);
         if size > MAX_FILE_BYTES {

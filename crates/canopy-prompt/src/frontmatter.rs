@@ -4,8 +4,9 @@
 //! value is `true`/`false`, a flow list `[a, "b"]`, a double-quoted string, or a plain
 //! string. That covers every file Canopy reads (agents, skills, rules); anything else (nested
 //! maps, multi-line values, anchors) is an error naming the file and line rather than a
-//! guess. The block is bounded in lines and bytes. This module does not know which keys a
-//! file needs; `bundle.rs` checks that.
+//! guess. The block is bounded in lines and bytes. The same subset, plus block lists (`key:`
+//! then `  - item` lines) and `#` comments, reads a whole YAML role file (`document`). This
+//! module does not know which keys a file needs; `bundle.rs` checks that.
 
 use std::collections::BTreeMap;
 
@@ -74,6 +75,69 @@ pub fn split<'t>(file: &str, text: &'t str) -> Result<(Frontmatter, &'t str), Bu
         }
     }
     Err(err(1, "the frontmatter is not closed with a `---` line".into()))
+}
+
+/// Reads a whole YAML document of the subset: `key: value` lines, flow lists, block lists
+/// (`key:` followed by indented `- item` lines), comments and blank lines, an optional
+/// leading `---`. Anything else is an error naming the line.
+pub fn document(file: &str, text: &str) -> Result<Frontmatter, BundleError> {
+    let err = |line: usize, message: String| BundleError::at(file, line, message);
+    let mut fields: BTreeMap<String, (Value, usize)> = BTreeMap::new();
+    let mut list: Option<(String, usize, Vec<String>)> = None;
+    let finish = |list: &mut Option<(String, usize, Vec<String>)>, fields: &mut BTreeMap<String, (Value, usize)>| {
+        if let Some((key, line, items)) = list.take() {
+            fields.insert(key, (Value::List(items), line));
+        }
+    };
+    for (index, raw) in text.lines().enumerate() {
+        let line_no = index + 1;
+        let line = strip_comment(raw);
+        let trimmed = line.trim();
+        if trimmed.is_empty() || (index == 0 && trimmed == "---") {
+            continue;
+        }
+        if line.starts_with([' ', '\t']) {
+            let item = trimmed.strip_prefix("- ").or_else(|| (trimmed == "-").then_some(""));
+            match (&mut list, item) {
+                (Some((_, _, items)), Some(item)) => {
+                    items.push(scalar(item.trim()).map_err(|m| err(line_no, m))?);
+                    continue;
+                }
+                _ => return Err(err(line_no, "only `- item` lines under a `key:` line may be indented".into())),
+            }
+        }
+        finish(&mut list, &mut fields);
+        let (key, value) =
+            line.split_once(':').ok_or_else(|| err(line_no, format!("expected `key: value`, found {line:?}")))?;
+        let key = key.trim();
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(err(line_no, format!("{key:?} is not a valid key")));
+        }
+        if fields.contains_key(key) {
+            return Err(err(line_no, format!("`{key}` appears twice")));
+        }
+        if value.trim().is_empty() {
+            list = Some((key.to_owned(), line_no, Vec::new()));
+            continue;
+        }
+        let value = parse_value(value.trim()).map_err(|m| err(line_no, format!("`{key}`: {m}")))?;
+        fields.insert(key.to_owned(), (value, line_no));
+    }
+    finish(&mut list, &mut fields);
+    Ok(Frontmatter { fields, body_line: 0 })
+}
+
+/// `line` without a trailing `# comment` (a `#` inside double quotes is kept).
+fn strip_comment(line: &str) -> &str {
+    let mut quoted = false;
+    for (i, c) in line.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            '#' if !quoted && (i == 0 || line[..i].ends_with([' ', '\t'])) => return &line[..i],
+            _ => {}
+        }
+    }
+    line
 }
 
 fn parse_value(raw: &str) -> Result<Value, String> {
@@ -190,6 +254,20 @@ mod tests {
             let e = split("agents/x.md", text).unwrap_err();
             assert_eq!((e.file.as_str(), e.line), ("agents/x.md", line), "{text:?}: {e}");
             assert!(e.to_string().contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_yaml_document_reads_block_lists_and_comments() {
+        let text = "# a role\nid: reviewer\nmode: replace  # the block-0 replaces the prompt\ntools:\n  - comms_*\n  - \"tree_show\"\nskills: [review]\n";
+        let doc = document("config/roles/reviewer.yaml", text).unwrap();
+        assert_eq!(doc.string("f", "id").unwrap(), "reviewer");
+        assert_eq!(doc.string("f", "mode").unwrap(), "replace");
+        assert_eq!(doc.optional_list("f", "tools").unwrap().unwrap(), vec!["comms_*", "tree_show"]);
+        assert_eq!(doc.optional_list("f", "skills").unwrap().unwrap(), vec!["review"]);
+        for (bad, line) in [("id: x\n  nested: y\n", 2), ("id: x\nid: y\n", 2), ("tools:\n  - {a: b}\n", 2)] {
+            let e = document("r.yaml", bad).unwrap_err();
+            assert_eq!(e.line, line, "{bad:?}: {e}");
         }
     }
 

@@ -2,8 +2,8 @@
 //!
 //! Replace mode (Managers, the Supervisor): role block, `# Why You're Here`, skills list,
 //! always-apply rules, other rules, footer, persona. Delta mode (implementers): the default
-//! block-0, the definition's body, the footer; when the harness owns its default prompt,
-//! only the body and footer are produced and the caller appends them with the harness's own
+//! block-0, the definition's body, the always-apply rules, the footer; when the harness owns its default prompt,
+//! only the body, rules and footer are produced and the caller appends them with the harness's own
 //! mechanism. Lines carrying a `<!-- requires: tool -->` marker survive only when every
 //! tool they name is registered. Sections that depend only on the bundle, the role and the
 //! tool set are cached; identity sections are rebuilt each time (they are a few lines).
@@ -165,6 +165,8 @@ impl Renderer {
             "delta",
             self.cached("delta", &definition.name, &fp, || apply_requires(&definition.body.text, &tools).into()),
         );
+        // The always-apply rules bind a Manager's subagents as they bind the Manager.
+        out.push("rules", self.cached("rules", &role.id, &fp, || self.rules(&tools)));
         out.push("footer", footer(facts).into());
         let delivery = if owns_default { PromptMode::Append } else { PromptMode::Replace };
         out.finish(delivery, role, Some(definition.name.clone()), tools)

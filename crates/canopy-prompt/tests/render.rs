@@ -94,12 +94,13 @@ fn supervisor_snapshot() {
 #[test]
 fn implementer_delta_is_second_to_last_before_the_footer() {
     let r = renderer().render(&facts("implementer"), false).unwrap();
-    assert_eq!(r.sections, ["default", "delta", "footer"]);
+    assert_eq!(r.sections, ["default", "delta", "rules", "footer"]);
     assert_eq!(r.delivery, canopy_core::harness::PromptMode::Replace);
     let default = r.text.find("# Default block-0").unwrap();
     let delta = r.text.find("# Role delta").unwrap();
+    let rules = r.text.find("# Rules").unwrap();
     let footer = r.text.find("# This Session").unwrap();
-    assert!(default < delta && delta < footer);
+    assert!(default < delta && delta < rules && rules < footer, "the always-apply rules bind a run too");
     assert_eq!(r.tools, ["comms_post_message", "comms_list_messages"]);
     snapshot("implementer", &r.text);
 }
@@ -108,7 +109,7 @@ fn implementer_delta_is_second_to_last_before_the_footer() {
 fn with_a_harness_that_owns_its_default_only_the_delta_is_appended() {
     let r = renderer().render(&facts("implementer"), true).unwrap();
     assert_eq!(r.delivery, canopy_core::harness::PromptMode::Append);
-    assert_eq!(r.sections, ["delta", "footer"]);
+    assert_eq!(r.sections, ["delta", "rules", "footer"]);
     assert!(!r.text.contains("careful coding agent"), "the delta never copies the default");
     snapshot("implementer-append", &r.text);
 }

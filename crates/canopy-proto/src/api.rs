@@ -209,6 +209,10 @@ pub struct ReadRequest {
     pub after: Seq,
     #[serde(default)]
     pub limit: Option<u32>,
+    /// Only what has not reached you yet: messages past your own cursor in this channel
+    /// (agents; an operator has no cursor to read from).
+    #[serde(default)]
+    pub unread: bool,
 }
 
 /// The messages of one topic inside a page, oldest first.

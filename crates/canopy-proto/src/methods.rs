@@ -50,7 +50,7 @@ macro_rules! api_methods {
             (MessagesRead, messages_read, "messages.read", ReadRequest => ReadResponse, Anyone,
                 "operators; agents on channels they subscribe to",
                 "a page of a channel after a sequence, grouped by topic",
-                Some(("comms_list_messages", "Read a channel's messages after a sequence number, grouped by topic."))),
+                Some(("comms_list_messages", "Read a channel's messages after a sequence number, grouped by topic; with unread, only those past your own cursor (what has not reached you yet)."))),
             (ChannelsList, channels_list, "channels.list", ChannelsListRequest => ChannelsListResponse, Anyone,
                 "any account",
                 "every channel with kind, policies, owner, posters, subscriber count",

@@ -29,6 +29,27 @@ macro_rules! method_schemas {
 }
 crate::api_methods!(method_schemas);
 
+/// The argument names of a request type: its schema's top-level properties.
+fn properties<T: schemars::JsonSchema>() -> Vec<String> {
+    let schema = schema_for!(T).to_value();
+    schema.get("properties").and_then(|p| p.as_object()).map(|p| p.keys().cloned().collect()).unwrap_or_default()
+}
+
+/// Each native tool's argument names, from its request type.
+macro_rules! tool_arguments {
+    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
+        /// Each native tool's argument names (its request type's fields), by tool name.
+        pub fn tool_arguments() -> std::collections::BTreeMap<&'static str, Vec<String>> {
+            let mut out = std::collections::BTreeMap::new();
+            $(if let Some(tool) = Method::$variant.tool() {
+                out.insert(tool.name, properties::<$req>());
+            })*
+            out
+        }
+    };
+}
+crate::api_methods!(tool_arguments);
+
 /// Every schema, keyed by its file name under `proto/schemas/`.
 pub fn all() -> Vec<(String, Value)> {
     let mut out = method_schemas();

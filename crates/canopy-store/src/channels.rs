@@ -126,6 +126,19 @@ pub(crate) fn insert_channel(
     Ok(conn.last_insert_rowid())
 }
 
+/// `handle`'s cursor in `channel`: the last message delivered to it there (0 if none, or
+/// not subscribed).
+pub fn cursor(conn: &Db<'_>, handle: &str, channel: &ChannelName) -> Result<Seq, Error> {
+    let cursor: Option<i64> = conn
+        .prepare_cached(
+            "SELECT s.cursor FROM subscriptions s JOIN accounts a ON a.id = s.account_id \
+             JOIN channels c ON c.id = s.channel_id WHERE a.handle = ?1 AND c.name = ?2",
+        )
+        .and_then(|mut s| s.query_row(params![handle, channel.as_str()], |r| r.get(0)).optional())
+        .map_err(sql("reading a cursor"))?;
+    Ok(Seq(cursor.unwrap_or(0).max(0) as u64))
+}
+
 /// Subscribes an account to a channel (idempotent), its cursor at the channel's head.
 pub(crate) fn subscribe(conn: &Db<'_>, account_id: i64, channel_id: i64, mandatory: bool) -> Result<(), Error> {
     conn.prepare_cached(

@@ -211,7 +211,7 @@ pub mod ops {
         account, children, create_agent, create_operator, list_agents, operators, reparent, resolve_token,
         revoke_operator, subscriptions, tree,
     };
-    pub use crate::channels::{channel, create_channel, list_channels, list_topics};
+    pub use crate::channels::{channel, create_channel, cursor, list_channels, list_topics};
     pub use crate::delivery::{
         acknowledge, agent_id, expire, overflowing, pending, reach, record_held, record_injected,
     };

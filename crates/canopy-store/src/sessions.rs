@@ -367,20 +367,31 @@ const ROSTER_SELECT: &str = "SELECT a.handle, a.display_name, COALESCE(a.role, '
      a.harness, p.last_seen, a.state, COALESCE(p.overflow, 0), \
      (SELECT COUNT(*) FROM subscriptions sub JOIN messages m ON m.channel_id = sub.channel_id AND m.seq > sub.cursor \
       WHERE sub.account_id = a.id AND m.sender_id != a.id AND NOT EXISTS (SELECT 1 FROM deliveries d \
-      WHERE d.agent_id = a.id AND d.seq = m.seq AND d.state = 'injected')) FROM accounts a \
+      WHERE d.agent_id = a.id AND d.seq = m.seq AND d.state = 'injected')), \
+     (SELECT MIN(sr.id) FROM spawn_requests sr WHERE sr.requester_id = a.id AND sr.state = 'pending') FROM accounts a \
      LEFT JOIN accounts par ON par.id = a.parent_id LEFT JOIN presence p ON p.agent_id = a.id \
      LEFT JOIN sessions s ON s.agent_id = a.id AND s.ended_at IS NULL";
 
 fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
     let state: String = r.get(12)?;
     let presence = if state == "despawned" { Presence::Despawned } else { parse_enum(r, 4, Presence::parse)? };
+    let mut reason: Option<String> = r.get(5)?;
+    // An idle agent whose own spawn request is pending is waiting for the operator.
+    let waiting: Option<i64> = r.get(15)?;
+    let presence = match (presence, waiting) {
+        (Presence::Idle, Some(id)) => {
+            reason = Some(format!("waiting for the operator to answer its spawn request req-{id}"));
+            Presence::WaitingApproval
+        }
+        (presence, _) => presence,
+    };
     Ok(RosterEntry {
         handle: Handle::from_trusted(r.get(0)?),
         display_name: r.get(1)?,
         role: RoleName::from_trusted(r.get(2)?),
         parent: r.get::<_, Option<String>>(3)?.map(Handle::from_trusted),
         presence,
-        reason: r.get(5)?,
+        reason,
         activity: r.get(6)?,
         desired: parse_enum(r, 7, Desired::parse)?,
         incarnation: Incarnation(r.get::<_, i64>(8)? as u64),
