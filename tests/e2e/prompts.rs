@@ -201,7 +201,10 @@ fn a_managers_subagent_run_reports_back_at_its_next_turn() {
     let rendered_default =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/prompts/default/SYSTEM.md"))
             .unwrap();
-    assert!(prompt.starts_with(rendered_default.lines().next().unwrap()), "the default block-0 comes first");
+    // The file's first line is the authors' note on gated lines, which no session reads.
+    let first = rendered_default.lines().find(|l| !l.starts_with("<!-- flip:")).unwrap();
+    assert!(prompt.starts_with(first), "the default block-0 comes first");
+    assert!(!prompt.contains("<!-- flip:"), "the authors' note reached a session");
     let transcript = std::fs::read_to_string(env.data_dir().join("sessions/run-1/1/transcript.jsonl")).unwrap();
     assert!(transcript.contains("Add a --verbose flag"), "the brief was not the first input");
 

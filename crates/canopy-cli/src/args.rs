@@ -411,5 +411,18 @@ pub enum BundleCommand {
         /// daemon uses: `[prompts] bundle` in canopy.toml, else the one built into canopy).
         #[arg(long)]
         bundle: Option<PathBuf>,
+        /// Also list, per role, each line its sessions do not see yet and the tool it waits for.
+        #[arg(long)]
+        gated: bool,
+    },
+    /// Bring a user's existing agent configuration into a bundle: Claude Code skills, agents
+    /// and CLAUDE.md, Cursor rules, AGENTS.md, MCP server lists.
+    Import {
+        /// Where the configuration is (a project or home directory).
+        #[arg(long)]
+        from: PathBuf,
+        /// The bundle to write into (default: `[prompts] bundle`, which must be set).
+        #[arg(long)]
+        bundle: Option<PathBuf>,
     },
 }

@@ -36,7 +36,8 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Doctor => crate::doctor::run(&dir, json).await,
         Command::NatsConfig => nats_config(&dir, json),
         Command::Demo { yes } => crate::demo::run(yes).await,
-        Command::Bundle(BundleCommand::Check { bundle }) => bundle_check(&dir, json, bundle),
+        Command::Bundle(BundleCommand::Check { bundle, gated }) => bundle_check(&dir, json, bundle, gated),
+        Command::Bundle(BundleCommand::Import { from, bundle }) => crate::import::run(&dir, json, &from, bundle).await,
         command => match Client::connect(&dir).await {
             Ok(client) => api_command(&client, json, command).await,
             Err(e) => fail(json, &e),
@@ -804,7 +805,7 @@ async fn mcp(json: bool, args: &McpArgs) -> u8 {
 }
 
 /// Prints a usage error naming `field` and returns 64.
-fn fail_usage(json: bool, field: &str, message: &str) -> u8 {
+pub(crate) fn fail_usage(json: bool, field: &str, message: &str) -> u8 {
     let wire = canopy_proto::WireError {
         code: ErrorCode::InvalidArgument,
         message: message.to_owned(),
@@ -850,7 +851,7 @@ pub fn cli_commands() -> Vec<String> {
     out
 }
 
-fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf>) -> u8 {
+fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf>, gated: bool) -> u8 {
     use canopy_daemon::prompts::{BundleSource, check};
     let source = match bundle {
         Some(path) => BundleSource::Dir(path),
@@ -870,8 +871,15 @@ fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf>) -
                 "roles": b.roles.len(), "definitions": b.definitions.len(),
                 "skills": b.skills.len(), "rules": b.rules.len(),
             });
+            let waiting = if gated { canopy_prompt::gated(&renderer) } else { Vec::new() };
             if json {
-                output::json(&serde_json::json!({ "ok": true, "bundle": name, "counts": counts, "problems": [] }));
+                let waiting: Vec<serde_json::Value> = waiting
+                    .iter()
+                    .map(|g| serde_json::json!({ "role": g.role, "file": g.file, "line": g.line, "waits_for": g.waits_for, "text": g.text }))
+                    .collect();
+                output::json(
+                    &serde_json::json!({ "ok": true, "bundle": name, "counts": counts, "problems": [], "gated": waiting }),
+                );
             } else {
                 let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
                 println!(
@@ -881,6 +889,9 @@ fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf>) -
                     count(b.skills.len(), "skill"),
                     count(b.rules.len(), "rule")
                 );
+                if gated {
+                    output::gated(&waiting);
+                }
             }
             0
         }

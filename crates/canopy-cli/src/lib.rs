@@ -10,6 +10,7 @@ mod client;
 mod commands;
 mod demo;
 mod doctor;
+mod import;
 mod output;
 
 use std::process::ExitCode;
@@ -141,6 +142,77 @@ mod tests {
             "{:?}",
             problems(dir.path())
         );
+    }
+
+    /// Every shipped prompt file opens with the note on gated lines, and no session reads it.
+    #[test]
+    fn every_prompt_file_says_how_gated_lines_work() {
+        for (path, text) in canopy_prompt::Bundle::embedded_files() {
+            if !path.ends_with(".md") || path.ends_with("README.md") {
+                continue;
+            }
+            let body = match text.strip_prefix("---\n") {
+                Some(rest) => rest.split_once("\n---\n").map_or(rest, |(_, body)| body),
+                None => text,
+            };
+            assert!(body.starts_with(canopy_prompt::bundle::NOTE), "{path} does not open with the gated-lines note");
+        }
+        let renderer = match check(&BundleSource::Embedded, Vec::new()) {
+            Ok(renderer) => renderer,
+            Err(problems) => panic!("{problems:?}"),
+        };
+        assert!(renderer.bundle().blocks.values().all(|b| !b.text.contains("<!-- flip:")));
+    }
+
+    /// `canopy bundle import` brings each supported format in, and says what it skipped.
+    #[tokio::test]
+    async fn an_import_of_each_format_passes_the_check_and_reports_what_it_skipped() {
+        let from = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let put = |rel: &str, text: &str| {
+            let path = from.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap_or(from.path())).unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(path, text).unwrap_or_else(|e| panic!("{e}"));
+        };
+        put(
+            ".claude/skills/Release Notes/SKILL.md",
+            "---\nname: release-notes\ndescription: Write release notes from merged PRs.\nallowed-tools: Read\n---\n# Release notes\nList the merged PRs.\n",
+        );
+        put(
+            ".claude/agents/test-writer.md",
+            "---\nname: test-writer\ndescription: Writes the failing test first.\ntools: Read, Edit\n---\nWrite the test, watch it fail.\n",
+        );
+        put("CLAUDE.md", "# Project\nRun `cargo test` before you push.\n");
+        put("AGENTS.md", "Keep functions small.\n");
+        put(
+            ".cursor/rules/rust-style.mdc",
+            "---\ndescription: Rust style\nglobs: [\"*.rs\"]\nalwaysApply: false\n---\nPrefer iterators.\n",
+        );
+        put(".mcp.json", "{\"mcpServers\": {\"github\": {\"command\": \"gh-mcp\"}}}");
+        let data = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let bundle = data.path().join("bundle");
+        let dir = canopy_config::DataDir::new(data.path().join(".canopy"));
+        let code = crate::import::run(&dir, true, from.path(), Some(bundle.clone())).await;
+        assert_eq!(code, 0, "the imported bundle does not pass the check");
+        for written in [
+            "skills/release-notes/SKILL.md",
+            "agents/test-writer.md",
+            "rules/claude-md.md",
+            "rules/agents-md.md",
+            "rules/rust-style.md",
+            "imported-mcp-servers.json",
+        ] {
+            assert!(bundle.join(written).is_file(), "{written} was not written");
+        }
+        let renderer = match check(&BundleSource::Dir(bundle.clone()), crate::commands::cli_commands()) {
+            Ok(renderer) => renderer,
+            Err(problems) => panic!("{problems:?}"),
+        };
+        let b = renderer.bundle();
+        assert!(b.skills.contains_key("release-notes") && b.definitions.contains_key("test-writer"));
+        assert!(b.rules.get("claude-md").is_some_and(|r| r.always_apply));
+        assert_eq!(b.rules.get("rust-style").map(|r| r.globs.clone()), Some(vec!["*.rs".to_owned()]));
+        // Imported twice: nothing is overwritten.
+        assert_eq!(crate::import::run(&dir, true, from.path(), Some(bundle)).await, 0);
     }
 
     /// A YAML role is a role: it loads and renders like a TOML one.

@@ -194,6 +194,21 @@ pub fn board(r: &BoardResponse) {
     }
 }
 
+/// `bundle check --gated`: per role, each line its sessions do not see yet.
+pub fn gated(lines: &[canopy_prompt::Gated]) {
+    if lines.is_empty() {
+        println!("no gated lines: every role sees every line");
+    }
+    let mut role = "";
+    for g in lines {
+        if g.role != role {
+            role = &g.role;
+            println!("role {role}: lines waiting for a tool");
+        }
+        println!("  {}:{}  waits for {}: {}", g.file, g.line, g.waits_for.join(", "), g.text);
+    }
+}
+
 pub fn operators(operators: &[Account]) {
     let width = operators.iter().map(|a| a.handle.as_str().len()).max().unwrap_or(8);
     for a in operators {

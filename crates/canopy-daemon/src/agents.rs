@@ -177,6 +177,24 @@ impl Api {
                 .transpose()?
                 .filter(|p| !p.trim().is_empty()),
         };
+        // A delta role is an implementer's: briefed per slice by a Manager, never standing.
+        if self
+            .prompts
+            .current()
+            .bundle()
+            .roles
+            .get(spec.role.as_str())
+            .is_some_and(|r| r.mode == canopy_prompt::Mode::Delta)
+        {
+            return Err(Error::invalid(
+                "role",
+                format!(
+                    "{} is a subagent role: a Manager briefs one per slice with agents_run_subagent; \
+                     a standing agent takes a replace role such as manager",
+                    spec.role
+                ),
+            ));
+        }
         let defaults = self.session_defaults(spec.role.as_str());
         let harness = req.harness.unwrap_or(defaults.harness);
         let script = match req.script {

@@ -89,7 +89,25 @@ pub fn vocabulary(commands: Vec<String>) -> canopy_prompt::Vocabulary {
         states,
         commands,
         channel_prefixes: canopy_core::names::RESERVED_CHANNEL_PREFIXES.iter().map(|p| (*p).to_owned()).collect(),
+        settings: settings(),
     }
+}
+
+/// Every key of the default `canopy.toml`, at any depth.
+fn settings() -> Vec<String> {
+    fn walk(table: &toml::Table, out: &mut Vec<String>) {
+        for (key, value) in table {
+            out.push(key.clone());
+            if let toml::Value::Table(inner) = value {
+                walk(inner, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(table) = canopy_config::config::DEFAULT_TOML.parse::<toml::Table>() {
+        walk(&table, &mut out);
+    }
+    out
 }
 
 /// Loads `source` and runs the lint: what `canopy bundle check` (with the CLI's commands) and

@@ -21,6 +21,8 @@ pub fn check_script(path_for_messages: &std::path::Path, text: &str) -> Result<(
 
 /// File names inside the session directory.
 pub const PROMPT_FILE: &str = "system-prompt.md";
+/// The scripted harness's memory across an agent's sessions (the start rules that ran).
+pub const STATE_FILE: &str = "scripted-state.json";
 pub const TRANSCRIPT_FILE: &str = "transcript.jsonl";
 
 /// Adds the scripted harness's arguments, files and environment to `command`.
@@ -44,6 +46,9 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dy
         .arg(spec.session_dir.join(PROMPT_FILE))
         .arg("--transcript")
         .arg(spec.session_dir.join(TRANSCRIPT_FILE))
+        // Outlives the session: which start rules already ran for this agent.
+        .arg("--state")
+        .arg(spec.agent_dir.as_ref().unwrap_or(&spec.session_dir).join(STATE_FILE))
         .env("CANOPY_MCP_URL", &spec.mcp_url)
         .env("CANOPY_MCP_TOKEN", &spec.mcp_token);
     Ok(Box::new(ScriptedCodec))
@@ -62,6 +67,7 @@ impl Codec for ScriptedCodec {
             channel: context.channel.clone(),
             topic: context.topic.clone(),
             kind: Some(context.kind.clone()),
+            seq: context.seq,
         };
         match mode {
             SendMode::NextTurn => line(&Input::Prompt { id: input_id.to_owned(), text: text.to_owned(), meta }),

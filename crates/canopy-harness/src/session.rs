@@ -96,6 +96,8 @@ pub struct InputContext {
     pub sender: Option<String>,
     pub channel: Option<String>,
     pub topic: Option<String>,
+    /// The newest message's sequence number, when the input carries messages.
+    pub seq: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -134,6 +134,11 @@ impl Bundle {
         Bundle::parse("embedded", files)
     }
 
+    /// The files of the embedded bundle, relative path and text (to start a bundle on disk).
+    pub fn embedded_files() -> impl Iterator<Item = (&'static str, &'static str)> {
+        crate::embedded::FILES.iter().copied()
+    }
+
     /// Reads the bundle under `root`.
     pub fn load(root: &Path) -> Result<Bundle, BundleError> {
         let files = read_files(root)?;
@@ -149,7 +154,7 @@ impl Bundle {
                 [.., "README.md"] => {}
                 ["config", "prompts", name, "SYSTEM.md"] => {
                     check_name(name).map_err(|m| BundleError::at(path, 0, m))?;
-                    bundle.blocks.insert((*name).to_owned(), Body { text: text.clone(), first_line: 1 });
+                    bundle.blocks.insert((*name).to_owned(), without_note(text, 1));
                 }
                 ["config", "roles", file] => {
                     let role = parse_role(path, file, text)?;
@@ -339,7 +344,24 @@ fn parse_role(path: &str, file: &str, text: &str) -> Result<Role, BundleError> {
 }
 
 fn body(fm: &frontmatter::Frontmatter, text: &str) -> Body {
-    Body { text: text.to_owned(), first_line: fm.body_line }
+    without_note(text, fm.body_line)
+}
+
+/// How a prompt file opens: the authors' note on gated lines, which no session reads.
+pub const NOTE_PREFIX: &str = "<!-- flip:";
+
+/// The note every shipped and imported prompt file opens with (its first body line).
+pub const NOTE: &str = "<!-- flip: a line ending in a requires marker naming a tool is the target contract, kept in place: roles without that tool do not see it, and it switches on once the tool is theirs. `canopy bundle check --gated` lists, per role, each line still waiting. -->";
+
+/// `text` (starting at `first_line`) without its leading authors' note (`<!-- flip: ... -->`,
+/// one line), which says how gated lines work and is not part of any prompt.
+fn without_note(text: &str, first_line: usize) -> Body {
+    match text.split_once('\n') {
+        Some((first, rest)) if first.starts_with(NOTE_PREFIX) && first.trim_end().ends_with("-->") => {
+            Body { text: rest.to_owned(), first_line: first_line + 1 }
+        }
+        _ => Body { text: text.to_owned(), first_line },
+    }
 }
 
 /// The frontmatter's `name` must equal `expected`, the file or directory name (`what`) the

@@ -16,7 +16,7 @@ mod embedded {
 }
 
 pub use bundle::{Bundle, Definition, Mode, Role, Rule, Skill};
-pub use lint::{Finding, Vocabulary, lint, lint_with};
+pub use lint::{Finding, Gated, Vocabulary, gated, lint, lint_with};
 pub use render::{Facts, RenderError, Rendered, Renderer};
 
 /// A bundle file that failed to load, with where.

@@ -49,6 +49,8 @@ pub struct Vocabulary {
     pub commands: Vec<String>,
     /// The prefixes of channel names Canopy creates: `home-`, `coord-`, `dm-`.
     pub channel_prefixes: Vec<String>,
+    /// The keys of `canopy.toml` (`read_write`, `request_ttl`), which prose may name too.
+    pub settings: Vec<String>,
 }
 
 /// Every finding for `renderer`'s bundle, in file order (tool names only).
@@ -121,6 +123,68 @@ pub fn lint_with(renderer: &Renderer, vocabulary: &Vocabulary) -> Vec<Finding> {
     findings.sort_by(|a, b| (&a.file, a.line, &a.role, &a.message).cmp(&(&b.file, b.line, &b.role, &b.message)));
     findings.dedup();
     findings
+}
+
+/// One line a role's sessions do not see yet: the target contract, kept in place, switched
+/// on when the tool it waits for is registered for the role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gated {
+    pub role: String,
+    pub file: String,
+    pub line: usize,
+    /// The tools it needs that the role lacks.
+    pub waits_for: Vec<String>,
+    pub text: String,
+}
+
+/// Every line each role's sessions do not see because a tool it `requires` is missing.
+pub fn gated(renderer: &Renderer) -> Vec<Gated> {
+    let bundle = renderer.bundle();
+    let mut out = Vec::new();
+    for role in bundle.roles.values() {
+        let mut texts: Vec<(String, &Body, Vec<String>)> = Vec::new();
+        let block_file = format!("config/prompts/{}/SYSTEM.md", role.block0);
+        match role.mode {
+            Mode::Replace => {
+                let tools = renderer.tools_for(role, None);
+                if let Some(block) = bundle.blocks.get(&role.block0) {
+                    texts.push((block_file.clone(), block, tools.clone()));
+                }
+                for skill in bundle.skills.values().filter(|s| role.skills.iter().any(|p| glob_match(p, &s.name))) {
+                    texts.push((skill.file.clone(), &skill.body, tools.clone()));
+                }
+                for rule in bundle.rules.values() {
+                    texts.push((rule.file.clone(), &rule.body, tools.clone()));
+                }
+            }
+            Mode::Delta => {
+                for d in bundle.definitions.values() {
+                    if bundle.role_for_definition(&d.name).is_some_and(|r| r.id == role.id) {
+                        let tools = renderer.tools_for(role, Some(d));
+                        texts.push((d.file.clone(), &d.body, tools));
+                    }
+                }
+            }
+        }
+        for (file, body, tools) in texts {
+            for (index, line) in body.text.lines().enumerate() {
+                if let Some((needed, kept)) = requires(line) {
+                    let missing: Vec<String> =
+                        needed.iter().filter(|n| !tools.iter().any(|t| t == *n)).map(|n| (*n).to_owned()).collect();
+                    if !missing.is_empty() {
+                        out.push(Gated {
+                            role: role.id.clone(),
+                            file: file.clone(),
+                            line: body.first_line + index,
+                            waits_for: missing,
+                            text: kept.trim().to_owned(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 fn scan(file: &str, body: &Body, tools: &[String], role: &str, vocabulary: &Vocabulary, findings: &mut Vec<Finding>) {
@@ -221,8 +285,9 @@ fn meaning(line: &str, v: &Vocabulary) -> Vec<String> {
         }
         if word.contains('_') {
             // A snake_case word is code: a tool, an argument, or a state.
-            if !is_state(word) && !v.arguments.values().any(|a| a.iter().any(|x| x == word)) {
-                out.push(format!("names `{word}`, which is no tool, tool argument or state Canopy has"));
+            let setting = v.settings.iter().any(|s| s == word);
+            if !is_state(word) && !setting && !v.arguments.values().any(|a| a.iter().any(|x| x == word)) {
+                out.push(format!("names `{word}`, which is no tool, tool argument, state or setting Canopy has"));
             }
         } else if !named.is_empty() && !is_argument(word, &named) && !is_state(word) && looks_like_argument(line, span)
         {

@@ -393,6 +393,7 @@ fn context_of(kind: &str, messages: &[Message]) -> InputContext {
         sender: last.map(|m| m.sender.handle.to_string()),
         channel: last.map(|m| m.channel.to_string()),
         topic: last.map(|m| m.topic.to_string()),
+        seq: last.map(|m| m.seq.get()),
     }
 }
 

@@ -22,6 +22,9 @@ pub struct InputMeta {
     /// `"start"` for the first input of a session, `"message"` for deliveries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// The newest delivered message's sequence number, when the input carries messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
 }
 
 /// Host -> harness.

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -48,6 +48,9 @@ pub struct Options {
     pub system_prompt_file: Option<PathBuf>,
     /// `--transcript FILE`; absent means no transcript.
     pub transcript: Option<PathBuf>,
+    /// `--state FILE`: what outlives a session (the start rules that already ran for the
+    /// agent); absent means every session starts afresh.
+    pub state: Option<PathBuf>,
 }
 
 /// A command line that cannot be run.
@@ -68,6 +71,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, A
     let mut script = None;
     let mut system_prompt_file = None;
     let mut transcript = None;
+    let mut state = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let text = arg.to_string_lossy().into_owned();
@@ -82,6 +86,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, A
             "--script" => ("--script", &mut script),
             "--system-prompt-file" => ("--system-prompt-file", &mut system_prompt_file),
             "--transcript" => ("--transcript", &mut transcript),
+            "--state" => ("--state", &mut state),
             _ => return Err(ArgsError::Unknown(text)),
         };
         // Taken from the raw argument so a non-UTF-8 path survives intact.
@@ -97,7 +102,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, A
         }
     }
     let script = script.ok_or(ArgsError::NoScript)?;
-    Ok(Command::Run(Options { script, system_prompt_file, transcript }))
+    Ok(Command::Run(Options { script, system_prompt_file, transcript, state }))
 }
 
 /// The environment a real harness would get from the session host.
@@ -180,7 +185,15 @@ pub fn run_stdio(script: Script, options: &Options, env: HarnessEnv) -> Result<i
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(RunError::Runtime)?;
     let (tx, rx) = mpsc::channel(INPUT_QUEUE);
     spawn_stdin_reader(tx);
-    let harness = Harness { script, env, out: Emitter { transcript }, mcp: None, turns: 0, calls: 0 };
+    let harness = Harness {
+        script,
+        env,
+        out: Emitter { transcript },
+        mcp: None,
+        turns: 0,
+        calls: 0,
+        state: options.state.clone(),
+    };
     runtime.block_on(harness.run(system_prompt, rx))
 }
 
@@ -343,6 +356,21 @@ struct Harness {
     mcp: Option<McpClient>,
     turns: u64,
     calls: u64,
+    /// Where the start rules that ran are remembered, across the agent's sessions.
+    state: Option<PathBuf>,
+}
+
+/// The tools whose calls take an idempotency key: a repeated call returns the first result.
+const IDEMPOTENT_TOOLS: [&str; 2] = ["comms_post_message", "agents_spawn_peer"];
+
+/// The start rules (by line) that already ran for this agent.
+fn started(state: &Path) -> Vec<usize> {
+    std::fs::read_to_string(state)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v.get("started").and_then(|s| s.as_array()).cloned())
+        .map(|list| list.iter().filter_map(|n| n.as_u64().map(|n| n as usize)).collect())
+        .unwrap_or_default()
 }
 
 impl Harness {
@@ -442,8 +470,35 @@ impl Harness {
             "text": input.text,
             "meta": input.meta,
         }))?;
+        let start = input.meta.kind.as_deref() == Some("start");
         let actions = match self.script.find_rule(&input.text, &input.meta, steer) {
-            Some(rule) => rule.actions.iter().map(|action| (action.clone(), position)).collect(),
+            // A start rule runs once per agent, not at every restart, unless it says otherwise.
+            Some(rule)
+                if start
+                    && !rule.every_start
+                    && self.state.as_deref().is_some_and(|s| started(s).contains(&rule.line)) =>
+            {
+                self.out.record(json!({ "kind": "start_rule_skipped", "line": rule.line, "reason": "it ran in an earlier session" }))?;
+                Vec::new()
+            }
+            Some(rule) => {
+                if start && let Some(state) = &self.state {
+                    let mut done = started(state);
+                    done.push(rule.line);
+                    let _ = std::fs::write(state, json!({ "started": done }).to_string());
+                }
+                // Each call carries a key derived from the agent, the rule, the action and the
+                // input, so the same call made again (after a restart) returns the first result.
+                let input_key = input.meta.seq.map_or_else(|| "start".to_owned(), |seq| seq.to_string());
+                rule.actions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, action)| {
+                        let key = format!("scripted-{}-r{}-a{i}-{input_key}", self.env.agent, rule.line);
+                        (with_key(action, &key), position)
+                    })
+                    .collect()
+            }
             None => Vec::new(),
         };
         turn.inputs.push(input);
@@ -591,6 +646,23 @@ async fn run_shell(command: &str) -> ShellRun {
         output.truncate(cut);
     }
     ShellRun { code, output }
+}
+
+/// `action` with `idempotency_key` set to `key`, for a call to a tool that takes one and a
+/// script that did not set its own.
+fn with_key(action: &Action, key: &str) -> Action {
+    match action {
+        Action::Call { tool, args } if IDEMPOTENT_TOOLS.contains(&tool.as_str()) => {
+            let mut args = args.clone();
+            if let Value::Object(map) = &mut args
+                && !map.contains_key("idempotency_key")
+            {
+                map.insert("idempotency_key".into(), Value::String(key.chars().take(128).collect()));
+            }
+            Action::Call { tool: tool.clone(), args }
+        }
+        other => other.clone(),
+    }
 }
 
 fn start_tool(out: &mut Emitter, turn: &Turn, call_id: &str, name: &str, args: &Value) -> Result<(), RunError> {
@@ -756,6 +828,7 @@ mod tests {
                 script: "s.toml".into(),
                 system_prompt_file: Some("p.md".into()),
                 transcript: Some("t.jsonl".into()),
+                state: None,
             })
         );
         assert_eq!(parse_args(args(&["--help"])).unwrap(), Command::Help);

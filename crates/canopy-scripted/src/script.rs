@@ -44,6 +44,8 @@ pub struct Rule {
     pub matcher: Match,
     /// The actions to run, in order.
     pub actions: Vec<Action>,
+    /// For a start rule: run at every session start, not once per agent.
+    pub every_start: bool,
 }
 
 /// The `match` table of a rule. Every present field must hold.
@@ -322,20 +324,27 @@ impl Checker<'_> {
         };
         let mut matcher = Match::default();
         let mut actions = None;
+        let mut every_start = false;
         for (key, value) in Self::entries(table) {
             match key.get_ref().as_ref() {
                 "match" => matcher = self.matcher(value)?,
                 "actions" => actions = Some(self.actions(value)?),
+                "every_start" => match value.get_ref() {
+                    DeValue::Boolean(flag) => every_start = *flag,
+                    _ => return Err(self.error(value.span(), "`every_start` must be true or false")),
+                },
                 other => {
-                    return Err(self
-                        .error(key.span(), format!("unknown key `{other}` in rule (expected `match` or `actions`)")));
+                    return Err(self.error(
+                        key.span(),
+                        format!("unknown key `{other}` in rule (expected `match`, `actions` or `every_start`)"),
+                    ));
                 }
             }
         }
         let Some(actions) = actions else {
             return Err(self.error(item.span(), "rule has no `actions`"));
         };
-        Ok(Rule { line: self.line_of(item.span().start), matcher, actions })
+        Ok(Rule { line: self.line_of(item.span().start), matcher, actions, every_start })
     }
 
     fn matcher(&self, value: &Spanned<DeValue<'_>>) -> Result<Match, ScriptError> {
@@ -893,6 +902,7 @@ actions = [{ say = "anything" }]
             channel: Some("general".into()),
             topic: Some("plans".into()),
             kind: Some("message".into()),
+            seq: None,
         };
         assert_eq!(said("hi", &alice, false), "alice in plans");
         let bob = InputMeta { sender: Some("bob".into()), ..alice.clone() };
