@@ -123,38 +123,46 @@ fn bundle_check_passes_the_shipped_bundle_and_names_a_planted_error() {
 
 #[test]
 fn the_daemon_refuses_a_tool_the_role_does_not_register() {
-    let env = TestEnv::started_with(FAST);
-    // A standing agent of the implementer role: its prompt names no comms tool, and the
-    // daemon refuses the call even though the harness tries it.
-    let script = env.script(
-        "eager.toml",
+    // An implementer run: its prompt names no comms tool, and the daemon refuses the call
+    // even though its harness tries it.
+    let dir = tempfile::tempdir().unwrap();
+    let eager = dir.path().join("eager.toml");
+    std::fs::write(
+        &eager,
         r#"
 [[rule]]
 match = { kind = "start" }
-actions = [{ call = "comms_post_message", args = { channel = "{home}", topic = "t", body = "not mine to post", create_topic = true } }]
+actions = [{ call = "comms_post_message", args = { channel = "home-lead", topic = "t", body = "not mine to post", create_topic = true } }]
+"#,
+    )
+    .unwrap();
+    let run_script = format!("script = {:?}", eager.display().to_string());
+    let mut edits: Vec<(&str, &str)> = FAST.to_vec();
+    edits.push(("script = \"implementer.toml\"", &run_script));
+    let env = TestEnv::started_with(&edits);
+    // A standing implementer is no such thing: implementers are briefed per slice.
+    let refused = env.refused(&["agents", "create", "--handle", "eager", "--name", "Eager", "--role", "implementer"]);
+    assert_eq!(refused["field"], "role", "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("agents_run_subagent"), "{refused}");
+    env.create_scripted(
+        "lead",
+        r#"
+[[rule]]
+match = { kind = "start" }
+actions = [{ call = "agents_run_subagent", args = { definition = "implementer", brief = "try to post" } }]
 "#,
     );
-    env.json(&[
-        "agents",
-        "create",
-        "--handle",
-        "eager",
-        "--name",
-        "Eager",
-        "--role",
-        "implementer",
-        "--script",
-        &script,
-    ]);
-    crate::assert_eventually!(
-        env.activity("eager").iter().any(|i| i["kind"] == "tool_failed"),
-        "the refused call never showed: {:?}",
-        env.activity("eager")
-    );
-    let failed = env.activity("eager").into_iter().find(|i| i["kind"] == "tool_failed").unwrap();
-    assert_eq!(failed["detail"]["output"]["error"]["code"], "forbidden", "{failed}");
-    assert!(env.messages("home-eager").is_empty());
-    let prompt = received_prompt(&env, "eager", 1);
+    // The run's own record of the call (its activity may end with the run): `forbidden`.
+    let transcript = env.data_dir().join("sessions/run-1/1/transcript.jsonl");
+    let refused_call = || {
+        std::fs::read_to_string(&transcript).unwrap_or_default().lines().find_map(|l| {
+            let line: Value = serde_json::from_str(l).ok()?;
+            (line.to_string().contains("comms_post_message") && line.to_string().contains("forbidden")).then_some(line)
+        })
+    };
+    crate::assert_eventually!(refused_call().is_some(), "the run's call was not refused: {}", transcript.display());
+    assert!(!env.messages("home-lead").iter().any(|m| m["body"] == "not mine to post"));
+    let prompt = received_prompt(&env, "run-1", 1);
     assert!(!prompt.contains("comms_post_message"), "the prompt names a tool the session lacks");
 }
 
@@ -198,6 +206,9 @@ fn a_managers_subagent_run_reports_back_at_its_next_turn() {
     let footer = prompt.find("# This Session").expect("the footer is in the prompt");
     assert!(default < delta && delta < footer, "{prompt}");
     assert!(prompt.contains("- Parent: @lead"), "{prompt}");
+    let rules = prompt.find("# Rules").expect("the always-apply rules are in a run's prompt");
+    assert!(delta < rules && rules < footer, "{prompt}");
+    assert!(prompt.contains("Never wait inside a turn for someone else"), "{prompt}");
     let rendered_default =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/prompts/default/SYSTEM.md"))
             .unwrap();
@@ -334,4 +345,65 @@ actions = [{ call = "history_search", args = { query = "verbose flag", include_t
     crate::assert_eventually!(found().is_some(), "history_search never answered");
     let output = found().unwrap()["output"].to_string();
     assert!(output.contains("built the verbose flag"), "{output}");
+}
+
+#[test]
+fn a_yaml_role_renders_and_runs_an_agent() {
+    let (_keep, bundle) = bundle_copy();
+    std::fs::write(
+        bundle.join("config/roles/reviewer.yaml"),
+        "# Reads and comments; never edits.\nid: reviewer\nblock0: manager\nmode: replace\ntools:\n  - \"*\"\nskills: [review]\n",
+    )
+    .unwrap();
+    let bundle_arg = bundle.display().to_string();
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    env.edit_config(&[("bundle = \"\"", &format!("bundle = {bundle_arg:?}"))]);
+    env.edit_config(FAST);
+    env.start_daemon();
+    let checked = env.json(&["bundle", "check"]);
+    assert_eq!(checked["counts"]["roles"], 4, "{checked}");
+    let script = env.script("reviewer.toml", "");
+    env.json(&[
+        "agents", "create", "--handle", "reviewer", "--name", "Reviewer", "--role", "reviewer", "--script", &script,
+    ]);
+    let prompt = received_prompt(&env, "reviewer", 1);
+    assert!(prompt.contains("# You are a Manager") && prompt.contains("`review`"), "{prompt}");
+}
+
+#[test]
+fn a_restarted_manager_does_not_refile_its_spawn_request_and_the_supervisor_stays_quiet_on_a_broadcast() {
+    let mut env = TestEnv::started_with(FAST);
+    env.create_scripted(
+        "lead",
+        r#"
+[[rule]]
+match = { kind = "start" }
+actions = [{ call = "agents_spawn_peer", args = { handle = "flaky", name = "Flaky", charter = "Hunt flaky tests", reason = "CI is red" } }]
+"#,
+    );
+    crate::assert_eventually!(
+        env.json(&["requests"])["requests"].as_array().unwrap().len() == 1,
+        "the request was never filed"
+    );
+    env.ok(&["deny", "req-1", "--reason", "not now"]);
+    assert_eq!(env.stop_daemon(), Some(0), "{}", env.daemon_log());
+    env.start_daemon();
+    env.wait_harness_pid("lead", 2);
+    env.settled("lead");
+    let requests = env.json(&["requests"]);
+    let all = requests["requests"].as_array().unwrap();
+    assert_eq!(all.len(), 1, "the restarted Manager filed again: {requests}");
+    assert_eq!(all[0]["state"], "denied");
+
+    // A broadcast is read, not answered.
+    env.ok(&["post", "--channel", "announcements", "--topic", "freeze", "--create-topic", "Code freeze at noon."]);
+    env.settled("supervisor");
+    let spoke = |channel: &str| {
+        env.messages(channel)
+            .iter()
+            .filter(|m| m["sender"]["handle"] == "supervisor" && m["body"] != "Supervisor online.")
+            .count()
+    };
+    assert_eq!(spoke("announcements") + spoke("home-supervisor"), 0, "the Supervisor answered a broadcast");
 }

@@ -213,7 +213,9 @@ fn an_official_mcp_client_lists_and_calls_the_tools() {
 #[test]
 fn a_killed_harness_restarts_with_the_next_incarnation() {
     let env = TestEnv::started_with(FAST);
-    env.create_scripted("worker", POSTS_HELLO);
+    // This rule runs at every session start (a start rule otherwise runs once per agent).
+    let every_start = POSTS_HELLO.replace("actions = [", "every_start = true\nactions = [");
+    env.create_scripted("worker", &every_start);
     let first = env.wait_harness_pid("worker", 1);
     signal(first, canopy_sys::SIGKILL);
     let second = env.wait_harness_pid("worker", 2);

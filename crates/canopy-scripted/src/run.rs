@@ -116,6 +116,8 @@ pub struct HarnessEnv {
     pub mcp_url: Option<String>,
     /// `CANOPY_MCP_TOKEN`: the bearer token.
     pub mcp_token: Option<String>,
+    /// `CANOPY_INCARNATION`: which session of the agent this is.
+    pub incarnation: String,
 }
 
 impl HarnessEnv {
@@ -126,6 +128,7 @@ impl HarnessEnv {
             home: std::env::var("CANOPY_HOME_CHANNEL").unwrap_or_default(),
             mcp_url: std::env::var("CANOPY_MCP_URL").ok().filter(|url| !url.is_empty()),
             mcp_token: std::env::var("CANOPY_MCP_TOKEN").ok(),
+            incarnation: std::env::var("CANOPY_INCARNATION").unwrap_or_default(),
         }
     }
 
@@ -472,6 +475,10 @@ impl Harness {
         }))?;
         let start = input.meta.kind.as_deref() == Some("start");
         let actions = match self.script.find_rule(&input.text, &input.meta, steer) {
+            // A rule that matches every input is no start rule: it runs whenever it matches.
+            Some(rule) if start && rule.matcher.kind.as_deref() != Some("start") => {
+                rule.actions.iter().map(|action| (action.clone(), position)).collect()
+            }
             // A start rule runs once per agent, not at every restart, unless it says otherwise.
             Some(rule)
                 if start
@@ -489,7 +496,12 @@ impl Harness {
                 }
                 // Each call carries a key derived from the agent, the rule, the action and the
                 // input, so the same call made again (after a restart) returns the first result.
-                let input_key = input.meta.seq.map_or_else(|| "start".to_owned(), |seq| seq.to_string());
+                // A rule that runs at every start makes new calls at each: its key names the session.
+                let input_key = match input.meta.seq {
+                    Some(seq) => seq.to_string(),
+                    None if rule.every_start => format!("start{}", self.env.incarnation),
+                    None => "start".to_owned(),
+                };
                 rule.actions
                     .iter()
                     .enumerate()
