@@ -95,16 +95,27 @@ fn the_model_sees_the_session_prompt_and_canopy_tools_and_a_tool_call_posts_as_t
     assert!(!prompt.trim().is_empty());
     let blocks = requests[0]["system"].as_array().unwrap();
     assert_eq!(blocks.last().unwrap()["text"].as_str().unwrap(), prompt, "{}", system_text(&requests[0]));
+    // What the CLI insists on adding, named: one identity block of its own, before ours.
+    let added: Vec<&str> = blocks[..blocks.len() - 1].iter().map(|b| b["text"].as_str().unwrap_or_default()).collect();
+    assert_eq!(
+        added,
+        ["You are a Claude agent, built on Anthropic's Claude Agent SDK."],
+        "{}",
+        system_text(&requests[0])
+    );
     // ... and that is Canopy's rendered Manager block-0, exactly what `prompt render` prints.
     let rendered = env.json(&["prompt", "render", "--agent", "cc"]);
     assert_eq!(rendered["text"].as_str().unwrap(), prompt);
     assert_eq!(rendered["session"]["hash"], rendered["hash"]);
     assert!(prompt.starts_with("# You are a Manager"), "{prompt}");
-    // Canopy's tools are offered under the MCP server's name.
-    let tools = tool_names(&requests[0]);
-    for tool in ["mcp__canopy__comms_post_message", "mcp__canopy__comms_list_messages"] {
-        assert!(tools.iter().any(|t| t == tool), "{tool} missing from {tools:?}");
-    }
+    // Exactly the role's tools are offered: its harness tools, and Canopy's under the MCP
+    // server's name. Nothing else of the CLI's own.
+    let mut tools = tool_names(&requests[0]);
+    tools.sort();
+    let mut expected: Vec<String> = canopy_tools::TOOL_NAMES.iter().map(|t| format!("mcp__canopy__{t}")).collect();
+    expected.extend(["Bash", "Read"].map(str::to_owned));
+    expected.sort();
+    assert_eq!(tools, expected, "the model was offered other tools than the role's");
     // The first input says who the agent is.
     assert!(occurrences(&requests[0], "Session 1 started for cc") == 1, "{}", requests[0]);
 

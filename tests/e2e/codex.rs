@@ -109,6 +109,20 @@ fn a_codex_manager_gets_its_prompt_verbatim_and_posts_through_canopy_s_tools() {
     for tool in canopy_tools::TOOL_NAMES.iter() {
         assert!(offers_tool(first, Some("mcp__canopy"), tool), "{tool} is not offered to the model");
     }
+    // Exactly the role's Canopy tools, no more, under Canopy's namespace.
+    let offered: Vec<String> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["type"] == "namespace" && t["name"] == "mcp__canopy")
+        .flat_map(|t| t["tools"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let mut offered_sorted = offered.clone();
+    offered_sorted.sort();
+    let mut expected: Vec<String> = canopy_tools::TOOL_NAMES.iter().map(|t| (*t).to_owned()).collect();
+    expected.sort();
+    assert_eq!(offered_sorted, expected, "the model was offered other Canopy tools than the role's");
     assert!(last_user_message(first).contains("Session 1 started for cx"), "{:?}", summary(first));
     // The tool's result went back to the model in the same turn.
     let output = input_items(&requests[1]).into_iter().find(|i| i["type"] == "function_call_output").unwrap();
