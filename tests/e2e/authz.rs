@@ -86,9 +86,23 @@ fn each_nats_login_may_do_only_its_part_on_the_managed_server() {
 
     // An operator client requests and reads events; it cannot serve the API, ring a runner,
     // hear a runner's steers, or read another party's replies.
-    let operator =
-        connect(&env, &url, login_of(&env, "credentials/nats-operator.json"), s.inbox(canopy_proto::Party::Operator))
-            .unwrap();
+    // The `runners add` above reloads the server a moment later; a connect that meets the
+    // reload mid-handshake is refused once, so this one retries.
+    let mut operator;
+    crate::assert_eventually!(
+        {
+            operator = connect(
+                &env,
+                &url,
+                login_of(&env, "credentials/nats-operator.json"),
+                s.inbox(canopy_proto::Party::Operator),
+            )
+            .ok();
+            operator.is_some()
+        },
+        "the operator login never connected"
+    );
+    let operator = operator.unwrap();
     let whoami = canopy_bus::ApiClient::new(operator.clone(), s.clone(), Duration::from_secs(5));
     let who = env.rt.block_on(whoami.send::<canopy_proto::method::Whoami>(&env.token(), &Default::default()));
     assert!(who.is_ok(), "the operator login cannot make a request: {who:?}");

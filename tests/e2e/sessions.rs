@@ -217,6 +217,10 @@ fn a_killed_harness_restarts_with_the_next_incarnation() {
     let every_start = POSTS_HELLO.replace("actions = [", "every_start = true\nactions = [");
     env.create_scripted("worker", &every_start);
     let first = env.wait_harness_pid("worker", 1);
+    crate::assert_eventually!(
+        env.messages("home-worker").iter().any(|m| m["body"] == "hi from worker"),
+        "the first session did not run its first turn"
+    );
     signal(first, canopy_sys::SIGKILL);
     let second = env.wait_harness_pid("worker", 2);
     assert_ne!(first, second);

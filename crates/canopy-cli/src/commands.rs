@@ -614,6 +614,10 @@ async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
         Err(e) => return fail_usage(json, &e.key, &e.to_string()),
     };
     canopy_runner::wiring::warn_if_unconfined(&config);
+    if args.id.as_deref() == Some(canopy_config::EMBEDDED_RUNNER) {
+        let why = "`embedded` is the runner inside the daemon; give this one its own: `canopy runners add ID`";
+        return fail_usage(json, "id", why);
+    }
     let file = match (&args.credentials, &args.id) {
         (Some(file), _) => file.clone(),
         (None, Some(id)) => dir.runner_credential(id),

@@ -86,6 +86,7 @@ pub async fn run(dir: &DataDir, json: bool, from: &Path, bundle: Option<PathBuf>
 }
 
 fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String> {
+    let root = from.canonicalize().map_err(|e| format!("{}: {e}", from.display()))?;
     // A new bundle starts as a copy of the embedded one, so it has every role it needs.
     if !target.join("config/roles").is_dir() {
         for (path, text) in canopy_prompt::Bundle::embedded_files() {
@@ -97,7 +98,7 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
         if file.is_empty() || !path.is_file() {
             continue;
         }
-        let text = read(&path)?;
+        let text = read(&root, &path)?;
         let (fields, body) = frontmatter(&text);
         let name = fields.get("name").cloned().unwrap_or_else(|| file.clone());
         let Some(name) = bundle_name(&name) else {
@@ -110,7 +111,7 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
         write(target, &format!("skills/{name}/SKILL.md"), &out, report)?;
     }
     for (path, stem) in files_with(&from.join(".claude/agents"), "md") {
-        let text = read(&path)?;
+        let text = read(&root, &path)?;
         let (fields, body) = frontmatter(&text);
         let Some(name) = bundle_name(fields.get("name").unwrap_or(&stem)) else {
             report.skip(path.display().to_string(), "its name cannot be a definition name");
@@ -134,7 +135,7 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
     for (source, name, what) in [("CLAUDE.md", "claude-md", "CLAUDE.md"), ("AGENTS.md", "agents-md", "AGENTS.md")] {
         let path = from.join(source);
         if path.is_file() {
-            let body = read(&path)?;
+            let body = read(&root, &path)?;
             let out = format!(
                 "---\ndescription: {}\nalwaysApply: true\n---\n{}",
                 quoted(&format!("The project's instructions, from its {what}.")),
@@ -144,7 +145,7 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
         }
     }
     for (path, stem) in files_with(&from.join(".cursor/rules"), "mdc") {
-        let text = read(&path)?;
+        let text = read(&root, &path)?;
         let (fields, body) = frontmatter(&text);
         let Some(name) = bundle_name(&stem) else {
             report.skip(path.display().to_string(), "its name cannot be a rule name");
@@ -170,7 +171,7 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
             continue;
         }
         let value: serde_json::Value =
-            serde_json::from_str(&read(&list)?).map_err(|e| format!("{}: not JSON: {e}", list.display()))?;
+            serde_json::from_str(&read(&root, &list)?).map_err(|e| format!("{}: not JSON: {e}", list.display()))?;
         for (name, server) in value.get("mcpServers").and_then(|s| s.as_object()).into_iter().flatten() {
             servers.insert(name.clone(), server.clone());
             report.skip(
@@ -181,9 +182,15 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
     }
     if !servers.is_empty() {
         let text = serde_json::to_string_pretty(&serde_json::json!({ "mcpServers": servers })).unwrap_or_default();
+        // Server entries often carry secrets in `env`: owner-only, and never over an existing file.
         let path = target.join("imported-mcp-servers.json");
-        std::fs::write(&path, text + "\n").map_err(|e| format!("writing {}: {e}", path.display()))?;
-        report.written.push("imported-mcp-servers.json".into());
+        if path.exists() {
+            report.skip("imported-mcp-servers.json", "the bundle already has it; left as it is");
+        } else {
+            canopy_sys::write_private(&path, (text + "\n").as_bytes())
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            report.written.push("imported-mcp-servers.json".into());
+        }
     }
     Ok(())
 }
@@ -208,8 +215,14 @@ fn write(root: &Path, rel: &str, text: &str, report: &mut Report) -> Result<(), 
     Ok(())
 }
 
-fn read(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
+/// Reads a source file, refusing one that leads (through a link) outside the source
+/// directory: an import must not carry `~/.aws/credentials` into every prompt.
+fn read(root: &Path, path: &Path) -> Result<String, String> {
+    let real = path.canonicalize().map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if !real.starts_with(root) {
+        return Err(format!("{} leads outside {}; not imported", path.display(), root.display()));
+    }
+    std::fs::read_to_string(&real).map_err(|e| format!("reading {}: {e}", path.display()))
 }
 
 /// The subdirectories (or files) of `dir`, with their names; none when it does not exist.

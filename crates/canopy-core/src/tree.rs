@@ -54,22 +54,35 @@ fn find_parent<'a>(node: &'a TreeNode, agent: &Handle) -> Option<&'a TreeNode> {
     node.children.iter().find_map(|c| find_parent(c, agent))
 }
 
-/// `node` with its descendants `depth` levels down, breadth within the budget.
+/// `node` with its descendants `depth` levels down, breadth first within the budget: every
+/// child of a level is shown before any grandchild, so direct reports are never crowded out.
 fn subtree(node: &TreeNode, depth: u32, budget: &mut usize) -> TreeNode {
-    let mut out = TreeNode { children: Vec::new(), omitted: node.omitted, ..node.clone() };
-    if depth == 0 {
-        out.omitted += node.children.len() as u32;
-        return out;
-    }
-    for child in &node.children {
-        if *budget == 0 {
-            out.omitted += 1;
+    let mut shown: std::collections::HashSet<*const TreeNode> = std::collections::HashSet::new();
+    let mut queue = std::collections::VecDeque::from([(node, depth)]);
+    while let Some((parent, left)) = queue.pop_front() {
+        if left == 0 {
             continue;
         }
-        *budget -= 1;
-        out.children.push(subtree(child, depth - 1, budget));
+        for child in &parent.children {
+            if *budget == 0 {
+                break;
+            }
+            *budget -= 1;
+            shown.insert(child as *const TreeNode);
+            queue.push_back((child, left - 1));
+        }
     }
-    out
+    fn build(node: &TreeNode, shown: &std::collections::HashSet<*const TreeNode>) -> TreeNode {
+        let children: Vec<TreeNode> = node
+            .children
+            .iter()
+            .filter(|c| shown.contains(&(*c as *const TreeNode)))
+            .map(|c| build(c, shown))
+            .collect();
+        let omitted = node.omitted + (node.children.len() - children.len()) as u32;
+        TreeNode { children, omitted, ..node.clone() }
+    }
+    build(node, &shown)
 }
 
 /// Checks that `child` may move under `new_parent`.
@@ -154,6 +167,19 @@ mod tests {
         assert!(around(&tree, &h("stranger"), 2).is_none());
         let deep = around(&tree, &h("ci"), 99).unwrap();
         assert!(handles(&deep).contains(&"deeper+0".to_owned()), "depth is capped, not refused");
+    }
+
+    #[test]
+    fn direct_reports_come_before_grandchildren() {
+        let reports: Vec<TreeNode> = (0..20)
+            .map(|i| node(&format!("r{i}"), (0..20).map(|j| node(&format!("g{i}x{j}"), vec![])).collect()))
+            .collect();
+        let tree = node("supervisor", vec![node("lead", reports)]);
+        let view = around(&tree, &h("lead"), 2).unwrap();
+        let lead = &view.children[0];
+        assert_eq!(lead.children.len(), 20, "every direct report is shown");
+        let shown: usize = lead.children.iter().map(|r| r.children.len()).sum();
+        assert_eq!(shown + 20 + 2, MAX_AROUND_NODES, "the rest of the budget goes to grandchildren");
     }
 
     #[test]

@@ -281,9 +281,13 @@ impl Api {
     ) -> Result<canopy_core::Account, Error> {
         let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
         let target = handle.clone();
-        let account = self.store.write(move |conn| ops::revoke_operator(conn, &caller, &target)).await?;
+        let by = caller.clone();
+        let account = self.store.write(move |conn| ops::revoke_operator(conn, &by, &target)).await?;
         self.revocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.operators.retain(|_, cached| cached.handle != handle);
+        // Below the API too: operators share one NATS login, so it changes, and the revoked
+        // operator's client is closed at the reload (the others log in again from the file).
+        self.rotate_operator_login(&caller, handle.as_str()).await?;
         Ok(account)
     }
 }

@@ -48,6 +48,8 @@ pub struct Api {
     pub prompts: std::sync::Arc<crate::prompts::Prompts>,
     /// Agent handle -> role (and run definition), for the per-role tool check.
     pub role_cache: std::sync::Arc<dashmap::DashMap<String, RoleOf>>,
+    /// One credential change at a time, held until the server has reloaded.
+    pub credentials_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// The managed NATS server, reloaded when credentials change; `None` for an external one.
     pub nats: Option<std::sync::Arc<canopy_bus::ManagedNats>>,
     pub workspace_id: String,

@@ -155,6 +155,11 @@ pub fn remove_runner(dir: &DataDir, id: &RunnerId) -> Result<(), Error> {
     }
 }
 
+/// A new login for operator clients (after a revocation).
+pub fn rotate_operator(dir: &DataDir) -> Result<(), Error> {
+    write_json(&dir.operator_login(), &login("operator")?)
+}
+
 /// New logins and tokens for everyone, every file rewritten.
 pub fn rotate(dir: &DataDir, workspace_id: &str) -> Result<Credentials, Error> {
     let old = load(dir)?;

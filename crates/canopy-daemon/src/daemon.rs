@@ -142,6 +142,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         prompts,
         role_cache: Arc::default(),
         nats: nats.clone(),
+        credentials_lock: Arc::default(),
         workspace_id: workspace.id.clone(),
     };
 
@@ -223,6 +224,7 @@ async fn serve(
     tracker: TaskTracker,
 ) {
     let permits = Arc::new(Semaphore::new(api.config.daemon.max_in_flight));
+    let inboxes = format!("_INBOX.{}.", api.workspace_id);
     loop {
         let incoming = tokio::select! {
             () = stop.cancelled() => return,
@@ -236,6 +238,12 @@ async fn serve(
             tracing::debug!(subject = %incoming.subject, "ignoring an API message without a reply subject");
             continue;
         };
+        // The daemon may publish anywhere in the workspace: it answers only on an inbox, never
+        // on a subject a caller chose (a runner's doorbell, an event).
+        if !reply.starts_with(&inboxes) {
+            tracing::debug!(%reply, "ignoring an API request whose reply subject is no inbox");
+            continue;
+        }
         // Waiting here leaves further requests in NATS, bounded by its buffers.
         let Ok(permit) = permits.clone().acquire_owned().await else { return };
         let api = api.clone();

@@ -22,6 +22,7 @@ impl Api {
         let beat = RunnerHeartbeat {
             runner_id: req.runner_id,
             boot: bounded_text("boot", req.boot, 64)?,
+            hosting: !running.is_empty(),
             name: bounded_text("name", req.name, 128)?,
             mcp_url: bounded_text("mcp_url", req.mcp_url, 512)?,
             capacity: req.capacity,
@@ -147,8 +148,13 @@ impl Api {
 /// How long after answering a credential change the NATS server reloads its users.
 const RELOAD_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Runner credentials and rotation: the files change first, then the server's users and the
-/// token map, then the audit record.
+/// How long a runner token replaced by a rotation is still accepted: a runner re-reads its
+/// credential before each sync, and its calls in between must not be lost.
+const OLD_TOKENS_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runner credentials and rotation. One change at a time (`credentials_lock`, held until the
+/// server has reloaded): the files change first, then the token map, the audit record, and,
+/// after the reply, the server's users, read from the files as they are then.
 impl Api {
     pub(crate) async fn runners_add(
         &self,
@@ -156,9 +162,10 @@ impl Api {
         req: RunnersAddRequest,
     ) -> Result<RunnersAddResponse, Error> {
         let id = canopy_core::RunnerId::parse(&req.id).map_err(|e| Error::name("id", e))?;
+        let guard = self.credentials_lock.clone().lock_owned().await;
         let dir = canopy_config::DataDir::new(&self.data_dir);
         let credential = credentials::add_runner(&dir, &self.workspace_id, &id)?;
-        let applied = self.credentials_changed(&caller, "runners.add", id.as_str()).await?;
+        let applied = self.credentials_changed(guard, &caller, "runners.add", id.as_str(), false).await?;
         Ok(RunnersAddResponse {
             path: dir.runner_credential(id.as_str()).display().to_string(),
             credential: RunnerCredentialWire {
@@ -172,14 +179,21 @@ impl Api {
         })
     }
 
+    /// Revokes a runner: its credential, its connection (at the reload), its live sessions.
     pub(crate) async fn runners_remove(
         &self,
         caller: Caller,
         req: RunnersRemoveRequest,
     ) -> Result<CredentialsChangedResponse, Error> {
         let id = canopy_core::RunnerId::parse(&req.id).map_err(|e| Error::name("id", e))?;
+        let guard = self.credentials_lock.clone().lock_owned().await;
         credentials::remove_runner(&canopy_config::DataDir::new(&self.data_dir), &id)?;
-        self.credentials_changed(&caller, "runners.remove", id.as_str()).await
+        let changed = self.credentials_changed(guard, &caller, "runners.remove", id.as_str(), false).await?;
+        let ended = self.store.write(move |conn| ops::forget_runner(conn, &id)).await?;
+        if ended > 0 {
+            self.poke_runners().await;
+        }
+        Ok(changed)
     }
 
     pub(crate) async fn credentials_rotate(
@@ -187,32 +201,70 @@ impl Api {
         caller: Caller,
         _req: CredentialsRotateRequest,
     ) -> Result<CredentialsChangedResponse, Error> {
-        credentials::rotate(&canopy_config::DataDir::new(&self.data_dir), &self.workspace_id)?;
-        self.credentials_changed(&caller, "credentials.rotate", "all").await
+        let guard = self.credentials_lock.clone().lock_owned().await;
+        // Whatever the rotation managed to write is applied, even when it stopped partway:
+        // the server must accept the passwords the files now hold.
+        let rotated = credentials::rotate(&canopy_config::DataDir::new(&self.data_dir), &self.workspace_id);
+        let changed = self.credentials_changed(guard, &caller, "credentials.rotate", "all", true).await?;
+        rotated.map(|_| changed)
     }
 
-    /// Applies the credential files as they now are: the managed server's users (a reload,
-    /// which closes connections of users that are gone), the runner tokens, the audit log.
+    /// A new NATS login for operator clients (a revoked operator keeps no way in below the
+    /// API), applied like any credential change.
+    pub(crate) async fn rotate_operator_login(&self, caller: &Caller, revoked: &str) -> Result<(), Error> {
+        let guard = self.credentials_lock.clone().lock_owned().await;
+        credentials::rotate_operator(&canopy_config::DataDir::new(&self.data_dir))?;
+        self.credentials_changed(guard, caller, "credentials.rotate_operator", revoked, false).await.map(|_| ())
+    }
+
+    /// Applies the credential files as they now are: the runner tokens (with `keep_old`, the
+    /// replaced ones stay valid for `OLD_TOKENS_FOR`), the audit log, and the managed server's
+    /// users (a reload after the reply, which closes the connections of renamed users, the
+    /// caller's and the daemon's own included; they log in again from their files).
     async fn credentials_changed(
         &self,
+        guard: tokio::sync::OwnedMutexGuard<()>,
         caller: &Caller,
         action: &'static str,
         target: &str,
+        keep_old: bool,
     ) -> Result<CredentialsChangedResponse, Error> {
-        let now = credentials::load(&canopy_config::DataDir::new(&self.data_dir))?;
+        let dir = canopy_config::DataDir::new(&self.data_dir);
+        let now = credentials::load(&dir)?;
         if let Ok(mut tokens) = self.secrets.runners.write() {
-            *tokens = now.runner_tokens();
+            let fresh = now.runner_tokens();
+            if keep_old {
+                // The old tokens stay beside the new ones for a while, then go.
+                let secrets = self.secrets.clone();
+                let current = fresh.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(OLD_TOKENS_FOR).await;
+                    if let Ok(mut tokens) = secrets.runners.write() {
+                        tokens.retain(|hash, _| current.contains_key(hash));
+                    }
+                });
+            } else {
+                tokens.clear();
+            }
+            tokens.extend(fresh);
         }
         let applied = match &self.nats {
             Some(nats) => {
-                // After the reply has gone: the reload closes the connections of renamed users,
-                // the caller's included, and the daemon's own (which logs in again at once).
-                let (nats, users) = (nats.clone(), now.users(&self.subjects));
+                let (nats, subjects) = (nats.clone(), self.subjects.clone());
                 tokio::spawn(async move {
                     tokio::time::sleep(RELOAD_AFTER).await;
-                    if let Err(e) = nats.reload(&users) {
-                        tracing::error!(error = %e, "reloading the NATS server's users failed");
+                    // The files as they are now; the lock keeps the next change out until then.
+                    match credentials::load(&dir) {
+                        Ok(now) => {
+                            if let Err(e) = nats.reload(&now.users(&subjects)) {
+                                tracing::error!(error = %e, "reloading the NATS server's users failed");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "reading the credentials to reload the NATS server failed")
+                        }
                     }
+                    drop(guard);
                 });
                 true
             }

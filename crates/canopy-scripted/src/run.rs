@@ -196,6 +196,7 @@ pub fn run_stdio(script: Script, options: &Options, env: HarnessEnv) -> Result<i
         turns: 0,
         calls: 0,
         state: options.state.clone(),
+        pending_start: None,
     };
     runtime.block_on(harness.run(system_prompt, rx))
 }
@@ -361,6 +362,20 @@ struct Harness {
     calls: u64,
     /// Where the start rules that ran are remembered, across the agent's sessions.
     state: Option<PathBuf>,
+    /// The start rule of the running turn, remembered when the turn ends.
+    pending_start: Option<usize>,
+}
+
+/// Adds `line` to the start rules `state` remembers (written whole, then renamed into place).
+fn remember_start(state: &Path, line: usize) {
+    let mut done = started(state);
+    if !done.contains(&line) {
+        done.push(line);
+    }
+    let tmp = state.with_extension("tmp");
+    if std::fs::write(&tmp, json!({ "started": done }).to_string()).is_ok() {
+        let _ = std::fs::rename(&tmp, state);
+    }
 }
 
 /// The tools whose calls take an idempotency key: a repeated call returns the first result.
@@ -449,6 +464,11 @@ impl Harness {
         while let Some((id, _)) = turn.steers.pop_front() {
             self.out.emit(&Output::SteerRejected { id, reason: "the turn was interrupted".to_owned() })?;
         }
+        if let (Some(line), Some(state)) = (self.pending_start.take(), &self.state)
+            && turn.stop.is_none()
+        {
+            remember_start(state, line);
+        }
         let status = if turn.stop.is_some() { "interrupted" } else { "completed" };
         self.out.record(json!({ "kind": "turn_ended", "turn_id": turn.id, "status": status }))?;
         self.out.emit(&Output::TurnEnded { turn_id: turn.id.clone(), status: status.to_owned() })?;
@@ -489,10 +509,10 @@ impl Harness {
                 Vec::new()
             }
             Some(rule) => {
-                if start && let Some(state) = &self.state {
-                    let mut done = started(state);
-                    done.push(rule.line);
-                    let _ = std::fs::write(state, json!({ "started": done }).to_string());
+                // Remembered once the turn's actions have run (a crash mid-rule runs it again;
+                // its calls' keys make the repeat harmless).
+                if start && self.state.is_some() {
+                    self.pending_start = Some(rule.line);
                 }
                 // Each call carries a key derived from the agent, the rule, the action and the
                 // input, so the same call made again (after a restart) returns the first result.

@@ -38,6 +38,8 @@ pub struct RunnerHeartbeat {
     pub runner_id: RunnerId,
     /// Which start of the runner's process this is (random per start).
     pub boot: String,
+    /// Whether it says it hosts sessions now (a process that just started hosts none).
+    pub hosting: bool,
     pub name: String,
     pub mcp_url: String,
     pub capacity: u32,
@@ -98,10 +100,24 @@ pub fn sync_runner(
     token_hash_for: &dyn Fn(&str, Incarnation) -> String,
 ) -> Result<Vec<LiveSession>, Error> {
     let now = conn.now_ms();
-    let previous_boot: Option<String> = conn
-        .prepare_cached("SELECT boot FROM runners WHERE id = ?1")
-        .and_then(|mut s| s.query_row(params![beat.runner_id.as_str()], |r| r.get(0)).optional())
+    let previous: Option<(String, i64)> = conn
+        .prepare_cached("SELECT boot, last_seen FROM runners WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![beat.runner_id.as_str()], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(sql("reading a runner's boot"))?;
+    // Two live processes with one runner id would end each other's sessions at every sync: a
+    // process that hosts sessions while another boot of its id is alive is refused. A fresh
+    // start hosts nothing yet, so it takes over (the earlier process is gone, or stopping).
+    if let Some((boot, last_seen)) = &previous
+        && *boot != beat.boot
+        && beat.hosting
+        && now - last_seen < beat.ttl_ms
+    {
+        return Err(Error::ConflictOn {
+            field: "runner_id",
+            reason: format!("another process of runner {} is alive; one id serves one process", beat.runner_id),
+        });
+    }
+    let previous_boot = previous.map(|(boot, _)| boot);
     conn.execute(
         "INSERT INTO runners (id, name, mcp_url, capacity, started_at, last_seen, boot) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6) \
          ON CONFLICT (id) DO UPDATE SET name = ?2, mcp_url = ?3, capacity = ?4, last_seen = ?5, boot = ?6",
@@ -341,6 +357,23 @@ pub fn set_desired(conn: &Db<'_>, caller: &Caller, handle: &Handle, desired: Des
 /// The interrupt itself goes to the runner; this only keeps the record.
 pub fn record_interrupt(conn: &Db<'_>, caller: &Caller, handle: &Handle, detail: &str) -> Result<(), Error> {
     record_act(conn, caller, "agents.interrupt", handle.as_str(), detail)
+}
+
+/// Ends every live session of a runner whose credential was revoked, and forgets the runner:
+/// its agents are placed elsewhere at the next sync.
+pub fn forget_runner(conn: &Db<'_>, runner_id: &RunnerId) -> Result<usize, Error> {
+    let now = conn.now_ms();
+    let live: Vec<(i64, i64)> = conn
+        .prepare_cached("SELECT id, agent_id FROM sessions WHERE runner_id = ?1 AND ended_at IS NULL")
+        .and_then(|mut s| s.query_map(params![runner_id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(sql("finding a revoked runner's sessions"))?;
+    for (session_id, agent_id) in &live {
+        end_session(conn, *session_id, "its runner's credential was revoked", now)?;
+        set_presence(conn, *agent_id, Presence::Offline, Some("its runner's credential was revoked"), None, now)?;
+    }
+    conn.execute("DELETE FROM runners WHERE id = ?1", params![runner_id.as_str()])
+        .map_err(sql("forgetting a runner"))?;
+    Ok(live.len())
 }
 
 /// Records an act that happens outside the store (a credential changed, a turn stopped) in

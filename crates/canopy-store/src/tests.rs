@@ -314,6 +314,7 @@ async fn live_workspace() -> (tempfile::TempDir, Store) {
             let beat = crate::RunnerHeartbeat {
                 runner_id: RunnerId::parse("r1").unwrap(),
                 boot: "b1".into(),
+                hosting: false,
                 name: "r1".into(),
                 mcp_url: "http://x".into(),
                 capacity: 10,
@@ -737,6 +738,7 @@ async fn a_runner_that_starts_again_gets_fresh_sessions_at_once() {
     let beat = |boot: &str| crate::RunnerHeartbeat {
         runner_id: RunnerId::parse("r1").unwrap(),
         boot: boot.into(),
+        hosting: false,
         name: "r1".into(),
         mcp_url: "http://x".into(),
         capacity: 10,
@@ -756,6 +758,11 @@ async fn a_runner_that_starts_again_gets_fresh_sessions_at_once() {
     };
     let same = sync(beat("b1")).await;
     assert!(same.iter().all(|(_, n)| *n == Incarnation(1)), "the same boot keeps its sessions: {same:?}");
+    // While the earlier process is alive and hosting, a second one with the same id is refused.
+    let mut hosting = beat("b9");
+    hosting.hosting = true;
+    let refused = store.write(move |c| ops::sync_runner(c, &hosting, &|a, n| format!("hash-{a}-{n}"))).await;
+    assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Conflict));
     // No waiting for the runner's time-to-live: the earlier process's sessions ended with it.
     let again = sync(beat("b2")).await;
     assert_eq!(again.len(), same.len());
