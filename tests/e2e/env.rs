@@ -243,9 +243,12 @@ impl TestEnv {
         wait_timeout(&mut child, Duration::from_secs(20)).and_then(|s| s.code())
     }
 
-    /// A raw NATS client on the test server (no token: the test server is open).
+    /// A raw NATS client on the test server (no login: the test server is open), taking its
+    /// replies on an inbox of the workspace (the daemon answers only there).
     pub fn bus(&self) -> Bus {
-        self.rt.block_on(Bus::connect(&self.nats_url(), &canopy_bus::Login::open(), "e2e", false)).unwrap()
+        let inbox = self.subjects().inbox(canopy_proto::Party::Operator);
+        let login = canopy_bus::Login { read: None, inbox: Some(inbox) };
+        self.rt.block_on(Bus::connect(&self.nats_url(), &login, "e2e", false)).unwrap()
     }
 
     /// The workspace's subject map, from `daemon.json`.

@@ -67,9 +67,14 @@ pub async fn figures(bench: Sandbox, quick: bool) -> Result<Vec<Figure>, String>
         .spawn()
         .map_err(|e| format!("starting {}: {e}", exe.display()))?;
     let pid = child.id().ok_or("the daemon exited at once")?;
-    let bus = Bus::connect(stopped.nats.url(), &canopy_bus::Login::open(), "canopy-bench-restart", false)
-        .await
-        .map_err(|e| e.to_string())?;
+    // The daemon answers only on its workspace's inboxes; the workspace id is in any credential.
+    let credential: canopy_config::RunnerCredential =
+        canopy_config::credentials::read(&stopped.data.runner_credential(canopy_config::EMBEDDED_RUNNER))
+            .map_err(|e| e.to_string())?;
+    let inbox = Subjects::new(&credential.workspace_id).inbox(canopy_proto::Party::Operator);
+    let login = canopy_bus::Login { read: None, inbox: Some(inbox) };
+    let bus =
+        Bus::connect(stopped.nats.url(), &login, "canopy-bench-restart", false).await.map_err(|e| e.to_string())?;
     let deadline = started + Duration::from_secs(120);
     let api = loop {
         if let Ok(info) = canopy_config::read_connection_info(&stopped.data) {

@@ -117,8 +117,10 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        let bus = Bus::connect(nats.url(), &Login::open(), "canopy-bench", false).await.map_err(|e| e.to_string())?;
-        let api = ApiClient::new(bus, Subjects::new(&info.workspace_id), Duration::from_secs(30));
+        let subjects = Subjects::new(&info.workspace_id);
+        let login = Login { read: None, inbox: Some(subjects.inbox(canopy_proto::Party::Operator)) };
+        let bus = Bus::connect(nats.url(), &login, "canopy-bench", false).await.map_err(|e| e.to_string())?;
+        let api = ApiClient::new(bus, subjects, Duration::from_secs(30));
         let read = |path: std::path::PathBuf| {
             std::fs::read_to_string(&path).map(|t| t.trim().to_owned()).map_err(|e| format!("{}: {e}", path.display()))
         };
