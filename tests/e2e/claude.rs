@@ -508,8 +508,11 @@ fn an_implementer_run_on_claude_keeps_the_cli_default_with_the_delta_appended() 
         "{manager_tools:?}"
     );
     let made = env.data_dir().join("sessions/run-1/work/made-by-run.txt");
-    crate::assert_eventually!(made.exists(), "the run's Bash call did not run in its working directory");
-    assert_eq!(std::fs::read_to_string(&made).unwrap().trim(), "built");
+    // The shell creates the file before it writes to it: wait for the content.
+    crate::assert_eventually!(
+        std::fs::read_to_string(&made).is_ok_and(|t| t.trim() == "built"),
+        "the run's Bash call did not run in its working directory"
+    );
 
     // The report reached the Manager at its next turn start.
     crate::assert_eventually!(
