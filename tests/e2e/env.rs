@@ -19,7 +19,7 @@ pub const CANOPY: &str = env!("CARGO_BIN_EXE_canopy-under-test");
 #[macro_export]
 macro_rules! assert_eventually {
     ($cond:expr, $($msg:tt)+) => {{
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
             if $cond { break; }
             assert!(std::time::Instant::now() < deadline, $($msg)+);

@@ -40,7 +40,7 @@ impl TestEnv {
     }
 
     pub fn wait_harness_pid(&self, handle: &str, incarnation: u64) -> u32 {
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(pid) = self.harness_pid(handle, incarnation) {
                 return pid;
