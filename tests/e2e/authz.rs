@@ -220,6 +220,8 @@ struct World {
     /// A message in `#home-lead`, for the board.
     seq: u64,
     counter: std::cell::Cell<u32>,
+    /// The fixture number of the one agent the reparent row moves.
+    reparented: std::cell::Cell<Option<u32>>,
 }
 
 const IDLE: &str = "";
@@ -305,11 +307,27 @@ impl World {
             None,
             Some("cnp_not-a-token".to_owned()),
         ];
-        World { env, bus, subjects, tokens, seq, counter: std::cell::Cell::new(0) }
+        World {
+            env,
+            bus,
+            subjects,
+            tokens,
+            seq,
+            counter: std::cell::Cell::new(0),
+            reparented: std::cell::Cell::new(None),
+        }
     }
 
+    /// One request, with time to spare: the matrix starts a few dozen sessions on two cores.
     fn call(&self, method: Method, token: Option<&str>, request: &Value) -> Value {
-        crate::wire::request(&self.env, &self.bus, &self.subjects.api(method), token, request.to_string().as_bytes())
+        let subject = self.subjects.api(method);
+        let payload = bytes::Bytes::from(request.to_string());
+        let reply = self
+            .env
+            .rt
+            .block_on(self.bus.request(&subject, token, payload, Duration::from_secs(30)))
+            .unwrap_or_else(|e| panic!("{subject}: no reply to {request}: {e}"));
+        serde_json::from_slice(&reply).unwrap_or_else(|e| panic!("{subject}: reply is not JSON ({e})"))
     }
 
     /// Calls as the operator (or `lead`), which must succeed.
@@ -376,7 +394,15 @@ impl World {
             Method::SpawnCancel => json!({ "id": spawn(format!("cancel-{n}")) }),
             Method::SpawnDecide => json!({ "id": spawn(format!("decide-{n}")), "approve": false, "reason": "matrix" }),
             Method::AgentsDespawn => json!({ "handle": victim() }),
-            Method::AgentsReparent => json!({ "handle": victim(), "parent": "other" }),
+            // One victim for every caller: only the operator's move succeeds, the rest are refused.
+            Method::AgentsReparent => {
+                if self.reparented.get().is_none() {
+                    self.reparented.set(Some(n));
+                    victim();
+                }
+                let n = self.reparented.get().unwrap_or(n);
+                json!({ "handle": format!("victim-{n}"), "parent": "other" })
+            }
             Method::RunsStart => json!({ "definition": "implementer", "brief": format!("matrix {n}") }),
             Method::PromptsSkill => json!({ "name": "comms-playbook" }),
             Method::PromptsRule => json!({ "name": "never-merge" }),
