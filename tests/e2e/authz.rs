@@ -256,10 +256,7 @@ impl World {
         let lint = env.script("lint.toml", IDLE);
         env.json(&["agents", "create", "--handle", "lint", "--name", "lint", "--parent", "lead", "--script", &lint]);
         env.ok(&["channels", "create", "matrix"]);
-        let token = |handle: &str| {
-            let pid = env.wait_harness_pid(handle, 1);
-            crate::sessions::process_env(pid)["CANOPY_MCP_TOKEN"].clone()
-        };
+        let token = |handle: &str| session_token(&env, handle);
         let (supervisor, lead, lint, other, retired) =
             (token("supervisor"), token("lead"), token("lint"), token("other"), token("retired"));
         let bus = env.bus();

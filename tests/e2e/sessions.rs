@@ -245,9 +245,11 @@ fn a_script_that_always_crashes_ends_crashed_with_a_notice() {
     assert_eq!(notice["sender"]["kind"], "system");
     assert!(notice["body"].as_str().unwrap().contains("canopy agents start doomed"), "{notice}");
     assert_eq!(env.json(&["agents", "show", "doomed"])["account"]["state"], "crashed");
-    // It stays down: no new session is started while the agent is crashed.
+    // It stays down: no new session is started while the agent is crashed. A new agent makes
+    // the runner sync and place it; once that session runs, placement has passed doomed over.
     let incarnation = env.roster_entry("doomed")["incarnation"].clone();
-    std::thread::sleep(Duration::from_millis(300)); // more than one runner sync (200ms)
+    env.create_scripted("witness", "");
+    env.wait_harness_pid("witness", 1);
     assert_eq!(env.roster_entry("doomed")["incarnation"], incarnation);
 }
 

@@ -712,7 +712,7 @@ fn write_credential(path: &std::path::Path, wire: &RunnerCredentialWire) -> Resu
         nats: canopy_config::NatsLogin { user: wire.nats_user.clone(), password: wire.nats_password.clone() },
         token: wire.token.clone(),
     };
-    write_secret(path, &(serde_json::to_string_pretty(&credential).unwrap_or_default() + "\n"))
+    write_secret(path, &canopy_config::credentials::to_text(&credential))
 }
 
 /// Writes a secret where the operator asked, mode 0600.

@@ -83,6 +83,12 @@ pub enum CredentialError {
     Malformed { path: PathBuf, reason: String },
 }
 
+/// A credential file's text (`NatsLogin` or `RunnerCredential`): what `read` reads back.
+/// The caller writes it owner-only.
+pub fn to_text<T: Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
+}
+
 /// Reads a JSON credential file (`NatsLogin` or `RunnerCredential`).
 pub fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CredentialError> {
     let text = std::fs::read_to_string(path).map_err(|source| CredentialError::Io { path: path.to_owned(), source })?;

@@ -90,9 +90,7 @@ fn runner_credential(workspace_id: &str, id: &RunnerId) -> Result<RunnerCredenti
 }
 
 fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Error> {
-    let text =
-        serde_json::to_string_pretty(value).map_err(|e| Error::Internal(format!("encoding a credential: {e}")))?;
-    write_private(path, &format!("{text}\n")).map_err(io(format!("writing {}", path.display())))
+    write_private(path, &files::to_text(value)).map_err(io(format!("writing {}", path.display())))
 }
 
 fn private_dir(path: &Path) -> Result<(), Error> {

@@ -289,8 +289,7 @@ fn meaning(line: &str, v: &Vocabulary) -> Vec<String> {
             if !is_state(word) && !setting && !v.arguments.values().any(|a| a.iter().any(|x| x == word)) {
                 out.push(format!("names `{word}`, which is no tool, tool argument, state or setting Canopy has"));
             }
-        } else if !named.is_empty() && !is_argument(word, &named) && !is_state(word) && looks_like_argument(line, span)
-        {
+        } else if !named.is_empty() && !is_argument(word, &named) && !is_state(word) && looks_like_argument(line) {
             out.push(format!("names `{word}` beside `{}`, which has no such argument", named.join("`, `")));
         }
     }
@@ -299,7 +298,7 @@ fn meaning(line: &str, v: &Vocabulary) -> Vec<String> {
 
 /// Whether `line` talks about a tool's arguments (a filter or an option), so a plain word
 /// beside the tool is meant as one.
-fn looks_like_argument(line: &str, _span: &str) -> bool {
+fn looks_like_argument(line: &str) -> bool {
     let line = line.to_ascii_lowercase();
     ["filter", "argument", "option", "pass "].iter().any(|w| line.contains(w))
 }

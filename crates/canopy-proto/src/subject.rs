@@ -139,29 +139,31 @@ mod tests {
     fn subjects_md_prints_the_method_table() {
         let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto/SUBJECTS.md");
         let doc = std::fs::read_to_string(&path).unwrap_or_default();
-        let (start, end) = (
+        // Each generated part sits between its two marker lines.
+        let splice = |doc: &str, start: &str, end: &str, content: String| -> String {
+            let (Some(a), Some(b)) = (doc.find(start), doc.find(end)) else {
+                panic!("proto/SUBJECTS.md lost its markers {start:?} .. {end:?}");
+            };
+            format!("{}{content}{}", &doc[..a + start.len()], &doc[b..])
+        };
+        let fresh = splice(
+            &doc,
             "(crates/canopy-proto/src/methods.rs): CANOPY_BLESS=1 cargo test -p canopy-proto -->\n",
             "<!-- end of generated table -->",
+            Method::table(),
         );
-        let (Some(a), Some(b)) = (doc.find(start), doc.find(end)) else {
-            panic!("proto/SUBJECTS.md lost its generated-table markers");
-        };
-        let (head, tail) = (&doc[..a + start.len()], &doc[b..]);
-        let fresh = format!("{head}{}{tail}", Method::table());
-        let (start, end) =
-            ("<!-- the authorization matrix, printed from crate::access::matrix -->\n", "<!-- end of the matrix -->");
-        let (Some(a), Some(b)) = (fresh.find(start), fresh.find(end)) else {
-            panic!("proto/SUBJECTS.md lost its matrix markers");
-        };
-        let fresh = format!("{}{}{}", &fresh[..a + start.len()], crate::access::matrix_table(), &fresh[b..]);
-        let (start, end) = (
+        let fresh = splice(
+            &fresh,
+            "<!-- the authorization matrix, printed from crate::access::matrix -->\n",
+            "<!-- end of the matrix -->",
+            crate::access::matrix_table(),
+        );
+        let fresh = splice(
+            &fresh,
             "<!-- the NATS logins, printed from crate::access::Subjects::permissions -->\n",
             "<!-- end of the logins -->",
+            crate::access::permissions_table(),
         );
-        let (Some(a), Some(b)) = (fresh.find(start), fresh.find(end)) else {
-            panic!("proto/SUBJECTS.md lost its logins markers");
-        };
-        let fresh = format!("{}{}{}", &fresh[..a + start.len()], crate::access::permissions_table(), &fresh[b..]);
         if std::env::var_os("CANOPY_BLESS").is_some() {
             std::fs::write(&path, &fresh).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         } else {
