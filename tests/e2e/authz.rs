@@ -222,6 +222,8 @@ struct World {
     counter: std::cell::Cell<u32>,
     /// The fixture number of the one agent the reparent row moves.
     reparented: std::cell::Cell<Option<u32>>,
+    /// A run of lead's (started once), for the run-branch methods.
+    lead_run: std::cell::Cell<Option<i64>>,
 }
 
 const IDLE: &str = "";
@@ -312,6 +314,7 @@ impl World {
             seq,
             counter: std::cell::Cell::new(0),
             reparented: std::cell::Cell::new(None),
+            lead_run: std::cell::Cell::new(None),
         }
     }
 
@@ -401,6 +404,17 @@ impl World {
                 json!({ "handle": format!("victim-{n}"), "parent": "other" })
             }
             Method::RunsStart => json!({ "definition": "implementer", "brief": format!("matrix {n}") }),
+            Method::RunsMerge | Method::RunsDiscard => {
+                if self.lead_run.get().is_none() {
+                    let run = self.setup(Method::RunsStart, 2, json!({ "definition": "implementer", "brief": "matrix" }));
+                    self.lead_run.set(run["run"]["id"].as_i64());
+                }
+                json!({ "run_id": self.lead_run.get().unwrap_or(0) })
+            }
+            Method::WorkspaceStatus | Method::ReposList | Method::ReposGc | Method::MergesList => json!({}),
+            Method::MergesRequest => json!({ "title": format!("matrix {n}"), "summary": "s" }),
+            Method::MergesDecide => json!({ "id": "merge-999", "approve": true }),
+            Method::ReposAdd => json!({ "name": format!("repo-{n}"), "source": "/nonexistent/matrix" }),
             Method::PromptsSkill => json!({ "name": "comms-playbook" }),
             Method::PromptsRule => json!({ "name": "never-merge" }),
             Method::AgentsCreate => {

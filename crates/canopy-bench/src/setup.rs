@@ -99,6 +99,7 @@ impl Sandbox {
         let (stop, stopped) = oneshot::channel::<()>();
         let daemon_options = canopy_daemon::DaemonOptions {
             dir: data.clone(),
+            git: canopy_runner::wiring::git(&config, data.root()),
             config: config.clone(),
             nats_url: Some(nats.url().to_owned()),
             embedded: Some(Box::new(canopy_runner::wiring::embedded)),
@@ -178,6 +179,7 @@ impl Sandbox {
                     harness: None,
                     script: None,
                     persona: None,
+                    repo: None,
                 };
                 let account: canopy_core::Account = self
                     .api
@@ -222,6 +224,7 @@ impl Sandbox {
                 text: "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ sleep = \"1h\" }]\n".into(),
             }),
             persona: None,
+            repo: None,
         };
         self.api.send::<method::AgentsCreate>(&self.operator, &request).await.map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(30);

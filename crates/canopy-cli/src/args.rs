@@ -109,6 +109,18 @@ pub enum Command {
         #[arg(long)]
         reason: String,
     },
+    /// Repositories agents work on: add one, list them with every checkout, collect leftovers.
+    #[command(subcommand)]
+    Repos(ReposCommand),
+    /// Merge requests, newest first; approve one (Canopy merges it into the canonical
+    /// repository) or deny one.
+    Merges {
+        /// checking, pending, merging, merged, denied or refused.
+        #[arg(long)]
+        state: Option<String>,
+        #[command(subcommand)]
+        command: Option<MergesCommand>,
+    },
     /// Spawn requests, newest first.
     Requests {
         /// pending, approved, spawned, failed, denied, expired or cancelled.
@@ -270,6 +282,42 @@ pub struct DaemonArgs {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ReposCommand {
+    /// Register a repository: Canopy mirrors it; agents never write it.
+    Add {
+        name: String,
+        /// The canonical repository: a path or a URL.
+        source: String,
+        /// The branch merges land on.
+        #[arg(long, default_value = "main")]
+        base: String,
+        /// A command run (confined) on each run's tree and each merged tree, e.g. "cargo test".
+        #[arg(long)]
+        check: Option<String>,
+    },
+    /// The repositories and every checkout.
+    List,
+    /// Report checkout directories nothing owns, and remove them.
+    Gc {
+        /// Only report.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MergesCommand {
+    /// Approve a pending merge request and wait for Canopy to merge it.
+    Approve { id: String },
+    /// Deny a pending merge request.
+    Deny {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AgentsCommand {
     /// Provision a standing agent under a parent (the Supervisor by default).
     Create {
@@ -294,6 +342,10 @@ pub enum AgentsCommand {
         /// A persona overlay, rendered last in the agent's prompt.
         #[arg(long)]
         persona: Option<String>,
+        /// A repository (`canopy repos add`): the agent works in its own checkout, on branch
+        /// canopy/<handle>.
+        #[arg(long)]
+        repo: Option<String>,
     },
     /// Every agent.
     List,

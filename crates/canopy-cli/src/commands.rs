@@ -105,6 +105,7 @@ async fn daemon(dir: &DataDir, json: bool, args: &DaemonArgs) -> u8 {
         Ok(config) => {
             let options = DaemonOptions {
                 dir: dir.clone(),
+                git: canopy_runner::wiring::git(&config, dir.root()),
                 config,
                 nats_url: args.nats_url.clone(),
                 embedded: Some(Box::new(canopy_runner::wiring::embedded)),
@@ -159,12 +160,12 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             })
             .await
         }
-        Command::Agents(AgentsCommand::Create { handle, name, role, parent, charter, harness, script, persona }) => {
+        Command::Agents(AgentsCommand::Create { handle, name, role, parent, charter, harness, script, persona, repo }) => {
             let script = match script.map(|path| read_script(&path)).transpose() {
                 Ok(script) => script,
                 Err(e) => return fail(json, &e),
             };
-            let request = AgentsCreateRequest { handle, name, role, parent, charter, harness, script, persona };
+            let request = AgentsCreateRequest { handle, name, role, parent, charter, harness, script, persona, repo };
             call::<method::AgentsCreate>(client, json, &request, output::account).await
         }
         Command::Agents(AgentsCommand::Start { handle }) => {
@@ -207,6 +208,40 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         Command::Deny { id, reason } => {
             let request = SpawnDecideRequest { id, approve: false, reason: Some(reason) };
             call::<method::SpawnDecide>(client, json, &request, output::spawn_request).await
+        }
+        Command::Repos(ReposCommand::Add { name, source, base, check }) => {
+            // A relative path is the caller's, not the daemon's.
+            let source = match std::path::Path::new(&source).exists() {
+                true => std::path::absolute(&source).map(|p| p.display().to_string()).unwrap_or(source),
+                false => source,
+            };
+            let request = ReposAddRequest { name, source, base: Some(base), check };
+            call::<method::ReposAdd>(client, json, &request, output::repo).await
+        }
+        Command::Repos(ReposCommand::List) => {
+            call::<method::ReposList>(client, json, &ReposListRequest {}, output::repos).await
+        }
+        Command::Repos(ReposCommand::Gc { dry_run }) => {
+            call::<method::ReposGc>(client, json, &ReposGcRequest { dry_run }, output::gc).await
+        }
+        Command::Merges { state, command: None } => {
+            let state = match state.as_deref().map(|s| canopy_core::MergeState::parse(s).ok_or(s)) {
+                None => None,
+                Some(Ok(state)) => Some(state),
+                Some(Err(bad)) => {
+                    let message = format!("unknown state {bad:?}; one of {}", canopy_core::MergeState::expected());
+                    let wire = canopy_proto::WireError { code: ErrorCode::InvalidArgument, message, field: Some("state".into()) };
+                    return fail(json, &CallError::Refused(wire));
+                }
+            };
+            call::<method::MergesList>(client, json, &MergesListRequest { state }, output::merges).await
+        }
+        Command::Merges { command: Some(MergesCommand::Approve { id }), .. } => {
+            return approve_merge(client, json, id).await;
+        }
+        Command::Merges { command: Some(MergesCommand::Deny { id, reason }), .. } => {
+            let request = MergesDecideRequest { id, approve: false, reason: Some(reason) };
+            call::<method::MergesDecide>(client, json, &request, output::merge).await
         }
         Command::Requests { state } => {
             let state = match state.as_deref().map(|s| canopy_core::SpawnState::parse(s).ok_or(s)) {
@@ -426,6 +461,37 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
 }
 
 /// Calls a method and prints the response as JSON or through `human`.
+/// `canopy merges approve`: approves, then waits while Canopy merges (and checks) it;
+/// exits 1 when the merge was refused.
+async fn approve_merge(client: &Client, json: bool, id: String) -> u8 {
+    let request = MergesDecideRequest { id: id.clone(), approve: true, reason: None };
+    let mut request_state = match client.send::<method::MergesDecide>(&request).await {
+        Ok(r) => r,
+        Err(e) => return fail(json, &e),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+    while request_state.state == canopy_core::MergeState::Merging && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        match client.send::<method::MergesList>(&MergesListRequest { state: None }).await {
+            Ok(list) => {
+                if let Some(found) = list.merges.into_iter().find(|m| m.id == id) {
+                    request_state = found;
+                }
+            }
+            Err(e) => return fail(json, &e),
+        }
+    }
+    if json {
+        output::json(&request_state);
+    } else {
+        output::merge(&request_state);
+    }
+    match request_state.state {
+        canopy_core::MergeState::Merged => 0,
+        _ => EXIT_REFUSED,
+    }
+}
+
 async fn call<M: ApiMethod>(
     client: &Client,
     json: bool,

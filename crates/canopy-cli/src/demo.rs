@@ -89,6 +89,7 @@ impl Demo {
             harness: Some("scripted".into()),
             script: script.map(|text| ScriptSource { name: format!("{handle}.toml"), text: text.into() }),
             persona: None,
+            repo: None,
         };
         self.send::<method::AgentsCreate>(&request).await.map(|_| ())
     }

@@ -342,6 +342,7 @@ async fn session_starts(
         max_line_bytes: 1 << 20,
         ready_timeout: Duration::from_secs(30),
         sandbox: sandbox.clone(),
+        repo_mirror: None,
     };
     let result = match Session::launch(spec, 64).await {
         Ok((session, _events)) => {

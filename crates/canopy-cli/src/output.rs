@@ -2,6 +2,7 @@
 
 use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, SpawnRequest, Topic, TreeNode};
 use canopy_proto::api::{
+    MergesListResponse, ReposGcResponse, ReposListResponse,
     BoardResponse, CredentialsChangedResponse, PostResponse, ReadResponse, RunnersAddResponse, UsageResponse,
 };
 use serde::Serialize;
@@ -247,6 +248,63 @@ pub fn spawn_request(r: &SpawnRequest) {
         r.display_name,
         r.role
     );
+}
+
+/// A repository, one line.
+pub fn repo(r: &canopy_core::Repo) {
+    let check = if r.check.is_empty() { "no check".to_owned() } else { format!("check `{}`", r.check) };
+    println!("{}  {} (base {}, {check})", r.name, r.source, r.base);
+}
+
+/// `canopy repos list`: the repositories, then every checkout.
+pub fn repos(r: &ReposListResponse) {
+    if r.repos.is_empty() {
+        println!("no repositories (add one with `canopy repos add NAME PATH_OR_URL`)");
+        return;
+    }
+    for one in &r.repos {
+        repo(one);
+    }
+    if r.checkouts.is_empty() {
+        return;
+    }
+    println!();
+    let agent = r.checkouts.iter().map(|c| c.agent.len()).max().unwrap_or(5).max(5);
+    let branch = r.checkouts.iter().map(|c| c.branch.len()).max().unwrap_or(6).max(6);
+    println!("{:agent$}  {:8}  {:branch$}  {:9}  path", "agent", "repo", "branch", "state");
+    for c in &r.checkouts {
+        let note = c.note.as_deref().map(|n| format!("  ({n})")).unwrap_or_default();
+        println!("{:agent$}  {:8}  {:branch$}  {:9}  {}{note}", c.agent, c.repo, c.branch, c.state, c.path);
+    }
+}
+
+/// `canopy repos gc`.
+pub fn gc(r: &ReposGcResponse) {
+    if r.leftovers.is_empty() {
+        println!("no leftovers");
+        return;
+    }
+    let verb = if r.removed { "removed" } else { "found" };
+    for l in &r.leftovers {
+        println!("{verb}  {}  ({})", l.path, l.why);
+    }
+}
+
+/// A merge request, one line (and its note).
+pub fn merge(m: &canopy_core::MergeRequest) {
+    let note = m.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+    let landed = m.merged_commit.as_deref().map(|c| format!(" at {}", &c[..c.len().min(10)])).unwrap_or_default();
+    println!("{} {:8} {}: {} ({} into {} {}){landed}{note}", m.id, m.state.to_string(), m.requester, m.title, m.branch, m.repo, m.base);
+}
+
+/// `canopy merges`.
+pub fn merges(r: &MergesListResponse) {
+    if r.merges.is_empty() {
+        println!("no merge requests");
+    }
+    for m in &r.merges {
+        merge(m);
+    }
 }
 
 /// `canopy usage`: tokens first (many pay by quota), cost where a harness reported one.

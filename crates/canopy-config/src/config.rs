@@ -33,6 +33,11 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// How sessions are confined (`[sandbox]`).
     pub sandbox: SandboxConfig,
+    /// Git workspaces: the check timeout, the git program (`[workspaces]`).
+    pub workspaces: WorkspacesConfig,
+    /// Repositories registered at start (`[[repos]]`), as with `canopy repos add`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repos: Vec<RepoConfig>,
     /// How to run the real harnesses on this machine (`[harness.claude]`, `[harness.codex]`).
     pub harness: HarnessTables,
     /// Per-role defaults: which harness a new agent of the role runs, with which script.
@@ -54,6 +59,8 @@ impl Default for Config {
             runs: RunsConfig::default(),
             retention: RetentionConfig::default(),
             sandbox: SandboxConfig::default(),
+            workspaces: WorkspacesConfig::default(),
+            repos: Vec::new(),
             harness: HarnessTables::default(),
             roles: BTreeMap::from([
                 ("supervisor".to_owned(), scripted("supervisor.toml")),
@@ -278,6 +285,10 @@ pub struct RetentionConfig {
     /// How often the daemon prunes in the background.
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
+    /// Checkouts of despawned agents, and of ended runs neither merged nor discarded, are
+    /// removed this long after (their branches stay in Canopy's mirror).
+    #[serde(with = "humantime_serde")]
+    pub checkouts: Duration,
 }
 
 impl Default for RetentionConfig {
@@ -288,8 +299,43 @@ impl Default for RetentionConfig {
             transcripts: Duration::from_secs(30 * DAY),
             usage: Duration::from_secs(90 * DAY),
             interval: Duration::from_secs(600),
+            checkouts: Duration::from_secs(30 * DAY),
         }
     }
+}
+
+/// `[workspaces]`: how Canopy runs git and check commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkspacesConfig {
+    /// The git executable (a name on `PATH` or a path).
+    pub git: PathBuf,
+    /// The longest a repository's check command may run.
+    #[serde(with = "humantime_serde")]
+    pub check_timeout: Duration,
+}
+
+impl Default for WorkspacesConfig {
+    fn default() -> WorkspacesConfig {
+        WorkspacesConfig { git: PathBuf::from("git"), check_timeout: Duration::from_secs(600) }
+    }
+}
+
+/// One `[[repos]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepoConfig {
+    pub name: String,
+    /// The canonical repository: a path (relative to the project directory) or a URL.
+    pub source: String,
+    #[serde(default = "default_base")]
+    pub base: String,
+    #[serde(default)]
+    pub check: String,
+}
+
+fn default_base() -> String {
+    "main".into()
 }
 
 /// `[sandbox]`: how every session process is confined (`canopy-harness`'s `sandbox`).
@@ -662,12 +708,22 @@ impl Config {
         if sandbox.connect_ports.contains(&0) {
             return Err(("sandbox.connect_ports", "ports are 1 to 65535".into()));
         }
+        if self.workspaces.git.as_os_str().is_empty() {
+            return Err(("workspaces.git", "must name the git executable".into()));
+        }
+        for repo in &self.repos {
+            if repo.name.trim().is_empty() || repo.source.trim().is_empty() {
+                return Err(("repos", "every [[repos]] entry names a name and a source".into()));
+            }
+        }
         let retention = &self.retention;
         for (key, value) in [
             ("retention.activity", retention.activity),
             ("retention.transcripts", retention.transcripts),
             ("retention.usage", retention.usage),
             ("retention.interval", retention.interval),
+            ("retention.checkouts", retention.checkouts),
+            ("workspaces.check_timeout", self.workspaces.check_timeout),
         ] {
             if value.is_zero() {
                 return Err((key, "must be longer than zero".into()));

@@ -21,6 +21,7 @@ pub mod render;
 pub mod schedule;
 pub mod spawn;
 pub mod tree;
+pub mod workspace;
 
 pub use error::{Error, ErrorCode};
 pub use ids::{Incarnation, RunnerId, Seq};

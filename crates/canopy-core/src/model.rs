@@ -330,6 +330,9 @@ pub struct SpawnRequest {
     pub role: RoleName,
     pub charter: String,
     pub reason: String,
+    /// The repository the child gets a checkout of (the request's, else the requester's).
+    #[serde(default)]
+    pub repo: Option<String>,
     pub state: SpawnState,
     pub decided_by: Option<Handle>,
     /// The denial reason, or why a spawn failed.
@@ -337,6 +340,76 @@ pub struct SpawnRequest {
     pub created_at: String,
     pub decided_at: Option<String>,
     pub expires_at: String,
+}
+
+/// A repository in the workspace: the operator's canonical copy and how to check it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Repo {
+    pub name: String,
+    /// The canonical repository: a path or a URL. Agents never write it.
+    pub source: String,
+    /// The branch merges land on.
+    pub base: String,
+    /// Run with `sh -c` on a run's tree and on a merge's merged tree (empty: none).
+    pub check: String,
+    /// Canopy's mirror, which every checkout shares objects with.
+    pub mirror: String,
+    pub created_at: String,
+}
+
+/// Where a merge request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeState {
+    /// Its merged tree is being checked; the operator is asked once the check has run.
+    Checking,
+    Pending,
+    /// Approved, and being merged into the canonical repository.
+    Merging,
+    Merged,
+    Denied,
+    /// Approved, but refused: a conflict with the base, a failing check, a base that moved.
+    Refused,
+}
+string_enum!(MergeState {
+    Checking => "checking",
+    Pending => "pending",
+    Merging => "merging",
+    Merged => "merged",
+    Denied => "denied",
+    Refused => "refused",
+});
+
+/// A Manager's request to merge its branch into its repository's base branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergeRequest {
+    /// `merge-<n>`.
+    pub id: String,
+    pub requester: Handle,
+    pub repo: String,
+    /// The branch asked to merge (`canopy/<handle>`) and its commit when asked.
+    pub branch: String,
+    pub head: String,
+    pub base: String,
+    pub title: String,
+    pub summary: String,
+    /// Requests that must merge first (`merge-<n>`).
+    pub depends_on: Vec<String>,
+    pub state: MergeState,
+    /// `<short sha> <subject>` of each commit not on the base.
+    pub commits: Vec<String>,
+    pub diffstat: String,
+    /// The check on the merged tree: `passed (...)`, `failed (...)`, or `none configured`.
+    pub check: String,
+    pub decided_by: Option<Handle>,
+    /// The denial reason, or why the merge was refused.
+    pub note: Option<String>,
+    /// The base branch's commit after the merge.
+    pub merged_commit: Option<String>,
+    pub created_at: String,
+    pub decided_at: Option<String>,
 }
 
 /// One line of the audit log.

@@ -158,7 +158,7 @@ pub mod say {
     pub fn requested(mentions: &[String], requester: &str, request: &SpawnRequest) -> String {
         format!(
             "{mentions} {requester} asks to spawn a child {role}: @{handle} ({name}). Request {id}, expires {expires}.\n\
-             Charter: {charter}\nReason: {reason}\n\
+             Charter: {charter}\nReason: {reason}\n{repo}\
              To answer: `canopy approve {id}` or `canopy deny {id} --reason TEXT`, or reply `approve` or `deny <reason>` in this topic.",
             mentions = mentions.iter().map(|o| format!("@{o}")).collect::<Vec<_>>().join(" "),
             role = request.role,
@@ -168,6 +168,10 @@ pub mod say {
             expires = request.expires_at,
             charter = request.charter,
             reason = request.reason,
+            repo = match &request.repo {
+                Some(repo) => format!("Repository: {repo} (its own checkout, on branch canopy/{})\n", request.handle),
+                None => String::new(),
+            },
         )
     }
 
@@ -281,6 +285,7 @@ mod tests {
             role: RoleName::from_trusted("manager".into()),
             charter: "c".into(),
             reason: "r".into(),
+            repo: None,
             state,
             decided_by: Some(Handle::from_trusted("ops".into())),
             note: Some("not now".into()),

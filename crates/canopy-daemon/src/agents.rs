@@ -176,6 +176,7 @@ impl Api {
                 .map(|p| bounded_text("persona", p, MAX_CHARTER))
                 .transpose()?
                 .filter(|p| !p.trim().is_empty()),
+            repo: None,
         };
         // A delta role is an implementer's: briefed per slice by a Manager, never standing.
         if self
@@ -203,8 +204,16 @@ impl Api {
             None => None,
         };
         let session = crate::roles::check(&harness, script, self.roles.check_script())?;
-        let spec = AgentSpec { harness: session.harness, script: session.script, ..spec };
+        let repo = match req.repo {
+            Some(name) => Some(self.store.read(move |conn| ops::require_repo(conn, "repo", &name)).await?.id),
+            None => None,
+        };
+        let spec = AgentSpec { harness: session.harness, script: session.script, repo, ..spec };
         let account = self.store.write(move |conn| ops::create_agent(conn, &caller, &spec)).await?;
+        if repo.is_some() {
+            // Made before the reply, so the operator hears of a checkout that failed.
+            self.prepare_checkouts().await;
+        }
         self.poke_runners().await;
         Ok(account)
     }

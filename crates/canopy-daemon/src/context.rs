@@ -3,7 +3,7 @@
 //! helpers every area shares, and the small validators and reply encoders.
 //!
 //! Every API area (`agents`, `messages`, `sessions`, `gate`, `prompt_api`, `continuity`,
-//! `delivery`) adds its handlers to `Api` in its own module and imports only this one, so
+//! `delivery`, `workspaces`) adds its handlers to `Api` in its own module and imports only this one, so
 //! no two area modules import each other. Does not route requests (`handlers`) or hold SQL.
 
 use bytes::Bytes;
@@ -53,6 +53,14 @@ pub struct Api {
     /// The managed NATS server, reloaded when credentials change; `None` for an external one.
     pub nats: Option<std::sync::Arc<canopy_bus::ManagedNats>>,
     pub workspace_id: String,
+    /// How git runs (confined in any checkout a session has written).
+    pub git: std::sync::Arc<canopy_workspace::Git>,
+    /// One task at a time changes a repository's mirror, by repository name.
+    pub repo_locks: std::sync::Arc<dashmap::DashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    /// Runs whose end is being summarised (their checkout read, their check run).
+    pub finishing: std::sync::Arc<dashmap::DashMap<i64, ()>>,
+    /// One pass at a time makes the checkouts still preparing.
+    pub preparing: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The daemon's credentials for runners and sessions.

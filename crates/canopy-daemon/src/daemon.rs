@@ -51,6 +51,8 @@ pub struct DaemonOptions {
     pub embedded: Option<Embedded>,
     /// How scripted-harness scripts are checked (roles at start, an agent's own script).
     pub check_script: ScriptCheck,
+    /// How git runs, and the sandbox it gets in a checkout a session has written.
+    pub git: canopy_workspace::Git,
 }
 
 impl std::fmt::Debug for DaemonOptions {
@@ -144,7 +146,15 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         nats: nats.clone(),
         credentials_lock: Arc::default(),
         workspace_id: workspace.id.clone(),
+        git: Arc::new(options.git.clone()),
+        repo_locks: Arc::default(),
+        finishing: Arc::default(),
+        preparing: Arc::default(),
     };
+    api.register_configured_repos().await.map_err(|(key, e)| {
+        DaemonError::Config(ConfigError { path: dir.config(), key, message: e.to_string() })
+    })?;
+    api.recover_workspaces().await;
 
     // Serve the API in its own task, so it keeps answering while the runner shuts down.
     let serving = CancellationToken::new();
@@ -188,6 +198,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
                 if last_prune.is_none_or(|at| at.elapsed() >= prune_every) {
                     last_prune = Some(tokio::time::Instant::now());
                     api.prune_records().await;
+                    api.prune_checkouts().await;
                 }
             }
         }

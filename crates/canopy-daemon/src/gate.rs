@@ -53,6 +53,7 @@ impl Api {
             charter: text("charter", req.charter, MAX_CHARTER)?,
             reason: text("reason", req.reason, 4096)?,
             idempotency_key: req.idempotency_key,
+            repo: self.spawn_repo(&caller, req.repo).await?,
         };
         let policy = self.policy();
         let (request, notice) = self.store.write(move |conn| ops::request_spawn(conn, &caller, &spec, &policy)).await?;
@@ -84,6 +85,7 @@ impl Api {
             })
             .await?;
         self.deliver_notices(decided.notices).await;
+        self.prepare_checkouts().await;
         self.poke_runners().await;
         match decided.refused {
             Some(error) => Err(error),
@@ -159,6 +161,7 @@ impl Api {
             Ok(answered) => {
                 self.deliver_notices(answered.notices).await;
                 if answered.decided {
+                    self.prepare_checkouts().await;
                     self.poke_runners().await;
                 }
             }

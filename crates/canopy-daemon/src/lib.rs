@@ -5,8 +5,8 @@
 //! reply) and the daemon's lifecycle (lock, managed NATS, graceful stop). Does not hold
 //! SQL (that is `canopy-store`), build subjects (that is `canopy-proto`), own the
 //! configuration (`canopy-config`), or know the runner and the harnesses: the `canopy`
-//! binary composes the daemon with its embedded runner (`DaemonOptions::embedded`) and the
-//! scripted harness's script check.
+//! binary composes the daemon with its embedded runner (`DaemonOptions::embedded`), the
+//! scripted harness's script check, and how git is confined (`DaemonOptions::git`).
 
 pub mod agents;
 pub mod auth;
@@ -24,6 +24,7 @@ pub mod prompt_api;
 pub mod prompts;
 pub mod roles;
 pub mod sessions;
+pub mod workspaces;
 
 pub use daemon::{DaemonError, DaemonOptions, Embedded, StopEmbedded, run};
 pub use init::{InitOptions, InitReport, init};

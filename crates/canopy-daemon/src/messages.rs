@@ -171,6 +171,7 @@ impl Api {
         let reach = self.store.read(move |conn| ops::reach(conn, channel_id, sender_id, &mentions)).await?;
         let (outcomes, counts) = self.deliver(&caller, &posted.message, &reach, ack_only, committed_us).await;
         self.reply_decision(&caller, &posted.message).await;
+        self.merge_reply(&caller, &posted.message).await;
         Ok(PostResponse {
             unknown_mentions: reach.unknown_mentions,
             message: posted.message,

@@ -24,6 +24,7 @@ fn run_info(run: canopy_store::Run) -> RunInfo {
         status: run.status.as_str().to_owned(),
         started_at: run.started_at,
         ended_at: run.ended_at,
+        branch: None,
     }
 }
 
@@ -321,6 +322,8 @@ impl Api {
             return Err(Error::TooLarge { field: "brief", len: req.brief.len(), max });
         }
         let defaults = self.session_defaults(&role.id);
+        let checkout = self.run_checkout(&caller, req.repo, req.base).await?;
+        let has_checkout = checkout.is_some();
         let spec = RunSpec {
             definition: req.definition,
             brief: req.brief,
@@ -329,12 +332,19 @@ impl Api {
             script: defaults.script,
             max_running: self.config.runs.max_per_manager,
             timeout_ms: self.config.runs.timeout.as_millis() as i64,
+            checkout,
         };
         let home = format!("home-{}", caller.handle);
+        let manager = caller.handle.to_string();
         let run = self.store.write(move |conn| ops::start_run(conn, &caller, &spec)).await?;
+        if has_checkout {
+            self.prepare_checkouts().await;
+        }
         self.poke_runners().await;
         let report_topic = run_topic(run.id).to_string();
-        Ok(RunsStartResponse { run: run_info(run), report_channel: home, report_topic })
+        let mut info = run_info(run);
+        info.branch = has_checkout.then(|| canopy_core::workspace::run_branch(&manager, info.id));
+        Ok(RunsStartResponse { run: info, report_channel: home, report_topic })
     }
 
     pub(crate) async fn runs_list(&self, _operator: Caller, req: RunsListRequest) -> Result<RunsListResponse, Error> {
@@ -343,8 +353,18 @@ impl Api {
         };
         let agent = Handle::parse(&agent).map_err(|e| Error::name("agent", e))?.to_string();
         let open = req.open;
-        let runs = self.store.read(move |conn| ops::list_runs(conn, &agent, open)).await?;
-        Ok(RunsListResponse { runs: runs.into_iter().map(run_info).collect() })
+        let listed = agent.clone();
+        let runs = self.store.read(move |conn| ops::list_runs(conn, &listed, open)).await?;
+        let manager = agent.clone();
+        let checkouts = self.store.read(move |conn| ops::run_checkouts(conn, &manager)).await?;
+        let runs = runs
+            .into_iter()
+            .map(|run| {
+                let branch = checkouts.iter().find(|c| c.run.as_ref().is_some_and(|(id, _)| *id == run.id)).map(|c| c.branch.clone());
+                RunInfo { branch, ..run_info(run) }
+            })
+            .collect();
+        Ok(RunsListResponse { runs })
     }
 
     pub(crate) async fn runs_finish(
@@ -369,8 +389,23 @@ impl Api {
         let Some((run, _)) = run else {
             return Err(Error::invalid("agent", format!("{} is not a subagent run", req.agent)));
         };
-        let recorded = self.finish_run(run.id, status, req.report).await?;
-        Ok(RunsFinishResponse { recorded })
+        if run.status != RunStatus::Running {
+            return Ok(RunsFinishResponse { recorded: false });
+        }
+        // The report gains the run's branch (and check) first, which can take as long as the
+        // check: the end is recorded by a task, once, and a repeated report is accepted.
+        if self.finishing.insert(run.id, ()).is_some() {
+            return Ok(RunsFinishResponse { recorded: true });
+        }
+        let api = self.clone();
+        tokio::spawn(async move {
+            let report = api.run_report_with_branch(run.id, req.report).await;
+            if let Err(e) = api.finish_run(run.id, status, report).await {
+                tracing::warn!(run = run.id, error = %e, "recording a run's end failed");
+            }
+            api.finishing.remove(&run.id);
+        });
+        Ok(RunsFinishResponse { recorded: true })
     }
 
     /// Ends a run once and tells its Manager; false when it had already ended.

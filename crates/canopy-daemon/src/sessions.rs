@@ -49,11 +49,20 @@ impl Api {
             .collect();
         let fresh: Vec<_> = fresh.into_iter().take(SYNC_START_BATCH).collect();
         let prompts = self.render_sessions(&fresh).await?;
+        let handles: Vec<String> = fresh.iter().map(|s| s.agent.to_string()).collect();
+        let checkouts = self
+            .store
+            .read(move |conn| handles.iter().map(|h| ops::checkout(conn, h)).collect::<Result<Vec<_>, _>>())
+            .await?;
         let start = fresh
             .into_iter()
             .zip(prompts)
-            .filter(|(s, rendered)| rendered.is_some() || s.run.is_none())
-            .map(|(s, rendered)| {
+            .zip(checkouts)
+            .filter(|((s, rendered), _)| rendered.is_some() || s.run.is_none())
+            .map(|((s, rendered), checkout)| {
+                let checkout = checkout
+                    .filter(|c| c.state == canopy_store::CheckoutState::Ready)
+                    .map(|c| self.session_checkout(&c));
                 let (model, harness_tools) = self.harness_asks(&s);
                 SessionAssignment {
                     token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
@@ -63,7 +72,11 @@ impl Api {
                     },
                     prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
                     system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
-                    cwd: self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
+                    cwd: match &checkout {
+                        Some((dir, _)) => dir.display().to_string(),
+                        None => self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
+                    },
+                    repo_mirror: checkout.map(|(_, mirror)| mirror.display().to_string()),
                     model,
                     harness_tools,
                     run: s.run.map(|(id, definition, brief)| RunAssignment {

@@ -767,6 +767,7 @@ mod tests {
             max_line_bytes: 1024,
             ready_timeout: std::time::Duration::from_secs(1),
             sandbox: crate::SandboxSettings::off("/nonexistent"),
+            repo_mirror: None,
         }
     }
 

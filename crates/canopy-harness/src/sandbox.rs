@@ -175,7 +175,7 @@ pub struct Grants {
 }
 
 /// A path made absolute and free of `.`/`..` (resolving symlinks where the path exists).
-fn normal(path: &Path) -> PathBuf {
+pub fn normal(path: &Path) -> PathBuf {
     if let Ok(real) = std::fs::canonicalize(path) {
         return real;
     }

@@ -86,6 +86,10 @@ pub struct LaunchSpec {
     pub ready_timeout: Duration,
     /// How the process is confined (`[sandbox]`); `mode = Off` runs it unconfined.
     pub sandbox: SandboxSettings,
+    /// The mirror of the repository its working directory is a checkout of: granted
+    /// read-only (the checkout's objects are shared with it). Must lie in the data
+    /// directory's `repos/`.
+    pub repo_mirror: Option<PathBuf>,
 }
 
 /// Where an input came from, for the harness's attribution (and the scripted harness's rules).
@@ -456,6 +460,14 @@ fn grants(spec: &LaunchSpec) -> Result<Grants, LaunchError> {
         sandbox::check_grant("sandbox.read_only", path, &settings.data_dir, None)?;
     }
     read_only.extend(settings.read_only.iter().cloned());
+    if let Some(mirror) = &spec.repo_mirror {
+        let repos = settings.data_dir.join("repos");
+        if !sandbox::normal(mirror).starts_with(sandbox::normal(&repos)) {
+            return Err(Unconfinable(format!("the repository mirror {} is not in {}", mirror.display(), repos.display())).into());
+        }
+        sandbox::check_grant("the repository mirror", mirror, &settings.data_dir, Some(mirror))?;
+        read_only.push(mirror.clone());
+    }
     let mut read_write = vec![own.clone()];
     if !spec.cwd.starts_with(own) {
         sandbox::check_grant("the working directory", &spec.cwd, &settings.data_dir, Some(own))?;

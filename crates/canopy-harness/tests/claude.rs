@@ -50,6 +50,7 @@ fn incarnation(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: 
         max_line_bytes: 1 << 20,
         ready_timeout: Duration::from_secs(30),
         sandbox: SandboxSettings::required(dir.join("data")),
+        repo_mirror: None,
     }
 }
 

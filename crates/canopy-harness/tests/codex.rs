@@ -181,6 +181,7 @@ async fn launch_in(dir: tempfile::TempDir, name: &str, fake: FakeOpenAi, mcp: Mc
         max_line_bytes: 4 * 1024 * 1024,
         ready_timeout: PATIENCE,
         sandbox: canopy_harness::SandboxSettings::required(dir.path().join("data")),
+        repo_mirror: None,
     };
     let (session, events) = Session::launch(spec, 256)
         .await

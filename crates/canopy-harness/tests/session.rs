@@ -27,6 +27,7 @@ fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSp
         max_line_bytes: 1024,
         ready_timeout,
         sandbox: SandboxSettings::required(dir.join("data")),
+        repo_mirror: None,
     }
 }
 

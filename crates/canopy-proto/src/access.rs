@@ -124,6 +124,14 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         Method::PromptsRule => SESSIONS_BUT_RUNS,
         Method::HistorySearch => "invalid_argument ok ok ok ok ok no no no no",
         Method::BoardUnpin => OPERATORS,
+        // `lead` has no checkout in the matrix's workspace; a Supervisor's and a run's roles lack the tools.
+        Method::WorkspaceStatus | Method::MergesRequest => "invalid_argument no invalid_argument invalid_argument invalid_argument no no no no no",
+        // On a run of lead's without a checkout: only its Manager gets past authorization.
+        Method::RunsMerge | Method::RunsDiscard => "no no invalid_argument no no no no no no no",
+        // No such request: an operator is told so; anyone else is refused first.
+        Method::MergesDecide => "invalid_argument no no no no no no no no no",
+        // A source that is not a repository.
+        Method::ReposAdd => "invalid_argument no no no no no no no no no",
         Method::Whoami => "ok ok ok ok ok ok no no no no",
         Method::AgentsCreate
         | Method::AgentsList
@@ -148,7 +156,10 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         | Method::OperatorsRevoke
         | Method::RunnersAdd
         | Method::RunnersRemove
-        | Method::CredentialsRotate => OPERATORS,
+        | Method::CredentialsRotate
+        | Method::MergesList
+        | Method::ReposList
+        | Method::ReposGc => OPERATORS,
         Method::RunnersSync | Method::SessionsReport => RUNNERS,
         Method::DeliveriesPull | Method::DeliveriesAck | Method::RunsFinish | Method::SessionsContinuity => {
             OTHER_RUNNERS
@@ -238,9 +249,10 @@ mod tests {
     #[test]
     fn every_method_a_session_may_call_is_one_of_its_tools() {
         for m in Method::ALL {
-            // `spawn.decide` lets an agent's token through to the gate, which refuses and
-            // audits the attempt; nothing else is open to sessions without being a tool.
-            if m.access() == Access::Anyone && *m != Method::SpawnDecide {
+            // `spawn.decide` and `merges.decide` let an agent's token through to the gate,
+            // which refuses and audits the attempt; nothing else is open to sessions without
+            // being a tool.
+            if m.access() == Access::Anyone && *m != Method::SpawnDecide && *m != Method::MergesDecide {
                 assert!(
                     m.tool().is_some() || *m == Method::Whoami,
                     "{} is open to sessions but is no tool",

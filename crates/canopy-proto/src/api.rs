@@ -63,6 +63,10 @@ pub struct AgentsCreateRequest {
     /// A persona overlay, rendered last in the agent's prompt.
     #[serde(default)]
     pub persona: Option<String>,
+    /// A repository (`canopy repos add`): the agent works in its own checkout of it, on
+    /// branch `canopy/<handle>` from the base branch.
+    #[serde(default)]
+    pub repo: Option<String>,
 }
 
 /// A scripted-harness script: the file name (for error messages) and its text.
@@ -408,6 +412,9 @@ pub struct SessionAssignment {
     pub prompt_hash: String,
     /// The harness's working directory (empty: the runner's default for the agent).
     pub cwd: String,
+    /// When `cwd` is a checkout: its repository's mirror, which the session may read.
+    #[serde(default)]
+    pub repo_mirror: Option<String>,
     /// The model the bundle asks for (a role's `model`, or a run definition's); empty: the
     /// harness's configured default.
     pub model: String,
@@ -787,6 +794,9 @@ pub struct SpawnRequestRequest {
     pub reason: String,
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// The repository the child works on (its own checkout); default: yours, if you have one.
+    #[serde(default)]
+    pub repo: Option<String>,
 }
 
 /// `spawn.decide` (operators): approve or deny a pending request.
@@ -930,6 +940,9 @@ pub struct RunInfo {
     pub status: String,
     pub started_at: String,
     pub ended_at: Option<String>,
+    /// The run's branch, when it has a checkout.
+    #[serde(default)]
+    pub branch: Option<String>,
 }
 
 /// `runs.start` (agents, as the `agents_run_subagent` tool): brief an ephemeral implementer.
@@ -940,6 +953,13 @@ pub struct RunsStartRequest {
     pub definition: String,
     /// The whole brief: goal, context, constraints, what done means, the report wanted.
     pub brief: String,
+    /// The repository the run works on, in its own checkout; default: yours, if you have one.
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// What the run's branch starts from: a branch or commit of your checkout (default:
+    /// your current HEAD), or of the repository's base when the repository is not yours.
+    #[serde(default)]
+    pub base: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -1064,4 +1084,175 @@ pub struct UsageResponse {
     pub sessions: Vec<UsageRow>,
     /// For one agent: its most recent turns, newest first.
     pub turns: Vec<UsageRow>,
+}
+
+/// `repos.add` (operators): register a repository; Canopy makes its mirror.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposAddRequest {
+    /// 1-40 of `a-z`, `0-9`, `-`, `_`.
+    pub name: String,
+    /// The canonical repository: an absolute path, or a URL git can fetch.
+    pub source: String,
+    /// The branch merges land on (default `main`).
+    #[serde(default)]
+    pub base: Option<String>,
+    /// Run with `sh -c`, confined, on each run's tree and each merged tree (default none).
+    #[serde(default)]
+    pub check: Option<String>,
+}
+
+/// `repos.list` (operators).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposListRequest {}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposListResponse {
+    pub repos: Vec<canopy_core::Repo>,
+    /// Every checkout Canopy keeps, by account.
+    pub checkouts: Vec<CheckoutInfo>,
+}
+
+/// One account's checkout.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckoutInfo {
+    pub agent: String,
+    pub repo: String,
+    pub branch: String,
+    /// `preparing`, `ready`, `merged`, `discarded`, `removed` or `failed`.
+    pub state: String,
+    pub path: String,
+    pub note: Option<String>,
+}
+
+/// `repos.gc` (operators): find (and unless `dry_run`, remove) leftover checkouts.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposGcRequest {
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposGcResponse {
+    pub leftovers: Vec<Leftover>,
+    /// Whether they were removed.
+    pub removed: bool,
+}
+
+/// A directory no live checkout owns, or a checkout whose directory is missing.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Leftover {
+    pub path: String,
+    pub why: String,
+}
+
+/// `workspace.status` (agents, as `workspace_status`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceStatusRequest {}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceStatusResponse {
+    pub repo: String,
+    /// The checked-out branch (empty when detached) and the branch that is yours.
+    pub branch: String,
+    pub own_branch: String,
+    pub head: String,
+    /// The repository's base branch, and commits ahead of and behind it.
+    pub base: String,
+    pub ahead: u32,
+    pub behind: u32,
+    /// Uncommitted or untracked files.
+    pub dirty: Vec<String>,
+    /// Your ended runs whose branches are neither merged nor discarded.
+    pub unmerged_runs: Vec<RunBranch>,
+}
+
+/// A run's branch waiting for its Manager.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunBranch {
+    pub run_id: i64,
+    pub branch: String,
+    /// `done`, `failed` or `timed_out`.
+    pub status: String,
+}
+
+/// `runs.merge` (a run's Manager, as `runs_merge`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsMergeRequest {
+    /// The run's id (the number in `run-<id>`).
+    pub run_id: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsMergeResponse {
+    /// True when your branch now contains the run's.
+    pub merged: bool,
+    /// Your branch's commit afterwards.
+    pub commit: String,
+    pub fast_forward: bool,
+    /// The files that conflict; nothing was changed.
+    pub conflicts: Vec<String>,
+    pub message: String,
+}
+
+/// `runs.discard` (a run's Manager, as `runs_discard`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsDiscardRequest {
+    pub run_id: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsDiscardResponse {
+    pub discarded: bool,
+    pub message: String,
+}
+
+/// `merges.request` (agents, as `merge_request`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergesRequestRequest {
+    /// One line; the request is discussed under topic `merge: <title>`.
+    pub title: String,
+    pub summary: String,
+    /// Your earlier requests this one stacks on (`merge-<n>`); they merge first.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+}
+
+/// `merges.list` (operators).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergesListRequest {
+    #[serde(default)]
+    pub state: Option<canopy_core::MergeState>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergesListResponse {
+    pub merges: Vec<canopy_core::MergeRequest>,
+}
+
+/// `merges.decide` (operators; an agent's attempt is refused and audited).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergesDecideRequest {
+    /// `merge-<n>`.
+    pub id: String,
+    pub approve: bool,
+    #[serde(default)]
+    pub reason: Option<String>,
 }

@@ -488,7 +488,18 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         max_line_bytes: settings.max_line_bytes,
         ready_timeout: settings.ready_timeout,
         sandbox: options.sandbox.clone(),
+        repo_mirror: assignment.repo_mirror.as_ref().map(std::path::PathBuf::from),
     };
+    if spec.repo_mirror.is_some() && !spec.cwd.join(".git").exists() {
+        let reason = format!(
+            "its checkout {} is not on this machine: an agent with a repository runs on a runner that shares the \
+             daemon's data directory",
+            spec.cwd.display()
+        );
+        reporter.activity("session_failed", reason.clone(), serde_json::Value::Null).await;
+        let _ = exits.send(SessionExit { fatal: true, ..exit(false, reason) }).await;
+        return;
+    }
     let (session, mut events) = match Session::launch(spec, 1024).await {
         Ok(started) => started,
         Err(e @ LaunchError::Unconfinable(_)) => {

@@ -64,6 +64,16 @@ pub fn harness_settings(config: &Config, kind: HarnessKind) -> HarnessSettings {
     }
 }
 
+/// How the daemon runs git: `[workspaces]`, confined in checkouts by the same `[sandbox]`
+/// as every session.
+pub fn git(config: &Config, data_dir: &Path) -> canopy_workspace::Git {
+    canopy_workspace::Git::new(
+        config.workspaces.git.clone(),
+        sandbox_settings(config, data_dir),
+        config.workspaces.check_timeout,
+    )
+}
+
 /// The sandbox settings the runner applies to every launch.
 pub fn sandbox_settings(config: &Config, data_dir: &Path) -> SandboxSettings {
     let sandbox = &config.sandbox;

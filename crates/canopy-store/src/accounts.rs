@@ -35,6 +35,9 @@ pub struct AgentSpec {
     pub script: Option<(String, String)>,
     /// A persona overlay rendered last in its prompt.
     pub persona: Option<String>,
+    /// The repository it gets a checkout of (recorded `preparing`; the account is held
+    /// until the daemon has made it).
+    pub repo: Option<i64>,
 }
 
 /// An operator to create, with the hash of its bearer token.
@@ -156,6 +159,11 @@ pub(crate) fn insert_agent(conn: &Db<'_>, actor_id: Option<i64>, spec: &AgentSpe
     .map_err(sql("inserting an agent"))?;
     let agent_id = conn.last_insert_rowid();
     set_presence(conn, agent_id, Presence::Offline, Some("no session yet"), None, now)?;
+    if let Some(repo_id) = spec.repo {
+        let branch = canopy_core::workspace::agent_branch(spec.handle.as_str());
+        let new = crate::repos::NewCheckout { repo_id, start: String::new() };
+        crate::repos::record_checkout(conn, agent_id, &branch, &new)?;
+    }
 
     let home = ChannelName::home_of(&spec.handle);
     let home_id = insert_channel(

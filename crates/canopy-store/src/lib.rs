@@ -14,6 +14,7 @@ mod delivery;
 mod governance;
 mod history;
 mod messages;
+mod repos;
 mod runs;
 mod schema;
 mod sessions;
@@ -34,6 +35,7 @@ pub use channels::ChannelSpec;
 pub use delivery::{Pending, Reach, Recipient};
 pub use history::{HistoryPage, HistoryQuery};
 pub use messages::{Page, PostSpec, Posted};
+pub use repos::{Checkout, CheckoutState, Landed, MergeCheck, MergeDecided, MergeSpec, NewCheckout, RepoRow};
 pub use runs::{Run, RunSpec, RunStatus, run_topic};
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
 pub use spawn::{Answered, Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
@@ -220,6 +222,11 @@ pub mod ops {
     };
     pub use crate::history::{continuity_facts, history_owners, history_search};
     pub use crate::messages::{post, post_audited, read_channel, sync};
+    pub use crate::repos::{
+        add_repo, checkout, checkouts, close_run_checkout, decide_merge, finish_merge, list_merges, list_repos,
+        load_merge, merge_checked, merge_checked_base, merge_in_topic, merge_notice, merge_number, recover_merges,
+        repo, request_merge, require_repo, run_checkout_for, run_checkouts, set_checkout, stale_checkouts,
+    };
     pub use crate::runs::{expire_runs, finish_run, list_runs, load as run, run_of_account, start_run};
     pub use crate::sessions::{
         apply_reports, forget_runner, live_agent, mark_stalled, notice, prompt_hash, prompt_inputs, read_activity,

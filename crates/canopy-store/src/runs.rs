@@ -31,6 +31,8 @@ pub struct RunSpec {
     /// Most runs one Manager may have out at once.
     pub max_running: u32,
     pub timeout_ms: i64,
+    /// The run's checkout: its repository and the commit its branch starts from.
+    pub checkout: Option<crate::repos::NewCheckout>,
 }
 
 /// How a run ended (or that it has not).
@@ -151,6 +153,10 @@ pub fn start_run(conn: &Db<'_>, caller: &Caller, spec: &RunSpec) -> Result<Run, 
         s.execute(params![id, account_id, manager.id, spec.definition, spec.brief, now, now + spec.timeout_ms])
     })
     .map_err(sql("recording a run"))?;
+    if let Some(new) = &spec.checkout {
+        let branch = canopy_core::workspace::run_branch(caller.handle.as_str(), id);
+        crate::repos::record_checkout(conn, account_id, &branch, new)?;
+    }
     audit(conn, Some(manager.id), "runs.start", &handle, &format!("definition={}", spec.definition))?;
     load(conn, id)
 }

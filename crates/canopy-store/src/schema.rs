@@ -238,6 +238,52 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE runners ADD COLUMN boot TEXT NOT NULL DEFAULT '';
     "#,
+    // Workspaces: repositories, a checkout per agent or run, merge requests.
+    r#"
+    CREATE TABLE repos (
+        id             INTEGER PRIMARY KEY,
+        name           TEXT NOT NULL UNIQUE,
+        source         TEXT NOT NULL,
+        base           TEXT NOT NULL,
+        check_command  TEXT NOT NULL DEFAULT '',
+        created_at     INTEGER NOT NULL
+    );
+    CREATE TABLE checkouts (
+        account_id   INTEGER PRIMARY KEY REFERENCES accounts(id),
+        repo_id      INTEGER NOT NULL REFERENCES repos(id),
+        branch       TEXT NOT NULL,
+        base_commit  TEXT NOT NULL DEFAULT '',
+        start        TEXT NOT NULL DEFAULT '',
+        state        TEXT NOT NULL CHECK (state IN ('preparing', 'ready', 'merged', 'discarded', 'removed', 'failed')),
+        note         TEXT,
+        created_at   INTEGER NOT NULL,
+        updated_at   INTEGER NOT NULL
+    );
+    CREATE INDEX checkouts_state ON checkouts(state);
+    ALTER TABLE spawn_requests ADD COLUMN repo_id INTEGER REFERENCES repos(id);
+    CREATE TABLE merges (
+        id             INTEGER PRIMARY KEY,
+        requester_id   INTEGER NOT NULL REFERENCES accounts(id),
+        repo_id        INTEGER NOT NULL REFERENCES repos(id),
+        branch         TEXT NOT NULL,
+        head           TEXT NOT NULL,
+        base_commit    TEXT NOT NULL DEFAULT '',
+        title          TEXT NOT NULL,
+        summary        TEXT NOT NULL,
+        depends_on     TEXT NOT NULL DEFAULT '',
+        state          TEXT NOT NULL CHECK (state IN ('checking', 'pending', 'merging', 'merged', 'denied', 'refused')),
+        commits        TEXT NOT NULL DEFAULT '',
+        diffstat       TEXT NOT NULL DEFAULT '',
+        check_result   TEXT NOT NULL DEFAULT '',
+        check_passed   INTEGER NOT NULL DEFAULT 0,
+        decided_by     INTEGER REFERENCES accounts(id),
+        note           TEXT,
+        merged_commit  TEXT,
+        created_at     INTEGER NOT NULL,
+        decided_at     INTEGER
+    );
+    CREATE INDEX merges_state ON merges(state);
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -63,6 +63,8 @@ pub struct SpawnSpec {
     pub charter: String,
     pub reason: String,
     pub idempotency_key: Option<String>,
+    /// The repository the child gets a checkout of (already resolved by the caller).
+    pub repo: Option<i64>,
 }
 
 /// A decision's result: the request, the messages to publish, and, for a refused attempt,
@@ -84,8 +86,9 @@ pub struct Answered {
 }
 
 const SELECT: &str = "SELECT r.id, q.handle, r.handle, r.display_name, r.role, r.charter, r.reason, r.state, \
-     d.handle, r.decision_note, r.created_at, r.decided_at, r.expires_at FROM spawn_requests r \
-     JOIN accounts q ON q.id = r.requester_id LEFT JOIN accounts d ON d.id = r.decided_by";
+     d.handle, r.decision_note, r.created_at, r.decided_at, r.expires_at, g.name, r.repo_id FROM spawn_requests r \
+     JOIN accounts q ON q.id = r.requester_id LEFT JOIN accounts d ON d.id = r.decided_by \
+     LEFT JOIN repos g ON g.id = r.repo_id";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpawnRequest> {
     Ok(SpawnRequest {
@@ -96,6 +99,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpawnRequest> {
         role: RoleName::from_trusted(r.get(4)?),
         charter: r.get(5)?,
         reason: r.get(6)?,
+        repo: r.get(13)?,
         state: parse_enum(r, 7, SpawnState::parse)?,
         decided_by: r.get::<_, Option<String>>(8)?.map(Handle::from_trusted),
         note: r.get(9)?,
@@ -201,7 +205,7 @@ pub fn request_spawn(
     let now = conn.now_ms();
     conn.execute(
         "INSERT INTO spawn_requests (requester_id, handle, display_name, role, charter, reason, idempotency_key, state, \
-         created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9)",
+         created_at, expires_at, repo_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9, ?10)",
         params![
             requester.id,
             spec.handle.as_str(),
@@ -211,7 +215,8 @@ pub fn request_spawn(
             spec.reason,
             spec.idempotency_key,
             now,
-            now + policy.ttl_ms
+            now + policy.ttl_ms,
+            spec.repo
         ],
     )
     .map_err(sql("recording a spawn request"))?;
@@ -280,6 +285,9 @@ pub fn decide_spawn(
             harness: session.0,
             script: session.1,
             persona: None,
+            repo: conn
+                .query_row("SELECT repo_id FROM spawn_requests WHERE id = ?1", params![id], |r| r.get(0))
+                .map_err(sql("reading a request's repository"))?,
         };
         match insert_agent(conn, Some(actor.id), &spec) {
             Ok(_) => {

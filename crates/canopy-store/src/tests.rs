@@ -66,6 +66,7 @@ async fn workspace() -> (tempfile::TempDir, Store) {
             harness: String::new(),
             script: None,
             persona: None,
+            repo: None,
         };
         store.write(move |conn| ops::create_agent(conn, &operator(), &spec)).await.unwrap();
     }
@@ -181,6 +182,7 @@ async fn new_subscriptions_start_at_the_channel_head() {
         harness: String::new(),
         script: None,
         persona: None,
+        repo: None,
     };
     store.write(move |c| ops::create_agent(c, &operator(), &spec)).await.unwrap();
     let subs = store.read(|c| ops::subscriptions(c, "late")).await.unwrap();
@@ -572,6 +574,7 @@ async fn requested() -> (tempfile::TempDir, Store, i64) {
         charter: "Hunt flaky tests".into(),
         reason: "CI is red".into(),
         idempotency_key: None,
+        repo: None,
     };
     let (request, _) =
         store.write(move |c| ops::request_spawn(c, &agent("ci-manager"), &spec, &spawn_policy())).await.unwrap();

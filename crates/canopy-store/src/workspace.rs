@@ -66,6 +66,7 @@ pub fn init(conn: &Db<'_>, spec: &InitSpec) -> Result<Workspace, Error> {
             harness: spec.supervisor_harness.clone(),
             script: spec.supervisor_script.clone(),
             persona: None,
+            repo: None,
         },
     )?;
     for name in ["announcements", "incidents"] {

@@ -151,6 +151,7 @@ async fn start(hold_acks: bool) -> Running {
         prompt_mode: PromptMode::Replace,
         prompt_hash: String::new(),
         cwd: String::new(),
+        repo_mirror: None,
         model: String::new(),
         harness_tools: Vec::new(),
         run: None,

@@ -1,0 +1,217 @@
+//! Running one git (or check) command under the trust its repository deserves.
+//!
+//! `Git::trusted` runs git as the daemon, for Canopy's mirror, a fresh checkout and the
+//! operator's repository: hooks off (`core.hooksPath=/dev/null`), no terminal prompt, no
+//! signing, Canopy's identity for the commits it makes. `Git::confined` runs a command inside
+//! a session-like sandbox (`canopy_harness::sandbox`): the granted paths only, no TCP at all,
+//! a clean environment that ignores the operator's git configuration. Does not choose which
+//! trust a repository gets; the operations in `ops.rs` do.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use canopy_harness::sandbox::{self, Capability, Grants, SandboxMode, SandboxSettings};
+use tokio::process::Command;
+
+/// Why a git command failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GitError {
+    #[error("running {what}: {reason}")]
+    Spawn { what: String, reason: String },
+    #[error("{what} failed (exit {code}): {stderr}")]
+    Failed { what: String, code: i32, stderr: String },
+    #[error("{what} took longer than {}", humantime(*.limit))]
+    Timeout { what: String, limit: Duration },
+    #[error("{0}")]
+    Unconfinable(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn humantime(d: Duration) -> String {
+    format!("{}s", d.as_secs())
+}
+
+/// The paths a confined command is granted: `write` read-write, `read` read-only.
+#[derive(Debug, Clone, Copy)]
+pub struct Confined<'a> {
+    pub write: &'a Path,
+    pub read: &'a [&'a Path],
+}
+
+/// How Canopy runs git: the program, and the sandbox a confined command gets.
+#[derive(Debug, Clone)]
+pub struct Git {
+    program: PathBuf,
+    sandbox: SandboxSettings,
+    /// The longest a check command may run.
+    pub check_timeout: Duration,
+}
+
+/// What a finished command printed.
+#[derive(Debug, Clone)]
+pub(crate) struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub(crate) fn ok(&self) -> bool {
+        self.code == 0
+    }
+}
+
+/// Options every git command gets, whatever its trust.
+const BASE_CONFIG: &[&str] = &[
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.quotepath=off",
+    "-c",
+    "color.ui=false",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "tag.gpgsign=false",
+    "-c",
+    "advice.detachedHead=false",
+    "-c",
+    "protocol.file.allow=always",
+];
+
+impl Git {
+    /// Git found as `program` (a name on `PATH` or a path), confined by `sandbox`.
+    pub fn new(program: impl Into<PathBuf>, sandbox: SandboxSettings, check_timeout: Duration) -> Git {
+        Git { program: program.into(), sandbox, check_timeout }
+    }
+
+    /// The data directory checkouts and mirrors live in.
+    pub fn data_dir(&self) -> &Path {
+        &self.sandbox.data_dir
+    }
+
+    /// Runs git as the daemon in `cwd` (a trusted repository); `Failed` unless it exits 0.
+    pub(crate) async fn trusted(&self, cwd: &Path, args: &[&str]) -> Result<Output, GitError> {
+        let out = self.trusted_any(cwd, args).await?;
+        require_ok(args, out)
+    }
+
+    /// Runs git as the daemon and returns whatever it exited with.
+    pub(crate) async fn trusted_any(&self, cwd: &Path, args: &[&str]) -> Result<Output, GitError> {
+        let mut command = Command::new(&self.program);
+        command.current_dir(cwd).args(BASE_CONFIG).args(args);
+        command.env("GIT_TERMINAL_PROMPT", "0").env("GIT_CONFIG_NOSYSTEM", "1");
+        command.env("GIT_AUTHOR_NAME", "Canopy").env("GIT_AUTHOR_EMAIL", "canopy@localhost");
+        command.env("GIT_COMMITTER_NAME", "Canopy").env("GIT_COMMITTER_EMAIL", "canopy@localhost");
+        run(command, &describe(args), None).await
+    }
+
+    /// Runs git confined to `grants`, in `cwd`; `Failed` unless it exits 0.
+    pub(crate) async fn confined(&self, grants: Confined<'_>, cwd: &Path, args: &[&str]) -> Result<Output, GitError> {
+        let out = self.confined_any(grants, cwd, args).await?;
+        require_ok(args, out)
+    }
+
+    /// Runs git confined, whatever it exits with.
+    pub(crate) async fn confined_any(
+        &self,
+        grants: Confined<'_>,
+        cwd: &Path,
+        args: &[&str],
+    ) -> Result<Output, GitError> {
+        let mut full: Vec<&str> = BASE_CONFIG.to_vec();
+        full.extend_from_slice(args);
+        let program = self.program.display().to_string();
+        self.confined_command(grants, cwd, &program, &full, &describe(args), None).await
+    }
+
+    /// Runs `sh -c command` confined in `cwd` for at most `limit`.
+    pub(crate) async fn confined_shell(
+        &self,
+        grants: Confined<'_>,
+        cwd: &Path,
+        command: &str,
+        limit: Duration,
+    ) -> Result<Output, GitError> {
+        self.confined_command(grants, cwd, "sh", &["-c", command], &format!("the check `{command}`"), Some(limit))
+            .await
+    }
+
+    async fn confined_command(
+        &self,
+        grants: Confined<'_>,
+        cwd: &Path,
+        program: &str,
+        args: &[&str],
+        what: &str,
+        limit: Option<Duration>,
+    ) -> Result<Output, GitError> {
+        let mut inner = Command::new(program);
+        inner.current_dir(cwd).args(args).env_clear();
+        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+        inner.env("PATH", path).env("HOME", "/tmp").env("LANG", "C.UTF-8");
+        inner.env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null");
+        inner.env("GIT_TERMINAL_PROMPT", "0");
+        if self.sandbox.mode == SandboxMode::Off {
+            return run(inner, what, limit).await;
+        }
+        let data = &self.sandbox.data_dir;
+        let refuse = |e: sandbox::Unconfinable| GitError::Unconfinable(e.0);
+        sandbox::check_grant("a checkout", grants.write, data, Some(grants.write)).map_err(refuse)?;
+        for path in grants.read {
+            sandbox::check_grant("a mirror", path, data, Some(path)).map_err(refuse)?;
+        }
+        for path in &self.sandbox.read_only {
+            sandbox::check_grant("sandbox.read_only", path, data, None).map_err(refuse)?;
+        }
+        let mut read_only: Vec<PathBuf> = grants.read.iter().map(|p| p.to_path_buf()).collect();
+        read_only.extend(self.sandbox.read_only.iter().cloned());
+        if let Some(found) = canopy_harness::find_program(&self.program, std::env::var_os("PATH").as_deref()) {
+            read_only.extend(sandbox::program_paths(&found));
+        }
+        let grants = Grants { read_only, read_write: vec![grants.write.to_path_buf()], connect_ports: Vec::new() };
+        let bwrap = Capability::cached(&self.sandbox.bwrap).usable().map_err(refuse)?;
+        let (outer, _rules) = sandbox::wrap(&bwrap, &grants, &inner).map_err(refuse)?;
+        run(outer, what, limit).await
+    }
+}
+
+/// `git a b` for messages (the first few arguments).
+fn describe(args: &[&str]) -> String {
+    let shown: Vec<&str> = args.iter().take(3).copied().collect();
+    format!("git {}", shown.join(" "))
+}
+
+fn require_ok(args: &[&str], out: Output) -> Result<Output, GitError> {
+    match out.ok() {
+        true => Ok(out),
+        false => Err(GitError::Failed { what: describe(args), code: out.code, stderr: last_lines(&out.stderr, 6) }),
+    }
+}
+
+/// The last `n` non-empty lines of `text`, each cut to 300 characters.
+pub(crate) fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).filter(|l| !l.is_empty()).collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..].iter().map(|l| l.chars().take(300).collect::<String>()).collect::<Vec<_>>().join("\n")
+}
+
+async fn run(mut command: Command, what: &str, limit: Option<Duration>) -> Result<Output, GitError> {
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let child = command.spawn().map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;
+    let waited = child.wait_with_output();
+    let out = match limit {
+        Some(limit) => tokio::time::timeout(limit, waited)
+            .await
+            .map_err(|_| GitError::Timeout { what: what.to_owned(), limit })?,
+        None => waited.await,
+    }
+    .map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;
+    Ok(Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
