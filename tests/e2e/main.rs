@@ -31,3 +31,4 @@ mod sessions;
 mod tail;
 mod tidy;
 mod wire;
+mod workspaces;
