@@ -72,6 +72,10 @@ match = { kind = "message", text_contains = "merge run 2" }
 actions = [{ call = "runs_merge", args = { run_id = 2 } }]
 
 [[rule]]
+match = { kind = "message", text_contains = "op: spawn" }
+actions = [{ call = "agents_spawn_peer", args = { handle = "docs-manager", name = "Docs Manager", charter = "Keep the docs true", reason = "Docs lag the code" } }]
+
+[[rule]]
 match = { kind = "message", text_contains = "discard run 2" }
 actions = [{ call = "runs_discard", args = { run_id = 2 } }, { call = "workspace_status" }]
 
@@ -195,6 +199,76 @@ fn runs_work_in_isolated_checkouts_and_their_manager_merges_or_discards_them() {
     assert_eq!(state("run-1"), Some("merged".into()));
     assert_eq!(state("run-2"), Some("discarded".into()));
     assert_eq!(env.json(&["repos", "gc", "--dry-run"])["leftovers"], serde_json::json!([]));
+
+    // A child Manager gets its requester's repository: the request says so, and the child
+    // starts in its own checkout of the base once approved.
+    env.settled("lead");
+    env.say("lead", "op: spawn");
+    let asked = env.wait_message("home-lead", "spawn: docs-manager", "asks to spawn");
+    assert!(asked["body"].as_str().unwrap().contains("Repository: app"), "{asked}");
+    env.ok(&["approve", "req-1"]);
+    let child = env.data_dir().join("sessions/docs-manager/work");
+    crate::assert_eventually!(child.join(".git").exists(), "the child has no checkout");
+    assert_eq!(git(&child, &["rev-parse", "--abbrev-ref", "HEAD"]), "canopy/docs-manager");
+    assert_eq!(std::fs::read_to_string(child.join("shared.txt")).unwrap(), "base\n");
+    env.settled("docs-manager");
+
+    // Leftovers: a stray checkout nothing owns is reported, then removed.
+    let stray = env.data_dir().join("sessions/stray/work");
+    std::fs::create_dir_all(stray.join(".git")).unwrap();
+    let found = env.json(&["repos", "gc", "--dry-run"]);
+    assert_eq!(found["leftovers"][0]["path"], stray.display().to_string(), "{found}");
+    env.json(&["repos", "gc"]);
+    assert!(!stray.exists());
+}
+
+/// A Claude Code run edits the checkout with its own Read, Edit and Bash tools; the Manager
+/// merges the run, asks to merge, and the operator's approval lands the change.
+#[test]
+fn a_claude_code_run_changes_a_file_that_lands_on_the_base_branch() {
+    use crate::fake_anthropic::{FakeAnthropic, Reply};
+    let fake = FakeAnthropic::start(Vec::new());
+    let env = crate::claude::claude_env_with(
+        &fake,
+        &[(
+            "[roles.implementer]\nharness = \"scripted\"\nscript = \"implementer.toml\"",
+            "[roles.implementer]\nharness = \"claude\"",
+        )],
+    );
+    let repo = canonical(env.dir.path());
+    env.json(&["repos", "add", "app", repo.to_str().unwrap(), "--check", "grep -q claude shared.txt"]);
+    let file = env.data_dir().join("sessions/run-1/work/shared.txt").display().to_string();
+    fake.push(Reply::default().and_call("Read", serde_json::json!({ "file_path": file })));
+    fake.push(Reply::default().and_call("Edit", serde_json::json!({ "file_path": file, "old_string": "base", "new_string": "claude" })));
+    fake.push(Reply::default().and_call("Bash", serde_json::json!({ "command": "git commit -qam 'Say claude'", "description": "commit" })));
+    fake.push(Reply::text("Report: shared.txt now says claude; committed as 'Say claude'."));
+    let script = env.script(
+        "lead.toml",
+        r#"
+[[rule]]
+match = { kind = "start", text_contains = "Session 1 started" }
+actions = [{ call = "agents_run_subagent", args = { definition = "implementer", brief = "Make shared.txt say claude." } }]
+
+[[rule]]
+match = { kind = "message", text_contains = "op: merge" }
+actions = [{ call = "runs_merge", args = { run_id = 1 } }, { call = "merge_request", args = { title = "Claude", summary = "shared.txt says claude." } }]
+
+[[rule]]
+match = { kind = "message" }
+actions = []
+"#,
+    );
+    env.json(&["agents", "create", "--handle", "lead", "--name", "Lead", "--harness", "scripted", "--script", &script, "--repo", "app"]);
+    let report = env.wait_message("home-lead", "run: 1", "branch:");
+    let body = report["body"].as_str().unwrap();
+    assert!(body.contains("Say claude") && body.contains("shared.txt | 2 +-"), "{body}");
+    assert!(body.contains("check: passed"), "{body}");
+    env.settled("lead");
+    env.say("lead", "op: merge");
+    env.wait_message("home-lead", "merge: Claude", "asks to merge");
+    assert_eq!(env.json(&["merges", "approve", "merge-1"])["state"], "merged");
+    assert_eq!(std::fs::read_to_string(repo.join("shared.txt")).unwrap(), "claude\n");
+    assert_eq!(git(&repo, &["log", "-1", "--format=%s"]), "Say claude");
 }
 
 /// A Manager that commits, asks to merge, tries to approve itself and to push to the base.

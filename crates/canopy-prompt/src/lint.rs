@@ -19,7 +19,8 @@ use crate::bundle::{Body, Bundle, Mode, glob_match};
 use crate::render::{Renderer, requires};
 
 /// The prefixes of Canopy's native tool families.
-pub const TOOL_PREFIXES: &[&str] = &["comms_", "agents_", "tree_", "roster_", "board_", "history_", "skill_", "rule_"];
+pub const TOOL_PREFIXES: &[&str] =
+    &["comms_", "agents_", "tree_", "roster_", "board_", "history_", "skill_", "rule_", "workspace_", "runs_", "merge_"];
 
 /// One problem the lint found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,6 +271,8 @@ fn meaning(line: &str, v: &Vocabulary) -> Vec<String> {
         }
         if !v.channel_prefixes.is_empty()
             && let Some((prefix, _)) = span.trim_start_matches('#').split_once("-<")
+            // A branch (`canopy/<you>/run-<id>`) is no channel.
+            && !prefix.contains('/')
             && !v.channel_prefixes.iter().any(|p| p.trim_end_matches('-') == prefix)
         {
             out.push(format!(
