@@ -1,4 +1,4 @@
-//! `canopy demo --yes` plays the three flows, exits 0, and leaves no process behind.
+//! `canopy demo --yes` plays the four flows, exits 0, and leaves no process behind.
 
 use crate::env::{CANOPY, text};
 
@@ -20,7 +20,7 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_demo_plays_the_three_flows_and_cleans_up() {
+fn the_demo_plays_the_four_flows_and_cleans_up() {
     let scratch = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(CANOPY)
         .arg("demo")
@@ -39,6 +39,11 @@ fn the_demo_plays_the_three_flows_and_cleans_up() {
         "docs: Woke",
         "builder: Steered",
         "#announcements reached all 4 agents",
+        "Add the 2.4 changelog entry",
+        "check on the merged tree: passed",
+        "approving merge-1 automatically (--yes)",
+        "merge-1 is merged: web's main now has CHANGELOG.md",
+        "Release notes drafted in the Canopy demo.",
     ] {
         assert!(stdout.contains(line), "the narration lacks {line:?}:\n{stdout}");
     }

@@ -64,6 +64,12 @@ impl Sandbox {
 
     /// A sandbox whose `canopy.toml` differs from the defaults by `edits` (from, to).
     pub async fn start(edits: &[(&str, &str)]) -> Result<Sandbox, String> {
+        Sandbox::start_with(edits, &[]).await
+    }
+
+    /// `start`, with files (name, text) written into the data directory before the daemon
+    /// reads its configuration (scripts the edits name).
+    pub async fn start_with(edits: &[(&str, &str)], files: &[(&str, &str)]) -> Result<Sandbox, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("creating a temporary directory: {e}"))?;
         let data = DataDir::new(dir.path().join("data"));
         let options = InitOptions {
@@ -85,6 +91,9 @@ impl Sandbox {
             text = text.replacen(from, to, 1);
         }
         std::fs::write(data.config(), text).map_err(|e| e.to_string())?;
+        for (name, text) in files {
+            std::fs::write(data.root().join(name), text).map_err(|e| format!("writing {name}: {e}"))?;
+        }
         let config = Config::load(&data.config()).map_err(|e| e.to_string())?;
 
         let nats = ManagedNats::start(NatsServerConfig {

@@ -95,7 +95,7 @@ pub enum Command {
     /// Check this machine: nats-server and each harness (found, version, a session starts).
     /// Exits 69 when something the configured roles need is missing.
     Doctor,
-    /// Play the three flows of the product on a temporary workspace, narrated.
+    /// Play the four flows of the product on a temporary workspace, narrated.
     Demo {
         /// Approve the spawn request automatically instead of asking at the terminal.
         #[arg(long)]

@@ -1,4 +1,4 @@
-//! `canopy demo`: the three flows of DESIGN section 1, played and narrated on a temporary
+//! `canopy demo`: the three flows of DESIGN section 1 and a repository's, played and narrated on a temporary
 //! workspace (private nats-server, SQLite, the scripted harness), no model account needed.
 //!
 //! 1. The CI Manager asks for a child Manager; the request appears in its home channel; the
@@ -6,6 +6,8 @@
 //!    starts with its charter and the CI Manager is told.
 //! 2. A post reaches an idle agent at its turn start; an `@mention` steers a busy one.
 //! 3. The Supervisor broadcasts; every agent receives it.
+//! 4. On a git repository: a run changes a file in its own checkout, its Manager merges the
+//!    run and asks to merge; the operator approves, and the file is on the base branch.
 //!
 //! Everything it started is stopped before it exits.
 
@@ -38,6 +40,32 @@ actions = [{ say = "steered: reading the operator's note before the next step" }
 [[rule]]
 match = { kind = "message" }
 actions = [{ say = "noted" }]
+"#;
+
+/// The web Manager: a run on its repository, then the run merged and a merge request.
+const WEB_LEAD: &str = r#"
+[[rule]]
+match = { kind = "start", text_contains = "Session 1 started" }
+actions = [{ call = "agents_run_subagent", args = { definition = "implementer", brief = "Add a CHANGELOG.md entry for release 2.4." } }]
+[[rule]]
+match = { kind = "message", topic = "run: 1" }
+actions = [
+  { call = "runs_merge", args = { run_id = 1 } },
+  { call = "merge_request", args = { title = "Changelog for 2.4", summary = "Adds the 2.4 entry to CHANGELOG.md (run 1)." } },
+]
+[[rule]]
+match = { kind = "message" }
+actions = []
+"#;
+
+/// The demo's implementer run: it edits a file in its checkout and commits it.
+const CHANGELOG_RUN: &str = r#"
+[[rule]]
+match = { kind = "start" }
+actions = [
+  { shell = "printf '# Changelog\n\n## 2.4\n- Release notes drafted in the Canopy demo.\n' > CHANGELOG.md && git add CHANGELOG.md && git commit -qm 'Add the 2.4 changelog entry'", expect = "ok" },
+  { say = "Report: added CHANGELOG.md with the 2.4 entry, committed as 'Add the 2.4 changelog entry'." },
+]
 "#;
 
 struct Demo {
@@ -80,6 +108,10 @@ impl Demo {
     }
 
     async fn create(&self, handle: &str, name: &str, script: Option<&str>) -> Result<(), String> {
+        self.create_on(handle, name, script, None).await
+    }
+
+    async fn create_on(&self, handle: &str, name: &str, script: Option<&str>, repo: Option<&str>) -> Result<(), String> {
         let request = AgentsCreateRequest {
             handle: handle.into(),
             name: name.into(),
@@ -89,7 +121,7 @@ impl Demo {
             harness: Some("scripted".into()),
             script: script.map(|text| ScriptSource { name: format!("{handle}.toml"), text: text.into() }),
             persona: None,
-            repo: None,
+            repo: repo.map(str::to_owned),
         };
         self.send::<method::AgentsCreate>(&request).await.map(|_| ())
     }
@@ -139,7 +171,13 @@ pub async fn run(yes: bool) -> u8 {
         ("quiet_window = \"2s\"", "quiet_window = \"300ms\""),
         ("resync = \"5s\"", "resync = \"1s\""),
     ];
-    let sandbox = match Sandbox::start(&edits).await {
+    let edits = [
+        edits[0],
+        edits[1],
+        edits[2],
+        ("script = \"implementer.toml\"", "script = \"demo-changelog-run.toml\""),
+    ];
+    let sandbox = match Sandbox::start_with(&edits, &[("demo-changelog-run.toml", CHANGELOG_RUN)]).await {
         Ok(sandbox) => sandbox,
         Err(e) => {
             eprintln!("error: starting the demo workspace: {e}");
@@ -147,7 +185,10 @@ pub async fn run(yes: bool) -> u8 {
         }
     };
     let demo = Demo { sandbox };
-    let result = play(&demo, yes).await;
+    let mut result = play(&demo, yes).await;
+    if result.is_ok() {
+        result = play_repository(&demo, yes).await;
+    }
     demo.sandbox.stop().await;
     match result {
         Ok(()) => {
@@ -249,4 +290,102 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
     .await?;
     say(&format!("  - #announcements reached all {} agents: {}", listeners.len(), listeners.join(", ")));
     Ok(())
+}
+
+/// Runs git in `dir` as the operator (the demo's canonical repository is the operator's).
+fn git(dir: &std::path::Path, args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "Demo Operator")
+        .env("GIT_AUTHOR_EMAIL", "operator@example.com")
+        .env("GIT_COMMITTER_NAME", "Demo Operator")
+        .env("GIT_COMMITTER_EMAIL", "operator@example.com")
+        .output()
+        .map_err(|e| format!("running git: {e}"))?;
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned()),
+        false => Err(format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())),
+    }
+}
+
+async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
+    say("\nFlow 4: a run changes a file in its own checkout; only the operator merges it into main.");
+    let root = demo.sandbox.data().root().parent().ok_or("the demo workspace has no parent")?.join("web");
+    std::fs::create_dir_all(&root).map_err(|e| format!("creating the demo repository: {e}"))?;
+    git(&root, &["init", "-q", "-b", "main"])?;
+    std::fs::write(root.join("README.md"), "# web\n").map_err(|e| format!("writing README.md: {e}"))?;
+    git(&root, &["add", "-A"])?;
+    git(&root, &["commit", "-qm", "Start the web app"])?;
+    let added: canopy_core::Repo = demo
+        .send::<method::ReposAdd>(&ReposAddRequest {
+            name: "web".into(),
+            source: root.display().to_string(),
+            base: Some("main".into()),
+            check: Some("test -s CHANGELOG.md".into()),
+        })
+        .await?;
+    say(&format!("  - registered repository web (the operator's, on main); Canopy mirrors it in {}", added.mirror));
+    demo.create_on("web-lead", "Web Manager", Some(WEB_LEAD), Some("web")).await?;
+    say("  - created the Web Manager with its own checkout on canopy/web-lead; it briefs run 1");
+    let request = loop_until(demo, "the merge request", |merges: &[canopy_core::MergeRequest]| {
+        merges.iter().find(|m| m.state == canopy_core::MergeState::Pending).cloned()
+    })
+    .await?;
+    say("  - run 1 committed in its own checkout on canopy/web-lead/run-1; its report named branch, commit and diffstat");
+    say("  - the Web Manager merged run 1 into its branch (runs_merge) and asked to merge (merge_request):");
+    for line in request.commits.iter().map(|c| format!("commit {c}")).chain(request.diffstat.lines().map(str::to_owned)) {
+        say(&format!("      | {}", line.trim()));
+    }
+    say(&format!("      | check on the merged tree: {}", request.check));
+    let approve = if yes {
+        say(&format!("  - operator: approving {} automatically (--yes)", request.id));
+        true
+    } else {
+        print!("  - operator: merge {} into web's main? [y/N] ", request.id);
+        let _ = std::io::stdout().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        matches!(answer.trim(), "y" | "Y" | "yes")
+    };
+    let decision =
+        MergesDecideRequest { id: request.id.clone(), approve, reason: (!approve).then(|| "declined at the demo prompt".into()) };
+    demo.send::<method::MergesDecide>(&decision).await?;
+    if !approve {
+        say(&format!("  - {} is denied; main is unchanged", request.id));
+        return Ok(());
+    }
+    let id = request.id.clone();
+    let merged = loop_until(demo, "the merge to land", |merges: &[canopy_core::MergeRequest]| {
+        merges.iter().find(|m| m.id == id && m.state != canopy_core::MergeState::Merging).cloned()
+    })
+    .await?;
+    if merged.state != canopy_core::MergeState::Merged {
+        return Err(format!("{} ended {}: {}", merged.id, merged.state, merged.note.unwrap_or_default()));
+    }
+    let on_main = git(&root, &["show", "main:CHANGELOG.md"])?;
+    say(&format!("  - {} is merged: web's main now has CHANGELOG.md:", merged.id));
+    for line in on_main.lines().filter(|l| !l.is_empty()) {
+        say(&format!("      | {line}"));
+    }
+    Ok(())
+}
+
+/// Polls the merge requests until `found` picks one.
+async fn loop_until(
+    demo: &Demo,
+    what: &str,
+    mut found: impl FnMut(&[canopy_core::MergeRequest]) -> Option<canopy_core::MergeRequest>,
+) -> Result<canopy_core::MergeRequest, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list: MergesListResponse = demo.send::<method::MergesList>(&MergesListRequest { state: None }).await?;
+        if let Some(request) = found(&list.merges) {
+            return Ok(request);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
