@@ -406,7 +406,8 @@ impl World {
             Method::RunsStart => json!({ "definition": "implementer", "brief": format!("matrix {n}") }),
             Method::RunsMerge | Method::RunsDiscard => {
                 if self.lead_run.get().is_none() {
-                    let run = self.setup(Method::RunsStart, 2, json!({ "definition": "implementer", "brief": "matrix" }));
+                    let run =
+                        self.setup(Method::RunsStart, 2, json!({ "definition": "implementer", "brief": "matrix" }));
                     self.lead_run.set(run["run"]["id"].as_i64());
                 }
                 json!({ "run_id": self.lead_run.get().unwrap_or(0) })

@@ -88,7 +88,9 @@ impl TestEnv {
     /// Waits for a message in `channel` under `topic` whose body contains `needle`.
     pub fn wait_message(&self, channel: &str, topic: &str, needle: &str) -> Value {
         crate::assert_eventually!(
-            self.messages(channel).iter().any(|m| m["topic"] == topic && m["body"].as_str().unwrap_or("").contains(needle)),
+            self.messages(channel)
+                .iter()
+                .any(|m| m["topic"] == topic && m["body"].as_str().unwrap_or("").contains(needle)),
             "no {needle:?} in {channel} / {topic}: {:#?}",
             self.messages(channel).iter().map(|m| (&m["topic"], &m["body"])).collect::<Vec<_>>()
         );
@@ -105,7 +107,11 @@ impl TestEnv {
         let results = || -> Vec<Value> {
             transcript(self, agent).into_iter().filter(|l| l["kind"] == "tool_result" && l["name"] == tool).collect()
         };
-        crate::assert_eventually!(results().len() > after, "{agent} never called {tool}: {:#?}", transcript(self, agent));
+        crate::assert_eventually!(
+            results().len() > after,
+            "{agent} never called {tool}: {:#?}",
+            transcript(self, agent)
+        );
         results()[after].clone()
     }
 
@@ -239,8 +245,16 @@ fn a_claude_code_run_changes_a_file_that_lands_on_the_base_branch() {
     env.json(&["repos", "add", "app", repo.to_str().unwrap(), "--check", "grep -q claude shared.txt"]);
     let file = env.data_dir().join("sessions/run-1/work/shared.txt").display().to_string();
     fake.push(Reply::default().and_call("Read", serde_json::json!({ "file_path": file })));
-    fake.push(Reply::default().and_call("Edit", serde_json::json!({ "file_path": file, "old_string": "base", "new_string": "claude" })));
-    fake.push(Reply::default().and_call("Bash", serde_json::json!({ "command": "git commit -qam 'Say claude'", "description": "commit" })));
+    fake.push(
+        Reply::default()
+            .and_call("Edit", serde_json::json!({ "file_path": file, "old_string": "base", "new_string": "claude" })),
+    );
+    fake.push(
+        Reply::default().and_call(
+            "Bash",
+            serde_json::json!({ "command": "git commit -qam 'Say claude'", "description": "commit" }),
+        ),
+    );
     fake.push(Reply::text("Report: shared.txt now says claude; committed as 'Say claude'."));
     let script = env.script(
         "lead.toml",
@@ -258,7 +272,20 @@ match = { kind = "message" }
 actions = []
 "#,
     );
-    env.json(&["agents", "create", "--handle", "lead", "--name", "Lead", "--harness", "scripted", "--script", &script, "--repo", "app"]);
+    env.json(&[
+        "agents",
+        "create",
+        "--handle",
+        "lead",
+        "--name",
+        "Lead",
+        "--harness",
+        "scripted",
+        "--script",
+        &script,
+        "--repo",
+        "app",
+    ]);
     let report = env.wait_message("home-lead", "run: 1", "branch:");
     let body = report["body"].as_str().unwrap();
     assert!(body.contains("Say claude") && body.contains("shared.txt | 2 +-"), "{body}");

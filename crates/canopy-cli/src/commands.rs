@@ -160,7 +160,17 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             })
             .await
         }
-        Command::Agents(AgentsCommand::Create { handle, name, role, parent, charter, harness, script, persona, repo }) => {
+        Command::Agents(AgentsCommand::Create {
+            handle,
+            name,
+            role,
+            parent,
+            charter,
+            harness,
+            script,
+            persona,
+            repo,
+        }) => {
             let script = match script.map(|path| read_script(&path)).transpose() {
                 Ok(script) => script,
                 Err(e) => return fail(json, &e),
@@ -230,7 +240,11 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                 Some(Ok(state)) => Some(state),
                 Some(Err(bad)) => {
                     let message = format!("unknown state {bad:?}; one of {}", canopy_core::MergeState::expected());
-                    let wire = canopy_proto::WireError { code: ErrorCode::InvalidArgument, message, field: Some("state".into()) };
+                    let wire = canopy_proto::WireError {
+                        code: ErrorCode::InvalidArgument,
+                        message,
+                        field: Some("state".into()),
+                    };
                     return fail(json, &CallError::Refused(wire));
                 }
             };

@@ -111,7 +111,13 @@ impl Demo {
         self.create_on(handle, name, script, None).await
     }
 
-    async fn create_on(&self, handle: &str, name: &str, script: Option<&str>, repo: Option<&str>) -> Result<(), String> {
+    async fn create_on(
+        &self,
+        handle: &str,
+        name: &str,
+        script: Option<&str>,
+        repo: Option<&str>,
+    ) -> Result<(), String> {
         let request = AgentsCreateRequest {
             handle: handle.into(),
             name: name.into(),
@@ -171,12 +177,8 @@ pub async fn run(yes: bool) -> u8 {
         ("quiet_window = \"2s\"", "quiet_window = \"300ms\""),
         ("resync = \"5s\"", "resync = \"1s\""),
     ];
-    let edits = [
-        edits[0],
-        edits[1],
-        edits[2],
-        ("script = \"implementer.toml\"", "script = \"demo-changelog-run.toml\""),
-    ];
+    let edits =
+        [edits[0], edits[1], edits[2], ("script = \"implementer.toml\"", "script = \"demo-changelog-run.toml\"")];
     let sandbox = match Sandbox::start_with(&edits, &[("demo-changelog-run.toml", CHANGELOG_RUN)]).await {
         Ok(sandbox) => sandbox,
         Err(e) => {
@@ -332,9 +334,12 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
         merges.iter().find(|m| m.state == canopy_core::MergeState::Pending).cloned()
     })
     .await?;
-    say("  - run 1 committed in its own checkout on canopy/web-lead/run-1; its report named branch, commit and diffstat");
+    say(
+        "  - run 1 committed in its own checkout on canopy/web-lead/run-1; its report named branch, commit and diffstat",
+    );
     say("  - the Web Manager merged run 1 into its branch (runs_merge) and asked to merge (merge_request):");
-    for line in request.commits.iter().map(|c| format!("commit {c}")).chain(request.diffstat.lines().map(str::to_owned)) {
+    for line in request.commits.iter().map(|c| format!("commit {c}")).chain(request.diffstat.lines().map(str::to_owned))
+    {
         say(&format!("      | {}", line.trim()));
     }
     say(&format!("      | check on the merged tree: {}", request.check));
@@ -348,8 +353,11 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
         let _ = std::io::stdin().lock().read_line(&mut answer);
         matches!(answer.trim(), "y" | "Y" | "yes")
     };
-    let decision =
-        MergesDecideRequest { id: request.id.clone(), approve, reason: (!approve).then(|| "declined at the demo prompt".into()) };
+    let decision = MergesDecideRequest {
+        id: request.id.clone(),
+        approve,
+        reason: (!approve).then(|| "declined at the demo prompt".into()),
+    };
     demo.send::<method::MergesDecide>(&decision).await?;
     if !approve {
         say(&format!("  - {} is denied; main is unchanged", request.id));

@@ -2,8 +2,8 @@
 
 use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, SpawnRequest, Topic, TreeNode};
 use canopy_proto::api::{
-    MergesListResponse, ReposGcResponse, ReposListResponse,
-    BoardResponse, CredentialsChangedResponse, PostResponse, ReadResponse, RunnersAddResponse, UsageResponse,
+    BoardResponse, CredentialsChangedResponse, MergesListResponse, PostResponse, ReadResponse, ReposGcResponse,
+    ReposListResponse, RunnersAddResponse, UsageResponse,
 };
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
@@ -294,7 +294,16 @@ pub fn gc(r: &ReposGcResponse) {
 pub fn merge(m: &canopy_core::MergeRequest) {
     let note = m.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
     let landed = m.merged_commit.as_deref().map(|c| format!(" at {}", &c[..c.len().min(10)])).unwrap_or_default();
-    println!("{} {:8} {}: {} ({} into {} {}){landed}{note}", m.id, m.state.to_string(), m.requester, m.title, m.branch, m.repo, m.base);
+    println!(
+        "{} {:8} {}: {} ({} into {} {}){landed}{note}",
+        m.id,
+        m.state.to_string(),
+        m.requester,
+        m.title,
+        m.branch,
+        m.repo,
+        m.base
+    );
 }
 
 /// `canopy merges`.

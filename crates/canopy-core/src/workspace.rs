@@ -119,7 +119,10 @@ pub fn check_pending(request: &MergeRequest) -> Result<(), Error> {
             field: "id",
             reason: format!("{} is still being checked; decide it once its request is posted", request.id),
         }),
-        state => Err(Error::ConflictOn { field: "id", reason: format!("{} is {state}, not pending; nothing changed", request.id) }),
+        state => Err(Error::ConflictOn {
+            field: "id",
+            reason: format!("{} is {state}, not pending; nothing changed", request.id),
+        }),
     }
 }
 
@@ -129,7 +132,10 @@ pub fn check_stack(request: &MergeRequest, below: &[(String, MergeState)]) -> Re
         None => Ok(()),
         Some((id, state)) => Err(Error::ConflictOn {
             field: "id",
-            reason: format!("{} depends on {id}, which is {state}: stacks merge bottom-up, so decide {id} first", request.id),
+            reason: format!(
+                "{} depends on {id}, which is {state}: stacks merge bottom-up, so decide {id} first",
+                request.id
+            ),
         }),
     }
 }
@@ -246,6 +252,7 @@ pub mod say {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
     use super::*;
 
     #[test]

@@ -151,9 +151,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         finishing: Arc::default(),
         preparing: Arc::default(),
     };
-    api.register_configured_repos().await.map_err(|(key, e)| {
-        DaemonError::Config(ConfigError { path: dir.config(), key, message: e.to_string() })
-    })?;
+    api.register_configured_repos()
+        .await
+        .map_err(|(key, e)| DaemonError::Config(ConfigError { path: dir.config(), key, message: e.to_string() }))?;
     api.recover_workspaces().await;
 
     // Serve the API in its own task, so it keeps answering while the runner shuts down.

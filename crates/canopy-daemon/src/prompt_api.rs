@@ -360,7 +360,10 @@ impl Api {
         let runs = runs
             .into_iter()
             .map(|run| {
-                let branch = checkouts.iter().find(|c| c.run.as_ref().is_some_and(|(id, _)| *id == run.id)).map(|c| c.branch.clone());
+                let branch = checkouts
+                    .iter()
+                    .find(|c| c.run.as_ref().is_some_and(|(id, _)| *id == run.id))
+                    .map(|c| c.branch.clone());
                 RunInfo { branch, ..run_info(run) }
             })
             .collect();

@@ -65,7 +65,12 @@ impl Api {
     }
 
     /// Makes a mirror (if missing) and records the repository.
-    async fn register_repo(&self, caller: Option<&Caller>, req: ReposAddRequest, update: bool) -> Result<RepoRow, Error> {
+    async fn register_repo(
+        &self,
+        caller: Option<&Caller>,
+        req: ReposAddRequest,
+        update: bool,
+    ) -> Result<RepoRow, Error> {
         rules::check_repo_name("name", &req.name)?;
         let base = req.base.unwrap_or_else(|| "main".into());
         rules::check_branch("base", &base)?;
@@ -119,7 +124,8 @@ impl Api {
     }
 
     pub(crate) async fn repos_list(&self, _: Caller, _: ReposListRequest) -> Result<ReposListResponse, Error> {
-        let (repos, checkouts) = self.store.read(|conn| Ok((ops::list_repos(conn)?, ops::checkouts(conn, None)?))).await?;
+        let (repos, checkouts) =
+            self.store.read(|conn| Ok((ops::list_repos(conn)?, ops::checkouts(conn, None)?))).await?;
         Ok(ReposListResponse {
             repos: repos.iter().map(|r| r.view(self.mirror(r).display().to_string())).collect(),
             checkouts: checkouts.iter().map(|c| self.checkout_info(c)).collect(),
@@ -184,7 +190,9 @@ impl Api {
         };
         let recorded = {
             let (handle, note) = (handle.clone(), note.clone());
-            self.store.write(move |conn| ops::set_checkout(conn, &handle, state, commit.as_deref(), note.as_deref())).await
+            self.store
+                .write(move |conn| ops::set_checkout(conn, &handle, state, commit.as_deref(), note.as_deref()))
+                .await
         };
         if let Err(e) = recorded {
             tracing::warn!(agent = %handle, error = %e, "recording a checkout failed");
@@ -208,7 +216,10 @@ impl Api {
         match found {
             Some(c) if c.state == CheckoutState::Ready => Ok(c),
             Some(c) => Err(Error::invalid("caller", format!("your checkout is {}", c.state.as_str()))),
-            None => Err(Error::invalid("caller", format!("{} works on no repository, so it has no checkout", caller.handle))),
+            None => Err(Error::invalid(
+                "caller",
+                format!("{} works on no repository, so it has no checkout", caller.handle),
+            )),
         }
     }
 
@@ -236,7 +247,8 @@ impl Api {
             self.base_now(&checkout.repo).await?
         };
         let dir = self.checkout_dir(caller.handle.as_str());
-        let status = self.git.status(&self.mirror(&checkout.repo), &dir, &base).await.map_err(|e| git_error("caller", e))?;
+        let status =
+            self.git.status(&self.mirror(&checkout.repo), &dir, &base).await.map_err(|e| git_error("caller", e))?;
         let manager = caller.handle.to_string();
         let (runs, checkouts) = self
             .store
@@ -277,7 +289,11 @@ impl Api {
             rules::check_revision("base", base)?;
         }
         let handle = caller.handle.to_string();
-        let own = self.store.read(move |conn| ops::checkout(conn, &handle)).await?.filter(|c| c.state == CheckoutState::Ready);
+        let own = self
+            .store
+            .read(move |conn| ops::checkout(conn, &handle))
+            .await?
+            .filter(|c| c.state == CheckoutState::Ready);
         let repo_name = match (&repo, &own) {
             (Some(name), _) => name.clone(),
             (None, Some(own)) => own.repo.name.clone(),
@@ -295,7 +311,8 @@ impl Api {
             Some(_) => {
                 let dir = self.checkout_dir(caller.handle.as_str());
                 let what = base.clone().unwrap_or_else(|| "HEAD".into());
-                let what = if what == "HEAD" || what.starts_with("refs/") { what } else { format!("refs/heads/{what}") };
+                let what =
+                    if what == "HEAD" || what.starts_with("refs/") { what } else { format!("refs/heads/{what}") };
                 self.git
                     .publish(&mirror, &dir, &what, &rules::agent_ref(caller.handle.as_str()))
                     .await
@@ -329,7 +346,9 @@ impl Api {
         let mirror = self.mirror(&checkout.repo);
         let summary = match self.git.summary(&mirror, &dir, &checkout.base_commit).await {
             Ok(summary) => summary,
-            Err(e) => return format!("{report}\n\n---\nbranch: {} (its state could not be read: {e})", checkout.branch),
+            Err(e) => {
+                return format!("{report}\n\n---\nbranch: {} (its state could not be read: {e})", checkout.branch);
+            }
         };
         {
             let lock = self.repo_lock(&checkout.repo.name);
@@ -378,26 +397,27 @@ impl Api {
             .publish(&mirror, &run_dir, &what, &rules::run_ref(run))
             .await
             .map_err(|e| git_error("run_id", e))?
-            .ok_or_else(|| Error::invalid("run_id", format!("run {run}'s checkout has no branch {}", run_checkout.branch)))?;
+            .ok_or_else(|| {
+                Error::invalid("run_id", format!("run {run}'s checkout has no branch {}", run_checkout.branch))
+            })?;
         if head == run_checkout.base_commit {
             return Ok(RunsMergeResponse {
                 merged: false,
                 commit: String::new(),
                 fast_forward: false,
                 conflicts: Vec::new(),
-                message: format!("run {run} committed nothing on {}; discard it with runs_discard", run_checkout.branch),
+                message: format!(
+                    "run {run} committed nothing on {}; discard it with runs_discard",
+                    run_checkout.branch
+                ),
             });
         }
         let message = format!("Merge {} (run {run})", run_checkout.branch);
         let dir = self.checkout_dir(caller.handle.as_str());
-        let outcome = self
-            .git
-            .merge_into(&mirror, &dir, &own.branch, &head, &message)
-            .await
-            .map_err(|e| match e {
-                GitError::Invalid(m) => Error::ConflictOn { field: "run_id", reason: m },
-                other => git_error("run_id", other),
-            })?;
+        let outcome = self.git.merge_into(&mirror, &dir, &own.branch, &head, &message).await.map_err(|e| match e {
+            GitError::Invalid(m) => Error::ConflictOn { field: "run_id", reason: m },
+            other => git_error("run_id", other),
+        })?;
         let (commit, fast_forward) = match outcome {
             MergeOutcome::Conflict { files } => {
                 return Ok(RunsMergeResponse {
@@ -410,7 +430,7 @@ impl Api {
                         files.join(", ")
                     ),
                     conflicts: files,
-                })
+                });
             }
             MergeOutcome::Merged { commit, fast_forward } => (commit, fast_forward),
             MergeOutcome::UpToDate { commit } => (commit, true),
@@ -434,7 +454,11 @@ impl Api {
         })
     }
 
-    pub(crate) async fn runs_discard(&self, caller: Caller, req: RunsDiscardRequest) -> Result<RunsDiscardResponse, Error> {
+    pub(crate) async fn runs_discard(
+        &self,
+        caller: Caller,
+        req: RunsDiscardRequest,
+    ) -> Result<RunsDiscardResponse, Error> {
         let run = req.run_id;
         let who = caller.clone();
         let checkout = self.store.read(move |conn| ops::run_checkout_for(conn, &who, run)).await?;
@@ -449,10 +473,17 @@ impl Api {
         let who = caller.clone();
         self.store.write(move |conn| ops::close_run_checkout(conn, &who, run, CheckoutState::Discarded, "")).await?;
         canopy_workspace::remove_dir(&dir).map_err(|e| git_error("run_id", e))?;
-        Ok(RunsDiscardResponse { discarded: true, message: format!("run {run}'s checkout is removed; its branch is not merged") })
+        Ok(RunsDiscardResponse {
+            discarded: true,
+            message: format!("run {run}'s checkout is removed; its branch is not merged"),
+        })
     }
 
-    pub(crate) async fn merges_request(&self, caller: Caller, req: MergesRequestRequest) -> Result<MergeRequest, Error> {
+    pub(crate) async fn merges_request(
+        &self,
+        caller: Caller,
+        req: MergesRequestRequest,
+    ) -> Result<MergeRequest, Error> {
         let own = self.own_checkout(&caller).await?;
         let title = rules::check_title(&req.title)?;
         let summary = req.summary.trim().to_owned();
@@ -485,7 +516,14 @@ impl Api {
                 format!("{} has no commits that are not on {}: commit your work first", own.branch, own.repo.base),
             ));
         }
-        let spec = MergeSpec { repo_id: own.repo.id, branch: own.branch.clone(), head: head.clone(), title, summary, depends_on };
+        let spec = MergeSpec {
+            repo_id: own.repo.id,
+            branch: own.branch.clone(),
+            head: head.clone(),
+            title,
+            summary,
+            depends_on,
+        };
         let who = caller.clone();
         let request = self.store.write(move |conn| ops::request_merge(conn, &who, &spec)).await?;
         let id = ops::merge_number(&request);
@@ -504,7 +542,8 @@ impl Api {
             let repo = self.store.read(move |conn| ops::require_repo(conn, "repo", &repo_name)).await?;
             let (outcome, base) = self.merged_tree(&repo, &request, id).await?;
             let mirror = self.mirror(&repo);
-            let (commits, diffstat) = self.git.compare(&mirror, &base, &request.head).await.map_err(|e| git_error("id", e))?;
+            let (commits, diffstat) =
+                self.git.compare(&mirror, &base, &request.head).await.map_err(|e| git_error("id", e))?;
             let (check, passed) = self.check_merged(&repo, &outcome, id).await;
             Ok::<_, Error>(MergeCheck { base_commit: base, commits, diffstat, check, passed })
         }
@@ -527,7 +566,12 @@ impl Api {
 
     /// The request's head merged onto the base as it is now, in a scratch checkout; the
     /// result is in the mirror as `merged/<id>`.
-    async fn merged_tree(&self, repo: &RepoRow, request: &MergeRequest, id: i64) -> Result<(MergeOutcome, String), Error> {
+    async fn merged_tree(
+        &self,
+        repo: &RepoRow,
+        request: &MergeRequest,
+        id: i64,
+    ) -> Result<(MergeOutcome, String), Error> {
         let lock = self.repo_lock(&repo.name);
         let _held = lock.lock().await;
         let base = self.base_now(repo).await?;
@@ -535,7 +579,14 @@ impl Api {
         let message = format!("Merge {} ({}: {})", request.branch, request.id, request.title);
         let outcome = self
             .git
-            .merge_in_scratch(&self.mirror(repo), &scratch, &base, &request.head, &message, &rules::merge_result_ref(id))
+            .merge_in_scratch(
+                &self.mirror(repo),
+                &scratch,
+                &base,
+                &request.head,
+                &message,
+                &rules::merge_result_ref(id),
+            )
             .await
             .map_err(|e| git_error("id", e))?;
         Ok((outcome, base))
@@ -545,7 +596,9 @@ impl Api {
     async fn check_merged(&self, repo: &RepoRow, outcome: &MergeOutcome, id: i64) -> (String, bool) {
         let scratch = self.git.scratch_path(&repo.name, &format!("merge-{id}"));
         let result = match outcome {
-            MergeOutcome::Conflict { files } => (format!("not run: the branch conflicts with {} in {}", repo.base, files.join(", ")), false),
+            MergeOutcome::Conflict { files } => {
+                (format!("not run: the branch conflicts with {} in {}", repo.base, files.join(", ")), false)
+            }
             _ if repo.check.is_empty() => ("none configured".to_owned(), true),
             _ => {
                 let check = self.git.check(&self.mirror(repo), &scratch, &repo.check).await;
@@ -572,7 +625,13 @@ impl Api {
 
     /// Decides a request (an agent's attempt is refused and audited); an approval lands in
     /// a task and the request is returned `merging`.
-    async fn decide_merge(&self, caller: Caller, id: i64, approve: bool, note: Option<String>) -> Result<MergeRequest, Error> {
+    async fn decide_merge(
+        &self,
+        caller: Caller,
+        id: i64,
+        approve: bool,
+        note: Option<String>,
+    ) -> Result<MergeRequest, Error> {
         let note = note.map(|n| canopy_core::redact::cut(n.trim(), 1000)).filter(|n| !n.is_empty());
         let exists = self.store.read(move |conn| Ok(ops::load_merge(conn, id).is_ok())).await?;
         if !exists {
@@ -665,12 +724,15 @@ impl Api {
         let found = self.store.read(move |conn| ops::merge_in_topic(conn, &channel, &topic)).await;
         let Ok(Some(id)) = found else { return };
         let answer = match reply {
-            Reply::Unclear if caller.is_operator() => {
-                Some("Reply exactly `approve`, or `deny <reason>`, to decide this merge request; nothing changed.".to_owned())
-            }
+            Reply::Unclear if caller.is_operator() => Some(
+                "Reply exactly `approve`, or `deny <reason>`, to decide this merge request; nothing changed."
+                    .to_owned(),
+            ),
             Reply::Unclear => None,
             Reply::Approve => self.decide_merge(caller.clone(), id, true, None).await.err().map(|e| e.to_string()),
-            Reply::Deny { reason } => self.decide_merge(caller.clone(), id, false, Some(reason)).await.err().map(|e| e.to_string()),
+            Reply::Deny { reason } => {
+                self.decide_merge(caller.clone(), id, false, Some(reason)).await.err().map(|e| e.to_string())
+            }
         };
         // An agent's refused attempt was already told; an operator's failed decision is answered.
         if let Some(answer) = answer.filter(|_| caller.is_operator()) {
@@ -727,7 +789,9 @@ impl Api {
             let handle = checkout.account.to_string();
             let removed = self
                 .store
-                .write(move |conn| ops::set_checkout(conn, &handle, CheckoutState::Removed, None, Some("removed by retention")))
+                .write(move |conn| {
+                    ops::set_checkout(conn, &handle, CheckoutState::Removed, None, Some("removed by retention"))
+                })
                 .await;
             if let Err(e) = removed {
                 tracing::warn!(agent = %checkout.account, error = %e, "recording a removed checkout failed");
@@ -758,7 +822,9 @@ impl Api {
             }
             let why = match owned(&handle) {
                 None => Some("a checkout no account owns".to_owned()),
-                Some(c) if matches!(c.state, CheckoutState::Merged | CheckoutState::Discarded | CheckoutState::Removed) => {
+                Some(c)
+                    if matches!(c.state, CheckoutState::Merged | CheckoutState::Discarded | CheckoutState::Removed) =>
+                {
                     Some(format!("the checkout of a run that is {}", c.state.as_str()))
                 }
                 Some(_) => None,
@@ -776,14 +842,20 @@ impl Api {
                 if busy.iter().any(|id| entry.file_name().to_str() == Some(id.as_str())) {
                     continue;
                 }
-                leftovers.push(Leftover { path: entry.path().display().to_string(), why: "a merge's scratch checkout".into() });
+                leftovers.push(Leftover {
+                    path: entry.path().display().to_string(),
+                    why: "a merge's scratch checkout".into(),
+                });
                 remove.push(entry.path());
             }
         }
         for c in checkouts.iter().filter(|c| c.state == CheckoutState::Ready) {
             let dir = self.checkout_dir(c.account.as_str());
             if !canopy_workspace::is_checkout(&dir) {
-                leftovers.push(Leftover { path: dir.display().to_string(), why: format!("{}'s checkout is missing", c.account) });
+                leftovers.push(Leftover {
+                    path: dir.display().to_string(),
+                    why: format!("{}'s checkout is missing", c.account),
+                });
             }
         }
         if !req.dry_run {

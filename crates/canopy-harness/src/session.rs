@@ -463,7 +463,12 @@ fn grants(spec: &LaunchSpec) -> Result<Grants, LaunchError> {
     if let Some(mirror) = &spec.repo_mirror {
         let repos = settings.data_dir.join("repos");
         if !sandbox::normal(mirror).starts_with(sandbox::normal(&repos)) {
-            return Err(Unconfinable(format!("the repository mirror {} is not in {}", mirror.display(), repos.display())).into());
+            return Err(Unconfinable(format!(
+                "the repository mirror {} is not in {}",
+                mirror.display(),
+                repos.display()
+            ))
+            .into());
         }
         sandbox::check_grant("the repository mirror", mirror, &settings.data_dir, Some(mirror))?;
         read_only.push(mirror.clone());

@@ -19,8 +19,19 @@ use crate::bundle::{Body, Bundle, Mode, glob_match};
 use crate::render::{Renderer, requires};
 
 /// The prefixes of Canopy's native tool families.
-pub const TOOL_PREFIXES: &[&str] =
-    &["comms_", "agents_", "tree_", "roster_", "board_", "history_", "skill_", "rule_", "workspace_", "runs_", "merge_"];
+pub const TOOL_PREFIXES: &[&str] = &[
+    "comms_",
+    "agents_",
+    "tree_",
+    "roster_",
+    "board_",
+    "history_",
+    "skill_",
+    "rule_",
+    "workspace_",
+    "runs_",
+    "merge_",
+];
 
 /// One problem the lint found.
 #[derive(Debug, Clone, PartialEq, Eq)]

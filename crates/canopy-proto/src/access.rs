@@ -125,7 +125,9 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         Method::HistorySearch => "invalid_argument ok ok ok ok ok no no no no",
         Method::BoardUnpin => OPERATORS,
         // `lead` has no checkout in the matrix's workspace; a run's role lacks the tools.
-        Method::WorkspaceStatus | Method::MergesRequest => "invalid_argument invalid_argument invalid_argument invalid_argument invalid_argument no no no no no",
+        Method::WorkspaceStatus | Method::MergesRequest => {
+            "invalid_argument invalid_argument invalid_argument invalid_argument invalid_argument no no no no no"
+        }
         // On a run of lead's without a checkout: only its Manager gets past authorization.
         Method::RunsMerge | Method::RunsDiscard => "no no invalid_argument no no no no no no no",
         // No such request: an operator is told so; anyone else is refused first.

@@ -244,7 +244,9 @@ pub fn run_checkouts(conn: &Db<'_>, manager: &str) -> Result<Vec<Checkout>, Erro
     let mut s = conn
         .prepare_cached(&format!("{CHECKOUT_SELECT} WHERE m.handle = ?1 ORDER BY run.id DESC LIMIT 200"))
         .map_err(sql("listing run checkouts"))?;
-    s.query_map(params![manager], checkout_from_row).and_then(|rows| rows.collect()).map_err(sql("listing run checkouts"))
+    s.query_map(params![manager], checkout_from_row)
+        .and_then(|rows| rows.collect())
+        .map_err(sql("listing run checkouts"))
 }
 
 /// Moves a checkout to `state`. Made (`ready` from `preparing`): records the commit it
@@ -282,23 +284,36 @@ pub fn set_checkout(
 /// A run's checkout for its Manager to merge or discard: refused unless `caller` is the
 /// run's Manager and the run has ended with a checkout that is still there.
 pub fn run_checkout_for(conn: &Db<'_>, caller: &Caller, run: i64) -> Result<Checkout, Error> {
-    let handle = format!("run-{run}");
-    let found = checkout(conn, &handle)?;
-    let Some(found) = found.filter(|c| c.run.is_some()) else {
-        return Err(Error::invalid("run_id", format!("run {run} does not exist or had no checkout")));
-    };
-    let manager = found.run.as_ref().map(|(_, m)| m.clone()).unwrap_or_else(|| caller.handle.clone());
-    if manager != caller.handle {
-        return Err(Error::Forbidden {
-            action: format!("merge or discard run {run}"),
-            reason: format!("run {run} is {manager}'s"),
-        });
-    }
-    let ended: bool = conn
-        .query_row("SELECT ended_at IS NOT NULL FROM runs WHERE id = ?1", params![run], |r| r.get(0))
+    // Whose run it is comes first: nobody else learns whether it has a checkout.
+    let owner: Option<(String, bool)> = conn
+        .query_row(
+            "SELECT m.handle, r.ended_at IS NOT NULL FROM runs r JOIN accounts m ON m.id = r.manager_id WHERE r.id = ?1",
+            params![run],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
         .map_err(sql("reading a run"))?;
+    let action = || format!("merge or discard run {run}");
+    let Some((manager, ended)) = owner else {
+        return match caller.kind {
+            AccountKind::Agent => Err(Error::invalid("run_id", format!("run {run} does not exist"))),
+            _ => Err(Error::Forbidden {
+                action: action(),
+                reason: "only the run's Manager merges or discards it".into(),
+            }),
+        };
+    };
+    if manager != caller.handle.as_str() {
+        return Err(Error::Forbidden { action: action(), reason: format!("run {run} is {manager}'s") });
+    }
+    let Some(found) = checkout(conn, &format!("run-{run}"))? else {
+        return Err(Error::invalid("run_id", format!("run {run} had no checkout (it worked on no repository)")));
+    };
     if !ended {
-        return Err(Error::ConflictOn { field: "run_id", reason: format!("run {run} is still running; wait for its report") });
+        return Err(Error::ConflictOn {
+            field: "run_id",
+            reason: format!("run {run} is still running; wait for its report"),
+        });
     }
     if found.state != CheckoutState::Ready {
         return Err(Error::ConflictOn {
@@ -310,7 +325,13 @@ pub fn run_checkout_for(conn: &Db<'_>, caller: &Caller, run: i64) -> Result<Chec
 }
 
 /// Records that a Manager merged or discarded a run's branch (audited).
-pub fn close_run_checkout(conn: &Db<'_>, caller: &Caller, run: i64, state: CheckoutState, detail: &str) -> Result<(), Error> {
+pub fn close_run_checkout(
+    conn: &Db<'_>,
+    caller: &Caller,
+    run: i64,
+    state: CheckoutState,
+    detail: &str,
+) -> Result<(), Error> {
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
     set_checkout(conn, &format!("run-{run}"), state, None, None)?;
     let action = if state == CheckoutState::Merged { "runs.merge" } else { "runs.discard" };
@@ -326,7 +347,9 @@ pub fn stale_checkouts(conn: &Db<'_>, cutoff_ms: i64) -> Result<Vec<Checkout>, E
              ORDER BY a.handle LIMIT 100"
         ))
         .map_err(sql("finding stale checkouts"))?;
-    s.query_map(params![cutoff_ms], checkout_from_row).and_then(|rows| rows.collect()).map_err(sql("finding stale checkouts"))
+    s.query_map(params![cutoff_ms], checkout_from_row)
+        .and_then(|rows| rows.collect())
+        .map_err(sql("finding stale checkouts"))
 }
 
 // ---- merge requests ----
@@ -408,8 +431,10 @@ pub fn list_merges(conn: &Db<'_>, state: Option<MergeState>) -> Result<Vec<Merge
 
 /// The base commit a request's check ran against, and whether it passed.
 pub fn merge_checked_base(conn: &Db<'_>, id: i64) -> Result<(String, bool), Error> {
-    conn.query_row("SELECT base_commit, check_passed FROM merges WHERE id = ?1", params![id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .map_err(sql("reading a merge request's check"))
+    conn.query_row("SELECT base_commit, check_passed FROM merges WHERE id = ?1", params![id], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
+    .map_err(sql("reading a merge request's check"))
 }
 
 /// Records a Manager's request (state `checking`); its dependencies must be its own.
@@ -419,12 +444,16 @@ pub fn request_merge(conn: &Db<'_>, caller: &Caller, spec: &MergeSpec) -> Result
     }
     let requester = require_account(conn, "caller", caller.handle.as_str())?;
     for dep in &spec.depends_on {
-        let below = load_merge(conn, *dep).map_err(|_| Error::invalid("depends_on", format!("merge-{dep} does not exist")))?;
+        let below =
+            load_merge(conn, *dep).map_err(|_| Error::invalid("depends_on", format!("merge-{dep} does not exist")))?;
         if below.requester != caller.handle {
             return Err(Error::invalid("depends_on", format!("merge-{dep} is {}'s, not yours", below.requester)));
         }
         if matches!(below.state, MergeState::Denied | MergeState::Refused) {
-            return Err(Error::ConflictOn { field: "depends_on", reason: format!("merge-{dep} is {}; it will never merge", below.state) });
+            return Err(Error::ConflictOn {
+                field: "depends_on",
+                reason: format!("merge-{dep} is {}; it will never merge", below.state),
+            });
         }
     }
     let open: bool = conn
@@ -435,17 +464,35 @@ pub fn request_merge(conn: &Db<'_>, caller: &Caller, spec: &MergeSpec) -> Result
         )
         .map_err(sql("checking a title"))?;
     if open {
-        return Err(Error::ConflictOn { field: "title", reason: format!("a request titled {:?} is already open", spec.title) });
+        return Err(Error::ConflictOn {
+            field: "title",
+            reason: format!("a request titled {:?} is already open", spec.title),
+        });
     }
     let deps: Vec<String> = spec.depends_on.iter().map(i64::to_string).collect();
     conn.execute(
         "INSERT INTO merges (requester_id, repo_id, branch, head, title, summary, depends_on, state, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'checking', ?8)",
-        params![requester.id, spec.repo_id, spec.branch, spec.head, spec.title, spec.summary, deps.join(","), conn.now_ms()],
+        params![
+            requester.id,
+            spec.repo_id,
+            spec.branch,
+            spec.head,
+            spec.title,
+            spec.summary,
+            deps.join(","),
+            conn.now_ms()
+        ],
     )
     .map_err(sql("recording a merge request"))?;
     let request = load_merge(conn, conn.last_insert_rowid())?;
-    audit(conn, Some(requester.id), "merges.request", &request.id, &format!("branch={} head={}", spec.branch, spec.head))?;
+    audit(
+        conn,
+        Some(requester.id),
+        "merges.request",
+        &request.id,
+        &format!("branch={} head={}", spec.branch, spec.head),
+    )?;
     Ok(request)
 }
 
@@ -486,7 +533,13 @@ pub struct MergeDecided {
 }
 
 /// An operator's decision, or an agent's refused and audited attempt at one.
-pub fn decide_merge(conn: &Db<'_>, caller: &Caller, id: i64, approve: bool, note: Option<String>) -> Result<MergeDecided, Error> {
+pub fn decide_merge(
+    conn: &Db<'_>,
+    caller: &Caller,
+    id: i64,
+    approve: bool,
+    note: Option<String>,
+) -> Result<MergeDecided, Error> {
     let request = load_merge(conn, id)?;
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
     if let Err(error) = rules::may_decide(caller, approve, &request.id) {
@@ -554,8 +607,11 @@ pub fn recover_merges(conn: &Db<'_>) -> Result<(Vec<Message>, Vec<i64>), Error> 
         .map_err(sql("finding interrupted merges"))?;
     let mut notices = Vec::new();
     for id in merging {
-        conn.execute("UPDATE merges SET state = 'pending', decided_by = NULL, decided_at = NULL WHERE id = ?1", params![id])
-            .map_err(sql("resetting a merge"))?;
+        conn.execute(
+            "UPDATE merges SET state = 'pending', decided_by = NULL, decided_at = NULL WHERE id = ?1",
+            params![id],
+        )
+        .map_err(sql("resetting a merge"))?;
         let request = load_merge(conn, id)?;
         notices.push(post_about(conn, &request, &say::interrupted(&request))?);
     }

@@ -771,3 +771,112 @@ async fn a_runner_that_starts_again_gets_fresh_sessions_at_once() {
     assert_eq!(again.len(), same.len());
     assert!(again.iter().all(|(_, n)| *n == Incarnation(2)), "{again:?}");
 }
+
+/// The merge gate's facts: an agent's attempt is refused but on record, a stack merges
+/// bottom-up, a decided request is not decided again, and a restart mid-merge re-opens it.
+#[tokio::test]
+async fn only_an_operator_decides_a_merge_and_stacks_merge_bottom_up() {
+    use crate::{CheckoutState, Landed, MergeCheck, MergeSpec, RepoRow};
+    use canopy_core::MergeState;
+    let (_dir, store) = workspace().await;
+    let repo = RepoRow {
+        id: 0,
+        name: "app".into(),
+        source: "/src/app".into(),
+        base: "main".into(),
+        check: String::new(),
+        created_at: String::new(),
+    };
+    let repo = store.write(move |c| ops::add_repo(c, Some(&operator()), &repo, false)).await.unwrap();
+    let duplicate = repo.clone();
+    let again = store.write(move |c| ops::add_repo(c, Some(&operator()), &duplicate, false)).await;
+    assert_eq!(again.err().map(|e| e.code()), Some(ErrorCode::Conflict));
+    // An agent created on a repository is held until its checkout is made.
+    let spec = AgentSpec {
+        handle: h("web"),
+        display_name: "Web".into(),
+        role: RoleName::parse("manager").unwrap(),
+        parent: None,
+        charter: String::new(),
+        harness: "scripted".into(),
+        script: None,
+        persona: None,
+        repo: Some(repo.id),
+    };
+    store.write(move |c| ops::create_agent(c, &operator(), &spec)).await.unwrap();
+    let held = store.read(|c| ops::checkout(c, "web")).await.unwrap().unwrap();
+    assert_eq!((held.state, held.branch.as_str()), (CheckoutState::Preparing, "canopy/web"));
+    let entry = store.read(|c| ops::roster_entry(c, "web")).await.unwrap();
+    assert_eq!(entry.reason.as_deref(), Some("preparing its checkout"));
+    store.write(|c| ops::set_checkout(c, "web", CheckoutState::Ready, Some("abc"), None)).await.unwrap();
+    assert_eq!(store.read(|c| ops::checkout(c, "web")).await.unwrap().unwrap().base_commit, "abc");
+
+    let request = |title: &'static str, depends_on: Vec<i64>| {
+        let store = store.clone();
+        let repo_id = repo.id;
+        async move {
+            let spec = MergeSpec {
+                repo_id,
+                branch: "canopy/web".into(),
+                head: format!("head-{title}"),
+                title: title.into(),
+                summary: "s".into(),
+                depends_on,
+            };
+            let made = store.write(move |c| ops::request_merge(c, &agent("web"), &spec)).await.unwrap();
+            let id = ops::merge_number(&made);
+            let check = MergeCheck {
+                base_commit: "base".into(),
+                commits: vec!["abc One".into()],
+                diffstat: "a | 1 +".into(),
+                check: "none configured".into(),
+                passed: true,
+            };
+            let (checked, notice) = store.write(move |c| ops::merge_checked(c, id, &check)).await.unwrap();
+            assert_eq!(checked.state, MergeState::Pending);
+            assert!(notice.body.contains("@ops web asks to merge canopy/web"), "{}", notice.body);
+            assert_eq!(notice.topic.as_str(), format!("merge: {title}"));
+            id
+        }
+    };
+    let bottom = request("Bottom", vec![]).await;
+    let top = request("Top", vec![bottom]).await;
+    let dup = MergeSpec {
+        repo_id: repo.id,
+        branch: "canopy/web".into(),
+        head: "h".into(),
+        title: "Top".into(),
+        summary: "s".into(),
+        depends_on: vec![],
+    };
+    let open_title = store.write(move |c| ops::request_merge(c, &agent("web"), &dup)).await;
+    assert_eq!(open_title.err().map(|e| e.code()), Some(ErrorCode::Conflict));
+
+    // An agent's approval: refused, audited, told.
+    let attempt = store.write(move |c| ops::decide_merge(c, &agent("web"), bottom, true, None)).await.unwrap();
+    assert_eq!(attempt.refused.map(|e| e.code()), Some(ErrorCode::Forbidden));
+    assert!(attempt.notices[0].body.contains("@web tried to approve"), "{}", attempt.notices[0].body);
+    let audit = store.read(|c| ops::audit_log(c, 0)).await.unwrap();
+    assert!(audit.iter().any(|e| e.action == "merges.approve.refused"));
+
+    // The top waits for the bottom.
+    let early = store.write(move |c| ops::decide_merge(c, &operator(), top, true, None)).await;
+    assert!(early.unwrap_err().to_string().contains(&format!("decide merge-{bottom} first")));
+    let approved = store.write(move |c| ops::decide_merge(c, &operator(), bottom, true, None)).await.unwrap();
+    assert!(approved.land && approved.request.state == MergeState::Merging);
+    let twice = store.write(move |c| ops::decide_merge(c, &operator(), bottom, true, None)).await;
+    assert_eq!(twice.err().map(|e| e.code()), Some(ErrorCode::Conflict));
+
+    // A restart while merging re-opens it, and tells the requester.
+    let (notices, checking) = store.write(ops::recover_merges).await.unwrap();
+    assert!(checking.is_empty() && notices[0].body.contains("restarted while"), "{notices:?}");
+    store.write(move |c| ops::decide_merge(c, &operator(), bottom, true, None)).await.unwrap();
+    let landed = Landed::Merged { commit: "merged-sha".into(), fast_forward: true };
+    let (merged, notice) = store.write(move |c| ops::finish_merge(c, bottom, &landed)).await.unwrap();
+    assert_eq!(merged.state, MergeState::Merged);
+    assert!(notice.body.contains("Approved by ops"), "{}", notice.body);
+    store.write(move |c| ops::decide_merge(c, &operator(), top, true, None)).await.unwrap();
+    let refused = Landed::Refused("the check failed".into());
+    let (top_request, _) = store.write(move |c| ops::finish_merge(c, top, &refused)).await.unwrap();
+    assert_eq!((top_request.state, top_request.note.as_deref()), (MergeState::Refused, Some("the check failed")));
+}

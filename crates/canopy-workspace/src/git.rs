@@ -135,8 +135,7 @@ impl Git {
         command: &str,
         limit: Duration,
     ) -> Result<Output, GitError> {
-        self.confined_command(grants, cwd, "sh", &["-c", command], &format!("the check `{command}`"), Some(limit))
-            .await
+        self.confined_command(grants, cwd, "sh", &["-c", command], &format!("the check `{command}`"), Some(limit)).await
     }
 
     async fn confined_command(
@@ -203,9 +202,9 @@ async fn run(mut command: Command, what: &str, limit: Option<Duration>) -> Resul
     let child = command.spawn().map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;
     let waited = child.wait_with_output();
     let out = match limit {
-        Some(limit) => tokio::time::timeout(limit, waited)
-            .await
-            .map_err(|_| GitError::Timeout { what: what.to_owned(), limit })?,
+        Some(limit) => {
+            tokio::time::timeout(limit, waited).await.map_err(|_| GitError::Timeout { what: what.to_owned(), limit })?
+        }
         None => waited.await,
     }
     .map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;

@@ -202,7 +202,13 @@ impl Git {
     /// Copies `what` (a ref or `HEAD`) of a session's checkout into the mirror as `to`
     /// (forced: the ref is the checkout's); returns its commit, or `None` when the checkout
     /// has no such ref. Confined: the mirror writable, the checkout read-only.
-    pub async fn publish(&self, mirror: &Path, checkout: &Path, what: &str, to: &str) -> Result<Option<String>, GitError> {
+    pub async fn publish(
+        &self,
+        mirror: &Path,
+        checkout: &Path,
+        what: &str,
+        to: &str,
+    ) -> Result<Option<String>, GitError> {
         let source = checkout.display().to_string();
         let spec = format!("+{what}:{to}");
         let grants = Confined { write: mirror, read: &[checkout] };
@@ -211,7 +217,11 @@ impl Git {
             if out.stderr.contains("couldn't find remote ref") || out.stderr.contains("does not point to a valid") {
                 return Ok(None);
             }
-            return Err(GitError::Failed { what: "publishing a branch".into(), code: out.code, stderr: last_lines(&out.stderr, 6) });
+            return Err(GitError::Failed {
+                what: "publishing a branch".into(),
+                code: out.code,
+                stderr: last_lines(&out.stderr, 6),
+            });
         }
         self.rev(mirror, to).await
     }
@@ -288,7 +298,10 @@ impl Git {
         let files = lines(&conflicted.stdout);
         if files.is_empty() {
             // Refused before it began (local changes in the way): nothing to undo.
-            return Err(GitError::Invalid(format!("git refused the merge: {}", last_lines(&format!("{}\n{}", out.stdout, out.stderr), 6))));
+            return Err(GitError::Invalid(format!(
+                "git refused the merge: {}",
+                last_lines(&format!("{}\n{}", out.stdout, out.stderr), 6)
+            )));
         }
         self.confined(grants, checkout, &["merge", "--abort"]).await?;
         Ok(MergeOutcome::Conflict { files })
@@ -337,8 +350,12 @@ impl Git {
         let result = self.confined_shell(grants, dir, command, self.check_timeout).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         let (passed, outcome, tail) = match result {
-            Ok(out) => (out.ok(), format!("exit {}", out.code), last_lines(&format!("{}\n{}", out.stdout, out.stderr), 20)),
-            Err(GitError::Timeout { limit, .. }) => (false, format!("timed out after {}s", limit.as_secs()), String::new()),
+            Ok(out) => {
+                (out.ok(), format!("exit {}", out.code), last_lines(&format!("{}\n{}", out.stdout, out.stderr), 20))
+            }
+            Err(GitError::Timeout { limit, .. }) => {
+                (false, format!("timed out after {}s", limit.as_secs()), String::new())
+            }
             Err(e) => (false, format!("could not run: {e}"), String::new()),
         };
         CheckResult { command: command.to_owned(), passed, outcome, duration_ms, tail }
@@ -349,11 +366,20 @@ impl Git {
     /// branch, gets a push (refused unless a fast-forward); one with `base` checked out gets
     /// `merge --ff-only` in its work tree, which refuses to overwrite the operator's changes.
     /// Runs with the operator's environment, since the repository and its hooks are theirs.
-    pub async fn land(&self, mirror: &Path, source: &str, base: &str, commit_ref: &str, commit: &str, expected: &str) -> Result<(), GitError> {
+    pub async fn land(
+        &self,
+        mirror: &Path,
+        source: &str,
+        base: &str,
+        commit_ref: &str,
+        commit: &str,
+        expected: &str,
+    ) -> Result<(), GitError> {
         let canonical = Path::new(source);
         let checked_out = canonical.is_dir()
             && !self.trusted_any(canonical, &["rev-parse", "--is-bare-repository"]).await?.stdout.trim().eq("true")
-            && self.trusted_any(canonical, &["symbolic-ref", "--quiet", "--short", "HEAD"]).await?.stdout.trim() == base;
+            && self.trusted_any(canonical, &["symbolic-ref", "--quiet", "--short", "HEAD"]).await?.stdout.trim()
+                == base;
         let now = self.refresh(mirror, source, base).await?;
         if now != expected {
             return Err(GitError::Invalid(format!(
@@ -411,7 +437,13 @@ mod tests {
 
     #[test]
     fn a_check_line_names_its_command_and_outcome() {
-        let check = CheckResult { command: "make".into(), passed: false, outcome: "exit 2".into(), duration_ms: 1500, tail: String::new() };
+        let check = CheckResult {
+            command: "make".into(),
+            passed: false,
+            outcome: "exit 2".into(),
+            duration_ms: 1500,
+            tail: String::new(),
+        };
         assert_eq!(check.line(), "failed (`make`: exit 2, 1.5 s)");
     }
 }
