@@ -442,3 +442,60 @@ fn only_an_operator_merges_into_the_base_and_only_what_passes_its_check() {
     assert!(!repo.join("unwanted.txt").exists());
     assert_eq!(git(&repo, &["status", "--porcelain"]), "", "the operator's work tree was touched");
 }
+
+/// `[[repos]]` registers at start; bad input is refused naming the field and changes nothing;
+/// a despawned agent's checkout goes at retention, its branch kept in the mirror.
+#[test]
+fn repositories_come_from_config_bad_input_changes_nothing_and_retention_keeps_branches() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    let repo = canonical(env.dir.path());
+    let mut edits: Vec<(&str, &str)> = FAST.to_vec();
+    edits.push(("interval = \"10m\"", "interval = \"1s\""));
+    edits.push(("checkouts = \"30days\"", "checkouts = \"1s\""));
+    env.edit_config(&edits);
+    let config = env.data_dir().join("canopy.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[[repos]]\nname = \"app\"\nsource = \"app\"\ncheck = \"true\"\n");
+    std::fs::write(&config, &text).unwrap();
+    env.start_daemon();
+    let listed = env.json(&["repos", "list"]);
+    assert_eq!(listed["repos"][0]["name"], "app", "{listed}");
+    assert_eq!(listed["repos"][0]["source"], repo.display().to_string(), "a relative source is the project's");
+
+    // Refused, naming the field; nothing is recorded or left behind.
+    for (args, field) in [
+        (vec!["repos", "add", "Bad Name", "/tmp"], "name"),
+        (vec!["repos", "add", "app", repo.to_str().unwrap()], "name"),
+        (vec!["repos", "add", "other", "/nonexistent/repo"], "source"),
+        (vec!["repos", "add", "other", repo.to_str().unwrap(), "--base", "trunk"], "base"),
+        (vec!["repos", "add", "other", repo.to_str().unwrap(), "--base=-x"], "base"),
+        (vec!["agents", "create", "--handle", "x", "--name", "X", "--repo", "nope"], "repo"),
+    ] {
+        let refused = env.refused(&args);
+        assert_eq!(refused["field"], field, "{args:?}: {refused}");
+    }
+    assert_eq!(env.json(&["repos", "list"])["repos"].as_array().unwrap().len(), 1);
+    assert!(!env.data_dir().join("repos/other.git").exists(), "a refused add left a mirror");
+    assert!(env.json(&["agents", "list"])["agents"].as_array().unwrap().iter().all(|a| a["handle"] != "x"));
+
+    // A despawned agent's committed work survives its checkout.
+    let idle = env.script("idle.toml", "");
+    env.json(&["agents", "create", "--handle", "gone", "--name", "Gone", "--script", &idle, "--repo", "app"]);
+    let work = env.data_dir().join("sessions/gone/work");
+    std::fs::write(work.join("note.txt"), "kept\n").unwrap();
+    git(&work, &["add", "note.txt"]);
+    git(&work, &["commit", "-qm", "Keep a note"]);
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    env.json(&["agents", "despawn", "gone"]);
+    crate::assert_eventually!(!work.exists(), "retention never removed the despawned agent's checkout");
+    let mirror = env.data_dir().join("repos/app.git");
+    assert_eq!(git(&mirror, &["rev-parse", "refs/canopy/agents/gone"]), head);
+    let state = env.json(&["repos", "list"])["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["agent"] == "gone")
+        .map(|c| c["state"].clone());
+    assert_eq!(state, Some("removed".into()));
+}

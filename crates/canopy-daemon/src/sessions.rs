@@ -59,6 +59,8 @@ impl Api {
             .zip(prompts)
             .zip(checkouts)
             .filter(|((s, rendered), _)| rendered.is_some() || s.run.is_none())
+            // An account whose checkout is not made (yet, or ever) does not start without it.
+            .filter(|(_, checkout)| checkout.as_ref().is_none_or(|c| c.state == canopy_store::CheckoutState::Ready))
             .map(|((s, rendered), checkout)| {
                 let checkout = checkout
                     .filter(|c| c.state == canopy_store::CheckoutState::Ready)

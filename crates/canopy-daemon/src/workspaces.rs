@@ -79,13 +79,14 @@ impl Api {
             return Err(Error::TooLarge { field: "check", len: check.len(), max: MAX_CHECK });
         }
         let source = self.source(&req.source)?;
+        // Held before the record is read: two adds of one name cannot both make a mirror.
+        let lock = self.repo_lock(&req.name);
+        let _held = lock.lock().await;
         let name = req.name.clone();
         let existing = self.store.read(move |conn| ops::repo(conn, &name)).await?;
         if existing.is_some() && !update {
             return Err(Error::AlreadyExists { field: "name", what: format!("a repository named {}", req.name) });
         }
-        let lock = self.repo_lock(&req.name);
-        let _held = lock.lock().await;
         let mirror = self.git.mirror_path(&req.name);
         if existing.is_none() || !mirror.exists() {
             // A mirror without a record is a leftover of an attempt that did not commit.

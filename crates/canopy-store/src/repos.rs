@@ -281,6 +281,14 @@ pub fn set_checkout(
     Ok(())
 }
 
+/// Marks when an account's checkout stopped being worked in (its agent despawned, its run
+/// ended): retention counts from here.
+pub(crate) fn retire_checkout(conn: &Db<'_>, account_id: i64) -> Result<(), Error> {
+    conn.execute("UPDATE checkouts SET updated_at = ?1 WHERE account_id = ?2", params![conn.now_ms(), account_id])
+        .map(|_| ())
+        .map_err(sql("retiring a checkout"))
+}
+
 /// A run's checkout for its Manager to merge or discard: refused unless `caller` is the
 /// run's Manager and the run has ended with a checkout that is still there.
 pub fn run_checkout_for(conn: &Db<'_>, caller: &Caller, run: i64) -> Result<Checkout, Error> {
@@ -339,7 +347,7 @@ pub fn close_run_checkout(
 }
 
 /// Checkouts retention removes: those of despawned agents and of ended runs (neither merged
-/// nor discarded) last changed before `cutoff_ms`.
+/// nor discarded) retired before `cutoff_ms`.
 pub fn stale_checkouts(conn: &Db<'_>, cutoff_ms: i64) -> Result<Vec<Checkout>, Error> {
     let mut s = conn
         .prepare_cached(&format!(

@@ -205,6 +205,7 @@ pub fn finish_run(conn: &Db<'_>, id: i64, status: RunStatus, report: &str) -> Re
         .map_err(sql("finding a run's account"))?;
     conn.execute("UPDATE accounts SET state = 'despawned', desired = 'stopped' WHERE id = ?1", params![account_id])
         .map_err(sql("retiring a run's account"))?;
+    crate::repos::retire_checkout(conn, account_id)?;
     conn.execute(
         "UPDATE sessions SET ended_at = ?1, end_reason = ?2 WHERE agent_id = ?3 AND ended_at IS NULL",
         params![now, format!("run {}", status.as_str()), account_id],

@@ -513,6 +513,7 @@ pub fn despawn(conn: &Db<'_>, caller: &Caller, handle: &Handle) -> Result<(Vec<H
     for id in &subtree {
         conn.execute("UPDATE accounts SET state = 'despawned', desired = 'stopped' WHERE id = ?1", params![id])
             .map_err(sql("despawning"))?;
+        crate::repos::retire_checkout(conn, *id)?;
         conn.execute(
             "UPDATE sessions SET ended_at = ?1, end_reason = 'despawned' WHERE agent_id = ?2 AND ended_at IS NULL",
             params![now, id],
