@@ -1,6 +1,6 @@
 //! `canopy bench`: the figures of DESIGN section 11 (delivery here, restart and memory in
 //! `restart.rs`, prompt render in `prompt.rs`, session start confined vs unconfined in
-//! `sandbox.rs`), each printed beside its raw baseline measured
+//! `sandbox.rs`, checkouts in `checkout.rs`), each printed beside its raw baseline measured
 //! in the same run on the same machine (these machines are noisy; ratios hold, absolute times
 //! do not).
 //!
@@ -10,6 +10,7 @@
 //! echo, a NATS request that commits one row and replies, and a plain NATS publish burst.
 //! Does not touch any existing workspace.
 
+pub mod checkout;
 pub mod prompt;
 pub mod restart;
 pub mod sandbox;
@@ -68,6 +69,8 @@ pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
     figures.extend(prompt::figures(&canopy_daemon::prompts::catalog(), options.quick)?);
     eprintln!("bench: session start, confined and unconfined...");
     figures.extend(sandbox::figures(options.quick).await?);
+    eprintln!("bench: checkouts...");
+    figures.extend(checkout::figures(options.quick).await?);
     Ok(figures)
 }
 
