@@ -72,6 +72,10 @@ match = { kind = "message", text_contains = "merge run 2" }
 actions = [{ call = "runs_merge", args = { run_id = 2 } }]
 
 [[rule]]
+match = { kind = "message", text_contains = "op: run from main" }
+actions = [{ call = "agents_run_subagent", args = { definition = "implementer", brief = "gamma: from main", base = "main" } }]
+
+[[rule]]
 match = { kind = "message", text_contains = "op: spawn" }
 actions = [{ call = "agents_spawn_peer", args = { handle = "docs-manager", name = "Docs Manager", charter = "Keep the docs true", reason = "Docs lag the code" } }]
 
@@ -205,6 +209,13 @@ fn runs_work_in_isolated_checkouts_and_their_manager_merges_or_discards_them() {
     assert_eq!(state("run-1"), Some("merged".into()));
     assert_eq!(state("run-2"), Some("discarded".into()));
     assert_eq!(env.json(&["repos", "gc", "--dry-run"])["leftovers"], serde_json::json!([]));
+
+    // A run can start from another revision of the Manager's checkout than its HEAD.
+    env.settled("lead");
+    env.say("lead", "op: run from main");
+    let start = git(&repo, &["rev-parse", "main"]);
+    let report = env.wait_message("home-lead", "run: 3", "branch:");
+    assert!(report["body"].as_str().unwrap().contains(&format!("(from {})", &start[..10])), "{report}");
 
     // A child Manager gets its requester's repository: the request says so, and the child
     // starts in its own checkout of the base once approved.
