@@ -161,6 +161,19 @@ impl Demo {
     }
 }
 
+/// The operator's answer: yes with `--yes` (said so), else what is typed at the prompt.
+fn operator_says_yes(yes: bool, id: &str, question: &str) -> bool {
+    if yes {
+        say(&format!("  - operator: approving {id} automatically (--yes)"));
+        return true;
+    }
+    print!("  - operator: {question} [y/N] ");
+    let _ = std::io::stdout().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes")
+}
+
 fn outcomes(posted: &PostResponse) {
     for o in &posted.outcomes {
         let reason = o.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
@@ -236,16 +249,7 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
             }
         }
     }
-    let approve = if yes {
-        say(&format!("  - operator: approving {} automatically (--yes)", request.id));
-        true
-    } else {
-        print!("  - operator: approve {}? [y/N] ", request.id);
-        let _ = std::io::stdout().flush();
-        let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
-        matches!(answer.trim(), "y" | "Y" | "yes")
-    };
+    let approve = operator_says_yes(yes, &request.id, &format!("approve {}?", request.id));
     let decision = SpawnDecideRequest {
         id: request.id.clone(),
         approve,
@@ -343,16 +347,7 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
         say(&format!("      | {}", line.trim()));
     }
     say(&format!("      | check on the merged tree: {}", request.check));
-    let approve = if yes {
-        say(&format!("  - operator: approving {} automatically (--yes)", request.id));
-        true
-    } else {
-        print!("  - operator: merge {} into web's main? [y/N] ", request.id);
-        let _ = std::io::stdout().flush();
-        let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
-        matches!(answer.trim(), "y" | "Y" | "yes")
-    };
+    let approve = operator_says_yes(yes, &request.id, &format!("merge {} into web's main?", request.id));
     let decision = MergesDecideRequest {
         id: request.id.clone(),
         approve,
