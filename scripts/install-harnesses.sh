@@ -4,15 +4,18 @@
 #
 #   Claude Code  @anthropic-ai/claude-code@2.1.332  (a native binary)
 #   Codex        @openai/codex@0.171.0               (a native binary under vendor/)
+#   oh-my-pi     @oh-my-pi/pi-coding-agent@18.2.3 on @oven/bun-linux-x64@1.4.4 (Bun's binary),
+#                with a `bin/omp` launcher beside them
 #
-# Prints `export CANOPY_TEST_CLAUDE_BIN=...` and `export CANOPY_TEST_CODEX_BIN=...` lines on
-# stdout (eval them); everything else goes to stderr. Installs Debian's nodejs and npm when
+# Prints `export CANOPY_TEST_CLAUDE_BIN=...`, `export CANOPY_TEST_CODEX_BIN=...` and
+# `export CANOPY_TEST_OMP_BIN=...` lines on stdout (eval them); everything else goes to stderr. Installs Debian's nodejs and npm when
 # npm is missing. When the npm registry cannot be reached it fails, naming the reason: the
 # tests that need these binaries fail too, they never skip.
 set -euo pipefail
 
 CLAUDE_PKG="@anthropic-ai/claude-code@2.1.332"
 CODEX_PKG="@openai/codex@0.171.0"
+OMP_PKGS="@oven/bun-linux-x64@1.4.4 @oh-my-pi/pi-coding-agent@18.2.3"
 CACHE="${CANOPY_HARNESS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/canopy/npm}"
 
 if ! command -v npm >/dev/null 2>&1; then
@@ -36,7 +39,8 @@ install() {
   rm -rf "$dir"
   mkdir -p "$dir"
   echo "installing $spec into $dir ..." >&2
-  if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "$spec" >&2; then
+  # shellcheck disable=SC2086 # a spec may name several packages
+  if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error $spec >&2; then
     echo "installing $spec from the npm registry failed (is the registry reachable?)" >&2
     exit 1
   fi
@@ -47,13 +51,27 @@ claude_dir="$CACHE/claude-code-2.1.332"
 codex_dir="$CACHE/codex-0.171.0"
 install "$CLAUDE_PKG" "$claude_dir" node_modules/.bin/claude
 install "$CODEX_PKG" "$codex_dir" node_modules/.bin/codex
+omp_dir="$CACHE/omp-18.2.3"
+install "$OMP_PKGS" "$omp_dir" node_modules/@oven/bun-linux-x64/bin/bun
+# omp runs on Bun: a launcher that any PATH lookup (and the sandbox's install grant) finds.
+omp_bin="$omp_dir/bin/omp"
+if [ ! -x "$omp_bin" ]; then
+  mkdir -p "$omp_dir/bin"
+  cat > "$omp_bin.tmp" <<'LAUNCHER'
+#!/bin/sh
+here="$(cd "$(dirname "$0")/.." && pwd)"
+exec "$here/node_modules/@oven/bun-linux-x64/bin/bun" "$here/node_modules/@oh-my-pi/pi-coding-agent/dist/cli.js" "$@"
+LAUNCHER
+  chmod +x "$omp_bin.tmp"
+  mv "$omp_bin.tmp" "$omp_bin"
+fi
 
 claude_bin="$claude_dir/node_modules/.bin/claude"
 # The native Codex binary if the platform package shipped one, else the node launcher.
 codex_bin="$(find "$codex_dir/node_modules/@openai" -type f -name codex -path '*vendor*' 2>/dev/null | head -n1 || true)"
 if [ -z "$codex_bin" ]; then codex_bin="$codex_dir/node_modules/.bin/codex"; fi
 
-for bin in "$claude_bin" "$codex_bin"; do
+for bin in "$claude_bin" "$codex_bin" "$omp_bin"; do
   if [ ! -x "$bin" ]; then
     echo "expected an executable at $bin after the install" >&2
     exit 1
@@ -61,3 +79,4 @@ for bin in "$claude_bin" "$codex_bin"; do
 done
 echo "export CANOPY_TEST_CLAUDE_BIN=$(printf %q "$claude_bin")"
 echo "export CANOPY_TEST_CODEX_BIN=$(printf %q "$codex_bin")"
+echo "export CANOPY_TEST_OMP_BIN=$(printf %q "$omp_bin")"

@@ -46,3 +46,26 @@ pub fn codex_bin() -> PathBuf {
     );
     bin
 }
+
+/// The pinned omp launcher: `CANOPY_TEST_OMP_BIN`, else where `scripts/install-harnesses.sh`
+/// puts it. Missing means failing, with the command that installs it.
+#[allow(dead_code, reason = "each test binary that includes this file uses its own harnesses")]
+pub fn omp_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("CANOPY_TEST_OMP_BIN") {
+        let bin = PathBuf::from(bin);
+        assert!(bin.is_file(), "CANOPY_TEST_OMP_BIN={} is not a file", bin.display());
+        return bin;
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_default();
+    let bin = cache.join("canopy/npm/omp-18.2.3/bin/omp");
+    assert!(
+        bin.is_file(),
+        "oh-my-pi (@oh-my-pi/pi-coding-agent@18.2.3) is not installed: run `eval \"$(scripts/install-harnesses.sh)\"` \
+         (sets CANOPY_TEST_OMP_BIN); looked for {}",
+        bin.display()
+    );
+    bin
+}

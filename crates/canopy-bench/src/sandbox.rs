@@ -44,6 +44,7 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
                 ready_timeout: Duration::from_secs(30),
                 sandbox,
                 repo_mirror: None,
+                subagents: Vec::new(),
             };
             let started = Instant::now();
             let (session, _events) = Session::launch(spec, 16).await.map_err(|e| format!("starting a session: {e}"))?;

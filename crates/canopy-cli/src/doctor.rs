@@ -343,6 +343,7 @@ async fn session_starts(
         ready_timeout: Duration::from_secs(30),
         sandbox: sandbox.clone(),
         repo_mirror: None,
+        subagents: Vec::new(),
     };
     let result = match Session::launch(spec, 64).await {
         Ok((session, _events)) => {

@@ -393,6 +393,7 @@ impl Config {
 pub struct HarnessTables {
     pub claude: ClaudeConfig,
     pub codex: CodexConfig,
+    pub omp: OmpConfig,
 }
 
 /// `[harness.claude]`: Claude Code.
@@ -431,6 +432,41 @@ pub struct CodexConfig {
     pub provider: Option<CodexProviderConfig>,
 }
 
+/// `[harness.omp]`: oh-my-pi in RPC mode.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OmpConfig {
+    /// The `omp` launcher; unset means `omp` on `PATH`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bin: Option<PathBuf>,
+    /// The model id at the provider (`claude-sonnet-4-5`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The one model endpoint a session may contact, written into its `models.yml`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<OmpProviderConfig>,
+}
+
+/// `[harness.omp.provider]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OmpProviderConfig {
+    /// The provider's base URL (`https://api.anthropic.com`; omp appends `/v1/messages`).
+    pub base_url: String,
+    /// The environment variable holding the API key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// `anthropic-messages` (default) or `openai-responses`.
+    #[serde(default = "default_omp_api")]
+    pub api: String,
+}
+
+fn default_omp_api() -> String {
+    "anthropic-messages".into()
+}
+
 /// `[harness.codex.provider]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -452,6 +488,12 @@ impl ClaudeConfig {
 impl CodexConfig {
     pub fn keys(&self) -> HarnessKeys<'_> {
         HarnessKeys { table: "codex", bin: self.bin.as_deref(), model: self.model.as_deref(), env: &self.env }
+    }
+}
+
+impl OmpConfig {
+    pub fn keys(&self) -> HarnessKeys<'_> {
+        HarnessKeys { table: "omp", bin: self.bin.as_deref(), model: self.model.as_deref(), env: &self.env }
     }
 }
 
@@ -588,6 +630,23 @@ impl Config {
     /// Checks `[harness.*]`; keys there are dynamic (`harness.claude.env.NAME`).
     fn validate_harnesses(&self) -> Result<(), (String, String)> {
         self.harness.claude.keys().validate()?;
+        let omp = &self.harness.omp;
+        omp.keys().validate()?;
+        if let Some(provider) = &omp.provider {
+            let url = provider.base_url.as_str();
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
+                return Err(("harness.omp.provider.base_url".into(), format!("{url:?} is not an http(s) URL")));
+            }
+            if provider.api_key_env.as_deref().is_some_and(|k| !is_env_name(k)) {
+                return Err(("harness.omp.provider.api_key_env".into(), "is not an environment variable name".into()));
+            }
+            if !["anthropic-messages", "openai-responses"].contains(&provider.api.as_str()) {
+                return Err((
+                    "harness.omp.provider.api".into(),
+                    format!("{:?} is not one of: anthropic-messages, openai-responses", provider.api),
+                ));
+            }
+        }
         let codex = &self.harness.codex;
         codex.keys().validate()?;
         if let Some(provider) = &codex.provider {

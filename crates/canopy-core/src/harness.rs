@@ -17,6 +17,8 @@ pub enum HarnessKind {
     Claude,
     /// OpenAI Codex's app-server (`codex app-server`).
     Codex,
+    /// oh-my-pi in RPC mode (`omp --mode rpc`), on Bun.
+    Omp,
 }
 
 /// How a session's system prompt relates to its harness's own default prompt: the one
@@ -60,16 +62,19 @@ pub struct Capabilities {
 /// inside the agent's session directory: Claude Code's config directory and session file,
 /// Codex's home and thread file. Retention removes them once the agent has had no live
 /// session for the transcripts period; the agent's `work/` directory is never among them.
-pub const CONVERSATION_STATE: &[&str] = &["claude-config", "claude-session", "codex-home", "codex-thread"];
+pub const CONVERSATION_STATE: &[&str] =
+    &["claude-config", "claude-session", "codex-home", "codex-thread", "omp-agent", "omp-session"];
 
 impl HarnessKind {
-    pub const ALL: &'static [HarnessKind] = &[HarnessKind::Scripted, HarnessKind::Claude, HarnessKind::Codex];
+    pub const ALL: &'static [HarnessKind] =
+        &[HarnessKind::Scripted, HarnessKind::Claude, HarnessKind::Codex, HarnessKind::Omp];
 
     pub fn as_str(self) -> &'static str {
         match self {
             HarnessKind::Scripted => "scripted",
             HarnessKind::Claude => "claude",
             HarnessKind::Codex => "codex",
+            HarnessKind::Omp => "omp",
         }
     }
 
@@ -90,7 +95,9 @@ impl HarnessKind {
             }
             // Claude Code: user lines mid-turn; `--system-prompt-file` / `--append-system-prompt-file`.
             // Codex: `turn/steer`; `baseInstructions` / `developerInstructions`.
-            HarnessKind::Claude | HarnessKind::Codex => {
+            // omp: the `steer` command (taken at the next step boundary); `--system-prompt` /
+            // `--append-system-prompt`.
+            HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp => {
                 Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: true }
             }
         }
@@ -103,6 +110,7 @@ impl HarnessKind {
             HarnessKind::Scripted => None,
             HarnessKind::Claude => Some("claude"),
             HarnessKind::Codex => Some("codex"),
+            HarnessKind::Omp => Some("omp"),
         }
     }
 }

@@ -768,6 +768,7 @@ mod tests {
             ready_timeout: std::time::Duration::from_secs(1),
             sandbox: crate::SandboxSettings::off("/nonexistent"),
             repo_mirror: None,
+            subagents: Vec::new(),
         }
     }
 

@@ -943,6 +943,7 @@ mod tests {
         let provider = ProviderSettings {
             base_url: "http://127.0.0.1:9/v1".into(),
             api_key_env: Some("CANOPY_TEST_KEY_THAT_IS_NEVER_SET".into()),
+            api: None,
         };
         let mut spec = LaunchSpec {
             kind: crate::HarnessKind::Codex,
@@ -963,6 +964,7 @@ mod tests {
             ready_timeout: std::time::Duration::from_secs(1),
             sandbox: crate::SandboxSettings::off("/nonexistent"),
             repo_mirror: None,
+            subagents: Vec::new(),
         };
         let error = prepare(&spec, &mut Command::new("codex"), Resume::IfRecorded)
             .err()
@@ -977,7 +979,7 @@ mod tests {
 
     #[test]
     fn config_toml_names_the_provider_or_falls_back_to_openai() {
-        let provider = ProviderSettings { base_url: "http://127.0.0.1:9/v1".into(), api_key_env: Some("KEY".into()) };
+        let provider = ProviderSettings { base_url: "http://127.0.0.1:9/v1".into(), api_key_env: Some("KEY".into()), api: None };
         let text = config_toml(Some("gpt-\"x\""), Some(&provider), SandboxMode::Off).unwrap();
         let expected = [
             "model = \"gpt-\\\"x\\\"\"",
@@ -1000,7 +1002,7 @@ mod tests {
         assert!(!openai.contains("model =") && !openai.contains("retries"), "{openai}");
         assert!(openai.contains("sandbox_mode = \"danger-full-access\""), "Canopy's sandbox is the boundary: {openai}");
 
-        let bad = ProviderSettings { base_url: "127.0.0.1:9".into(), api_key_env: None };
+        let bad = ProviderSettings { base_url: "127.0.0.1:9".into(), api_key_env: None, api: None };
         let error = config_toml(None, Some(&bad), SandboxMode::Off).unwrap_err().to_string();
         assert!(error.contains("harness.codex.provider.base_url"), "{error}");
     }

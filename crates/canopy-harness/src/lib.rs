@@ -10,6 +10,7 @@
 pub mod claude;
 pub mod codex;
 mod event;
+pub mod omp;
 pub mod sandbox;
 pub mod scripted;
 mod session;
@@ -31,6 +32,8 @@ mod tests {
             crate::claude::CONVERSATION_FILE,
             crate::codex::CODEX_HOME_DIR,
             crate::codex::THREAD_FILE,
+            crate::omp::AGENT_DIR,
+            crate::omp::CONVERSATION_FILE,
         ];
         assert_eq!(crate::CONVERSATION_STATE, adapters.as_slice());
     }

@@ -90,6 +90,9 @@ pub struct LaunchSpec {
     /// read-only (the checkout's objects are shared with it). Must lie in the data
     /// directory's `repos/`.
     pub repo_mirror: Option<PathBuf>,
+    /// Subagent definitions for the harness's own subagent mechanism, as (name, file text):
+    /// omp's `task` tool finds them in the session's `$HOME/.omp/agent/agents/`.
+    pub subagents: Vec<(String, String)>,
 }
 
 /// Where an input came from, for the harness's attribution (and the scripted harness's rules).
@@ -273,6 +276,7 @@ impl Session {
             HarnessKind::Scripted => scripted::prepare(spec, &mut command)?,
             HarnessKind::Claude => claude::prepare(spec, &mut command, resume)?,
             HarnessKind::Codex => crate::codex::prepare(spec, &mut command, resume)?,
+            HarnessKind::Omp => crate::omp::prepare(spec, &mut command, resume)?,
         };
         *resuming = codec.resuming();
         let (mut command, rules) = match spec.sandbox.mode {

@@ -28,6 +28,8 @@ pub struct ProviderSettings {
     pub base_url: String,
     /// The environment variable holding the API key, when the provider needs one.
     pub api_key_env: Option<String>,
+    /// The wire protocol, for harnesses that name it (omp: `anthropic-messages`).
+    pub api: Option<String>,
 }
 
 /// Finds `name` the way a shell would: a path with a slash as is (if it is an executable

@@ -176,12 +176,13 @@ async fn launch_in(dir: tempfile::TempDir, name: &str, fake: FakeOpenAi, mcp: Mc
         mcp_token: STUB_TOKEN.into(),
         env: vec![("FAKE_OPENAI_KEY".into(), "sk-fake".into())],
         model: Some("fake-model".into()),
-        provider: Some(ProviderSettings { base_url: fake.base_url(), api_key_env: Some("FAKE_OPENAI_KEY".into()) }),
+        provider: Some(ProviderSettings { base_url: fake.base_url(), api_key_env: Some("FAKE_OPENAI_KEY".into()), api: None }),
         script: None,
         max_line_bytes: 4 * 1024 * 1024,
         ready_timeout: PATIENCE,
         sandbox: canopy_harness::SandboxSettings::required(dir.path().join("data")),
         repo_mirror: None,
+        subagents: Vec::new(),
     };
     let (session, events) = Session::launch(spec, 256)
         .await

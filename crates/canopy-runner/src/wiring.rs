@@ -57,8 +57,19 @@ pub fn harness_settings(config: &Config, kind: HarnessKind) -> HarnessSettings {
                 provider: codex
                     .provider
                     .as_ref()
-                    .map(|p| ProviderSettings { base_url: p.base_url.clone(), api_key_env: p.api_key_env.clone() }),
+                    .map(|p| ProviderSettings { base_url: p.base_url.clone(), api_key_env: p.api_key_env.clone(), api: None }),
                 ..from_keys(codex.keys())
+            }
+        }
+        HarnessKind::Omp => {
+            let omp = &config.harness.omp;
+            HarnessSettings {
+                provider: omp.provider.as_ref().map(|p| ProviderSettings {
+                    base_url: p.base_url.clone(),
+                    api_key_env: p.api_key_env.clone(),
+                    api: Some(p.api.clone()),
+                }),
+                ..from_keys(omp.keys())
             }
         }
     }

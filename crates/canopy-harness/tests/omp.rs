@@ -1,0 +1,133 @@
+//! The omp adapter against the real pinned `omp` (oh-my-pi 18.2.3 on Bun 1.4.4, found
+//! through `CANOPY_TEST_OMP_BIN`), with only the model API faked and the session confined:
+//! replace and append prompts (omp's footer and context survive a replace), Canopy's own turn
+//! numbers, a steer that lands after a running tool at the next step boundary with the tool's
+//! result intact, interrupt, resume in the next incarnation, and a subagent definition its
+//! `task` tool discovers and runs with the delta spliced second to last.
+//!
+//! Canopy's tools are not served here (the end-to-end tests do that through a real runner).
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
+
+#[path = "../../../tests/e2e/fake_anthropic.rs"]
+mod fake_anthropic;
+#[path = "../../../tests/e2e/fake_http.rs"]
+mod fake_http;
+#[path = "../../../tests/e2e/harness_bins.rs"]
+mod harness_bins;
+
+use std::time::Duration;
+
+use canopy_harness::{
+    HarnessEvent, HarnessKind, InputContext, LaunchSpec, Prompt, ProviderSettings, SandboxSettings, SendMode,
+    SendOutcome, Session, TurnStatus,
+};
+use fake_anthropic::{FakeAnthropic, Reply, system_text, user_texts};
+use harness_bins::omp_bin;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+fn spec(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: Prompt) -> LaunchSpec {
+    LaunchSpec {
+        kind: HarnessKind::Omp,
+        program: omp_bin(),
+        program_args: vec![],
+        session_dir: dir.join(name),
+        agent_dir: Some(dir.to_owned()),
+        cwd: dir.join("work"),
+        builtin_tools: vec!["Bash".into(), "Read".into()],
+        prompt,
+        mcp_url: "http://127.0.0.1:9/mcp".into(),
+        mcp_token: "cns_test".into(),
+        env: vec![("FAKE_KEY".into(), "sk-fake".into())],
+        model: Some("fake-claude".into()),
+        provider: Some(ProviderSettings {
+            base_url: fake.base_url(),
+            api_key_env: Some("FAKE_KEY".into()),
+            api: Some("anthropic-messages".into()),
+        }),
+        script: None,
+        max_line_bytes: 1 << 20,
+        ready_timeout: Duration::from_secs(60),
+        sandbox: SandboxSettings::required(dir.join("data")),
+        repo_mirror: None,
+        subagents: Vec::new(),
+    }
+}
+
+async fn until(
+    events: &mut mpsc::Receiver<HarnessEvent>,
+    seen: &mut Vec<HarnessEvent>,
+    what: impl Fn(&HarnessEvent) -> bool,
+) -> HarnessEvent {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let event = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no matching event within 60s; saw {seen:#?}"))
+            .unwrap_or_else(|| panic!("the event stream ended; saw {seen:#?}"));
+        seen.push(event.clone());
+        if what(&event) {
+            return event;
+        }
+    }
+}
+
+fn turn_ended(event: &HarnessEvent) -> bool {
+    matches!(event, HarnessEvent::TurnEnded { .. })
+}
+
+async fn start(session: &Session, id: &str, text: &str) -> String {
+    match session.send(id, text, &InputContext::default(), SendMode::NextTurn).await.unwrap() {
+        SendOutcome::Started { turn_id } => turn_id,
+        other => panic!("the turn did not start: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_replaced_prompt_keeps_omps_footer_and_a_steer_lands_after_the_running_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    std::fs::write(dir.path().join("work/AGENTS.md"), "AGENTS_MD_MARKER keep the build green\n").unwrap();
+    let fake = FakeAnthropic::start(vec![
+        Reply::text("hello operator"),
+        Reply::default().and_call("bash", json!({ "command": "sleep 2; echo SLEPT_OK", "i": "wait" })),
+        Reply::text("done after the steer"),
+    ]);
+    let prompt = "You are the build Manager (REPLACED_MARKER).\n";
+    let (session, mut events) =
+        Session::launch(spec(dir.path(), "1", &fake, Prompt::replace(prompt.into())), 256).await.unwrap();
+    let mut seen = Vec::new();
+    let turn = start(&session, "first", "hello there").await;
+    assert_eq!(turn, "t1");
+    let ended = until(&mut events, &mut seen, turn_ended).await;
+    assert_eq!(ended, HarnessEvent::TurnEnded { turn_id: "t1".into(), status: TurnStatus::Completed });
+    assert!(seen.contains(&HarnessEvent::Text { turn_id: Some("t1".into()), text: "hello operator".into() }));
+    let request = &fake.requests()[0];
+    let system = system_text(request);
+    assert!(system.starts_with(prompt.trim_end()), "{system}");
+    assert!(system.contains("AGENTS_MD_MARKER"), "the project context survives a replace: {system}");
+    assert!(system.contains("<workstation>"), "the footer survives a replace: {system}");
+    assert!(!system.contains("# Tool Inventory"), "the default block-0 is replaced: {system}");
+
+    // A steer during a running tool: the tool finishes, then the steer is the next input.
+    let turn = start(&session, "second", "run the slow check").await;
+    assert_eq!(turn, "t2");
+    until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::ToolRunning { .. })).await;
+    let steered = session
+        .send("steer-1", "STEER_MARKER change of plan", &InputContext::default(), SendMode::Steer { turn_id: turn.clone() })
+        .await
+        .unwrap();
+    assert_eq!(steered, SendOutcome::Steered { turn_id: turn.clone() });
+    until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::SteerInjected { .. })).await;
+    until(&mut events, &mut seen, turn_ended).await;
+    let result = seen.iter().find_map(|e| match e {
+        HarnessEvent::ToolResult { output, .. } => Some(output.to_string()),
+        _ => None,
+    });
+    assert!(result.unwrap_or_default().contains("SLEPT_OK"), "the tool's result is intact: {seen:#?}");
+    let requests = fake.requests();
+    let after = requests.last().unwrap();
+    assert!(user_texts(after).iter().any(|t| t.contains("STEER_MARKER")), "{after}");
+    session.shutdown(Duration::from_secs(5)).await;
+}
