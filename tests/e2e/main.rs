@@ -26,6 +26,7 @@ mod gate;
 mod governance;
 mod interrupt;
 mod lifecycle;
+mod omp;
 mod prompts;
 mod sessions;
 mod tail;

@@ -102,6 +102,7 @@ fn facts() -> Facts {
         project: "The CI migration.".into(),
         goal: "Move the test jobs to the new runners.".into(),
         persona: None,
+        native_subagents: false,
     }
 }
 

@@ -103,6 +103,12 @@ impl HarnessKind {
         }
     }
 
+    /// Whether the harness runs subagents of its own, in process, from definition files
+    /// (omp's `task` tool), so a role may delegate to them instead of Canopy runs.
+    pub const fn native_subagents(self) -> bool {
+        matches!(self, HarnessKind::Omp)
+    }
+
     /// The executable looked up on `PATH` when `[harness.<name>] bin` is not set; `None` for
     /// the scripted harness, which is Canopy's own binary.
     pub fn default_program(self) -> Option<&'static str> {

@@ -126,7 +126,8 @@ impl Api {
                 charter: s.charter.clone(),
                 persona: s.persona.clone(),
             };
-            let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
+            let mut facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
+            facts.native_subagents = prompts::has_native_subagents(&s.harness);
             let owns = prompts::owns_default_prompt(&s.harness);
             let rendered = match &s.run {
                 Some((id, _, _)) if s.incarnation.get() > 1 => {
@@ -420,6 +421,18 @@ impl Api {
         self.deliver_notices(vec![message]).await;
         self.poke_runners().await;
         Ok(true)
+    }
+
+    /// The subagent definitions a session of `role` gets for its harness's own subagents:
+    /// every bundle definition, when the role delegates natively.
+    pub(crate) fn native_subagents(&self, role: &str) -> Vec<SubagentFile> {
+        let renderer = self.prompts.current();
+        let Some(found) = renderer.bundle().roles.get(role).filter(|r| r.delegates_natively()) else {
+            return Vec::new();
+        };
+        let mut tools = renderer.tools_for(found, None);
+        tools.push(canopy_prompt::render::NATIVE_TASK_TOOL.to_owned());
+        renderer.native_definitions(&tools).into_iter().map(|(name, text)| SubagentFile { name, text }).collect()
     }
 
     /// The harness (and script) a new session of `role` runs: `[roles.<role>]` in

@@ -231,7 +231,13 @@ pub fn facts(config: &Config, data_dir: &Path, workspace: &canopy_core::Workspac
         project: config.prompts.project.clone(),
         goal: identity.charter.clone(),
         persona: identity.persona.clone(),
+        native_subagents: false,
     }
+}
+
+/// Whether `harness` has subagents of its own that a role may delegate to (omp's `task`).
+pub fn has_native_subagents(harness: &str) -> bool {
+    canopy_core::harness::HarnessKind::parse(harness).is_some_and(|k| k.native_subagents())
 }
 
 /// Whether `harness` has a default prompt of its own (the delta is then appended to it).

@@ -79,6 +79,10 @@ impl Api {
                         None => self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
                     },
                     repo_mirror: checkout.map(|(_, mirror)| mirror.display().to_string()),
+                    subagents: match s.run.is_none() && crate::prompts::has_native_subagents(&s.harness) {
+                        true => self.native_subagents(s.role.as_str()),
+                        false => Vec::new(),
+                    },
                     model,
                     harness_tools,
                     run: s.run.map(|(id, definition, brief)| RunAssignment {

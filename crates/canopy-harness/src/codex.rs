@@ -979,7 +979,8 @@ mod tests {
 
     #[test]
     fn config_toml_names_the_provider_or_falls_back_to_openai() {
-        let provider = ProviderSettings { base_url: "http://127.0.0.1:9/v1".into(), api_key_env: Some("KEY".into()), api: None };
+        let provider =
+            ProviderSettings { base_url: "http://127.0.0.1:9/v1".into(), api_key_env: Some("KEY".into()), api: None };
         let text = config_toml(Some("gpt-\"x\""), Some(&provider), SandboxMode::Off).unwrap();
         let expected = [
             "model = \"gpt-\\\"x\\\"\"",

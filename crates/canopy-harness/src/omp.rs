@@ -136,10 +136,9 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     let provider = spec.provider.as_ref().ok_or_else(|| {
         LaunchError::Invalid("[harness.omp.provider] is not set: omp needs the one model endpoint it may use".into())
     })?;
-    let model = spec
-        .model
-        .as_deref()
-        .ok_or_else(|| LaunchError::Invalid("[harness.omp] model is not set: name the model id at the provider".into()))?;
+    let model = spec.model.as_deref().ok_or_else(|| {
+        LaunchError::Invalid("[harness.omp] model is not set: name the model id at the provider".into())
+    })?;
     let keep = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir);
     let agent_dir = keep.join(AGENT_DIR);
     std::fs::create_dir_all(&agent_dir).map_err(|source| LaunchError::Files { path: agent_dir.clone(), source })?;
@@ -181,11 +180,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     {
         command.env(key, value);
     }
-    Ok(Box::new(OmpCodec {
-        record: spec.agent_dir.as_ref().map(|_| record),
-        resuming: resumed,
-        ..OmpCodec::default()
-    }))
+    Ok(Box::new(OmpCodec { record: spec.agent_dir.as_ref().map(|_| record), resuming: resumed, ..OmpCodec::default() }))
 }
 
 /// The arguments for one session, without the program.
@@ -412,11 +407,15 @@ impl Codec for OmpCodec {
 
     fn answer_now(&mut self, mode: &SendMode) -> Option<SendOutcome> {
         match (mode, &self.turn) {
-            (SendMode::NextTurn, Some(turn_id)) => Some(SendOutcome::Refused { reason: format!("turn {turn_id} is running") }),
+            (SendMode::NextTurn, Some(turn_id)) => {
+                Some(SendOutcome::Refused { reason: format!("turn {turn_id} is running") })
+            }
             (SendMode::Steer { turn_id }, Some(running)) if running != turn_id => {
                 Some(SendOutcome::FellBack { reason: format!("turn {turn_id} has ended") })
             }
-            (SendMode::Steer { turn_id }, None) => Some(SendOutcome::FellBack { reason: format!("turn {turn_id} has ended") }),
+            (SendMode::Steer { turn_id }, None) => {
+                Some(SendOutcome::FellBack { reason: format!("turn {turn_id} has ended") })
+            }
             _ => None,
         }
     }
@@ -549,9 +548,51 @@ mod tests {
     fn the_config_turns_off_every_provider_and_background_work() {
         let config = config();
         let disabled = config["disabledProviders"].as_array().unwrap();
-        assert!(disabled.len() > 77 && disabled.iter().any(|p| p == "anthropic") && disabled.iter().any(|p| p == "claude"));
+        assert!(
+            disabled.len() > 77 && disabled.iter().any(|p| p == "anthropic") && disabled.iter().any(|p| p == "claude")
+        );
         assert_eq!(config["tools"]["xdev"], false);
         assert_eq!(config["bash"]["autoBackground"]["enabled"], false);
         assert_eq!(config["web_search"]["enabled"], false);
+    }
+}
+
+#[cfg(test)]
+mod network {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
+    use super::*;
+
+    /// What a confined omp session may connect to: its MCP endpoint and its one provider's
+    /// port, nothing else (Landlock refuses every other TCP connect, omp's own included).
+    #[test]
+    fn an_omp_session_reaches_only_its_mcp_endpoint_and_its_provider() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = LaunchSpec {
+            kind: HarnessKind::Omp,
+            program: PathBuf::from("/bin/sh"),
+            program_args: vec![],
+            session_dir: dir.path().join("s"),
+            agent_dir: None,
+            cwd: dir.path().join("w"),
+            builtin_tools: vec![],
+            prompt: crate::Prompt::replace(String::new()),
+            mcp_url: "http://127.0.0.1:4101/mcp".into(),
+            mcp_token: "t".into(),
+            env: vec![],
+            model: Some("m".into()),
+            provider: Some(crate::ProviderSettings {
+                base_url: "http://127.0.0.1:4102".into(),
+                api_key_env: None,
+                api: Some("anthropic-messages".into()),
+            }),
+            script: None,
+            max_line_bytes: 1 << 20,
+            ready_timeout: std::time::Duration::from_secs(1),
+            sandbox: crate::SandboxSettings::required(dir.path().join("data")),
+            repo_mirror: None,
+            subagents: Vec::new(),
+        };
+        let grants = crate::session::grants(&spec).unwrap();
+        assert_eq!(grants.connect_ports, vec![4101, 4102]);
     }
 }

@@ -450,7 +450,7 @@ impl Session {
 /// paths to read; its agent directory, working directory and the configured paths to write;
 /// TCP to its MCP endpoint, its model endpoints (a real harness) and the configured ports.
 /// A grant that would expose the data directory or the operator's home is refused.
-fn grants(spec: &LaunchSpec) -> Result<Grants, LaunchError> {
+pub(crate) fn grants(spec: &LaunchSpec) -> Result<Grants, LaunchError> {
     let settings = &spec.sandbox;
     let own = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir);
     let program = crate::find_program(&spec.program, std::env::var_os("PATH").as_deref()).ok_or_else(|| {

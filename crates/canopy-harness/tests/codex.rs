@@ -176,7 +176,11 @@ async fn launch_in(dir: tempfile::TempDir, name: &str, fake: FakeOpenAi, mcp: Mc
         mcp_token: STUB_TOKEN.into(),
         env: vec![("FAKE_OPENAI_KEY".into(), "sk-fake".into())],
         model: Some("fake-model".into()),
-        provider: Some(ProviderSettings { base_url: fake.base_url(), api_key_env: Some("FAKE_OPENAI_KEY".into()), api: None }),
+        provider: Some(ProviderSettings {
+            base_url: fake.base_url(),
+            api_key_env: Some("FAKE_OPENAI_KEY".into()),
+            api: None,
+        }),
         script: None,
         max_line_bytes: 4 * 1024 * 1024,
         ready_timeout: PATIENCE,

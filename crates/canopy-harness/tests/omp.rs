@@ -115,7 +115,12 @@ async fn a_replaced_prompt_keeps_omps_footer_and_a_steer_lands_after_the_running
     assert_eq!(turn, "t2");
     until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::ToolRunning { .. })).await;
     let steered = session
-        .send("steer-1", "STEER_MARKER change of plan", &InputContext::default(), SendMode::Steer { turn_id: turn.clone() })
+        .send(
+            "steer-1",
+            "STEER_MARKER change of plan",
+            &InputContext::default(),
+            SendMode::Steer { turn_id: turn.clone() },
+        )
         .await
         .unwrap();
     assert_eq!(steered, SendOutcome::Steered { turn_id: turn.clone() });

@@ -59,6 +59,21 @@ pub struct Role {
     pub harness_tools: Vec<String>,
     /// Delta roles: the subagent definition whose body is the delta.
     pub definition: Option<String>,
+    /// How its sessions delegate: `canopy` (Canopy's `agents_run_subagent` runs), `native`
+    /// (the harness's own subagents, where it has them: omp's `task`), or both.
+    pub delegate: Vec<String>,
+}
+
+impl Role {
+    /// Whether its sessions may brief Canopy runs.
+    pub fn delegates_to_canopy(&self) -> bool {
+        self.delegate.iter().any(|d| d == "canopy")
+    }
+
+    /// Whether its sessions get the harness's own subagents, on a harness that has them.
+    pub fn delegates_natively(&self) -> bool {
+        self.delegate.iter().any(|d| d == "native")
+    }
 }
 
 /// One `agents/<name>.md`.
@@ -254,12 +269,16 @@ struct RoleFile {
     #[serde(default)]
     harness_tools: Vec<String>,
     definition: Option<String>,
+    delegate: Option<Vec<String>>,
 }
 
 /// A YAML role: the TOML role's keys, read with the frontmatter subset.
 fn yaml_role(path: &str, text: &str) -> Result<RoleFile, BundleError> {
     let doc = frontmatter::document(path, text)?;
-    doc.only(path, &["id", "block0", "mode", "tools", "skills", "harness", "model", "harness_tools", "definition"])?;
+    doc.only(
+        path,
+        &["id", "block0", "mode", "tools", "skills", "harness", "model", "harness_tools", "definition", "delegate"],
+    )?;
     Ok(RoleFile {
         id: doc.string(path, "id")?,
         block0: doc.string(path, "block0")?,
@@ -270,6 +289,7 @@ fn yaml_role(path: &str, text: &str) -> Result<RoleFile, BundleError> {
         model: doc.optional_string(path, "model")?.unwrap_or_default(),
         harness_tools: doc.optional_list(path, "harness_tools")?.unwrap_or_default(),
         definition: doc.optional_string(path, "definition")?,
+        delegate: doc.optional_list(path, "delegate")?,
     })
 }
 
@@ -329,7 +349,12 @@ fn parse_role(path: &str, file: &str, text: &str) -> Result<Role, BundleError> {
             return Err(field("harness_tools", format!("{tool:?} is not a tool name (letters, digits, '_')")));
         }
     }
+    let delegate = raw.delegate.unwrap_or_else(|| vec!["canopy".to_owned()]);
+    if let Some(bad) = delegate.iter().find(|d| !["canopy", "native"].contains(&d.as_str())) {
+        return Err(field("delegate", format!("{bad:?} is not one of: canopy, native")));
+    }
     Ok(Role {
+        delegate,
         id: id.to_owned(),
         file: path.to_owned(),
         block0,

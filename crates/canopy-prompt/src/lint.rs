@@ -206,7 +206,7 @@ fn scan(file: &str, body: &Body, tools: &[String], role: &str, vocabulary: &Voca
                 if !needed.iter().all(|n| tools.iter().any(|t| t == n)) {
                     continue;
                 }
-                for n in needed.iter().filter(|n| !looks_like_tool(n)) {
+                for n in needed.iter().filter(|n| !looks_like_tool(n) && **n != crate::render::NATIVE_TASK_TOOL) {
                     findings.push(Finding {
                         file: file.to_owned(),
                         line: body.first_line + index,

@@ -39,6 +39,9 @@ pub struct Facts {
     /// The agent's charter.
     pub goal: String,
     pub persona: Option<String>,
+    /// The session's harness has its own subagents (omp's `task` tool), which a role that
+    /// delegates natively then uses: its prompt's `requires: task` lines are kept.
+    pub native_subagents: bool,
 }
 
 /// A rendered prompt.
@@ -102,6 +105,8 @@ impl Renderer {
         self.catalog
             .iter()
             .filter(|t| role.tools.iter().any(|p| glob_match(p, t)))
+            // A role that does not delegate to Canopy runs has no tool to start one.
+            .filter(|t| role.delegates_to_canopy() || *t != "agents_run_subagent")
             .filter(|t| {
                 definition.and_then(|d| d.tools.as_ref()).is_none_or(|only| only.iter().any(|p| glob_match(p, t)))
             })
@@ -141,7 +146,10 @@ impl Renderer {
     }
 
     fn replace(&self, role: &Role, facts: &Facts) -> Rendered {
-        let tools = self.tools_for(role, None);
+        let mut tools = self.tools_for(role, None);
+        if facts.native_subagents && role.delegates_natively() {
+            tools.push(NATIVE_TASK_TOOL.to_owned());
+        }
         let fp: Arc<str> = tools.join(",").into();
         let mut out = Sections::default();
         out.push("role", self.cached("role", &role.id, &fp, || self.block(&role.block0, &tools)));
@@ -289,6 +297,30 @@ pub fn hash(text: &str) -> String {
 }
 
 const MARKER: &str = "<!-- requires:";
+
+/// The harness tool a `requires:` line may name besides Canopy's: the harness's own
+/// subagent tool (omp's `task`), which a session has when its role delegates natively.
+pub const NATIVE_TASK_TOOL: &str = "task";
+
+impl Renderer {
+    /// The subagent definitions for a harness's own mechanism (omp's `.omp/agent/agents`):
+    /// each `agents/<name>.md` as a file with its name and description, and its body with
+    /// the `requires:` lines a parent with `tools` keeps.
+    pub fn native_definitions(&self, tools: &[String]) -> Vec<(String, String)> {
+        self.bundle
+            .definitions
+            .values()
+            .map(|d| {
+                let description = d.description.replace(['\n', '"'], " ");
+                let body = apply_requires(&d.body.text, tools);
+                (
+                    d.name.clone(),
+                    format!("---\nname: {}\ndescription: \"{description}\"\n---\n{}", d.name, body.trim_start()),
+                )
+            })
+            .collect()
+    }
+}
 
 /// The tools a line's `<!-- requires: a, b -->` marker names, and the line without it.
 pub fn requires(line: &str) -> Option<(Vec<&str>, &str)> {

@@ -47,6 +47,7 @@ fn facts(role: &str) -> Facts {
         project: "The CI migration.".into(),
         goal: "Move the test jobs to the new runners.".into(),
         persona: None,
+        native_subagents: false,
     }
 }
 

@@ -69,6 +69,15 @@ pub struct AgentsCreateRequest {
     pub repo: Option<String>,
 }
 
+/// One subagent definition file for a harness's own subagent mechanism.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubagentFile {
+    /// The definition's name (`implementer`), the file's stem.
+    pub name: String,
+    pub text: String,
+}
+
 /// A scripted-harness script: the file name (for error messages) and its text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -415,6 +424,10 @@ pub struct SessionAssignment {
     /// When `cwd` is a checkout: its repository's mirror, which the session may read.
     #[serde(default)]
     pub repo_mirror: Option<String>,
+    /// Subagent definitions for the harness's own subagents (omp's `task` tool), when the
+    /// role delegates natively: each file's name and text.
+    #[serde(default)]
+    pub subagents: Vec<SubagentFile>,
     /// The model the bundle asks for (a role's `model`, or a run definition's); empty: the
     /// harness's configured default.
     pub model: String,

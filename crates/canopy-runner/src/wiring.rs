@@ -54,10 +54,11 @@ pub fn harness_settings(config: &Config, kind: HarnessKind) -> HarnessSettings {
         HarnessKind::Codex => {
             let codex = &config.harness.codex;
             HarnessSettings {
-                provider: codex
-                    .provider
-                    .as_ref()
-                    .map(|p| ProviderSettings { base_url: p.base_url.clone(), api_key_env: p.api_key_env.clone(), api: None }),
+                provider: codex.provider.as_ref().map(|p| ProviderSettings {
+                    base_url: p.base_url.clone(),
+                    api_key_env: p.api_key_env.clone(),
+                    api: None,
+                }),
                 ..from_keys(codex.keys())
             }
         }

@@ -152,6 +152,7 @@ async fn start(hold_acks: bool) -> Running {
         prompt_hash: String::new(),
         cwd: String::new(),
         repo_mirror: None,
+        subagents: Vec::new(),
         model: String::new(),
         harness_tools: Vec::new(),
         run: None,

@@ -1,0 +1,107 @@
+//! oh-my-pi end to end: the real pinned `omp` (18.2.3 on Bun 1.4.4) as a Manager, confined,
+//! against the fake Anthropic API: Canopy's rendered prompt in place of omp's default block-0
+//! with omp's footer kept, Canopy's tools offered top-level and a call posting as the agent,
+//! turn-start delivery, and the implementer definition on omp's own `task` subagents (the
+//! delta spliced second to last, the lifecycle in `canopy watch`).
+
+use serde_json::{Value, json};
+
+use crate::env::TestEnv;
+use crate::fake_anthropic::{FakeAnthropic, Reply, system_text, tool_names, user_texts};
+use crate::harness_bins::omp_bin;
+
+fn omp_env(fake: &FakeAnthropic) -> TestEnv {
+    let harness = format!(
+        "[harness.omp]\nbin = {bin:?}\nmodel = \"fake-claude\"\n\n[harness.omp.env]\nFAKE_KEY = \"sk-fake\"\n\n\
+         [harness.omp.provider]\nbase_url = {url:?}\napi_key_env = \"FAKE_KEY\"\n",
+        bin = omp_bin().display().to_string(),
+        url = fake.base_url(),
+    );
+    TestEnv::started_with(&[
+        ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
+        ("restart_backoff_min = \"500ms\"", "restart_backoff_min = \"100ms\""),
+        ("quiet_window = \"2s\"", "quiet_window = \"100ms\""),
+        ("resync = \"5s\"", "resync = \"500ms\""),
+        ("[harness.omp]\n", &harness),
+    ])
+}
+
+/// The request whose system prompt contains `needle`.
+fn request_with(fake: &FakeAnthropic, needle: &str) -> Option<Value> {
+    fake.requests().into_iter().find(|r| system_text(r).contains(needle))
+}
+
+#[test]
+fn an_omp_manager_gets_canopys_prompt_posts_with_its_tools_and_runs_the_implementer_on_task() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::default().and_call(
+            "mcp__canopy_comms_post_message",
+            json!({ "channel": "home-lead", "topic": "status", "body": "posted from omp", "create_topic": true, "i": "report" }),
+        ),
+        Reply::text("reported in"),
+    ]);
+    let env = omp_env(&fake);
+    env.json(&["agents", "create", "--handle", "lead", "--name", "Lead", "--harness", "omp"]);
+    crate::assert_eventually!(
+        env.messages("home-lead").iter().any(|m| m["body"] == "posted from omp"),
+        "the omp session's tool call did not post: {:#?}",
+        fake.requests().iter().map(tool_names).collect::<Vec<_>>()
+    );
+    let posted = env.messages("home-lead").into_iter().find(|m| m["body"] == "posted from omp").unwrap();
+    assert_eq!(posted["sender"]["handle"], "lead");
+
+    // Canopy's Manager block-0 replaced omp's; omp's footer, Canopy's skills and rules stay.
+    let first = &fake.requests()[0];
+    let system = system_text(first);
+    assert!(system.starts_with("# You are a Manager"), "{}", &system[..system.len().min(400)]);
+    assert!(system.contains("<workstation>"), "omp's footer survives the replace");
+    assert!(system.contains("comms-playbook") && system.contains("never-merge"), "skills and rules survive");
+    assert!(!system.contains("# Tool Inventory"), "omp's default block-0 is gone");
+    assert!(system.contains("your `task` tool"), "the native delegation line is kept on omp");
+    let tools = tool_names(first);
+    for tool in ["mcp__canopy_comms_post_message", "mcp__canopy_agents_run_subagent", "task", "bash", "read"] {
+        assert!(tools.iter().any(|t| t == tool), "{tool} is not offered: {tools:?}");
+    }
+    assert!(!tools.iter().any(|t| t == "edit" || t == "web_search"), "a Manager edits nothing: {tools:?}");
+    env.settled("lead");
+
+    // A post reaches it at its next turn start; it briefs the implementer on its own `task`.
+    fake.push(Reply::default().and_call(
+        "task",
+        json!({ "context": "CTX_MARKER the release", "tasks": [{ "agent": "implementer", "task": "TASK_MARKER add a changelog entry" }], "i": "delegate" }),
+    ));
+    fake.push(Reply::default().and_call("yield", json!({ "data": "SUBAGENT_RESULT_MARKER done", "i": "finish" })));
+    fake.push(Reply::text("the implementer finished"));
+    env.ok(&["post", "--channel", "home-lead", "--topic", "ops", "--create-topic", "OPS_MARKER please delegate"]);
+    crate::assert_eventually!(
+        request_with(&fake, "# You are an implementer").is_some(),
+        "the subagent never ran: {:#?}",
+        fake.requests().iter().map(|r| system_text(r).chars().take(200).collect::<String>()).collect::<Vec<_>>()
+    );
+    let delivered = fake.requests().into_iter().find(|r| user_texts(r).iter().any(|t| t.contains("OPS_MARKER")));
+    assert!(delivered.is_some(), "the post did not reach the Manager's turn");
+
+    // The subagent: omp's default block-0, then the delta as its own block, then the footer.
+    let sub = request_with(&fake, "# You are an implementer").unwrap();
+    let blocks: Vec<String> =
+        sub["system"].as_array().unwrap().iter().map(|b| b["text"].as_str().unwrap_or("").to_owned()).collect();
+    assert!(blocks.len() >= 3, "{blocks:#?}");
+    let delta = blocks.iter().position(|b| b.contains("# You are an implementer")).unwrap();
+    assert_eq!(delta, blocks.len() - 2, "the delta is second to last: {blocks:#?}");
+    assert!(blocks[0].contains("Tool Inventory"), "the default block-0 co-renders around the delta");
+    assert!(blocks[blocks.len() - 1].contains("<workstation>"), "the footer is last");
+    assert!(!blocks[0].contains("# You are a Manager"), "the Manager's prompt is not inherited");
+    assert!(user_texts(&sub).iter().any(|t| t.contains("TASK_MARKER")));
+
+    // The subagent's lifecycle shows in the Manager's watch.
+    crate::assert_eventually!(
+        {
+            let kinds: Vec<Value> = env.activity("lead").iter().map(|a| a["kind"].clone()).collect();
+            kinds.contains(&json!("subagent_started")) && kinds.contains(&json!("subagent_ended"))
+        },
+        "no subagent lifecycle in watch: {:#?}",
+        env.activity("lead").iter().map(|a| a["kind"].clone()).collect::<Vec<_>>()
+    );
+    let done = env.activity("lead").into_iter().find(|a| a["kind"] == "subagent_ended").unwrap();
+    assert!(done.to_string().contains("implementer"), "{done}");
+}
