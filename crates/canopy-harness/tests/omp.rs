@@ -136,3 +136,46 @@ async fn a_replaced_prompt_keeps_omps_footer_and_a_steer_lands_after_the_running
     assert!(user_texts(after).iter().any(|t| t.contains("STEER_MARKER")), "{after}");
     session.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn an_interrupt_stops_the_running_tool_and_a_killed_omp_resumes_its_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeAnthropic::start(vec![
+        Reply::default().and_call("bash", json!({ "command": "sleep 30", "i": "wait" })),
+        Reply::text("REMEMBERED_MARKER"),
+    ]);
+    let (session, mut events) =
+        Session::launch(spec(dir.path(), "1", &fake, Prompt::replace("You are a Manager.".into())), 256).await.unwrap();
+    let mut seen = Vec::new();
+    let turn = start(&session, "first", "FIRST_MARKER run the long job").await;
+    until(&mut events, &mut seen, |e| matches!(e, HarnessEvent::ToolRunning { .. })).await;
+    let asked = std::time::Instant::now();
+    session.interrupt().await.unwrap();
+    let ended = until(&mut events, &mut seen, turn_ended).await;
+    assert_eq!(ended, HarnessEvent::TurnEnded { turn_id: turn, status: TurnStatus::Interrupted });
+    assert!(asked.elapsed() < Duration::from_secs(20), "the tool ran on: {:?}", asked.elapsed());
+    assert!(
+        seen.iter().any(|e| matches!(e, HarnessEvent::ToolAborted { .. } | HarnessEvent::ToolFailed { .. })),
+        "the tool was not cut off: {seen:#?}"
+    );
+    // The session file is recorded once a turn has ended; then the process dies hard.
+    let record = dir.path().join(canopy_harness::omp::CONVERSATION_FILE);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !record.exists() {
+        assert!(std::time::Instant::now() < deadline, "the session file was never recorded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = session.pid();
+    drop(session);
+    drop(events);
+    let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+
+    let (session, mut events) =
+        Session::launch(spec(dir.path(), "2", &fake, Prompt::replace("You are a Manager.".into())), 256).await.unwrap();
+    let mut seen = Vec::new();
+    start(&session, "second", "what did I ask first?").await;
+    until(&mut events, &mut seen, turn_ended).await;
+    let resumed = fake.requests().last().cloned().unwrap();
+    assert!(user_texts(&resumed).iter().any(|t| t.contains("FIRST_MARKER")), "the conversation was not resumed: {resumed}");
+    session.shutdown(Duration::from_secs(5)).await;
+}
