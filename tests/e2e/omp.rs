@@ -105,3 +105,39 @@ fn an_omp_manager_gets_canopys_prompt_posts_with_its_tools_and_runs_the_implemen
     let done = env.activity("lead").into_iter().find(|a| a["kind"] == "subagent_ended").unwrap();
     assert!(done.to_string().contains("implementer"), "{done}");
 }
+
+#[test]
+fn doctor_finds_omp_and_starts_a_confined_session_without_a_model_call() {
+    let fake = FakeAnthropic::start(Vec::new());
+    let env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    let config = env.data_dir().join("canopy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[harness.omp]\nbin = {bin:?}\nmodel = \"fake-claude\"\n\n[harness.omp.provider]\nbase_url = {url:?}\n\n\
+             [roles.manager]\nharness = \"omp\"\n",
+            bin = omp_bin().display().to_string(),
+            url = fake.base_url(),
+        ),
+    )
+    .unwrap();
+    let report = env.json(&["doctor"]);
+    let omp = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "omp").cloned().unwrap();
+    assert_eq!((omp["required"].clone(), omp["ok"].clone()), (json!(true), json!(true)), "{report}");
+    assert_eq!(omp["session_starts"], true, "{omp}");
+    assert!(omp["version"].as_str().unwrap().contains("18.2.3"), "{omp}");
+    assert!(fake.requests().is_empty(), "doctor made a model call");
+
+    // Without its provider, doctor says what is missing.
+    std::fs::write(
+        &config,
+        format!("[harness.omp]\nbin = {:?}\n\n[roles.manager]\nharness = \"omp\"\n", omp_bin().display().to_string()),
+    )
+    .unwrap();
+    let out = env.run(&["--json", "doctor"]);
+    assert_eq!(out.status.code(), Some(69));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let omp = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "omp").cloned().unwrap();
+    assert!(omp["problem"].as_str().unwrap().contains("[harness.omp.provider]"), "{omp}");
+}

@@ -249,10 +249,10 @@ async fn harness_check(
             return check;
         }
     }
-    // Claude Code answers its `initialize` handshake, and Codex creates its thread and
-    // connects its MCP server, without a model call, so a session can be started for real.
-    // Other harnesses are checked by their version only.
-    if matches!(kind, HarnessKind::Claude | HarnessKind::Codex) {
+    // Claude Code answers its `initialize` handshake, Codex creates its thread and connects
+    // its MCP server, and omp prints its `ready` frame, without a model call, so a session
+    // can be started for real (confined as configured).
+    if matches!(kind, HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp) {
         if kind == HarnessKind::Claude && !canopy_harness::claude::has_credentials(&settings.env) {
             check.problem = Some(format!(
                 "no credentials: set one of {} in [harness.claude.env] or in the environment that runs canopy",

@@ -176,6 +176,9 @@ async fn an_interrupt_stops_the_running_tool_and_a_killed_omp_resumes_its_conver
     start(&session, "second", "what did I ask first?").await;
     until(&mut events, &mut seen, turn_ended).await;
     let resumed = fake.requests().last().cloned().unwrap();
-    assert!(user_texts(&resumed).iter().any(|t| t.contains("FIRST_MARKER")), "the conversation was not resumed: {resumed}");
+    assert!(
+        user_texts(&resumed).iter().any(|t| t.contains("FIRST_MARKER")),
+        "the conversation was not resumed: {resumed}"
+    );
     session.shutdown(Duration::from_secs(5)).await;
 }
