@@ -104,6 +104,15 @@ fn an_omp_manager_gets_canopys_prompt_posts_with_its_tools_and_runs_the_implemen
     );
     let done = env.activity("lead").into_iter().find(|a| a["kind"] == "subagent_ended").unwrap();
     assert!(done.to_string().contains("implementer"), "{done}");
+    // And in `canopy runs`, like a Canopy run.
+    let runs = env.json(&["runs", "--agent", "lead"]);
+    let native = runs["runs"].as_array().unwrap().iter().find(|r| r["native"].is_string()).cloned();
+    let native = native.unwrap_or_else(|| panic!("no native run listed: {runs}"));
+    assert_eq!(
+        (native["definition"].clone(), native["status"].clone()),
+        (json!("implementer"), json!("done")),
+        "{native}"
+    );
 }
 
 #[test]

@@ -15,6 +15,46 @@ use canopy_store::{LiveSession, RunSpec, RunStatus, ops, run_topic};
 use crate::context::{Api, RoleOf};
 use crate::prompts::{self, Identity};
 
+/// The harness's own subagents (omp's `task`) as runs, from their lifecycle activity
+/// (newest first): started, then `done` or `failed` once ended.
+fn native_runs(manager: &str, items: Vec<canopy_core::ActivityItem>, open_only: bool) -> Vec<RunInfo> {
+    let mut runs: Vec<RunInfo> = Vec::new();
+    // Oldest first, so an end finds its start.
+    for item in items.into_iter().rev() {
+        let id = item.detail.get("id").and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+        let payload = item.detail.get("detail").cloned().unwrap_or_default();
+        let agent = payload.get("agent").and_then(|v| v.as_str()).unwrap_or("subagent").to_owned();
+        match item.kind.as_str() {
+            "subagent_started" => runs.push(RunInfo {
+                id: 0,
+                handle: format!("{manager}/{id}"),
+                manager: manager.to_owned(),
+                definition: agent,
+                status: "running".into(),
+                started_at: item.at,
+                ended_at: None,
+                branch: None,
+                native: Some(id),
+            }),
+            _ => {
+                let status = match payload.get("status").and_then(|v| v.as_str()) {
+                    Some("completed") => "done",
+                    _ => "failed",
+                };
+                if let Some(run) =
+                    runs.iter_mut().rev().find(|r| r.native.as_deref() == Some(id.as_str()) && r.ended_at.is_none())
+                {
+                    run.status = status.into();
+                    run.ended_at = Some(item.at);
+                }
+            }
+        }
+    }
+    runs.retain(|r| !open_only || r.ended_at.is_none());
+    runs.reverse();
+    runs
+}
+
 fn run_info(run: canopy_store::Run) -> RunInfo {
     RunInfo {
         id: run.id,
@@ -25,6 +65,7 @@ fn run_info(run: canopy_store::Run) -> RunInfo {
         started_at: run.started_at,
         ended_at: run.ended_at,
         branch: None,
+        native: None,
     }
 }
 
@@ -357,7 +398,10 @@ impl Api {
         let listed = agent.clone();
         let runs = self.store.read(move |conn| ops::list_runs(conn, &listed, open)).await?;
         let manager = agent.clone();
-        let checkouts = self.store.read(move |conn| ops::run_checkouts(conn, &manager)).await?;
+        let (checkouts, native) = self
+            .store
+            .read(move |conn| Ok((ops::run_checkouts(conn, &manager)?, ops::subagent_activity(conn, &manager, 400)?)))
+            .await?;
         let runs = runs
             .into_iter()
             .map(|run| {
@@ -368,6 +412,8 @@ impl Api {
                 RunInfo { branch, ..run_info(run) }
             })
             .collect();
+        let mut runs: Vec<RunInfo> = runs;
+        runs.extend(native_runs(&agent, native, open));
         Ok(RunsListResponse { runs })
     }
 

@@ -1,9 +1,9 @@
 //! The omp adapter against the real pinned `omp` (oh-my-pi 18.2.3 on Bun 1.4.4, found
 //! through `CANOPY_TEST_OMP_BIN`), with only the model API faked and the session confined:
-//! replace and append prompts (omp's footer and context survive a replace), Canopy's own turn
-//! numbers, a steer that lands after a running tool at the next step boundary with the tool's
-//! result intact, interrupt, resume in the next incarnation, and a subagent definition its
-//! `task` tool discovers and runs with the delta spliced second to last.
+//! a replaced prompt (omp's footer and context survive it), Canopy's own turn numbers, a steer
+//! that lands after a running tool at the next step boundary with the tool's result intact,
+//! interrupt, and resume after `kill -9` in the next incarnation. The `task` subagents are the
+//! end-to-end test's (`tests/e2e/omp.rs`).
 //!
 //! Canopy's tools are not served here (the end-to-end tests do that through a real runner).
 

@@ -956,6 +956,9 @@ pub struct RunInfo {
     /// The run's branch, when it has a checkout.
     #[serde(default)]
     pub branch: Option<String>,
+    /// For a subagent the harness ran itself (omp's `task`): its id there; `id` is then 0.
+    #[serde(default)]
+    pub native: Option<String>,
 }
 
 /// `runs.start` (agents, as the `agents_run_subagent` tool): brief an ephemeral implementer.

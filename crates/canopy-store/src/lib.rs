@@ -231,7 +231,7 @@ pub mod ops {
     pub use crate::sessions::{
         apply_reports, forget_runner, live_agent, mark_stalled, notice, prompt_hash, prompt_inputs, read_activity,
         record_act, record_interrupt, record_prompt_hashes, roster, roster_entry, set_activity, set_desired,
-        sync_runner,
+        subagent_activity, sync_runner,
     };
     pub use crate::spawn::{
         answer_reply, audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,

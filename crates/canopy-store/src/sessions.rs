@@ -483,6 +483,17 @@ pub fn read_activity(
     Ok((items, more))
 }
 
+/// An agent's harness-native subagents' lifecycle items (started, ended), newest first.
+pub fn subagent_activity(conn: &Db<'_>, handle: &str, limit: u32) -> Result<Vec<ActivityItem>, Error> {
+    let agent = require_account(conn, "agent", handle)?;
+    conn.prepare_cached(&format!(
+        "{ACTIVITY_SELECT} WHERE ac.agent_id = ?1 AND ac.kind IN ('subagent_started', 'subagent_ended') \
+         ORDER BY ac.id DESC LIMIT ?2"
+    ))
+    .and_then(|mut s| s.query_map(params![agent.id, limit], activity_from_row)?.collect())
+    .map_err(sql("reading subagent activity"))
+}
+
 const ACTIVITY_SELECT: &str = "SELECT ac.id, ac.incarnation, ac.at, ac.kind, ac.turn_id, ac.summary, ac.detail, \
      a.handle FROM activity ac JOIN accounts a ON a.id = ac.agent_id";
 
