@@ -103,8 +103,10 @@ impl HarnessKind {
         }
     }
 
-    /// Whether the harness runs subagents of its own, in process, from definition files
-    /// (omp's `task` tool), so a role may delegate to them instead of Canopy runs.
+    /// Whether the harness runs subagents of its own, in process, from definitions (omp's
+    /// `task` tool), so a role may delegate to them besides Canopy runs. Not Claude Code: its
+    /// `Agent` tool is gone under `--bare`, which replace mode needs, and its definition would
+    /// replace the subagent's prompt instead of splicing into it (docs/harnesses/claude.md).
     pub const fn native_subagents(self) -> bool {
         matches!(self, HarnessKind::Omp)
     }

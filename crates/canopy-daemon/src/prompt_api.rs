@@ -167,8 +167,7 @@ impl Api {
                 charter: s.charter.clone(),
                 persona: s.persona.clone(),
             };
-            let mut facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
-            facts.native_subagents = prompts::has_native_subagents(&s.harness);
+            let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity, &s.harness);
             let owns = prompts::owns_default_prompt(&s.harness);
             let rendered = match &s.run {
                 Some((id, _, _)) if s.incarnation.get() > 1 => {
@@ -245,7 +244,7 @@ impl Api {
                     charter: account.charter,
                     persona,
                 };
-                let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
+                let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity, &harness);
                 let rendered = renderer
                     .render(&facts, prompts::owns_default_prompt(&harness))
                     .map_err(|e| Error::invalid("agent", e.to_string()))?;
@@ -270,7 +269,7 @@ impl Api {
                     home_channel: format!("home-example-{role}"),
                     ..Identity::default()
                 };
-                let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity);
+                let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity, &harness);
                 let rendered = renderer
                     .render(&facts, prompts::owns_default_prompt(&harness))
                     .map_err(|e| Error::invalid("role", e.to_string()))?;
@@ -478,7 +477,11 @@ impl Api {
         };
         let mut tools = renderer.tools_for(found, None);
         tools.push(canopy_prompt::render::NATIVE_TASK_TOOL.to_owned());
-        renderer.native_definitions(&tools).into_iter().map(|(name, text)| SubagentFile { name, text }).collect()
+        renderer
+            .native_definitions(&tools)
+            .into_iter()
+            .map(|(name, description, body)| SubagentFile { name, description, body })
+            .collect()
     }
 
     /// The harness (and script) a new session of `role` runs: `[roles.<role>]` in

@@ -216,8 +216,14 @@ pub struct Identity {
     pub persona: Option<String>,
 }
 
-/// The renderer's facts for `identity` in this workspace.
-pub fn facts(config: &Config, data_dir: &Path, workspace: &canopy_core::Workspace, identity: &Identity) -> Facts {
+/// The renderer's facts for `identity` in this workspace, for a session on `harness`.
+pub fn facts(
+    config: &Config,
+    data_dir: &Path,
+    workspace: &canopy_core::Workspace,
+    identity: &Identity,
+    harness: &str,
+) -> Facts {
     Facts {
         handle: identity.handle.clone(),
         name: identity.name.clone(),
@@ -231,7 +237,7 @@ pub fn facts(config: &Config, data_dir: &Path, workspace: &canopy_core::Workspac
         project: config.prompts.project.clone(),
         goal: identity.charter.clone(),
         persona: identity.persona.clone(),
-        native_subagents: false,
+        native_subagents: has_native_subagents(harness),
     }
 }
 

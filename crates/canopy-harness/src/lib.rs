@@ -19,7 +19,7 @@ mod settings;
 pub use canopy_core::harness::{CONVERSATION_STATE, Capabilities, HarnessKind, PromptMode};
 pub use event::{HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 pub use sandbox::{Capability, SandboxMode, SandboxSettings, Unconfinable};
-pub use session::{InputContext, LaunchError, LaunchSpec, Prompt, Session, SessionError};
+pub use session::{InputContext, LaunchError, LaunchSpec, Prompt, Session, SessionError, Subagent};
 pub use settings::{HarnessSettings, ProviderSettings, find_program};
 
 #[cfg(test)]

@@ -154,8 +154,11 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     write_private(spec.session_dir.join(PROMPT_FILE), spec.prompt.text().as_bytes())?;
     let agents = spec.session_dir.join("home/.omp/agent/agents");
     std::fs::create_dir_all(&agents).map_err(|source| LaunchError::Files { path: agents.clone(), source })?;
-    for (name, text) in &spec.subagents {
-        write_private(agents.join(format!("{name}.md")), text.as_bytes())?;
+    for agent in &spec.subagents {
+        let description = agent.description.replace(['\n', '"'], " ");
+        let text =
+            format!("---\nname: {}\ndescription: \"{description}\"\n---\n{}", agent.name, agent.body.trim_start());
+        write_private(agents.join(format!("{}.md", agent.name)), text.as_bytes())?;
     }
 
     let record = keep.join(CONVERSATION_FILE);

@@ -90,9 +90,9 @@ pub struct LaunchSpec {
     /// read-only (the checkout's objects are shared with it). Must lie in the data
     /// directory's `repos/`.
     pub repo_mirror: Option<PathBuf>,
-    /// Subagent definitions for the harness's own subagent mechanism, as (name, file text):
-    /// omp's `task` tool finds them in the session's `$HOME/.omp/agent/agents/`.
-    pub subagents: Vec<(String, String)>,
+    /// Subagent definitions for the harness's own subagent mechanism (omp's `task` tool
+    /// finds them in the session's `$HOME/.omp/agent/agents/`; Claude Code takes `--agents`).
+    pub subagents: Vec<Subagent>,
 }
 
 /// Where an input came from, for the harness's attribution (and the scripted harness's rules).
@@ -105,6 +105,16 @@ pub struct InputContext {
     pub topic: Option<String>,
     /// The newest message's sequence number, when the input carries messages.
     pub seq: Option<u64>,
+}
+
+/// One subagent definition for a harness's own subagents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subagent {
+    pub name: String,
+    pub description: String,
+    /// The definition's body: spliced into omp's default prompt, or Claude Code's whole
+    /// subagent prompt.
+    pub body: String,
 }
 
 #[derive(Debug, thiserror::Error)]

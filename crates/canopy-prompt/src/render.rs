@@ -298,26 +298,20 @@ pub fn hash(text: &str) -> String {
 
 const MARKER: &str = "<!-- requires:";
 
-/// The harness tool a `requires:` line may name besides Canopy's: the harness's own
-/// subagent tool (omp's `task`), which a session has when its role delegates natively.
+/// The name a `requires:` line gives the harness's own subagent tool, whatever the harness
+/// calls it (omp's `task`): a session has it when its role delegates natively on a harness
+/// with subagents of its own.
 pub const NATIVE_TASK_TOOL: &str = "task";
 
 impl Renderer {
-    /// The subagent definitions for a harness's own mechanism (omp's `.omp/agent/agents`):
-    /// each `agents/<name>.md` as a file with its name and description, and its body with
-    /// the `requires:` lines a parent with `tools` keeps.
-    pub fn native_definitions(&self, tools: &[String]) -> Vec<(String, String)> {
+    /// The subagent definitions for a harness's own mechanism: each `agents/<name>.md` as
+    /// (name, description, body), its body with the `requires:` lines a parent with `tools`
+    /// keeps.
+    pub fn native_definitions(&self, tools: &[String]) -> Vec<(String, String, String)> {
         self.bundle
             .definitions
             .values()
-            .map(|d| {
-                let description = d.description.replace(['\n', '"'], " ");
-                let body = apply_requires(&d.body.text, tools);
-                (
-                    d.name.clone(),
-                    format!("---\nname: {}\ndescription: \"{description}\"\n---\n{}", d.name, body.trim_start()),
-                )
-            })
+            .map(|d| (d.name.clone(), d.description.clone(), apply_requires(&d.body.text, tools).trim().to_owned()))
             .collect()
     }
 }

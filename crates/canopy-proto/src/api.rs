@@ -73,9 +73,11 @@ pub struct AgentsCreateRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubagentFile {
-    /// The definition's name (`implementer`), the file's stem.
+    /// The definition's name (`implementer`).
     pub name: String,
-    pub text: String,
+    pub description: String,
+    /// Its body, with the `requires:` lines its parent keeps.
+    pub body: String,
 }
 
 /// A scripted-harness script: the file name (for error messages) and its text.

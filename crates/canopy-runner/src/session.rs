@@ -489,7 +489,15 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         ready_timeout: settings.ready_timeout,
         sandbox: options.sandbox.clone(),
         repo_mirror: assignment.repo_mirror.as_ref().map(std::path::PathBuf::from),
-        subagents: assignment.subagents.iter().map(|f| (f.name.clone(), f.text.clone())).collect(),
+        subagents: assignment
+            .subagents
+            .iter()
+            .map(|f| canopy_harness::Subagent {
+                name: f.name.clone(),
+                description: f.description.clone(),
+                body: f.body.clone(),
+            })
+            .collect(),
     };
     if spec.repo_mirror.is_some() && !spec.cwd.join(".git").exists() {
         let reason = format!(
