@@ -198,13 +198,16 @@ pub fn arguments(spec: &LaunchSpec, model: &str, resume: Option<&str>) -> Vec<St
         .into(),
     );
     args.push(prompt);
-    if !spec.builtin_tools.is_empty() {
-        let mut tools: Vec<String> = spec.builtin_tools.iter().map(|t| omp_tool(t)).collect();
-        if !spec.subagents.is_empty() {
-            tools.push("task".into());
-        }
-        tools.dedup();
-        args.extend(["--tools".to_owned(), tools.join(",")]);
+    // Only the role's built-in tools (and `task` for its subagents); none at all is
+    // `--no-tools`, which keeps Canopy's MCP tools.
+    let mut tools: Vec<String> = spec.builtin_tools.iter().map(|t| omp_tool(t)).collect();
+    if !spec.subagents.is_empty() {
+        tools.push("task".into());
+    }
+    tools.dedup();
+    match tools.is_empty() {
+        true => args.push("--no-tools".to_owned()),
+        false => args.extend(["--tools".to_owned(), tools.join(",")]),
     }
     if let Some(path) = resume {
         args.extend(["--resume".to_owned(), path.to_owned()]);
@@ -597,5 +600,7 @@ mod network {
         };
         let grants = crate::session::grants(&spec).unwrap();
         assert_eq!(grants.connect_ports, vec![4101, 4102]);
+        // A role without built-in tools gets none of omp's.
+        assert!(arguments(&spec, "m", None).contains(&"--no-tools".to_owned()));
     }
 }
