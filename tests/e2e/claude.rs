@@ -108,12 +108,13 @@ fn the_model_sees_the_session_prompt_and_canopy_tools_and_a_tool_call_posts_as_t
     assert_eq!(rendered["text"].as_str().unwrap(), prompt);
     assert_eq!(rendered["session"]["hash"], rendered["hash"]);
     assert!(prompt.starts_with("# You are a Manager"), "{prompt}");
-    // Exactly the role's tools are offered: its harness tools, and Canopy's under the MCP
-    // server's name. Nothing else of the CLI's own.
+    // Exactly the role's tools are offered: its harness tools, its own subagent tool (the
+    // Manager role delegates natively too), and Canopy's under the MCP server's name.
+    // Nothing else of the CLI's own.
     let mut tools = tool_names(&requests[0]);
     tools.sort();
     let mut expected: Vec<String> = canopy_tools::TOOL_NAMES.iter().map(|t| format!("mcp__canopy__{t}")).collect();
-    expected.extend(["Bash", "Read"].map(str::to_owned));
+    expected.extend(["Agent", "Bash", "Read"].map(str::to_owned));
     expected.sort();
     assert_eq!(tools, expected, "the model was offered other tools than the role's");
     // The first input says who the agent is.
@@ -520,4 +521,33 @@ fn an_implementer_run_on_claude_keeps_the_cli_default_with_the_delta_appended() 
         "the Manager's next turn did not carry the report"
     );
     assert_eq!(env.json(&["runs", "--agent", "lead"])["runs"][0]["status"], "done");
+}
+
+#[test]
+fn a_claude_manager_runs_the_implementer_on_claude_codes_own_agent_tool() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::default().and_call(
+            "Agent",
+            json!({"subagent_type": "implementer", "description": "changelog", "prompt": "TASK_MARKER add a changelog entry"}),
+        ),
+        Reply::text("SUBAGENT_RESULT_MARKER done"),
+        Reply::text("delegated"),
+    ]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "lead");
+    crate::assert_eventually!(
+        fake.requests().iter().any(|r| system_text(r).contains("# You are an implementer")),
+        "the implementer never ran on Claude Code's Agent tool: {:#?}",
+        fake.requests().iter().map(tool_names).collect::<Vec<_>>()
+    );
+    let requests = fake.requests();
+    let manager = &requests[0];
+    assert!(tool_names(manager).iter().any(|t| t == "Agent"), "{:?}", tool_names(manager));
+    let system = system_text(manager);
+    assert!(system.contains("your own subagent tool"), "the Manager is told it has one");
+    assert!(!system.contains("Co-Authored-By") && !user_texts(manager).iter().any(|t| t.contains("Co-Authored-By")));
+    // Claude Code's definition is the subagent's whole prompt (a replacement, not a splice).
+    let sub = requests.iter().find(|r| system_text(r).contains("# You are an implementer")).unwrap();
+    assert!(!system_text(sub).contains("# You are a Manager"), "the Manager's prompt is not inherited");
+    assert!(occurrences(sub, "TASK_MARKER") > 0, "the brief is the subagent's input");
 }

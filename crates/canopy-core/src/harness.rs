@@ -104,11 +104,10 @@ impl HarnessKind {
     }
 
     /// Whether the harness runs subagents of its own, in process, from definitions (omp's
-    /// `task` tool), so a role may delegate to them besides Canopy runs. Not Claude Code: its
-    /// `Agent` tool is gone under `--bare`, which replace mode needs, and its definition would
-    /// replace the subagent's prompt instead of splicing into it (docs/harnesses/claude.md).
+    /// `task` tool, which splices a definition into its default prompt; Claude Code's `Agent`,
+    /// whose definition is the subagent's whole prompt), so a role may delegate to them.
     pub const fn native_subagents(self) -> bool {
-        matches!(self, HarnessKind::Omp)
+        matches!(self, HarnessKind::Omp | HarnessKind::Claude)
     }
 
     /// The executable looked up on `PATH` when `[harness.<name>] bin` is not set; `None` for

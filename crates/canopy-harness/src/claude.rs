@@ -55,6 +55,12 @@ pub const CONFIG_DIR: &str = "claude-config";
 /// The file in the agent's directory that names the conversation to resume (a session id).
 pub const CONVERSATION_FILE: &str = "claude-session";
 
+/// Claude Code's own subagent tool (2.1.332; `Task` in older builds).
+pub const SUBAGENT_TOOL: &str = "Agent";
+
+/// Settings for a session without `--bare`: no commit or PR attribution reminder.
+const NO_ATTRIBUTION: &str = r#"{"includeCoAuthoredBy":false,"attribution":{"commit":"","pr":""}}"#;
+
 /// The MCP server name, so Canopy's tools arrive as `mcp__canopy__<tool>`.
 const MCP_SERVER: &str = "canopy";
 const INIT_REQUEST: &str = "canopy-initialize";
@@ -114,16 +120,27 @@ pub fn arguments(spec: &LaunchSpec, conversation: &Conversation) -> Vec<String> 
     };
     args.push(prompt_flag.into());
     args.push(dir.join(PROMPT_FILE).display().to_string());
+    // Its own subagents, when the role delegates natively: the `Agent` tool, with the
+    // definitions as `--agents` (each body is the subagent's whole prompt in Claude Code).
+    let mut builtin = spec.builtin_tools.clone();
+    if !spec.subagents.is_empty() {
+        builtin.push(SUBAGENT_TOOL.to_owned());
+    }
     args.extend([
         "--strict-mcp-config".to_owned(),
         "--mcp-config".to_owned(),
         dir.join(MCP_CONFIG_FILE).display().to_string(),
         "--allowedTools".to_owned(),
-        std::iter::once(format!("mcp__{MCP_SERVER}__*"))
-            .chain(spec.builtin_tools.iter().cloned())
-            .collect::<Vec<_>>()
-            .join(","),
+        std::iter::once(format!("mcp__{MCP_SERVER}__*")).chain(builtin.iter().cloned()).collect::<Vec<_>>().join(","),
     ]);
+    if !spec.subagents.is_empty() {
+        let agents: serde_json::Map<String, Value> = spec
+            .subagents
+            .iter()
+            .map(|a| (a.name.clone(), json!({ "description": a.description, "prompt": a.body })))
+            .collect();
+        args.extend(["--agents".to_owned(), Value::Object(agents).to_string()]);
+    }
     if let Some(model) = &spec.model {
         args.push("--model".into());
         args.push(model.clone());
@@ -133,7 +150,7 @@ pub fn arguments(spec: &LaunchSpec, conversation: &Conversation) -> Vec<String> 
     // Canopy's tools and its role's built-ins only. `--bare` would also drop the default
     // prompt that append mode keeps, so append mode turns off the setting sources instead.
     // Neither stops the transcript from being written.
-    args.extend(["--tools".to_owned(), spec.builtin_tools.join(","), "--disable-slash-commands".to_owned()]);
+    args.extend(["--tools".to_owned(), builtin.join(","), "--disable-slash-commands".to_owned()]);
     match conversation {
         Conversation::Ephemeral => args.push("--no-session-persistence".into()),
         Conversation::New(id) => args.extend(["--session-id".into(), id.clone()]),
@@ -144,10 +161,16 @@ pub fn arguments(spec: &LaunchSpec, conversation: &Conversation) -> Vec<String> 
         // conversation keeps sending it; this incarnation's prompt file is what counts.
         args.extend(["--system-prompt-snapshot", "off"].map(String::from));
     }
-    args.push(match spec.prompt.mode {
-        PromptMode::Replace => "--bare".into(),
-        PromptMode::Append => "--setting-sources=".into(),
-    });
+    // `--bare` also removes the `Agent` tool: a session with subagents turns off the setting
+    // sources instead (as append mode does), and Claude Code's commit attribution with them.
+    match (spec.prompt.mode, spec.subagents.is_empty()) {
+        (PromptMode::Replace, true) => args.push("--bare".into()),
+        (PromptMode::Replace, false) => {
+            args.push("--setting-sources=".into());
+            args.extend(["--settings".to_owned(), NO_ATTRIBUTION.to_owned()]);
+        }
+        (PromptMode::Append, _) => args.push("--setting-sources=".into()),
+    }
     args
 }
 

@@ -299,8 +299,8 @@ pub fn hash(text: &str) -> String {
 const MARKER: &str = "<!-- requires:";
 
 /// The name a `requires:` line gives the harness's own subagent tool, whatever the harness
-/// calls it (omp's `task`): a session has it when its role delegates natively on a harness
-/// with subagents of its own.
+/// calls it (omp's `task`, Claude Code's `Agent`): a session has it when its role delegates
+/// natively on a harness with subagents of its own.
 pub const NATIVE_TASK_TOOL: &str = "task";
 
 impl Renderer {
