@@ -6,9 +6,10 @@
 #   Codex        @openai/codex@0.171.0               (a native binary under vendor/)
 #   oh-my-pi     @oh-my-pi/pi-coding-agent@18.2.3 on @oven/bun-linux-x64@1.4.4 (Bun's binary),
 #                with a `bin/omp` launcher beside them
+#   pi           @mariozechner/pi-coding-agent@0.73.1 on Node (Debian's), with a `bin/pi` launcher
 #
 # Prints `export CANOPY_TEST_CLAUDE_BIN=...`, `export CANOPY_TEST_CODEX_BIN=...` and
-# `export CANOPY_TEST_OMP_BIN=...` lines on stdout (eval them); everything else goes to stderr. Installs Debian's nodejs and npm when
+# `export CANOPY_TEST_OMP_BIN=...` and `export CANOPY_TEST_PI_BIN=...` lines on stdout (eval them); everything else goes to stderr. Installs Debian's nodejs and npm when
 # npm is missing. When the npm registry cannot be reached it fails, naming the reason: the
 # tests that need these binaries fail too, they never skip.
 set -euo pipefail
@@ -16,6 +17,7 @@ set -euo pipefail
 CLAUDE_PKG="@anthropic-ai/claude-code@2.1.332"
 CODEX_PKG="@openai/codex@0.171.0"
 OMP_PKGS="@oven/bun-linux-x64@1.4.4 @oh-my-pi/pi-coding-agent@18.2.3"
+PI_PKG="@mariozechner/pi-coding-agent@0.73.1"
 CACHE="${CANOPY_HARNESS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/canopy/npm}"
 
 if ! command -v npm >/dev/null 2>&1; then
@@ -71,7 +73,21 @@ claude_bin="$claude_dir/node_modules/.bin/claude"
 codex_bin="$(find "$codex_dir/node_modules/@openai" -type f -name codex -path '*vendor*' 2>/dev/null | head -n1 || true)"
 if [ -z "$codex_bin" ]; then codex_bin="$codex_dir/node_modules/.bin/codex"; fi
 
-for bin in "$claude_bin" "$codex_bin" "$omp_bin"; do
+pi_dir="$CACHE/pi-0.73.1"
+install "$PI_PKG" "$pi_dir" node_modules/.bin/pi
+pi_bin="$pi_dir/bin/pi"
+if [ ! -x "$pi_bin" ]; then
+  mkdir -p "$pi_dir/bin"
+  cat > "$pi_bin.tmp" <<'LAUNCHER'
+#!/bin/sh
+here="$(cd "$(dirname "$0")/.." && pwd)"
+exec node "$here/node_modules/@mariozechner/pi-coding-agent/dist/cli.js" "$@"
+LAUNCHER
+  chmod +x "$pi_bin.tmp"
+  mv "$pi_bin.tmp" "$pi_bin"
+fi
+
+for bin in "$claude_bin" "$codex_bin" "$omp_bin" "$pi_bin"; do
   if [ ! -x "$bin" ]; then
     echo "expected an executable at $bin after the install" >&2
     exit 1
@@ -80,3 +96,4 @@ done
 echo "export CANOPY_TEST_CLAUDE_BIN=$(printf %q "$claude_bin")"
 echo "export CANOPY_TEST_CODEX_BIN=$(printf %q "$codex_bin")"
 echo "export CANOPY_TEST_OMP_BIN=$(printf %q "$omp_bin")"
+echo "export CANOPY_TEST_PI_BIN=$(printf %q "$pi_bin")"

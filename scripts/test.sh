@@ -14,5 +14,5 @@ fi
 # fails the run: the tests that drive them would fail anyway, and say why.
 harnesses="$(scripts/install-harnesses.sh)"
 eval "$harnesses"
-export CANOPY_TEST_CLAUDE_BIN CANOPY_TEST_CODEX_BIN CANOPY_TEST_OMP_BIN
+export CANOPY_TEST_CLAUDE_BIN CANOPY_TEST_CODEX_BIN CANOPY_TEST_OMP_BIN CANOPY_TEST_PI_BIN
 cargo test --workspace --locked "$@"

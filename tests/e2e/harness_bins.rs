@@ -49,7 +49,7 @@ pub fn codex_bin() -> PathBuf {
 
 /// The pinned omp launcher: `CANOPY_TEST_OMP_BIN`, else where `scripts/install-harnesses.sh`
 /// puts it. Missing means failing, with the command that installs it.
-#[allow(dead_code, reason = "each test binary that includes this file uses its own harnesses")]
+
 pub fn omp_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("CANOPY_TEST_OMP_BIN") {
         let bin = PathBuf::from(bin);
@@ -65,6 +65,28 @@ pub fn omp_bin() -> PathBuf {
         bin.is_file(),
         "oh-my-pi (@oh-my-pi/pi-coding-agent@18.2.3) is not installed: run `eval \"$(scripts/install-harnesses.sh)\"` \
          (sets CANOPY_TEST_OMP_BIN); looked for {}",
+        bin.display()
+    );
+    bin
+}
+
+/// The pinned pi launcher: `CANOPY_TEST_PI_BIN`, else where `scripts/install-harnesses.sh`
+/// puts it. Missing means failing, with the command that installs it.
+pub fn pi_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("CANOPY_TEST_PI_BIN") {
+        let bin = PathBuf::from(bin);
+        assert!(bin.is_file(), "CANOPY_TEST_PI_BIN={} is not a file", bin.display());
+        return bin;
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_default();
+    let bin = cache.join("canopy/npm/pi-0.73.1/bin/pi");
+    assert!(
+        bin.is_file(),
+        "pi (@mariozechner/pi-coding-agent@0.73.1) is not installed: run `eval \"$(scripts/install-harnesses.sh)\"` \
+         (sets CANOPY_TEST_PI_BIN); looked for {}",
         bin.display()
     );
     bin

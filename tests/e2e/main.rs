@@ -27,6 +27,7 @@ mod governance;
 mod interrupt;
 mod lifecycle;
 mod omp;
+mod pi;
 mod prompts;
 mod sessions;
 mod tail;

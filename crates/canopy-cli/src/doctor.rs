@@ -250,9 +250,10 @@ async fn harness_check(
         }
     }
     // Claude Code answers its `initialize` handshake, Codex creates its thread and connects
-    // its MCP server, and omp prints its `ready` frame, without a model call, so a session
+    // its MCP server, omp prints its `ready` frame and pi answers `get_state` (once its
+    // extension has listed Canopy's tools), without a model call, so a session
     // can be started for real (confined as configured).
-    if matches!(kind, HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp) {
+    if matches!(kind, HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp | HarnessKind::Pi) {
         if kind == HarnessKind::Claude && !canopy_harness::claude::has_credentials(&settings.env) {
             check.problem = Some(format!(
                 "no credentials: set one of {} in [harness.claude.env] or in the environment that runs canopy",
@@ -294,7 +295,9 @@ async fn version(program: &Path, env: &[(String, String)]) -> Result<String, Str
         Ok(Err(e)) => return Err(format!("running {} --version: {e}", program.display())),
         Ok(Ok(output)) => output,
     };
-    let text = String::from_utf8_lossy(&output.stdout);
+    // Most print it on stdout; pi prints it on stderr.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let text = if stdout.trim().is_empty() { String::from_utf8_lossy(&output.stderr) } else { stdout };
     let first = text.lines().next().unwrap_or_default().trim().to_owned();
     if !output.status.success() || first.is_empty() {
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -316,7 +319,8 @@ async fn session_starts(
     const TOKEN: &str = "cns_doctor";
     let dir = scratch.join(kind.as_str());
     let probe = match kind {
-        HarnessKind::Codex => Some(
+        // Codex connects its MCP server before it is ready, and pi's extension lists the tools.
+        HarnessKind::Codex | HarnessKind::Pi => Some(
             canopy_tools::probe::serve_probe(TOKEN.to_owned())
                 .await
                 .map_err(|e| format!("serving a stand-in MCP endpoint: {e}"))?,

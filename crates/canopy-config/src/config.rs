@@ -394,6 +394,8 @@ pub struct HarnessTables {
     pub claude: ClaudeConfig,
     pub codex: CodexConfig,
     pub omp: OmpConfig,
+    /// `[harness.pi]`: the same keys as `[harness.omp]`.
+    pub pi: OmpConfig,
 }
 
 /// `[harness.claude]`: Claude Code.
@@ -432,7 +434,7 @@ pub struct CodexConfig {
     pub provider: Option<CodexProviderConfig>,
 }
 
-/// `[harness.omp]`: oh-my-pi in RPC mode.
+/// `[harness.omp]`: oh-my-pi in RPC mode (and `[harness.pi]`, pi, with the same keys).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OmpConfig {
@@ -492,8 +494,9 @@ impl CodexConfig {
 }
 
 impl OmpConfig {
-    pub fn keys(&self) -> HarnessKeys<'_> {
-        HarnessKeys { table: "omp", bin: self.bin.as_deref(), model: self.model.as_deref(), env: &self.env }
+    /// Its keys, as the table `table` (`omp` or `pi`) names them.
+    pub fn keys_as(&self, table: &'static str) -> HarnessKeys<'_> {
+        HarnessKeys { table, bin: self.bin.as_deref(), model: self.model.as_deref(), env: &self.env }
     }
 }
 
@@ -630,21 +633,28 @@ impl Config {
     /// Checks `[harness.*]`; keys there are dynamic (`harness.claude.env.NAME`).
     fn validate_harnesses(&self) -> Result<(), (String, String)> {
         self.harness.claude.keys().validate()?;
-        let omp = &self.harness.omp;
-        omp.keys().validate()?;
-        if let Some(provider) = &omp.provider {
-            let url = provider.base_url.as_str();
-            if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
-                return Err(("harness.omp.provider.base_url".into(), format!("{url:?} is not an http(s) URL")));
-            }
-            if provider.api_key_env.as_deref().is_some_and(|k| !is_env_name(k)) {
-                return Err(("harness.omp.provider.api_key_env".into(), "is not an environment variable name".into()));
-            }
-            if !["anthropic-messages", "openai-responses"].contains(&provider.api.as_str()) {
-                return Err((
-                    "harness.omp.provider.api".into(),
-                    format!("{:?} is not one of: anthropic-messages, openai-responses", provider.api),
-                ));
+        for (table, omp) in [("omp", &self.harness.omp), ("pi", &self.harness.pi)] {
+            omp.keys_as(table).validate()?;
+            if let Some(provider) = &omp.provider {
+                let url = provider.base_url.as_str();
+                if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
+                    return Err((
+                        format!("harness.{table}.provider.base_url"),
+                        format!("{url:?} is not an http(s) URL"),
+                    ));
+                }
+                if provider.api_key_env.as_deref().is_some_and(|k| !is_env_name(k)) {
+                    return Err((
+                        format!("harness.{table}.provider.api_key_env"),
+                        "is not an environment variable name".into(),
+                    ));
+                }
+                if !["anthropic-messages", "openai-responses"].contains(&provider.api.as_str()) {
+                    return Err((
+                        format!("harness.{table}.provider.api"),
+                        format!("{:?} is not one of: anthropic-messages, openai-responses", provider.api),
+                    ));
+                }
             }
         }
         let codex = &self.harness.codex;

@@ -19,6 +19,8 @@ pub enum HarnessKind {
     Codex,
     /// oh-my-pi in RPC mode (`omp --mode rpc`), on Bun.
     Omp,
+    /// pi in RPC mode (`pi --mode rpc`), on Node; Canopy's tools through its extension.
+    Pi,
 }
 
 /// How a session's system prompt relates to its harness's own default prompt: the one
@@ -62,12 +64,20 @@ pub struct Capabilities {
 /// inside the agent's session directory: Claude Code's config directory and session file,
 /// Codex's home and thread file. Retention removes them once the agent has had no live
 /// session for the transcripts period; the agent's `work/` directory is never among them.
-pub const CONVERSATION_STATE: &[&str] =
-    &["claude-config", "claude-session", "codex-home", "codex-thread", "omp-agent", "omp-session"];
+pub const CONVERSATION_STATE: &[&str] = &[
+    "claude-config",
+    "claude-session",
+    "codex-home",
+    "codex-thread",
+    "omp-agent",
+    "omp-session",
+    "pi-agent",
+    "pi-session",
+];
 
 impl HarnessKind {
     pub const ALL: &'static [HarnessKind] =
-        &[HarnessKind::Scripted, HarnessKind::Claude, HarnessKind::Codex, HarnessKind::Omp];
+        &[HarnessKind::Scripted, HarnessKind::Claude, HarnessKind::Codex, HarnessKind::Omp, HarnessKind::Pi];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -75,6 +85,7 @@ impl HarnessKind {
             HarnessKind::Claude => "claude",
             HarnessKind::Codex => "codex",
             HarnessKind::Omp => "omp",
+            HarnessKind::Pi => "pi",
         }
     }
 
@@ -97,7 +108,8 @@ impl HarnessKind {
             // Codex: `turn/steer`; `baseInstructions` / `developerInstructions`.
             // omp: the `steer` command (taken at the next step boundary); `--system-prompt` /
             // `--append-system-prompt`.
-            HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp => {
+            // pi: the same `steer` command, taken after the running tool.
+            HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp | HarnessKind::Pi => {
                 Capabilities { steer: true, replace_prompt: true, append_prompt: true, owns_default_prompt: true }
             }
         }
@@ -118,6 +130,7 @@ impl HarnessKind {
             HarnessKind::Claude => Some("claude"),
             HarnessKind::Codex => Some("codex"),
             HarnessKind::Omp => Some("omp"),
+            HarnessKind::Pi => Some("pi"),
         }
     }
 }

@@ -125,10 +125,10 @@ pub fn check(
             }
             check_script(Path::new(name), text).map_err(|e| Error::invalid("script", e))?;
         }
-        (HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp, Some(_)) => {
+        (HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp | HarnessKind::Pi, Some(_)) => {
             return Err(Error::invalid("script", format!("the {harness} harness takes no script")));
         }
-        (HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp, None) => {}
+        (HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp | HarnessKind::Pi, None) => {}
     }
     Ok(SessionDefaults { harness: harness.to_owned(), script })
 }

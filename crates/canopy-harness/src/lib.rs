@@ -11,6 +11,7 @@ pub mod claude;
 pub mod codex;
 mod event;
 pub mod omp;
+pub mod pi;
 pub mod sandbox;
 pub mod scripted;
 mod session;
@@ -34,6 +35,8 @@ mod tests {
             crate::codex::THREAD_FILE,
             crate::omp::AGENT_DIR,
             crate::omp::CONVERSATION_FILE,
+            crate::pi::AGENT_DIR,
+            crate::pi::CONVERSATION_FILE,
         ];
         assert_eq!(crate::CONVERSATION_STATE, adapters.as_slice());
     }

@@ -11,6 +11,8 @@
 //! or append prompt file, `--resume`); and the mapping of omp's events onto the normalised
 //! ones. It does not decide when to send.
 //!
+//! The codec also speaks pi's dialect of the same protocol (`pi.rs` prepares pi's launch).
+//!
 //! Protocol facts this relies on (omp 18.2.3, see docs/harnesses/omp.md):
 //! - The first line is `{"type":"ready",...}`: the readiness signal.
 //! - omp has no turn id: a turn is Canopy's, from a `prompt`'s success response to the
@@ -45,6 +47,8 @@ const PROVIDER: &str = "canopy";
 /// The MCP server name: Canopy's tools arrive as `mcp__canopy_<tool>`.
 pub const MCP_SERVER: &str = "canopy";
 const STATE_REQUEST: &str = "canopy-state";
+/// pi prints nothing until asked: its first `get_state` answer is the readiness signal.
+const READY_REQUEST: &str = "canopy-ready";
 const SUBSCRIBE_REQUEST: &str = "canopy-subagents";
 const ABORT_REQUEST: &str = "canopy-abort";
 
@@ -70,7 +74,7 @@ const QUIET_ENV: &[(&str, &str)] =
     &[("LANG", "C.UTF-8"), ("TERM", "dumb"), ("PI_AUTO_QA", "0"), ("OTEL_SDK_DISABLED", "true"), ("NO_COLOR", "1")];
 
 /// Claude Code's tool names (the roles' `harness_tools`) as omp's.
-fn omp_tool(name: &str) -> String {
+pub(crate) fn omp_tool(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
@@ -117,7 +121,7 @@ pub fn mcp_config(url: &str, token: &str) -> Value {
     })
 }
 
-fn write_private(path: PathBuf, bytes: &[u8]) -> Result<(), LaunchError> {
+pub(crate) fn write_private(path: PathBuf, bytes: &[u8]) -> Result<(), LaunchError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -183,7 +187,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     {
         command.env(key, value);
     }
-    Ok(Box::new(OmpCodec { record: spec.agent_dir.as_ref().map(|_| record), resuming: resumed, ..OmpCodec::default() }))
+    Ok(Box::new(OmpCodec::new(Dialect::Omp, spec.agent_dir.as_ref().map(|_| record), resumed)))
 }
 
 /// The arguments for one session, without the program.
@@ -215,8 +219,22 @@ pub fn arguments(spec: &LaunchSpec, model: &str, resume: Option<&str>) -> Vec<St
     args
 }
 
+/// Which of the two RPC protocols the codec speaks: omp's, or pi's (which omp grew from: the
+/// same commands and events, but no `ready` frame, no `steering` flag on an injected steer,
+/// no `isTerminal` on `agent_end`, and no subagents).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Dialect {
+    #[default]
+    Omp,
+    Pi,
+}
+
+/// The codec of both RPC dialects.
 #[derive(Default)]
-struct OmpCodec {
+pub(crate) struct OmpCodec {
+    dialect: Dialect,
+    /// User messages that entered the running turn (pi: the second and later are steers).
+    users: u32,
     turns: u64,
     /// The running turn.
     turn: Option<String>,
@@ -247,6 +265,10 @@ fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
 }
 
 impl OmpCodec {
+    pub(crate) fn new(dialect: Dialect, record: Option<PathBuf>, resuming: Option<String>) -> OmpCodec {
+        OmpCodec { dialect, record, resuming, ..OmpCodec::default() }
+    }
+
     fn usage(message: &Value) -> Option<Usage> {
         let usage = message.get("usage")?;
         let n = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -290,7 +312,10 @@ impl OmpCodec {
                 };
                 out.push(Decoded::Ack { input_id: id, outcome });
             }
-            "get_state" if id == STATE_REQUEST => {
+            "get_state" if id == STATE_REQUEST || id == READY_REQUEST => {
+                if id == READY_REQUEST {
+                    out.push(Decoded::Event(HarnessEvent::Ready));
+                }
                 let file = frame.get("data").map(|d| str_of(d, "sessionFile")).unwrap_or_default().to_owned();
                 self.record(&file, out);
             }
@@ -317,6 +342,7 @@ impl OmpCodec {
         let turn_id = format!("t{}", self.turns);
         self.turn = Some(turn_id.clone());
         self.position = 0;
+        self.users = 0;
         self.interrupted = false;
         self.last_error = None;
         out.push(Decoded::Event(HarnessEvent::TurnStarted { turn_id }));
@@ -348,7 +374,16 @@ impl OmpCodec {
     }
 
     fn on_message_start(&mut self, message: &Value, out: &mut Vec<Decoded>) {
-        if str_of(message, "role") != "user" || message.get("steering").and_then(Value::as_bool) != Some(true) {
+        if str_of(message, "role") != "user" {
+            return;
+        }
+        self.users += 1;
+        let steer = match self.dialect {
+            Dialect::Omp => message.get("steering").and_then(Value::as_bool) == Some(true),
+            // pi marks nothing: a user message after the turn's own prompt is a steer taken.
+            Dialect::Pi => self.users > 1,
+        };
+        if !steer {
             return;
         }
         let (Some(turn_id), Some(input_id)) = (self.turn.clone(), self.steers.pop_front()) else { return };
@@ -409,6 +444,13 @@ impl OmpCodec {
 impl Codec for OmpCodec {
     fn resuming(&self) -> Option<String> {
         self.resuming.clone()
+    }
+
+    fn start(&mut self) -> Vec<Vec<u8>> {
+        match self.dialect {
+            Dialect::Omp => Vec::new(),
+            Dialect::Pi => vec![line(json!({ "id": READY_REQUEST, "type": "get_state" }))],
+        }
     }
 
     fn answer_now(&mut self, mode: &SendMode) -> Option<SendOutcome> {
@@ -485,7 +527,11 @@ impl Codec for OmpCodec {
                 }));
             }
             "tool_execution_end" => self.on_tool_end(&frame, &mut out),
-            "agent_end" if frame.get("isTerminal").and_then(Value::as_bool) != Some(false) => self.end_turn(&mut out),
+            "agent_end"
+                if self.dialect == Dialect::Pi || frame.get("isTerminal").and_then(Value::as_bool) != Some(false) =>
+            {
+                self.end_turn(&mut out)
+            }
             "auto_compaction_start" => out.push(Decoded::Event(HarnessEvent::CompactionStarted)),
             "auto_compaction_end" => out.push(Decoded::Event(HarnessEvent::CompactionEnded)),
             "auto_retry_start" => out.push(Decoded::Event(HarnessEvent::RateLimited {
@@ -548,6 +594,23 @@ mod tests {
         let ended = decode(&mut codec, json!({"type": "agent_end", "isTerminal": true}));
         assert_eq!(ended, ["turn_ended", "write"]);
         assert!(codec.answer_now(&SendMode::Steer { turn_id: "t1".into() }).is_some(), "the turn has ended");
+    }
+
+    #[test]
+    fn in_pis_dialect_readiness_is_a_state_answer_and_a_later_user_message_is_the_steer() {
+        let mut codec = OmpCodec::new(Dialect::Pi, None, None);
+        assert_eq!(codec.start().len(), 1, "pi is asked for its state at once");
+        let ready =
+            json!({"id": "canopy-ready", "type": "response", "command": "get_state", "success": true, "data": {}});
+        assert_eq!(decode(&mut codec, ready), ["ready"]);
+        codec.encode_send("p1", "hi", &InputContext::default(), &SendMode::NextTurn);
+        decode(&mut codec, json!({"id": "p1", "type": "response", "command": "prompt", "success": true}));
+        let user = json!({"type": "message_start", "message": {"role": "user", "content": []}});
+        assert!(decode(&mut codec, user.clone()).is_empty(), "the turn's own prompt is no steer");
+        codec.encode_send("s1", "steer", &InputContext::default(), &SendMode::Steer { turn_id: "t1".into() });
+        decode(&mut codec, json!({"id": "s1", "type": "response", "command": "steer", "success": true}));
+        assert_eq!(decode(&mut codec, user), ["steer_injected"]);
+        assert_eq!(decode(&mut codec, json!({"type": "agent_end"})), ["turn_ended", "write"], "pi's runs always end");
     }
 
     #[test]

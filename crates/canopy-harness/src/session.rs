@@ -287,6 +287,7 @@ impl Session {
             HarnessKind::Claude => claude::prepare(spec, &mut command, resume)?,
             HarnessKind::Codex => crate::codex::prepare(spec, &mut command, resume)?,
             HarnessKind::Omp => crate::omp::prepare(spec, &mut command, resume)?,
+            HarnessKind::Pi => crate::pi::prepare(spec, &mut command, resume)?,
         };
         *resuming = codec.resuming();
         let (mut command, rules) = match spec.sandbox.mode {

@@ -62,15 +62,18 @@ pub fn harness_settings(config: &Config, kind: HarnessKind) -> HarnessSettings {
                 ..from_keys(codex.keys())
             }
         }
-        HarnessKind::Omp => {
-            let omp = &config.harness.omp;
+        HarnessKind::Omp | HarnessKind::Pi => {
+            let (table, omp) = match kind {
+                HarnessKind::Pi => ("pi", &config.harness.pi),
+                _ => ("omp", &config.harness.omp),
+            };
             HarnessSettings {
                 provider: omp.provider.as_ref().map(|p| ProviderSettings {
                     base_url: p.base_url.clone(),
                     api_key_env: p.api_key_env.clone(),
                     api: Some(p.api.clone()),
                 }),
-                ..from_keys(omp.keys())
+                ..from_keys(omp.keys_as(table))
             }
         }
     }
