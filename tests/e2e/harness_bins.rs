@@ -49,7 +49,6 @@ pub fn codex_bin() -> PathBuf {
 
 /// The pinned omp launcher: `CANOPY_TEST_OMP_BIN`, else where `scripts/install-harnesses.sh`
 /// puts it. Missing means failing, with the command that installs it.
-
 pub fn omp_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("CANOPY_TEST_OMP_BIN") {
         let bin = PathBuf::from(bin);
