@@ -150,3 +150,48 @@ fn doctor_finds_omp_and_starts_a_confined_session_without_a_model_call() {
     let omp = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "omp").cloned().unwrap();
     assert!(omp["problem"].as_str().unwrap().contains("[harness.omp.provider]"), "{omp}");
 }
+
+/// Through the daemon and the runner: an operator's `@mention` while omp runs a slow tool is
+/// steered into the running turn, lands after the tool (whose result is intact), and
+/// `canopy agents interrupt` stops a running turn.
+#[test]
+fn a_mention_steers_an_omp_manager_after_its_running_tool_and_an_interrupt_stops_a_turn() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::text("ready"),
+        Reply::default().and_call("bash", json!({ "command": "sleep 3; echo SLEPT_OK", "i": "wait" })),
+        Reply::text("steered and done"),
+        Reply::default().and_call("bash", json!({ "command": "sleep 60", "i": "wait" })),
+    ]);
+    let env = omp_env(&fake);
+    env.json(&["agents", "create", "--handle", "lead", "--name", "Lead", "--harness", "omp"]);
+    env.settled("lead");
+    env.ok(&["post", "--channel", "home-lead", "--topic", "ops", "--create-topic", "run the slow check"]);
+    crate::assert_eventually!(
+        env.activity("lead").iter().any(|a| a["kind"] == "tool_running"),
+        "the slow tool never started"
+    );
+    let posted = env.json(&["post", "--channel", "home-lead", "--topic", "ops", "@lead STEER_MARKER change of plan"]);
+    let outcome = posted["outcomes"].as_array().unwrap().iter().find(|o| o["recipient"] == "lead").cloned().unwrap();
+    assert_eq!(outcome["outcome"], "steered", "{posted}");
+    crate::assert_eventually!(
+        fake.requests().iter().any(|r| user_texts(r).iter().any(|t| t.contains("STEER_MARKER"))),
+        "the steer never reached the model"
+    );
+    let steered =
+        fake.requests().into_iter().find(|r| user_texts(r).iter().any(|t| t.contains("STEER_MARKER"))).unwrap();
+    assert!(steered.to_string().contains("SLEPT_OK"), "the tool's result is intact before the steer: {steered}");
+    env.settled("lead");
+
+    env.ok(&["post", "--channel", "home-lead", "--topic", "ops", "run the long job"]);
+    crate::assert_eventually!(
+        env.activity("lead").iter().filter(|a| a["kind"] == "tool_running").count() >= 2,
+        "the long job never started"
+    );
+    let interrupted = env.json(&["agents", "interrupt", "lead"]);
+    assert_eq!(interrupted["interrupted"], true, "{interrupted}");
+    crate::assert_eventually!(
+        env.activity("lead").iter().any(|a| a["kind"] == "turn_ended" && a.to_string().contains("interrupted")),
+        "the turn did not end interrupted: {:#?}",
+        env.activity("lead").iter().map(|a| a["kind"].clone()).collect::<Vec<_>>()
+    );
+}

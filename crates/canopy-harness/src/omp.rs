@@ -427,7 +427,9 @@ impl OmpCodec {
         let turn_id = self.turn.clone();
         let output = frame.get("result").cloned().unwrap_or(Value::Null);
         let failed = frame.get("isError").and_then(Value::as_bool) == Some(true);
-        let cancelled = output.to_string().contains("[Command cancelled]");
+        // omp says `[Command cancelled]`, pi `Command aborted`.
+        let text = output.to_string();
+        let cancelled = text.contains("[Command cancelled]") || text.contains("Command aborted");
         out.push(Decoded::Event(match (failed, cancelled && self.interrupted_soon()) {
             (true, true) => HarnessEvent::ToolAborted { turn_id, call_id, name },
             (true, false) => HarnessEvent::ToolFailed { turn_id, call_id, name, output },
@@ -532,8 +534,9 @@ impl Codec for OmpCodec {
             {
                 self.end_turn(&mut out)
             }
-            "auto_compaction_start" => out.push(Decoded::Event(HarnessEvent::CompactionStarted)),
-            "auto_compaction_end" => out.push(Decoded::Event(HarnessEvent::CompactionEnded)),
+            // omp's names, then pi's.
+            "auto_compaction_start" | "compaction_start" => out.push(Decoded::Event(HarnessEvent::CompactionStarted)),
+            "auto_compaction_end" | "compaction_end" => out.push(Decoded::Event(HarnessEvent::CompactionEnded)),
             "auto_retry_start" => out.push(Decoded::Event(HarnessEvent::RateLimited {
                 detail: format!("retrying the model call: {}", str_of(&frame, "errorMessage")),
             })),
