@@ -195,3 +195,37 @@ fn a_mention_steers_an_omp_manager_after_its_running_tool_and_an_interrupt_stops
         env.activity("lead").iter().map(|a| a["kind"].clone()).collect::<Vec<_>>()
     );
 }
+
+/// The same Manager on an OpenAI-compatible provider (`api = "openai-responses"`): Canopy's
+/// prompt goes as the Responses API's `instructions`, and a tool call posts as the agent.
+#[test]
+fn an_omp_manager_on_an_openai_provider_posts_with_canopys_tools() {
+    use crate::fake_openai::{FakeOpenAi, Reply as OpenAiReply};
+    let fake = FakeOpenAi::start(vec![
+        OpenAiReply::default().and_call(
+            None,
+            "mcp__canopy_comms_post_message",
+            json!({ "channel": "home-lead", "topic": "status", "body": "posted over openai", "create_topic": true }),
+        ),
+        OpenAiReply::text("reported in"),
+    ]);
+    let harness = format!(
+        "[harness.omp]\nbin = {bin:?}\nmodel = \"fake-gpt\"\n\n[harness.omp.env]\nFAKE_KEY = \"sk-fake\"\n\n\
+         [harness.omp.provider]\nbase_url = {url:?}\napi_key_env = \"FAKE_KEY\"\napi = \"openai-responses\"\n",
+        bin = omp_bin().display().to_string(),
+        url = fake.base_url(),
+    );
+    let env = TestEnv::started_with(&[
+        ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
+        ("quiet_window = \"2s\"", "quiet_window = \"100ms\""),
+        ("[harness.omp]\n", &harness),
+    ]);
+    env.json(&["agents", "create", "--handle", "lead", "--name", "Lead", "--harness", "omp"]);
+    crate::assert_eventually!(
+        env.messages("home-lead").iter().any(|m| m["body"] == "posted over openai"),
+        "the omp session on an OpenAI provider did not post: {:#?}",
+        fake.requests()
+    );
+    let first = &fake.requests()[0];
+    assert!(first["instructions"].as_str().unwrap_or("").starts_with("# You are a Manager"), "{first}");
+}

@@ -89,6 +89,10 @@ async fn a_replaced_prompt_keeps_omps_footer_and_a_steer_lands_after_the_running
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
     std::fs::write(dir.path().join("work/AGENTS.md"), "AGENTS_MD_MARKER keep the build green\n").unwrap();
+    // Another tool's project configuration stays out (omp would load `.claude/skills` itself).
+    let leak = dir.path().join("work/.claude/skills/leak");
+    std::fs::create_dir_all(&leak).unwrap();
+    std::fs::write(leak.join("SKILL.md"), "---\nname: leak\ndescription: CLAUDE_SKILL_MARKER\n---\nbody\n").unwrap();
     let fake = FakeAnthropic::start(vec![
         Reply::text("hello operator"),
         Reply::default().and_call("bash", json!({ "command": "sleep 2; echo SLEPT_OK", "i": "wait" })),
@@ -109,6 +113,7 @@ async fn a_replaced_prompt_keeps_omps_footer_and_a_steer_lands_after_the_running
     assert!(system.contains("AGENTS_MD_MARKER"), "the project context survives a replace: {system}");
     assert!(system.contains("<workstation>"), "the footer survives a replace: {system}");
     assert!(!system.contains("# Tool Inventory"), "the default block-0 is replaced: {system}");
+    assert!(!system.contains("CLAUDE_SKILL_MARKER"), "a project's .claude skill leaked in: {system}");
 
     // A steer during a running tool: the tool finishes, then the steer is the next input.
     let turn = start(&session, "second", "run the slow check").await;
