@@ -211,7 +211,7 @@ fn a_nats_restart_mid_run_loses_no_delivery() {
 }
 
 #[test]
-fn a_supervisor_broadcast_reaches_fifty_agents_exactly_once_and_agents_cannot_broadcast() {
+fn a_broadcast_wakes_none_of_fifty_idle_agents_an_incident_wakes_all_and_a_mention_wakes_its_agent() {
     let env = TestEnv::started_with(QUICK);
     let handles: Vec<String> = (0..50).map(|i| format!("agent-{i:02}")).collect();
     for handle in &handles {
@@ -229,38 +229,70 @@ fn a_supervisor_broadcast_reaches_fifty_agents_exactly_once_and_agents_cannot_br
     let refused = transcript(&env, "rogue").into_iter().find(|l| l["kind"] == "tool_result").unwrap();
     assert_eq!(refused["is_error"], true);
     assert_eq!(refused["output"]["error"]["code"], "forbidden", "{refused}");
+    for handle in &handles {
+        env.settled(handle);
+    }
 
-    crate::assert_eventually!(
-        handles.iter().all(|h| env.roster_entry(h)["presence"] == "idle"),
-        "not every agent went idle"
-    );
-    env.json(&[
+    // #announcements wakes no one: every idle agent is queued (no wake), and takes no turn.
+    let posted = env.json(&[
         "post",
         "--channel",
-        "home-supervisor",
+        "announcements",
         "--topic",
-        "ops",
+        "news",
         "--create-topic",
-        "@supervisor please broadcast",
+        "BROADCAST_MARKER release at noon",
     ]);
+    for handle in &handles {
+        let outcome =
+            posted["outcomes"].as_array().unwrap().iter().find(|o| o["recipient"] == handle.as_str()).cloned();
+        let outcome = outcome.unwrap_or_else(|| panic!("no outcome for {handle}: {posted}"));
+        assert_eq!(outcome["outcome"], "queued", "{outcome}");
+        assert!(outcome["reason"].as_str().unwrap().starts_with("no wake"), "{outcome}");
+    }
+    assert_eq!(posted["counts"]["woke"], 0, "{posted}");
     crate::assert_eventually!(
-        env.messages("announcements").iter().any(|m| m["sender"]["handle"] == "supervisor"),
-        "the supervisor never broadcast"
+        handles.iter().all(|h| env.roster_entry(h)["pending"] == 1),
+        "the broadcast is not pending everywhere"
     );
     for handle in &handles {
+        assert_eq!(env.roster_entry(handle)["presence"], "idle", "{handle} was woken");
+        assert!(inputs_containing(&env, handle, "BROADCAST_MARKER").is_empty(), "{handle} took a turn for it");
+    }
+
+    // A mention in a broadcast wakes the mentioned agent only.
+    let mentioned =
+        env.json(&["post", "--channel", "announcements", "--topic", "news", "@agent-07 MENTION_MARKER you first"]);
+    assert_eq!(mentioned["counts"]["woke"], 1, "{mentioned}");
+    crate::assert_eventually!(
+        !inputs_containing(&env, "agent-07", "MENTION_MARKER").is_empty(),
+        "agent-07 was not woken"
+    );
+    assert!(inputs_containing(&env, "agent-08", "MENTION_MARKER").is_empty());
+
+    // #incidents wakes everyone; each turn carries what waited, exactly once.
+    let incident = env.json(&[
+        "post",
+        "--channel",
+        "incidents",
+        "--topic",
+        "outage",
+        "--create-topic",
+        "INCIDENT_MARKER staging is down",
+    ]);
+    assert_eq!(incident["counts"]["woke"], 52, "every agent, the rogue and the Supervisor: {incident}");
+    for handle in &handles {
         crate::assert_eventually!(
-            !inputs_containing(&env, handle, "the Supervisor is broadcasting").is_empty(),
-            "{handle} never received the broadcast"
+            !inputs_containing(&env, handle, "INCIDENT_MARKER").is_empty(),
+            "{handle} never got the incident"
         );
     }
     for handle in &handles {
         env.settled(handle);
-    }
-    for handle in &handles {
         assert_eq!(
-            inputs_containing(&env, handle, "the Supervisor is broadcasting").len(),
+            inputs_containing(&env, handle, "BROADCAST_MARKER").len(),
             1,
-            "{handle} got it other than once"
+            "{handle} got the broadcast other than once"
         );
     }
 }

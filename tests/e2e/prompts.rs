@@ -396,8 +396,17 @@ actions = [{ call = "agents_spawn_peer", args = { handle = "flaky", name = "Flak
     assert_eq!(all.len(), 1, "the restarted Manager filed again: {requests}");
     assert_eq!(all[0]["state"], "denied");
 
-    // A broadcast is read, not answered.
-    env.ok(&["post", "--channel", "announcements", "--topic", "freeze", "--create-topic", "Code freeze at noon."]);
+    // A broadcast is read, not answered (forced to wake it, so the Supervisor does read it).
+    env.ok(&[
+        "post",
+        "--channel",
+        "announcements",
+        "--topic",
+        "freeze",
+        "--create-topic",
+        "--wake",
+        "Code freeze at noon.",
+    ]);
     env.settled("supervisor");
     let spoke = |channel: &str| {
         env.messages(channel)

@@ -107,6 +107,7 @@ async fn post_throughput(bench: &Sandbox, options: Options) -> Result<Figure, St
                         create_topic: true,
                         idempotency_key: None,
                         ack_only: false,
+                        wake: false,
                     };
                     api.send::<method::MessagesPost>(&token, &request).await.map_err(|e| format!("posting: {e}"))?;
                 }
@@ -148,6 +149,7 @@ async fn steer_latency(bench: &Sandbox, options: Options) -> Result<Vec<Figure>,
             create_topic: true,
             idempotency_key: None,
             ack_only: false,
+            wake: false,
         };
         let started = Instant::now();
         let posted: PostResponse = bench
@@ -224,6 +226,7 @@ async fn broadcast(bench: &Sandbox, agents: usize) -> Result<Figure, String> {
         create_topic: true,
         idempotency_key: None,
         ack_only: false,
+        wake: false,
     };
     let started = Instant::now();
     let posted: PostResponse =

@@ -381,7 +381,18 @@ pub enum ChannelsCommand {
         /// A poster of a restricted channel (repeatable).
         #[arg(long = "poster")]
         posters: Vec<String>,
+        /// Whether posts wake idle recipients (default: mentions for broadcast channels,
+        /// always for general ones).
+        #[arg(long, value_enum)]
+        wake: Option<WakeArg>,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WakeArg {
+    Always,
+    Mentions,
+    Never,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -413,6 +424,9 @@ pub struct PostArgs {
     /// An acknowledgement only: recipients see it at their next turn; it wakes no one.
     #[arg(long)]
     pub ack_only: bool,
+    /// Wake every idle recipient, whatever the channel's wake policy (operators).
+    #[arg(long)]
+    pub wake: bool,
     /// The message; read from stdin when absent or `-`.
     pub body: Option<String>,
 }

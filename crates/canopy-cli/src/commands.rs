@@ -371,7 +371,7 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             })
             .await
         }
-        Command::Channels { command: Some(ChannelsCommand::Create { name, kind, post_policy, posters }) } => {
+        Command::Channels { command: Some(ChannelsCommand::Create { name, kind, post_policy, posters, wake }) } => {
             let request = ChannelsCreateRequest {
                 name,
                 kind: Some(match kind {
@@ -384,6 +384,11 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                     PostPolicyArg::Restricted => PostPolicy::Restricted,
                 }),
                 posters,
+                wake: wake.map(|w| match w {
+                    WakeArg::Always => canopy_core::WakePolicy::Always,
+                    WakeArg::Mentions => canopy_core::WakePolicy::Mentions,
+                    WakeArg::Never => canopy_core::WakePolicy::Never,
+                }),
             };
             call::<method::ChannelsCreate>(client, json, &request, |c: &canopy_core::Channel| {
                 output::channels(std::slice::from_ref(c))
@@ -539,6 +544,7 @@ async fn post(client: &Client, json: bool, args: PostArgs) -> Result<(), CallErr
         create_topic: args.create_topic,
         idempotency_key: args.idempotency_key,
         ack_only: args.ack_only,
+        wake: args.wake,
     };
     call::<method::MessagesPost>(client, json, &request, |r: &PostResponse| {
         let retry = if r.duplicate { " (already posted with this idempotency key)" } else { "" };

@@ -156,6 +156,7 @@ impl Demo {
             create_topic: true,
             idempotency_key: None,
             ack_only: false,
+            wake: false,
         };
         self.send::<method::MessagesPost>(&request).await
     }
@@ -285,16 +286,29 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
     demo.wait("the steer to land", |d| d.transcript("builder").contains("\"steer\":true")).await?;
     say("  - the mention landed inside builder's running turn, after its tool call\n");
 
-    say("Flow 3: the Supervisor broadcasts; every agent receives it.");
+    say("Flow 3: the Supervisor broadcasts; it costs no agent a turn, and every agent has it at its next one.");
     demo.post("home-supervisor", "ops", "@supervisor please broadcast").await?;
+    demo.wait("the Supervisor's broadcast", |d| d.transcript("supervisor").contains("the Supervisor is broadcasting"))
+        .await?;
     let agents: AgentsListResponse = demo.send::<method::AgentsList>(&AgentsListRequest {}).await?;
     let listeners: Vec<String> =
         agents.agents.iter().map(|a| a.handle.to_string()).filter(|h| h != "supervisor").collect();
+    say("  - #announcements woke no one: each agent is queued (no wake) until its next turn");
+    let posted = demo.post("incidents", "drill", "Drill: the staging database is read-only for ten minutes.").await?;
+    say("  - operator posts to #incidents, which wakes every agent:");
+    say(&format!("      -> {} woke, {} queued", posted.counts.woke, posted.counts.queued));
     demo.wait("every agent to receive the broadcast", |d| {
-        listeners.iter().all(|h| d.transcript(h).contains("the Supervisor is broadcasting"))
+        listeners.iter().all(|h| {
+            let t = d.transcript(h);
+            t.contains("the Supervisor is broadcasting") && t.contains("staging database is read-only")
+        })
     })
     .await?;
-    say(&format!("  - #announcements reached all {} agents: {}", listeners.len(), listeners.join(", ")));
+    say(&format!(
+        "  - #announcements reached all {} agents at that turn, with the incident: {}",
+        listeners.len(),
+        listeners.join(", ")
+    ));
     Ok(())
 }
 

@@ -87,11 +87,12 @@ pub fn channels(channels: &[Channel]) {
     let width = channels.iter().map(|c| c.name.as_str().len() + 1).max().unwrap_or(8);
     for c in channels {
         println!(
-            "{:width$}  {:12}  {:10}  {:9}  {} subscribers, last #{}",
+            "{:width$}  {:12}  {:10}  {:9}  wakes {:8}  {} subscribers, last #{}",
             format!("#{}", c.name),
             c.kind.to_string(),
             c.post_policy.to_string(),
             c.subscription_policy.to_string(),
+            c.wake.to_string(),
             c.subscribers,
             c.last_seq
         );

@@ -115,6 +115,7 @@ mod tests {
             subscribers: 0,
             last_seq: crate::Seq(0),
             created_at: String::new(),
+            wake: crate::WakePolicy::Always,
         }
     }
 

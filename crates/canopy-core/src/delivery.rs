@@ -99,6 +99,7 @@ pub fn plan(
     sender: (&str, AccountKind),
     recipients: &[PlanRecipient<'_>],
     ack_only: bool,
+    quiet: Option<&str>,
     guard: &LoopGuard,
     limits: LoopLimits,
     now: Instant,
@@ -116,7 +117,7 @@ pub fn plan(
             reason,
             steer_latency_us: None,
         };
-        match route(kind, recipient.facts, ack_only, wake) {
+        match route(kind, recipient.facts, ack_only, quiet, wake) {
             Route::Refused(why) => plan.outcomes.push(outcome(Outcome::Refused, Some(why))),
             Route::Held(why) => plan.outcomes.push(outcome(Outcome::Held, Some(why))),
             Route::LoopHeld { tell } => {
@@ -227,6 +228,7 @@ pub fn route(
     sender: AccountKind,
     recipient: RecipientFacts<'_>,
     ack_only: bool,
+    quiet: Option<&str>,
     loop_guard: impl FnOnce() -> Verdict,
 ) -> Route {
     if recipient.state == AccountState::Despawned {
@@ -244,7 +246,9 @@ pub fn route(
         return Route::Steer { runner };
     }
     let idle = recipient.presence == Presence::Idle;
-    if idle && !ack_only {
+    // The channel's wake policy: a quiet post wakes only those it mentions.
+    let quieted = quiet.filter(|_| !recipient.mentioned);
+    if idle && !ack_only && quieted.is_none() {
         if sender == AccountKind::Agent
             && let Verdict::Hold { tell } = loop_guard()
         {
@@ -252,7 +256,11 @@ pub fn route(
         }
         return Route::Woke { runner };
     }
-    let reason = (ack_only && idle).then(|| "an acknowledgement: delivered at its next turn, without waking it".into());
+    let reason = match (idle, ack_only, quieted) {
+        (true, true, _) => Some("an acknowledgement: delivered at its next turn, without waking it".into()),
+        (true, false, Some(why)) => Some(why.to_owned()),
+        _ => None,
+    };
     Route::Queued { runner, reason }
 }
 
@@ -326,27 +334,30 @@ mod tests {
     fn each_recipient_gets_the_route_its_state_calls_for() {
         let op = AccountKind::Operator;
         let despawned = RecipientFacts { state: AccountState::Despawned, ..facts(Presence::Idle, Some("r"), false) };
-        assert_eq!(route(op, despawned, false, never), Route::Refused("despawned".into()));
+        assert_eq!(route(op, despawned, false, None, never), Route::Refused("despawned".into()));
         assert!(
-            matches!(route(op, facts(Presence::Offline, None, true), false, never), Route::Held(why) if why.starts_with("offline"))
+            matches!(route(op, facts(Presence::Offline, None, true), false, None, never), Route::Held(why) if why.starts_with("offline"))
         );
         let crashed = RecipientFacts { state: AccountState::Crashed, ..facts(Presence::Crashed, None, false) };
-        assert!(matches!(route(op, crashed, false, never), Route::Held(why) if why.starts_with("crashed")));
+        assert!(matches!(route(op, crashed, false, None, never), Route::Held(why) if why.starts_with("crashed")));
         assert_eq!(
-            route(op, facts(Presence::Working, Some("r"), true), false, never),
+            route(op, facts(Presence::Working, Some("r"), true), false, None, never),
             Route::Steer { runner: R.clone() }
         );
         assert_eq!(
-            route(op, facts(Presence::Stalled, Some("r"), true), false, never),
+            route(op, facts(Presence::Stalled, Some("r"), true), false, None, never),
             Route::Steer { runner: R.clone() }
         );
         assert_eq!(
-            route(op, facts(Presence::Working, Some("r"), false), false, never),
+            route(op, facts(Presence::Working, Some("r"), false), false, None, never),
             Route::Queued { runner: R.clone(), reason: None }
         );
-        assert_eq!(route(op, facts(Presence::Idle, Some("r"), false), false, never), Route::Woke { runner: R.clone() });
+        assert_eq!(
+            route(op, facts(Presence::Idle, Some("r"), false), false, None, never),
+            Route::Woke { runner: R.clone() }
+        );
         assert!(matches!(
-            route(op, facts(Presence::Idle, Some("r"), true), true, never),
+            route(op, facts(Presence::Idle, Some("r"), true), true, None, never),
             Route::Queued { reason: Some(_), .. }
         ));
     }
@@ -354,10 +365,10 @@ mod tests {
     #[test]
     fn only_an_agent_s_wakes_pass_the_loop_guard() {
         let idle = facts(Presence::Idle, Some("r"), false);
-        let held = route(AccountKind::Agent, idle, false, || Verdict::Hold { tell: true });
+        let held = route(AccountKind::Agent, idle, false, None, || Verdict::Hold { tell: true });
         assert_eq!(held, Route::LoopHeld { tell: true });
-        assert_eq!(route(AccountKind::Agent, idle, false, || Verdict::Wake), Route::Woke { runner: R.clone() });
-        assert_eq!(route(AccountKind::Operator, idle, false, never), Route::Woke { runner: R.clone() });
+        assert_eq!(route(AccountKind::Agent, idle, false, None, || Verdict::Wake), Route::Woke { runner: R.clone() });
+        assert_eq!(route(AccountKind::Operator, idle, false, None, never), Route::Woke { runner: R.clone() });
     }
 
     fn recipient(handle: &'static str, presence: Presence, mentioned: bool) -> PlanRecipient<'static> {
@@ -375,7 +386,7 @@ mod tests {
             recipient("away", Presence::Offline, false),
         ];
         let guard = LoopGuard::default();
-        let mut plan = plan(("ops", AccountKind::Operator), &recipients, false, &guard, LIMITS, Instant::now());
+        let mut plan = plan(("ops", AccountKind::Operator), &recipients, false, None, &guard, LIMITS, Instant::now());
         assert_eq!(plan.steers, [(2, R.clone())]);
         assert_eq!(plan.doorbells.get(&*R).cloned().unwrap(), ["idle", "busy"]);
         plan.refuse("stranger", "not subscribed to #general".into());
@@ -403,16 +414,16 @@ mod tests {
         let now = Instant::now();
         let to = [recipient("b", Presence::Idle, false)];
         for _ in 0..2 {
-            let woke = plan(("a", AccountKind::Agent), &to, false, &guard, LIMITS, now);
+            let woke = plan(("a", AccountKind::Agent), &to, false, None, &guard, LIMITS, now);
             assert_eq!(woke.doorbells.len(), 1);
         }
-        let held = plan(("a", AccountKind::Agent), &to, false, &guard, LIMITS, now);
+        let held = plan(("a", AccountKind::Agent), &to, false, None, &guard, LIMITS, now);
         assert_eq!((held.held.as_slice(), held.loop_notices.as_slice()), (&[0][..], &[0][..]));
         assert!(held.doorbells.is_empty(), "a held wake does not ring");
-        let again = plan(("a", AccountKind::Agent), &to, false, &guard, LIMITS, now);
+        let again = plan(("a", AccountKind::Agent), &to, false, None, &guard, LIMITS, now);
         assert!(again.loop_notices.is_empty(), "the operator is told once");
-        plan(("ops", AccountKind::Operator), &to, false, &guard, LIMITS, now);
-        let after = plan(("a", AccountKind::Agent), &to, false, &guard, LIMITS, now);
+        plan(("ops", AccountKind::Operator), &to, false, None, &guard, LIMITS, now);
+        let after = plan(("a", AccountKind::Agent), &to, false, None, &guard, LIMITS, now);
         assert!(after.held.is_empty(), "an operator's post starts the count over");
     }
 
@@ -425,7 +436,7 @@ mod tests {
             .map(|(i, h)| PlanRecipient { handle: h, facts: facts(Presence::Idle, Some("r"), i == 7) })
             .collect();
         let guard = LoopGuard::default();
-        let mut plan = plan(("ops", AccountKind::Operator), &recipients, false, &guard, LIMITS, Instant::now());
+        let mut plan = plan(("ops", AccountKind::Operator), &recipients, false, None, &guard, LIMITS, Instant::now());
         plan.refuse("outsider", "not subscribed".into());
         let (outcomes, counts) = plan.finish(&HashSet::from(["a7"]));
         let listed: Vec<&str> = outcomes.iter().map(|o| o.recipient.as_str()).collect();

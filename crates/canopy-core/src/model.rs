@@ -165,6 +165,9 @@ pub struct Channel {
     /// Sequence of the newest message, 0 when empty.
     pub last_seq: Seq,
     pub created_at: String,
+    /// Whether a post wakes idle recipients.
+    #[serde(default)]
+    pub wake: WakePolicy,
 }
 
 /// A topic inside a channel.
@@ -317,6 +320,45 @@ string_enum!(SpawnState {
     Expired => "expired",
     Cancelled => "cancelled",
 });
+
+/// Whether a post to a channel starts a turn for an idle recipient: `always`, `mentions` (only
+/// the agents it @mentions; the rest get it at their next turn start) or `never`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WakePolicy {
+    #[default]
+    Always,
+    Mentions,
+    Never,
+}
+string_enum!(WakePolicy {
+    Always => "always",
+    Mentions => "mentions",
+    Never => "never",
+});
+
+impl WakePolicy {
+    /// A channel's policy when none was set: broadcasts wake only those they mention, except
+    /// `#incidents`, which wakes everyone; every other channel wakes.
+    pub fn default_for(kind: ChannelKind, name: &str) -> WakePolicy {
+        match kind {
+            ChannelKind::Broadcast if name != "incidents" => WakePolicy::Mentions,
+            _ => WakePolicy::Always,
+        }
+    }
+
+    /// Why an idle recipient is not woken by a post under this policy (`None`: it is woken),
+    /// unless the post forces a wake or mentions it.
+    pub fn quiet_reason(self, channel: &str) -> Option<String> {
+        match self {
+            WakePolicy::Always => None,
+            WakePolicy::Mentions => {
+                Some(format!("no wake: #{channel} wakes only the agents it mentions; delivered at its next turn start"))
+            }
+            WakePolicy::Never => Some(format!("no wake: #{channel} wakes no one; delivered at its next turn start")),
+        }
+    }
+}
 
 /// A request for a child Manager, as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -47,7 +47,7 @@ impl Api {
                 };
                 let now = canopy_sys::unix_us();
                 // Boxed: a delivery can itself post a notice (the loop guard's), which comes back here.
-                Box::pin(self.deliver(&system, &message, &reach, false, now)).await;
+                Box::pin(self.deliver(&system, &message, &reach, false, None, now)).await;
             }
         }
     }
@@ -61,6 +61,7 @@ impl Api {
         message: &canopy_core::Message,
         reach: &Reach,
         ack_only: bool,
+        quiet: Option<&str>,
         committed_us: u64,
     ) -> (Vec<RecipientOutcome>, OutcomeCounts) {
         let recipients: Vec<PlanRecipient<'_>> = reach
@@ -79,7 +80,7 @@ impl Api {
         let delivery = &self.config.delivery;
         let limits = LoopLimits { wakes: delivery.loop_wakes, window: delivery.loop_window };
         let sender = (caller.handle.as_str(), caller.kind);
-        let mut plan = plan(sender, &recipients, ack_only, &self.loops, limits, Instant::now());
+        let mut plan = plan(sender, &recipients, ack_only, quiet, &self.loops, limits, Instant::now());
         for handle in &reach.unreachable_mentions {
             plan.refuse(handle, format!("not subscribed to #{}", message.channel));
         }

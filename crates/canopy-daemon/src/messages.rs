@@ -113,6 +113,7 @@ impl Api {
             kind,
             post_policy: req.post_policy.unwrap_or(default_policy),
             posters,
+            wake: req.wake,
         };
         self.store.write(move |conn| ops::create_channel(conn, Some(&caller), &spec)).await
     }
@@ -150,6 +151,7 @@ impl Api {
             create_topic: req.create_topic,
             idempotency_key: req.idempotency_key,
             ack_only: req.ack_only,
+            wake: req.wake,
         };
         let ack_only = spec.ack_only;
         let poster = caller.clone();
@@ -169,7 +171,8 @@ impl Api {
         }
         let (channel_id, sender_id, mentions) = (posted.channel_id, posted.sender_id, posted.message.mentions.clone());
         let reach = self.store.read(move |conn| ops::reach(conn, channel_id, sender_id, &mentions)).await?;
-        let (outcomes, counts) = self.deliver(&caller, &posted.message, &reach, ack_only, committed_us).await;
+        let quiet = posted.quiet.as_deref();
+        let (outcomes, counts) = self.deliver(&caller, &posted.message, &reach, ack_only, quiet, committed_us).await;
         self.reply_decision(&caller, &posted.message).await;
         self.merge_reply(&caller, &posted.message).await;
         Ok(PostResponse {

@@ -163,6 +163,10 @@ pub struct ChannelsCreateRequest {
     /// Poster list for `restricted` channels (handles).
     #[serde(default)]
     pub posters: Vec<String>,
+    /// Whether posts wake idle recipients; default `mentions` for broadcast channels (but
+    /// `#incidents`), `always` for general ones.
+    #[serde(default)]
+    pub wake: Option<canopy_core::WakePolicy>,
 }
 
 /// `topics.list`: the topics of a channel, most recent activity first.
@@ -194,6 +198,9 @@ pub struct PostRequest {
     /// An acknowledgement only: recipients see it at their next turn, but it wakes no one.
     #[serde(default)]
     pub ack_only: bool,
+    /// Wake every idle recipient, whatever the channel's wake policy (operators only).
+    #[serde(default)]
+    pub wake: bool,
 }
 
 pub use canopy_core::delivery::{Outcome, OutcomeCounts, RecipientOutcome};

@@ -23,6 +23,8 @@ pub struct ChannelSpec {
     pub kind: ChannelKind,
     pub post_policy: PostPolicy,
     pub posters: Vec<Handle>,
+    /// Whether posts wake idle recipients; `None` is the kind's default.
+    pub wake: Option<canopy_core::WakePolicy>,
 }
 
 impl ChannelSpec {
@@ -33,6 +35,7 @@ impl ChannelSpec {
             kind: ChannelKind::Broadcast,
             post_policy: PostPolicy::Restricted,
             posters: vec![poster.clone()],
+            wake: None,
         })
     }
 }
@@ -70,6 +73,10 @@ pub fn create_channel(conn: &Db<'_>, caller: Option<&Caller>, spec: &ChannelSpec
         _ => actor_id,
     };
     let channel_id = insert_channel(conn, &spec.name, spec.kind, spec.post_policy, subscription, owner)?;
+    if let Some(wake) = spec.wake {
+        conn.execute("UPDATE channels SET wake_policy = ?1 WHERE id = ?2", params![wake.as_str(), channel_id])
+            .map_err(sql("setting a wake policy"))?;
+    }
     for poster_id in poster_ids {
         conn.execute(
             "INSERT INTO channel_posters (channel_id, account_id) VALUES (?1, ?2)",

@@ -137,6 +137,8 @@ pub fn pending(conn: &Db<'_>, agent_id: i64, limit: u32) -> Result<Pending, Erro
     let wake: bool = conn
         .prepare_cached(&format!(
             "SELECT EXISTS (SELECT 1 {PENDING_WHERE} AND m.ack_only = 0 \
+             AND (m.wake = 'all' OR (m.wake = 'mentioned' AND EXISTS (SELECT 1 FROM json_each(m.mentions) j \
+                  WHERE j.value = (SELECT handle FROM accounts WHERE id = ?1)))) \
              AND NOT EXISTS (SELECT 1 FROM deliveries h WHERE h.agent_id = ?1 AND h.seq = m.seq AND h.state = 'held'))"
         ))
         .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))

@@ -26,6 +26,8 @@ pub struct PostSpec {
     pub idempotency_key: Option<String>,
     /// An acknowledgement: delivered at the recipients' next turn, never waking anyone.
     pub ack_only: bool,
+    /// Wake every idle recipient whatever the channel's wake policy (operators only).
+    pub wake: bool,
 }
 
 /// A committed post and whom it reaches.
@@ -37,6 +39,9 @@ pub struct Posted {
     /// For `delivery::reach`, read after the commit (off the writer's hot path).
     pub channel_id: i64,
     pub sender_id: i64,
+    /// Why idle recipients it does not mention are not woken (the channel's wake policy), or
+    /// `None` when it wakes them.
+    pub quiet: Option<String>,
 }
 
 /// A page of messages in sequence order.
@@ -60,7 +65,7 @@ pub fn post(conn: &Db<'_>, caller: &Caller, spec: &PostSpec) -> Result<Posted, E
     {
         let stored = message(conn, seq)?;
         if stored.channel == spec.channel && stored.topic == spec.topic && stored.body == spec.body {
-            return Ok(Posted { message: stored, duplicate: true, channel_id: 0, sender_id: sender.id });
+            return Ok(Posted { message: stored, duplicate: true, channel_id: 0, sender_id: sender.id, quiet: None });
         }
         return Err(Error::ConflictOn {
             field: "idempotency_key",
@@ -74,6 +79,18 @@ pub fn post(conn: &Db<'_>, caller: &Caller, spec: &PostSpec) -> Result<Posted, E
     let (channel_id, channel) = channel_for_post(conn, spec.channel.as_str())?;
     let subscribed = caller.is_operator() || is_subscribed(conn, sender.id, channel_id)?;
     may_post(caller, &channel, subscribed)?;
+    if spec.wake && !caller.is_operator() {
+        return Err(Error::Forbidden {
+            action: format!("force a wake in #{}", spec.channel),
+            reason: "only an operator overrides a channel's wake policy".into(),
+        });
+    }
+    let wake = match (spec.wake, channel.wake) {
+        (true, _) | (false, canopy_core::WakePolicy::Always) => "all",
+        (false, canopy_core::WakePolicy::Mentions) => "mentioned",
+        (false, canopy_core::WakePolicy::Never) => "none",
+    };
+    let quiet = if spec.wake { None } else { channel.wake.quiet_reason(spec.channel.as_str()) };
 
     let now = conn.now_ms();
     let topic_id = match topic_id(conn, channel_id, &spec.topic)? {
@@ -109,9 +126,10 @@ pub fn post(conn: &Db<'_>, caller: &Caller, spec: &PostSpec) -> Result<Posted, E
         body: &spec.body,
         idempotency_key: spec.idempotency_key.as_deref(),
         ack_only: spec.ack_only,
+        wake,
     };
     let message = insert_message(conn, new, now)?;
-    Ok(Posted { message, duplicate: false, channel_id, sender_id: sender.id })
+    Ok(Posted { message, duplicate: false, channel_id, sender_id: sender.id, quiet })
 }
 
 /// Commits a message like `post`; when the post policy forbids it, commits an audit record
@@ -246,6 +264,7 @@ pub(crate) fn post_as_system(
         body,
         idempotency_key: None,
         ack_only: false,
+        wake: "all",
     };
     insert_message(conn, new, now)
 }
@@ -261,20 +280,23 @@ struct NewMessage<'a> {
     body: &'a str,
     idempotency_key: Option<&'a str>,
     ack_only: bool,
+    /// Whom it wakes: `all`, `mentioned` or `none`.
+    wake: &'a str,
 }
 
 /// Inserts a message and bumps its topic; returns the stored message.
 fn insert_message(conn: &Db<'_>, new: NewMessage<'_>, now: i64) -> Result<Message, Error> {
-    let NewMessage { channel_id, channel, topic_id, topic, sender_id, sender, body, idempotency_key, ack_only } = new;
+    let NewMessage { channel_id, channel, topic_id, topic, sender_id, sender, body, idempotency_key, ack_only, wake } =
+        new;
     let mentions = parse_mentions(body);
     let mentions_json =
         serde_json::to_string(&mentions).map_err(|e| Error::Internal(format!("encoding mentions: {e}")))?;
     conn.prepare_cached(
-        "INSERT INTO messages (channel_id, topic_id, sender_id, body, mentions, idempotency_key, created_at, ack_only) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO messages (channel_id, topic_id, sender_id, body, mentions, idempotency_key, created_at, ack_only, \
+         wake) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )
     .and_then(|mut s| {
-        s.execute(params![channel_id, topic_id, sender_id, body, mentions_json, idempotency_key, now, ack_only])
+        s.execute(params![channel_id, topic_id, sender_id, body, mentions_json, idempotency_key, now, ack_only, wake])
     })
     .map_err(sql("inserting a message"))?;
     let seq = conn.last_insert_rowid();

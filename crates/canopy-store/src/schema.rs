@@ -284,6 +284,12 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX merges_state ON merges(state);
     "#,
+    // Wake policies: a channel's (NULL: its kind's default), and the one a message was posted
+    // under ('all', 'mentioned', 'none'), which decides whom it wakes.
+    r#"
+    ALTER TABLE channels ADD COLUMN wake_policy TEXT;
+    ALTER TABLE messages ADD COLUMN wake TEXT NOT NULL DEFAULT 'all';
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

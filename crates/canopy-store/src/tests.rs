@@ -32,6 +32,7 @@ fn post_spec(channel: &str, topic: &str, body: &str) -> PostSpec {
         create_topic: true,
         idempotency_key: None,
         ack_only: false,
+        wake: false,
     }
 }
 
@@ -109,6 +110,7 @@ async fn restricted_channels_refuse_agents_not_on_the_poster_list() {
         kind: canopy_core::ChannelKind::General,
         post_policy: PostPolicy::OwnerOnly,
         posters: vec![],
+        wake: None,
     };
     store.write(move |c| ops::create_channel(c, Some(&operator()), &owner_only)).await.unwrap();
     let refused = store.write(|c| ops::post(c, &agent("ci-manager"), &post_spec("ops-log", "t", "x"))).await;
@@ -234,8 +236,17 @@ async fn a_broadcast_writes_one_row_and_reaches_every_agent_through_cursors() {
             .await
             .unwrap();
         assert_eq!(pending.messages.len(), 1, "{handle}");
-        assert!(pending.wake);
+        // #announcements wakes only the agents it mentions: pending, but no reason for a turn.
+        assert!(!pending.wake, "{handle}");
     }
+    assert!(posted.quiet.as_deref().is_some_and(|q| q.starts_with("no wake")), "{:?}", posted.quiet);
+    // A mention of one of them is a reason to wake that one only.
+    store.write(|c| ops::post(c, &agent("supervisor"), &post_spec("announcements", "t", "@ci-manager look"))).await.unwrap();
+    let wakes = |handle: &'static str| {
+        let store = store.clone();
+        async move { store.read(move |c| ops::pending(c, ops::agent_id(c, handle)?, 10)).await.unwrap().wake }
+    };
+    assert!(wakes("ci-manager").await && !wakes("docs-manager").await);
     // Acknowledging moves the cursor; the message is no longer pending, and a repeat is a no-op.
     let seq = posted.message.seq;
     let moved = store
@@ -245,7 +256,8 @@ async fn a_broadcast_writes_one_row_and_reaches_every_agent_through_cursors() {
         })
         .await
         .unwrap();
-    assert_eq!((moved.0, moved.1, moved.2.messages.len()), (1, 0, 0));
+    // The mention, posted after it, still waits.
+    assert_eq!((moved.0, moved.1, moved.2.messages.len()), (1, 0, 1));
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 use canopy_core::Seq;
 use canopy_core::{
     Account, AccountKind, AccountState, Channel, ChannelKind, ChannelName, Error, Handle, Message, PostPolicy,
-    RoleName, Sender, SubscriptionPolicy, TopicName,
+    RoleName, Sender, SubscriptionPolicy, TopicName, WakePolicy,
 };
 use rusqlite::{OptionalExtension, Row, params};
 
@@ -73,16 +73,22 @@ pub(crate) fn parse_enum<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Opti
 /// A channel's id and its view without counts or posters.
 fn channel_row(conn: &Db<'_>, name: &str) -> Result<Option<(i64, Channel)>, Error> {
     conn.prepare_cached(
-        "SELECT c.id, c.name, c.kind, c.post_policy, c.subscription_policy, o.handle, c.created_at \
+        "SELECT c.id, c.name, c.kind, c.post_policy, c.subscription_policy, o.handle, c.created_at, c.wake_policy \
          FROM channels c LEFT JOIN accounts o ON o.id = c.owner_id WHERE c.name = ?1",
     )
     .and_then(|mut s| {
         s.query_row(params![name], |row| {
+            let name: String = row.get(1)?;
+            let kind = parse_enum(row, 2, ChannelKind::parse)?;
+            let wake = row
+                .get::<_, Option<String>>(7)?
+                .and_then(|w| WakePolicy::parse(&w))
+                .unwrap_or_else(|| WakePolicy::default_for(kind, &name));
             Ok((
                 row.get::<_, i64>(0)?,
                 Channel {
-                    name: ChannelName::from_trusted(row.get(1)?),
-                    kind: parse_enum(row, 2, ChannelKind::parse)?,
+                    name: ChannelName::from_trusted(name),
+                    kind,
                     post_policy: parse_enum(row, 3, PostPolicy::parse)?,
                     subscription_policy: parse_enum(row, 4, SubscriptionPolicy::parse)?,
                     owner: row.get::<_, Option<String>>(5)?.map(Handle::from_trusted),
@@ -90,6 +96,7 @@ fn channel_row(conn: &Db<'_>, name: &str) -> Result<Option<(i64, Channel)>, Erro
                     created_at: rfc3339(row.get(6)?),
                     subscribers: 0,
                     last_seq: Seq(0),
+                    wake,
                 },
             ))
         })
