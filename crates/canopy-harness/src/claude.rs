@@ -235,19 +235,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     write(PROMPT_FILE, spec.prompt.text().as_bytes())?;
     let mcp = serde_json::to_vec_pretty(&mcp_config(&spec.mcp_url, &spec.mcp_token)).unwrap_or_default();
     // The token is a credential: the file is created readable by the session's user only.
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = spec.session_dir.join(MCP_CONFIG_FILE);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)
-            .and_then(|mut file| file.write_all(&mcp))
-            .map_err(files(path))?;
-    }
+    crate::session::write_private(spec.session_dir.join(MCP_CONFIG_FILE), &mcp)?;
     let config_dir = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir).join(CONFIG_DIR);
     std::fs::create_dir_all(&config_dir).map_err(files(config_dir.clone()))?;
     let (conversation, note) = conversation(spec, resume);

@@ -31,7 +31,7 @@ use tokio::process::Command;
 use crate::HarnessKind;
 use crate::PromptMode;
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
-use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, Resume};
+use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, Resume, write_private};
 
 pub const CAPABILITIES: Capabilities = HarnessKind::Omp.capabilities();
 
@@ -121,17 +121,39 @@ pub fn mcp_config(url: &str, token: &str) -> Value {
     })
 }
 
-pub(crate) fn write_private(path: PathBuf, bytes: &[u8]) -> Result<(), LaunchError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .and_then(|mut file| file.write_all(bytes))
-        .map_err(|source| LaunchError::Files { path, source })
+/// The session file a launch resumes: the one `record` names when it exists (and an agent
+/// directory keeps it); after a failed resume, none, and the record is dropped.
+pub(crate) fn recorded_session(spec: &LaunchSpec, record: &std::path::Path, resume: Resume) -> Option<String> {
+    match resume {
+        Resume::Fresh => {
+            let _ = std::fs::remove_file(record);
+            None
+        }
+        Resume::IfRecorded if spec.agent_dir.is_some() => std::fs::read_to_string(record)
+            .ok()
+            .map(|t| t.trim().to_owned())
+            .filter(|path| !path.is_empty() && std::path::Path::new(path).is_file()),
+        Resume::IfRecorded => None,
+    }
+}
+
+/// Adds `quiet` and the provider's API key (inherited by name when `[harness.<h>.env]` does
+/// not set it) to the command's environment.
+pub(crate) fn quiet_env(
+    command: &mut Command,
+    spec: &LaunchSpec,
+    provider: &crate::ProviderSettings,
+    quiet: &[(&str, &str)],
+) {
+    for (key, value) in quiet {
+        command.env(key, value);
+    }
+    if let Some(key) = &provider.api_key_env
+        && !spec.env.iter().any(|(k, _)| k == key)
+        && let Some(value) = std::env::var_os(key)
+    {
+        command.env(key, value);
+    }
 }
 
 /// Writes omp's agent directory, the prompt and the subagent definitions, and adds omp's
@@ -166,27 +188,9 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     }
 
     let record = keep.join(CONVERSATION_FILE);
-    let resumed = match resume {
-        Resume::Fresh => {
-            let _ = std::fs::remove_file(&record);
-            None
-        }
-        Resume::IfRecorded if spec.agent_dir.is_some() => std::fs::read_to_string(&record)
-            .ok()
-            .map(|t| t.trim().to_owned())
-            .filter(|path| !path.is_empty() && std::path::Path::new(path).is_file()),
-        Resume::IfRecorded => None,
-    };
+    let resumed = recorded_session(spec, &record, resume);
     command.args(arguments(spec, model, resumed.as_deref())).env("PI_CODING_AGENT_DIR", &agent_dir);
-    for (key, value) in QUIET_ENV {
-        command.env(key, value);
-    }
-    if let Some(key) = &provider.api_key_env
-        && !spec.env.iter().any(|(k, _)| k == key)
-        && let Some(value) = std::env::var_os(key)
-    {
-        command.env(key, value);
-    }
+    quiet_env(command, spec, provider, QUIET_ENV);
     Ok(Box::new(OmpCodec::new(Dialect::Omp, spec.agent_dir.as_ref().map(|_| record), resumed)))
 }
 

@@ -13,8 +13,8 @@ use serde_json::json;
 use tokio::process::Command;
 
 use crate::PromptMode;
-use crate::omp::{Dialect, OmpCodec, omp_tool, write_private};
-use crate::session::{Codec, LaunchError, LaunchSpec, Resume};
+use crate::omp::{Dialect, OmpCodec, omp_tool, quiet_env, recorded_session};
+use crate::session::{Codec, LaunchError, LaunchSpec, Resume, write_private};
 
 /// The prompt file and the extension in the session directory.
 pub const PROMPT_FILE: &str = "system-prompt.md";
@@ -69,31 +69,13 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     write_private(spec.session_dir.join(EXTENSION_FILE), EXTENSION.as_bytes())?;
 
     let record = keep.join(CONVERSATION_FILE);
-    let resumed = match resume {
-        Resume::Fresh => {
-            let _ = std::fs::remove_file(&record);
-            None
-        }
-        Resume::IfRecorded if spec.agent_dir.is_some() => std::fs::read_to_string(&record)
-            .ok()
-            .map(|t| t.trim().to_owned())
-            .filter(|path| !path.is_empty() && std::path::Path::new(path).is_file()),
-        Resume::IfRecorded => None,
-    };
+    let resumed = recorded_session(spec, &record, resume);
     command.args(arguments(spec, model, resumed.as_deref())).env("PI_CODING_AGENT_DIR", &agent_dir);
-    for (key, value) in QUIET_ENV {
-        command.env(key, value);
-    }
+    quiet_env(command, spec, provider, QUIET_ENV);
     command
         .env("CANOPY_MCP_URL", &spec.mcp_url)
         .env("CANOPY_MCP_TOKEN", &spec.mcp_token)
         .env("CANOPY_PI_BUILTIN_TOOLS", spec.builtin_tools.iter().map(|t| omp_tool(t)).collect::<Vec<_>>().join(","));
-    if let Some(key) = &provider.api_key_env
-        && !spec.env.iter().any(|(k, _)| k == key)
-        && let Some(value) = std::env::var_os(key)
-    {
-        command.env(key, value);
-    }
     Ok(Box::new(OmpCodec::new(Dialect::Pi, spec.agent_dir.as_ref().map(|_| record), resumed)))
 }
 

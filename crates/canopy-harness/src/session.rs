@@ -509,6 +509,20 @@ pub(crate) fn grants(spec: &LaunchSpec) -> Result<Grants, LaunchError> {
     Ok(Grants { read_only, read_write, connect_ports })
 }
 
+/// Writes a file readable by the session's user only (it may hold a credential).
+pub(crate) fn write_private(path: PathBuf, bytes: &[u8]) -> Result<(), LaunchError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut file| file.write_all(bytes))
+        .map_err(|source| LaunchError::Files { path, source })
+}
+
 /// Writes one line (adding the newline) to the harness's stdin.
 async fn write_to(stdin: &Stdin, mut line: Vec<u8>) -> Result<(), SessionError> {
     line.push(b'\n');

@@ -241,7 +241,10 @@ async fn a_broadcast_writes_one_row_and_reaches_every_agent_through_cursors() {
     }
     assert!(posted.quiet.as_deref().is_some_and(|q| q.starts_with("no wake")), "{:?}", posted.quiet);
     // A mention of one of them is a reason to wake that one only.
-    store.write(|c| ops::post(c, &agent("supervisor"), &post_spec("announcements", "t", "@ci-manager look"))).await.unwrap();
+    store
+        .write(|c| ops::post(c, &agent("supervisor"), &post_spec("announcements", "t", "@ci-manager look")))
+        .await
+        .unwrap();
     let wakes = |handle: &'static str| {
         let store = store.clone();
         async move { store.read(move |c| ops::pending(c, ops::agent_id(c, handle)?, 10)).await.unwrap().wake }
