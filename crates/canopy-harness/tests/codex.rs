@@ -32,7 +32,7 @@ use harness_bins::codex_bin;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-const PATIENCE: Duration = Duration::from_secs(20);
+const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A minimal MCP server over streamable HTTP (JSON answers, no sessions): `initialize`,
 /// `tools/list` with one tool, `tools/call` echoing its arguments. It checks the bearer
