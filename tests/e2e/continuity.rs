@@ -245,3 +245,38 @@ actions = [
     assert_eq!(env.refused(&["usage", "--agent", "Not A Handle"])["field"], "agent");
     assert!(!env.run(&["usage", "--since", "soon"]).status.success());
 }
+
+/// A harness that reports tokens only gets a cost computed from `[pricing]` by its model (a
+/// scripted session has none: its harness's name), marked computed; a reported cost is kept.
+#[test]
+fn usage_without_a_reported_cost_is_priced_from_pricing_and_marked_computed() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    let config = env.data_dir().join("canopy.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[pricing.scripted]\ninput = 2.0\ncached_input = 0.5\noutput = 10.0\n");
+    std::fs::write(&config, text).unwrap();
+    env.edit_config(&[("sync_interval = \"2s\"", "sync_interval = \"200ms\"")]);
+    env.start_daemon();
+    env.create_scripted(
+        "tokens",
+        "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ usage = { input_tokens = 1000000, output_tokens = 100000, cache_read_tokens = 200000 } }]\n",
+    );
+    env.create_scripted(
+        "priced",
+        "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ usage = { input_tokens = 1000000, output_tokens = 100000, cost_usd = 0.25 } }]\n",
+    );
+    let row = |agent: &str| -> Option<serde_json::Value> {
+        env.json(&["usage"])["agents"].as_array()?.iter().find(|r| r["agent"] == agent).cloned()
+    };
+    crate::assert_eventually!(row("tokens").is_some() && row("priced").is_some(), "no usage reported");
+    let tokens = row("tokens").unwrap();
+    // 1M input at $2 + 0.2M cached at $0.5 + 0.1M output at $10 per million.
+    let cost = tokens["totals"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - 3.1).abs() < 1e-9, "{tokens}");
+    assert_eq!(tokens["totals"]["reports_with_computed_cost"], 1, "{tokens}");
+    let priced = row("priced").unwrap();
+    assert_eq!(priced["totals"]["cost_usd"], 0.25, "{priced}");
+    assert_eq!(priced["totals"]["reports_with_computed_cost"], 0, "{priced}");
+    assert!(env.ok(&["usage"]).contains("(computed)"));
+}

@@ -348,10 +348,17 @@ pub fn usage(r: &UsageResponse) {
 }
 
 fn usage_row(label: &str, t: &canopy_core::UsageTotals, width: usize) -> String {
+    let computed = match t.reports_with_computed_cost {
+        0 => String::new(),
+        n if n == t.reports => " (computed)".to_owned(),
+        n => format!(" ({n} computed)"),
+    };
     let cost = match t.cost_usd {
         None => "-".to_owned(),
-        Some(cost) if t.reports_without_cost > 0 => format!("${cost:.4}+ ({} without cost)", t.reports_without_cost),
-        Some(cost) => format!("${cost:.4}"),
+        Some(cost) if t.reports_without_cost > 0 => {
+            format!("${cost:.4}+ ({} without cost){computed}", t.reports_without_cost)
+        }
+        Some(cost) => format!("${cost:.4}{computed}"),
     };
     format!(
         "{label:width$}  {:>10}  {:>10}  {:>10}  {:>7}  {cost}",

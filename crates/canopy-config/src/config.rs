@@ -35,6 +35,9 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// Git workspaces: the check timeout, the git program (`[workspaces]`).
     pub workspaces: WorkspacesConfig,
+    /// Per-model prices (`[pricing.<model>]`), for harnesses that report tokens only.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pricing: BTreeMap<String, PriceConfig>,
     /// Repositories registered at start (`[[repos]]`), as with `canopy repos add`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repos: Vec<RepoConfig>,
@@ -60,6 +63,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             sandbox: SandboxConfig::default(),
             workspaces: WorkspacesConfig::default(),
+            pricing: BTreeMap::new(),
             repos: Vec::new(),
             harness: HarnessTables::default(),
             roles: BTreeMap::from([
@@ -303,6 +307,19 @@ impl Default for RetentionConfig {
         }
     }
 }
+
+/// `[pricing.<model>]`: US dollars per million tokens. The model is the session's (its role's
+/// or `[harness.<h>] model`), or, for a session without one, its harness's name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    pub input: f64,
+    #[serde(default)]
+    pub cached_input: f64,
+    pub output: f64,
+}
+
+impl Eq for PriceConfig {}
 
 /// `[workspaces]`: how Canopy runs git and check commands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -779,6 +796,11 @@ impl Config {
         }
         if self.workspaces.git.as_os_str().is_empty() {
             return Err(("workspaces.git", "must name the git executable".into()));
+        }
+        for price in self.pricing.values() {
+            if [price.input, price.cached_input, price.output].iter().any(|p| !p.is_finite() || *p < 0.0) {
+                return Err(("pricing", "prices are zero or more US dollars per million tokens".into()));
+            }
         }
         for repo in &self.repos {
             if repo.name.trim().is_empty() || repo.source.trim().is_empty() {

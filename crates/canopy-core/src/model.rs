@@ -481,6 +481,38 @@ pub struct UsageTotals {
     pub reports: u64,
     /// Of those, how many carried no cost (so a cost shown is a lower bound).
     pub reports_without_cost: u64,
+    /// Of those with a cost, how many had it computed from `[pricing]` (the harness reported
+    /// tokens only).
+    #[serde(default)]
+    pub reports_with_computed_cost: u64,
+}
+
+/// A model's prices (`[pricing.<model>]`), in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Price {
+    pub input: f64,
+    pub cached_input: f64,
+    pub output: f64,
+}
+
+impl Price {
+    /// The cost of a turn from its tokens: fresh input, cached input (read from the cache)
+    /// and output. Cache writes are priced as input.
+    pub fn cost(&self, input: u64, cache_read: u64, cache_write: u64, output: u64) -> f64 {
+        let m = |n: u64, p: f64| n as f64 * p / 1_000_000.0;
+        m(input + cache_write, self.input) + m(cache_read, self.cached_input) + m(output, self.output)
+    }
+}
+
+#[cfg(test)]
+mod price_tests {
+    #[test]
+    fn a_turn_is_priced_per_million_tokens_by_kind() {
+        let price = super::Price { input: 2.0, cached_input: 0.5, output: 10.0 };
+        let cost = price.cost(1_000_000, 200_000, 0, 100_000);
+        assert!((cost - 3.1).abs() < 1e-9, "{cost}");
+        assert!((price.cost(0, 0, 500_000, 0) - 1.0).abs() < 1e-9, "a cache write is priced as input");
+    }
 }
 
 /// One row of `canopy usage`: an agent's, a session's or a turn's totals.

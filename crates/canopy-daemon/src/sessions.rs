@@ -114,28 +114,39 @@ impl Api {
         if req.reports.len() > 10_000 {
             return Err(Error::invalid("reports", "at most 10000 reports per request"));
         }
-        let reports: Vec<Report> = req
-            .reports
-            .into_iter()
-            .map(|r| Report {
-                agent: r.agent,
-                incarnation: r.incarnation,
-                presence: r.presence,
-                reason: r.reason.map(|reason| canopy_core::redact::redact(&reason, 500)),
-                activity: r.activity.map(|a| (a.kind, a.turn_id, a.summary, a.detail)),
-                ended: r.ended,
-                crash_loop: r.crash_loop,
-                fatal: r.fatal,
-                usage: r.usage.map(|u| UsageReport {
-                    turn_id: u.turn_id.map(|t| canopy_core::redact::cut(&t, 128)),
-                    input_tokens: u.input_tokens,
-                    output_tokens: u.output_tokens,
-                    cache_read_tokens: u.cache_read_tokens,
-                    cache_write_tokens: u.cache_write_tokens,
-                    cost_usd: u.cost_usd,
-                }),
-            })
-            .collect();
+        let reports: Vec<Report> =
+            req.reports
+                .into_iter()
+                .map(|r| Report {
+                    agent: r.agent,
+                    incarnation: r.incarnation,
+                    presence: r.presence,
+                    reason: r.reason.map(|reason| canopy_core::redact::redact(&reason, 500)),
+                    activity: r.activity.map(|a| (a.kind, a.turn_id, a.summary, a.detail)),
+                    ended: r.ended,
+                    crash_loop: r.crash_loop,
+                    fatal: r.fatal,
+                    usage: r.usage.map(|u| {
+                        // Tokens only: priced from `[pricing]` by the session's model, marked computed.
+                        let computed = match u.cost_usd {
+                            Some(_) => None,
+                            None => u.model.as_deref().and_then(|m| self.config.pricing.get(m)).map(|p| {
+                                canopy_core::Price { input: p.input, cached_input: p.cached_input, output: p.output }
+                                    .cost(u.input_tokens, u.cache_read_tokens, u.cache_write_tokens, u.output_tokens)
+                            }),
+                        };
+                        UsageReport {
+                            turn_id: u.turn_id.map(|t| canopy_core::redact::cut(&t, 128)),
+                            input_tokens: u.input_tokens,
+                            output_tokens: u.output_tokens,
+                            cache_read_tokens: u.cache_read_tokens,
+                            cache_write_tokens: u.cache_write_tokens,
+                            cost_usd: u.cost_usd.or(computed),
+                            cost_computed: computed.is_some(),
+                        }
+                    }),
+                })
+                .collect();
         let runner_id = req.runner_id;
         let max = self.config.sessions.activity_per_session;
         let applied = self.store.write(move |conn| ops::apply_reports(conn, &runner_id, &reports, max)).await?;

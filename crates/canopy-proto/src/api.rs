@@ -511,6 +511,9 @@ pub struct ReportedUsage {
     pub cache_read_tokens: u64,
     #[serde(default)]
     pub cache_write_tokens: u64,
+    /// The model the session runs (or, without one, its harness's name), for `[pricing]`.
+    #[serde(default)]
+    pub model: Option<String>,
     /// In US dollars, when the harness knows it.
     #[serde(default)]
     pub cost_usd: Option<f64>,

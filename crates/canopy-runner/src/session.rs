@@ -107,6 +107,8 @@ pub(crate) fn spawn(context: SessionContext) -> SessionSlot {
 struct Reporter {
     agent: String,
     incarnation: Incarnation,
+    /// The session's model (or its harness's name): what `[pricing]` prices its usage by.
+    model: String,
     tx: mpsc::Sender<SessionReport>,
 }
 
@@ -154,6 +156,7 @@ impl Reporter {
                 output_tokens: usage.output_tokens,
                 cache_read_tokens: usage.cache_read_tokens,
                 cache_write_tokens: usage.cache_write_tokens,
+                model: Some(self.model.clone()),
                 cost_usd: usage.cost_usd,
             }),
             _ => None,
@@ -411,7 +414,15 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         // Its stop ladder (grace, SIGTERM, grace, SIGKILL) bounds the wait.
         let _ = previous.await;
     }
-    let reporter = Reporter { agent: assignment.agent.clone(), incarnation: assignment.incarnation, tx: reports };
+    let model = match assignment.model.is_empty() {
+        false => assignment.model.clone(),
+        true => HarnessKind::parse(&assignment.harness)
+            .and_then(|k| options.harnesses.get(&k))
+            .and_then(|h| h.model.clone())
+            .unwrap_or_else(|| assignment.harness.clone()),
+    };
+    let reporter =
+        Reporter { agent: assignment.agent.clone(), incarnation: assignment.incarnation, model, tx: reports };
     let settings = &options.settings;
     let mailbox = Mailbox {
         api: options.api.clone(),

@@ -290,6 +290,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE channels ADD COLUMN wake_policy TEXT;
     ALTER TABLE messages ADD COLUMN wake TEXT NOT NULL DEFAULT 'all';
     "#,
+    // A cost computed from `[pricing]` (the harness reported tokens only), not reported.
+    r#"
+    ALTER TABLE usage ADD COLUMN cost_computed INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -479,6 +479,7 @@ async fn usage_is_summed_per_turn_session_and_agent_and_old_records_are_pruned()
         cache_read_tokens: 1,
         cache_write_tokens: 0,
         cost_usd: cost,
+        cost_computed: false,
     };
     let reports = vec![
         report("ci-manager", "usage", serde_json::Value::Null, Some(usage("t1", 100, Some(0.5)))),

@@ -25,6 +25,8 @@ pub struct UsageReport {
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
     pub cost_usd: Option<f64>,
+    /// The cost was computed from `[pricing]`, not reported.
+    pub cost_computed: bool,
 }
 
 /// Stores one usage report of a live session.
@@ -41,7 +43,7 @@ pub(crate) fn record_usage(
     let cost = usage.cost_usd.filter(|c| c.is_finite() && *c >= 0.0).map(|c| c.min(1e9));
     conn.prepare_cached(
         "INSERT INTO usage (agent_id, incarnation, turn_id, at, input_tokens, output_tokens, cache_read_tokens, \
-         cache_write_tokens, cost_usd) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+         cache_write_tokens, cost_usd, cost_computed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -53,7 +55,8 @@ pub(crate) fn record_usage(
             clamp(usage.output_tokens),
             clamp(usage.cache_read_tokens),
             clamp(usage.cache_write_tokens),
-            cost
+            cost,
+            usage.cost_computed && cost.is_some()
         ])
     })
     .map_err(sql("storing usage"))?;
@@ -84,7 +87,7 @@ pub struct UsageView {
 const TURNS: i64 = 20;
 
 const SUMS: &str = "SUM(u.input_tokens), SUM(u.output_tokens), SUM(u.cache_read_tokens), SUM(u.cache_write_tokens), \
-     SUM(u.cost_usd), COUNT(*), SUM(u.cost_usd IS NULL), MAX(u.at)";
+     SUM(u.cost_usd), COUNT(*), SUM(u.cost_usd IS NULL), MAX(u.at), SUM(u.cost_computed)";
 
 fn totals(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(UsageTotals, i64)> {
     let n = |i: usize| r.get::<_, Option<i64>>(at + i).map(|v| v.unwrap_or(0).max(0) as u64);
@@ -97,6 +100,7 @@ fn totals(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(UsageTotals, i6
             cost_usd: r.get(at + 4)?,
             reports: n(5)?,
             reports_without_cost: n(6)?,
+            reports_with_computed_cost: n(8)?,
         },
         r.get::<_, Option<i64>>(at + 7)?.unwrap_or(0),
     ))
