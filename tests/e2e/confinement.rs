@@ -1,6 +1,6 @@
 //! Confinement end to end: a Manager with a pending spawn request attacks from inside its
 //! session, through the scripted harness's `shell` action, the real Claude Code CLI's Bash
-//! tool and the real Codex CLI's shell tool (the model faked). Each attempt (read every
+//! tool, the real Codex CLI's shell tool and omp's and pi's `bash` (the model faked). Each attempt (read every
 //! secret file of the data directory by relative and absolute path, read another agent's
 //! directory, the daemon's `/proc` entry, write a sysctl, connect to the NATS port, kill the
 //! daemon, run `canopy approve` on its own request) fails; the request stays pending, no account is
@@ -214,6 +214,37 @@ fn a_codex_manager_s_shell_tool_cannot_reach_secrets_or_approve_itself() {
         })
     };
     model_attack(&env, "codex", queue, |n| fake.wait_requests(n, Duration::from_secs(60)));
+}
+
+#[test]
+fn an_omp_manager_s_bash_tool_cannot_reach_secrets_or_approve_itself() {
+    use crate::fake_anthropic::{FakeAnthropic, Reply};
+    let fake = FakeAnthropic::start(Vec::new());
+    let env = crate::omp::omp_env(&fake);
+    let queue = |step| {
+        fake.push(match step {
+            Step::Tool(name, args) => Reply::default().and_call(&format!("mcp__canopy_{name}"), args),
+            Step::Shell(command) => Reply::default().and_call("bash", json!({ "command": command, "i": "x" })),
+            Step::Text(text) => Reply::text(text),
+        })
+    };
+    model_attack(&env, "omp", queue, |n| fake.wait_requests(n, Duration::from_secs(60)));
+}
+
+#[test]
+fn a_pi_manager_s_bash_tool_cannot_reach_secrets_or_approve_itself() {
+    use crate::fake_anthropic::{FakeAnthropic, Reply};
+    let fake = FakeAnthropic::start(Vec::new());
+    let env = crate::pi::pi_env(&fake);
+    let queue = |step| {
+        fake.push(match step {
+            // pi's tools through Canopy's extension keep their own names.
+            Step::Tool(name, args) => Reply::default().and_call(name, args),
+            Step::Shell(command) => Reply::default().and_call("bash", json!({ "command": command })),
+            Step::Text(text) => Reply::text(text),
+        })
+    };
+    model_attack(&env, "pi", queue, |n| fake.wait_requests(n, Duration::from_secs(60)));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use crate::env::TestEnv;
 use crate::fake_anthropic::{FakeAnthropic, Reply, system_text, tool_names, user_texts};
 use crate::harness_bins::omp_bin;
 
-fn omp_env(fake: &FakeAnthropic) -> TestEnv {
+pub(crate) fn omp_env(fake: &FakeAnthropic) -> TestEnv {
     let harness = format!(
         "[harness.omp]\nbin = {bin:?}\nmodel = \"fake-claude\"\n\n[harness.omp.env]\nFAKE_KEY = \"sk-fake\"\n\n\
          [harness.omp.provider]\nbase_url = {url:?}\napi_key_env = \"FAKE_KEY\"\n",

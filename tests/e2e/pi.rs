@@ -9,6 +9,22 @@ use crate::env::TestEnv;
 use crate::fake_anthropic::{FakeAnthropic, Reply, system_text, tool_names, user_texts};
 use crate::harness_bins::pi_bin;
 
+/// A workspace whose sessions may run pi against `fake`.
+pub(crate) fn pi_env(fake: &FakeAnthropic) -> TestEnv {
+    let harness = format!(
+        "[harness.pi]\nbin = {bin:?}\nmodel = \"fake-claude\"\n\n[harness.pi.env]\nFAKE_KEY = \"sk-fake\"\n\n\
+         [harness.pi.provider]\nbase_url = {url:?}\napi_key_env = \"FAKE_KEY\"\n",
+        bin = pi_bin().display().to_string(),
+        url = fake.base_url(),
+    );
+    TestEnv::started_with(&[
+        ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
+        ("quiet_window = \"2s\"", "quiet_window = \"100ms\""),
+        ("resync = \"5s\"", "resync = \"500ms\""),
+        ("[harness.pi]\n", &harness),
+    ])
+}
+
 #[test]
 fn a_pi_manager_gets_canopys_prompt_and_its_tools_through_the_extension() {
     let fake = FakeAnthropic::start(vec![
@@ -18,18 +34,7 @@ fn a_pi_manager_gets_canopys_prompt_and_its_tools_through_the_extension() {
         ),
         Reply::text("reported in"),
     ]);
-    let harness = format!(
-        "[harness.pi]\nbin = {bin:?}\nmodel = \"fake-claude\"\n\n[harness.pi.env]\nFAKE_KEY = \"sk-fake\"\n\n\
-         [harness.pi.provider]\nbase_url = {url:?}\napi_key_env = \"FAKE_KEY\"\n",
-        bin = pi_bin().display().to_string(),
-        url = fake.base_url(),
-    );
-    let env = TestEnv::started_with(&[
-        ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
-        ("quiet_window = \"2s\"", "quiet_window = \"100ms\""),
-        ("resync = \"5s\"", "resync = \"500ms\""),
-        ("[harness.pi]\n", &harness),
-    ]);
+    let env = pi_env(&fake);
     env.json(&["agents", "create", "--handle", "lead", "--name", "Lead", "--harness", "pi"]);
     crate::assert_eventually!(
         env.messages("home-lead").iter().any(|m| m["body"] == "posted from pi"),
