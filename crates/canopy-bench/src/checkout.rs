@@ -18,19 +18,7 @@ use crate::{Figure, percentile};
 const FILES: usize = 3_000;
 
 fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
-    let out = std::process::Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@localhost")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@localhost")
-        .output()
-        .map_err(|e| format!("running git: {e}"))?;
-    match out.status.success() {
-        true => Ok(()),
-        false => Err(format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())),
-    }
+    crate::setup::operator_git(dir, args).map(|_| ())
 }
 
 /// An agent's and a run's checkout, each beside its git baseline.

@@ -381,3 +381,21 @@ impl Sandbox {
         Ok(started.elapsed())
     }
 }
+
+/// Runs git in `dir` as the operator would (a fixed identity), for the repositories the bench
+/// and `canopy demo` make: its stdout, or what failed.
+pub fn operator_git(dir: &std::path::Path, args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "Demo Operator")
+        .env("GIT_AUTHOR_EMAIL", "operator@example.com")
+        .env("GIT_COMMITTER_NAME", "Demo Operator")
+        .env("GIT_COMMITTER_EMAIL", "operator@example.com")
+        .output()
+        .map_err(|e| format!("running git: {e}"))?;
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned()),
+        false => Err(format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())),
+    }
+}

@@ -15,6 +15,7 @@ use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
 use canopy_bench::Sandbox;
+use canopy_bench::setup::operator_git as git;
 use canopy_proto::api::*;
 use canopy_proto::{ApiMethod, method};
 
@@ -310,23 +311,6 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
         listeners.join(", ")
     ));
     Ok(())
-}
-
-/// Runs git in `dir` as the operator (the demo's canonical repository is the operator's).
-fn git(dir: &std::path::Path, args: &[&str]) -> Result<String, String> {
-    let out = std::process::Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "Demo Operator")
-        .env("GIT_AUTHOR_EMAIL", "operator@example.com")
-        .env("GIT_COMMITTER_NAME", "Demo Operator")
-        .env("GIT_COMMITTER_EMAIL", "operator@example.com")
-        .output()
-        .map_err(|e| format!("running git: {e}"))?;
-    match out.status.success() {
-        true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned()),
-        false => Err(format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())),
-    }
 }
 
 async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {

@@ -50,10 +50,14 @@ impl Api {
         let fresh: Vec<_> = fresh.into_iter().take(SYNC_START_BATCH).collect();
         let prompts = self.render_sessions(&fresh).await?;
         let handles: Vec<String> = fresh.iter().map(|s| s.agent.to_string()).collect();
-        let checkouts = self
-            .store
-            .read(move |conn| handles.iter().map(|h| ops::checkout(conn, h)).collect::<Result<Vec<_>, _>>())
-            .await?;
+        let checkouts = match handles.is_empty() {
+            true => Vec::new(),
+            false => {
+                self.store
+                    .read(move |conn| handles.iter().map(|h| ops::checkout(conn, h)).collect::<Result<Vec<_>, _>>())
+                    .await?
+            }
+        };
         let start = fresh
             .into_iter()
             .zip(prompts)

@@ -97,7 +97,9 @@ impl Api {
                 GitError::Invalid(m) if m.contains("no branch") => Error::invalid("base", m),
                 other => Error::invalid("source", format!("{source} could not be mirrored: {other}")),
             })?;
-        } else {
+        } else if self.git.base_commit(&mirror, &base).await.is_err() {
+            // A base the mirror has not fetched yet (a changed entry): fetch once. Otherwise
+            // nothing is fetched here; each use refreshes what it needs.
             self.git.refresh(&mirror, &source, &base).await.map_err(|e| git_error("base", e))?;
         }
         let row = RepoRow { id: 0, name: req.name, source, base, check, created_at: String::new() };

@@ -121,6 +121,22 @@ pub fn mcp_config(url: &str, token: &str) -> Value {
     })
 }
 
+/// The one provider and the model `[harness.<table>]` must name for omp and pi.
+pub(crate) fn provider_and_model<'a>(
+    spec: &'a LaunchSpec,
+    table: &str,
+) -> Result<(&'a crate::ProviderSettings, &'a str), LaunchError> {
+    let provider = spec.provider.as_ref().ok_or_else(|| {
+        LaunchError::Invalid(format!(
+            "[harness.{table}.provider] is not set: {table} needs the one model endpoint it may use"
+        ))
+    })?;
+    let model = spec.model.as_deref().ok_or_else(|| {
+        LaunchError::Invalid(format!("[harness.{table}] model is not set: name the model id at the provider"))
+    })?;
+    Ok((provider, model))
+}
+
 /// The session file a launch resumes: the one `record` names when it exists (and an agent
 /// directory keeps it); after a failed resume, none, and the record is dropped.
 pub(crate) fn recorded_session(spec: &LaunchSpec, record: &std::path::Path, resume: Resume) -> Option<String> {
@@ -159,12 +175,7 @@ pub(crate) fn quiet_env(
 /// Writes omp's agent directory, the prompt and the subagent definitions, and adds omp's
 /// arguments and environment.
 pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) -> Result<Box<dyn Codec>, LaunchError> {
-    let provider = spec.provider.as_ref().ok_or_else(|| {
-        LaunchError::Invalid("[harness.omp.provider] is not set: omp needs the one model endpoint it may use".into())
-    })?;
-    let model = spec.model.as_deref().ok_or_else(|| {
-        LaunchError::Invalid("[harness.omp] model is not set: name the model id at the provider".into())
-    })?;
+    let (provider, model) = provider_and_model(spec, "omp")?;
     let keep = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir);
     let agent_dir = keep.join(AGENT_DIR);
     std::fs::create_dir_all(&agent_dir).map_err(|source| LaunchError::Files { path: agent_dir.clone(), source })?;
@@ -434,16 +445,11 @@ impl OmpCodec {
         // omp says `[Command cancelled]`, pi `Command aborted`.
         let text = output.to_string();
         let cancelled = text.contains("[Command cancelled]") || text.contains("Command aborted");
-        out.push(Decoded::Event(match (failed, cancelled && self.interrupted_soon()) {
+        out.push(Decoded::Event(match (failed, cancelled && self.interrupted) {
             (true, true) => HarnessEvent::ToolAborted { turn_id, call_id, name },
             (true, false) => HarnessEvent::ToolFailed { turn_id, call_id, name, output },
             (false, _) => HarnessEvent::ToolResult { turn_id, call_id, name, output },
         }));
-    }
-
-    /// An abort was asked for in this turn (its aborted message may not have arrived yet).
-    fn interrupted_soon(&self) -> bool {
-        self.interrupted
     }
 }
 

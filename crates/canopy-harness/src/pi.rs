@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::process::Command;
 
 use crate::PromptMode;
-use crate::omp::{Dialect, OmpCodec, omp_tool, quiet_env, recorded_session};
+use crate::omp::{Dialect, OmpCodec, omp_tool, provider_and_model, quiet_env, recorded_session};
 use crate::session::{Codec, LaunchError, LaunchSpec, Resume, write_private};
 
 /// The prompt file and the extension in the session directory.
@@ -38,12 +38,7 @@ const QUIET_ENV: &[(&str, &str)] = &[
 /// Writes pi's agent directory, the prompt and the extension, and adds pi's arguments and
 /// environment.
 pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) -> Result<Box<dyn Codec>, LaunchError> {
-    let provider = spec.provider.as_ref().ok_or_else(|| {
-        LaunchError::Invalid("[harness.pi.provider] is not set: pi needs the one model endpoint it may use".into())
-    })?;
-    let model = spec.model.as_deref().ok_or_else(|| {
-        LaunchError::Invalid("[harness.pi] model is not set: name the model id at the provider".into())
-    })?;
+    let (provider, model) = provider_and_model(spec, "pi")?;
     let keep = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir);
     let agent_dir = keep.join(AGENT_DIR);
     std::fs::create_dir_all(&agent_dir).map_err(|source| LaunchError::Files { path: agent_dir.clone(), source })?;

@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
+mod common;
 #[path = "../../../tests/e2e/fake_anthropic.rs"]
 mod fake_anthropic;
 #[path = "../../../tests/e2e/fake_http.rs"]
@@ -22,10 +23,10 @@ use canopy_harness::{
     HarnessEvent, HarnessKind, InputContext, LaunchSpec, Prompt, ProviderSettings, SandboxSettings, SendMode,
     SendOutcome, Session, TurnStatus,
 };
+use common::{start, turn_ended, until};
 use fake_anthropic::{FakeAnthropic, Reply, system_text, user_texts};
 use harness_bins::pi_bin;
 use serde_json::json;
-use tokio::sync::mpsc;
 
 /// An MCP endpoint with no tools for the session's token: pi's extension lists Canopy's
 /// tools before pi is ready, so it needs one to answer.
@@ -58,35 +59,6 @@ fn spec(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: Prompt,
         sandbox: SandboxSettings::required(dir.join("data")),
         repo_mirror: None,
         subagents: Vec::new(),
-    }
-}
-
-async fn until(
-    events: &mut mpsc::Receiver<HarnessEvent>,
-    seen: &mut Vec<HarnessEvent>,
-    what: impl Fn(&HarnessEvent) -> bool,
-) -> HarnessEvent {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let event = tokio::time::timeout_at(deadline, events.recv())
-            .await
-            .unwrap_or_else(|_| panic!("no matching event within 60s; saw {seen:#?}"))
-            .unwrap_or_else(|| panic!("the event stream ended; saw {seen:#?}"));
-        seen.push(event.clone());
-        if what(&event) {
-            return event;
-        }
-    }
-}
-
-fn turn_ended(event: &HarnessEvent) -> bool {
-    matches!(event, HarnessEvent::TurnEnded { .. })
-}
-
-async fn start(session: &Session, id: &str, text: &str) -> String {
-    match session.send(id, text, &InputContext::default(), SendMode::NextTurn).await.unwrap() {
-        SendOutcome::Started { turn_id } => turn_id,
-        other => panic!("the turn did not start: {other:?}"),
     }
 }
 
@@ -167,13 +139,10 @@ async fn an_interrupt_stops_the_running_tool_and_a_killed_pi_resumes_its_convers
         seen.iter().any(|e| matches!(e, HarnessEvent::ToolAborted { .. } | HarnessEvent::ToolFailed { .. })),
         "the tool was not cut off: {seen:#?}"
     );
-    // The session file is recorded once a turn has ended; then the process dies hard.
+    // The session file was recorded from the state answered at start, before the first turn's
+    // events (the harness answers in order); then the process dies hard.
     let record = dir.path().join(canopy_harness::pi::CONVERSATION_FILE);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !record.exists() {
-        assert!(std::time::Instant::now() < deadline, "the session file was never recorded");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert!(record.exists(), "the session file was not recorded from the state answered at start");
     let pid = session.pid();
     drop(session);
     drop(events);

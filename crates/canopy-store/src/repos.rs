@@ -504,10 +504,6 @@ pub fn request_merge(conn: &Db<'_>, caller: &Caller, spec: &MergeSpec) -> Result
     Ok(request)
 }
 
-fn merge_id(request: &MergeRequest) -> i64 {
-    rules::parse_merge_id("id", &request.id).unwrap_or_default()
-}
-
 fn post_about(conn: &Db<'_>, request: &MergeRequest, body: &str) -> Result<Message, Error> {
     let requester = require_account(conn, "requester", request.requester.as_str())?;
     notice_in_home(conn, requester.id, &TopicName::from_trusted(rules::merge_topic(&request.title)), body)
@@ -651,5 +647,5 @@ pub fn merge_notice(conn: &Db<'_>, id: i64, body: &str) -> Result<Message, Error
 
 /// A merge request's number (for callers holding the view).
 pub fn merge_number(request: &MergeRequest) -> i64 {
-    merge_id(request)
+    rules::parse_merge_id("id", &request.id).unwrap_or_default()
 }
