@@ -38,6 +38,8 @@ pub struct Config {
     /// Per-model prices (`[pricing.<model>]`), for harnesses that report tokens only.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub pricing: BTreeMap<String, PriceConfig>,
+    /// Budget defaults per role and what a turn without usage counts as (`[budgets]`).
+    pub budgets: BudgetsConfig,
     /// Repositories registered at start (`[[repos]]`), as with `canopy repos add`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repos: Vec<RepoConfig>,
@@ -64,6 +66,7 @@ impl Default for Config {
             sandbox: SandboxConfig::default(),
             workspaces: WorkspacesConfig::default(),
             pricing: BTreeMap::new(),
+            budgets: BudgetsConfig::default(),
             repos: Vec::new(),
             harness: HarnessTables::default(),
             roles: BTreeMap::from([
@@ -320,6 +323,41 @@ pub struct PriceConfig {
 }
 
 impl Eq for PriceConfig {}
+
+/// `[budgets]`: what a model turn counts as until its usage arrives (for good, when it never
+/// does), and a default budget per role (`[budgets.roles.<role>]`) for agents and runs of
+/// the role that have none of their own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetsConfig {
+    pub unreported_turn_usd: f64,
+    pub unreported_turn_tokens: u64,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, RoleBudgetConfig>,
+}
+
+impl Eq for BudgetsConfig {}
+
+impl Default for BudgetsConfig {
+    fn default() -> BudgetsConfig {
+        BudgetsConfig { unreported_turn_usd: 0.05, unreported_turn_tokens: 10_000, roles: BTreeMap::new() }
+    }
+}
+
+/// `[budgets.roles.<role>]`: dollars and/or tokens per period (absent: the agent's lifetime);
+/// `subtree = true` makes it the budget of the agent's whole subtree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleBudgetConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(default, with = "humantime_serde::option", skip_serializing_if = "Option::is_none")]
+    pub period: Option<Duration>,
+    #[serde(default)]
+    pub subtree: bool,
+}
 
 /// `[workspaces]`: how Canopy runs git and check commands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -802,6 +840,26 @@ impl Config {
                 return Err(("pricing", "prices are zero or more US dollars per million tokens".into()));
             }
         }
+        let budgets = &self.budgets;
+        if !(budgets.unreported_turn_usd.is_finite() && budgets.unreported_turn_usd >= 0.0) {
+            return Err(("budgets.unreported_turn_usd", "is zero or more US dollars".into()));
+        }
+        for (role, budget) in &budgets.roles {
+            let key = "budgets.roles";
+            if !self.roles.contains_key(role) {
+                let known: Vec<&str> = self.roles.keys().map(String::as_str).collect();
+                return Err((key, format!("{role:?} is not a role in [roles] ({})", known.join(", "))));
+            }
+            if budget.usd.is_none() && budget.tokens.is_none() {
+                return Err((key, format!("{role}: a budget names usd, tokens or both")));
+            }
+            if budget.usd.is_some_and(|u| !(u.is_finite() && u > 0.0)) || budget.tokens == Some(0) {
+                return Err((key, format!("{role}: a budget is more than zero")));
+            }
+            if budget.period.is_some_and(|p| p < Duration::from_secs(60)) {
+                return Err((key, format!("{role}: a budget's period is at least 1m (or absent: the lifetime)")));
+            }
+        }
         for repo in &self.repos {
             if repo.name.trim().is_empty() || repo.source.trim().is_empty() {
                 return Err(("repos", "every [[repos]] entry names a name and a source".into()));
@@ -861,6 +919,28 @@ mod humantime_serde {
         humantime::parse_duration(&text)
             .map_err(|e| serde::de::Error::custom(format!("{text:?} is not a duration like \"30s\" or \"24h\": {e}")))
     }
+
+    /// An optional duration; `"lifetime"` is none.
+    pub mod option {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+            match value {
+                Some(d) => super::serialize(d, serializer),
+                None => serializer.serialize_str("lifetime"),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+            let text = String::deserialize(deserializer)?;
+            if text == "lifetime" {
+                return Ok(None);
+            }
+            humantime::parse_duration(&text).map(Some).map_err(|e| {
+                serde::de::Error::custom(format!("{text:?} is not a period like \"1day\" or \"lifetime\": {e}"))
+            })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -889,6 +969,30 @@ mod tests {
                 assert!(shown, "config/canopy.toml lacks {table}.{key}");
             }
         }
+    }
+
+    #[test]
+    fn role_budgets_are_checked_against_the_roles() {
+        let ok = parse("[budgets.roles.manager]\nusd = 5.0\nperiod = \"1day\"\nsubtree = true\n").unwrap();
+        let manager = &ok.budgets.roles["manager"];
+        assert_eq!(
+            (manager.usd, manager.period, manager.subtree),
+            (Some(5.0), Some(Duration::from_secs(86_400)), true)
+        );
+        let lifetime = parse("[budgets.roles.implementer]\ntokens = 100000\nperiod = \"lifetime\"\n").unwrap();
+        assert_eq!(lifetime.budgets.roles["implementer"].period, None);
+        for bad in [
+            "[budgets.roles.ghost]\nusd = 1.0\n",
+            "[budgets.roles.manager]\nperiod = \"1day\"\n",
+            "[budgets.roles.manager]\nusd = -1.0\n",
+            "[budgets.roles.manager]\nusd = 1.0\nperiod = \"5s\"\n",
+        ] {
+            assert_eq!(parse(bad).err().map(|e| e.key), Some("budgets.roles".into()), "{bad}");
+        }
+        let err = parse("[budgets.roles.manager]\nusd = 1.0\nperiod = \"soon\"\n").err();
+        assert!(err.is_some_and(|e| e.key.starts_with("budgets")));
+        let err = parse("[budgets]\nunreported_turn_usd = -0.5\n").err();
+        assert_eq!(err.map(|e| e.key), Some("budgets.unreported_turn_usd".into()));
     }
 
     #[test]

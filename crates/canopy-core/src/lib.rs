@@ -6,6 +6,7 @@
 //! call into it with the facts they have read.
 
 pub mod acl;
+pub mod budget;
 pub mod continuity;
 pub mod delivery;
 pub mod error;

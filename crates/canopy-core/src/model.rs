@@ -40,6 +40,7 @@ macro_rules! string_enum {
         }
     };
 }
+pub(crate) use string_enum;
 
 /// Whether an account is a human or an agent in the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -225,6 +226,8 @@ pub enum Presence {
     Idle,
     Compacting,
     WaitingApproval,
+    /// Its budget (or its subtree's) is spent: nothing new starts until it is raised or renews.
+    PausedBudget,
     Stalled,
     Crashed,
     Offline,
@@ -236,6 +239,7 @@ string_enum!(Presence {
     Idle => "idle",
     Compacting => "compacting",
     WaitingApproval => "waiting_approval",
+    PausedBudget => "paused_budget",
     Stalled => "stalled",
     Crashed => "crashed",
     Offline => "offline",
@@ -278,6 +282,47 @@ pub struct RosterEntry {
     /// Whether its sessions run without confinement (`[sandbox] mode = "off"`).
     #[serde(default)]
     pub unconfined: bool,
+    /// The budget nearest its limit among those covering it, once at 80% or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetMark>,
+}
+
+/// One budget as `canopy usage` shows it: whose, what it covers, and its current window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetStatus {
+    pub owner: Handle,
+    pub scope: crate::budget::Scope,
+    pub limit: crate::budget::Amount,
+    /// Spent in the current window (for a subtree: everyone it covers).
+    pub spent: crate::budget::Spent,
+    /// What is left to give a child from it: the limit less the spend and less the unspent
+    /// part of the subtree budgets below it.
+    pub left: crate::budget::Amount,
+    /// The period (`1day`), absent for a lifetime budget.
+    #[serde(default)]
+    pub period: Option<String>,
+    pub window_start: String,
+    /// When the window renews, absent for a lifetime budget.
+    #[serde(default)]
+    pub renews_at: Option<String>,
+    pub level: crate::budget::Level,
+    pub percent: u32,
+    /// Who set it: `operator`, `role` (a `[budgets.roles]` default) or `spawn` (the approved
+    /// request's proposal).
+    pub source: String,
+}
+
+/// How close an agent is to a budget that covers it (the roster's mark).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetMark {
+    pub level: crate::budget::Level,
+    /// Spent, in percent of the budget (the larger of dollars and tokens).
+    pub percent: u32,
+    /// Whose budget it is, and what it covers.
+    pub owner: Handle,
+    pub scope: crate::budget::Scope,
 }
 
 /// One stored activity item of a session: a normalised harness event, redacted and bounded.
@@ -361,7 +406,7 @@ impl WakePolicy {
 }
 
 /// A request for a child Manager, as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnRequest {
     /// `req-<n>`.
@@ -375,6 +420,9 @@ pub struct SpawnRequest {
     /// The repository the child gets a checkout of (the request's, else the requester's).
     #[serde(default)]
     pub repo: Option<String>,
+    /// The child's subtree budget the requester proposed, carved from the one above it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::Amount>,
     pub state: SpawnState,
     pub decided_by: Option<Handle>,
     /// The denial reason, or why a spawn failed.
@@ -485,6 +533,9 @@ pub struct UsageTotals {
     /// tokens only).
     #[serde(default)]
     pub reports_with_computed_cost: u64,
+    /// Of those, how many are estimates for turns whose usage never arrived (yet).
+    #[serde(default)]
+    pub reports_estimated: u64,
 }
 
 /// A model's prices (`[pricing.<model>]`), in US dollars per million tokens.

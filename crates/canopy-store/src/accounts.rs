@@ -260,6 +260,7 @@ pub fn reparent(conn: &Db<'_>, caller: &Caller, handle: &Handle, parent: &Handle
     conn.execute("UPDATE accounts SET parent_id = ?1 WHERE id = ?2", params![parent_id, child.id])
         .map_err(sql("reparenting"))?;
     crate::governance::link_parent(conn, child.id, child.parent_id, parent_id)?;
+    crate::budgets::recompute_subtrees(conn)?;
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
     audit(conn, Some(actor.id), "agents.reparent", handle.as_str(), &format!("parent={parent}"))?;
     account(conn, "handle", handle.as_str())

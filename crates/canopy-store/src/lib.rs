@@ -9,6 +9,7 @@
 //! `canopy-core`, and limits that are configuration come in as arguments.
 
 mod accounts;
+mod budgets;
 mod channels;
 mod delivery;
 mod governance;
@@ -31,6 +32,7 @@ use canopy_core::Error;
 use rusqlite::{Connection, OpenFlags};
 
 pub use accounts::{AgentSpec, OperatorSpec};
+pub use budgets::{Charged, Estimate, Holds, RoleBudget};
 pub use channels::ChannelSpec;
 pub use delivery::{Pending, Reach, Recipient};
 pub use history::{HistoryPage, HistoryQuery};
@@ -212,6 +214,9 @@ pub mod ops {
     pub use crate::accounts::{
         account, children, create_agent, create_operator, list_agents, operators, reparent, resolve_token,
         revoke_operator, subscriptions, tree,
+    };
+    pub use crate::budgets::{
+        any as any_budgets, budgets, holds, renew as renew_budgets, set_budget, sync_role_budgets,
     };
     pub use crate::channels::{channel, create_channel, cursor, list_channels, list_topics};
     pub use crate::delivery::{

@@ -294,6 +294,33 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE usage ADD COLUMN cost_computed INTEGER NOT NULL DEFAULT 0;
     "#,
+    // Budgets: an agent's own and its subtree's, each with its window and the spend charged
+    // in it; usage rows that are a turn's estimate, and the dollars each row was charged at
+    // (its cost, else the estimate); a spawn request's proposed budget.
+    r#"
+    CREATE TABLE budgets (
+        id            INTEGER PRIMARY KEY,
+        agent_id      INTEGER NOT NULL REFERENCES accounts(id),
+        scope         TEXT NOT NULL CHECK (scope IN ('agent', 'subtree')),
+        usd           REAL,
+        tokens        INTEGER,
+        period_ms     INTEGER,
+        anchor_ms     INTEGER NOT NULL,
+        window_start  INTEGER NOT NULL,
+        spent_usd     REAL NOT NULL DEFAULT 0,
+        spent_tokens  INTEGER NOT NULL DEFAULT 0,
+        warned        INTEGER NOT NULL DEFAULT 0,
+        source        TEXT NOT NULL CHECK (source IN ('operator', 'role', 'spawn')),
+        set_at        INTEGER NOT NULL,
+        UNIQUE (agent_id, scope)
+    );
+    ALTER TABLE usage ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE usage ADD COLUMN charged_usd REAL NOT NULL DEFAULT 0;
+    UPDATE usage SET charged_usd = COALESCE(cost_usd, 0);
+    CREATE INDEX usage_session_estimates ON usage(agent_id, incarnation) WHERE estimated = 1;
+    ALTER TABLE spawn_requests ADD COLUMN budget_usd REAL;
+    ALTER TABLE spawn_requests ADD COLUMN budget_tokens INTEGER;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -91,6 +91,8 @@ pub struct Applied {
     pub notices: Vec<Message>,
     /// Whether placement may have changed (a session ended), so runners should sync.
     pub poke: bool,
+    /// Whether a budget crossed its limit either way, so holds must be read again.
+    pub budgets_changed: bool,
 }
 
 /// Records a heartbeat, places agents without a session, and returns this runner's sessions.
@@ -224,8 +226,10 @@ pub fn apply_reports(
     runner_id: &RunnerId,
     reports: &[Report],
     max_activity: u32,
+    estimate: crate::budgets::Estimate,
 ) -> Result<Applied, Error> {
     let mut applied = Applied::default();
+    let mut charged = crate::budgets::Charged::default();
     let now = conn.now_ms();
     for report in reports {
         let live: Option<(i64, i64)> = conn
@@ -248,9 +252,12 @@ pub fn apply_reports(
         conn.execute("UPDATE presence SET last_seen = ?1 WHERE agent_id = ?2", params![now, agent_id])
             .map_err(sql("updating last seen"))?;
         if let Some(usage) = &report.usage {
-            crate::usage::record_usage(conn, agent_id, report.incarnation, usage, now)?;
+            crate::usage::record_usage(conn, agent_id, report.incarnation, usage, estimate, &mut charged)?;
         }
         if let Some((kind, turn_id, summary, detail)) = &report.activity {
+            if let ("turn_started", Some(turn)) = (kind.as_str(), turn_id) {
+                crate::usage::record_estimate(conn, agent_id, report.incarnation, turn, estimate, &mut charged)?;
+            }
             if kind == "compaction_ended" {
                 crate::usage::record_compaction(conn, agent_id, report.incarnation, now)?;
             }
@@ -287,6 +294,8 @@ pub fn apply_reports(
             set_presence(conn, agent_id, presence, report.reason.as_deref(), None, now)?;
         }
     }
+    applied.notices.append(&mut charged.notices);
+    applied.budgets_changed = charged.changed;
     Ok(applied)
 }
 
@@ -433,8 +442,9 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
         last_seen: r.get::<_, Option<i64>>(11)?.map(rfc3339),
         overflow: r.get(13)?,
         pending: r.get::<_, i64>(14)? as u64,
-        // The daemon knows the sandbox mode; the store does not.
+        // The daemon knows the sandbox mode and the budget holds; the store does not.
         unconfined: false,
+        budget: None,
     })
 }
 

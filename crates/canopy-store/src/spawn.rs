@@ -65,6 +65,8 @@ pub struct SpawnSpec {
     pub idempotency_key: Option<String>,
     /// The repository the child gets a checkout of (already resolved by the caller).
     pub repo: Option<i64>,
+    /// The child's subtree budget, carved from the nearest one above the requester.
+    pub budget: canopy_core::budget::Amount,
 }
 
 /// A decision's result: the request, the messages to publish, and, for a refused attempt,
@@ -86,7 +88,7 @@ pub struct Answered {
 }
 
 const SELECT: &str = "SELECT r.id, q.handle, r.handle, r.display_name, r.role, r.charter, r.reason, r.state, \
-     d.handle, r.decision_note, r.created_at, r.decided_at, r.expires_at, g.name, r.repo_id FROM spawn_requests r \
+     d.handle, r.decision_note, r.created_at, r.decided_at, r.expires_at, g.name, r.repo_id, r.budget_usd, r.budget_tokens FROM spawn_requests r \
      JOIN accounts q ON q.id = r.requester_id LEFT JOIN accounts d ON d.id = r.decided_by \
      LEFT JOIN repos g ON g.id = r.repo_id";
 
@@ -100,6 +102,13 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SpawnRequest> {
         charter: r.get(5)?,
         reason: r.get(6)?,
         repo: r.get(13)?,
+        budget: {
+            let amount = canopy_core::budget::Amount {
+                usd: r.get(15)?,
+                tokens: r.get::<_, Option<i64>>(16)?.map(|t| t.max(0) as u64),
+            };
+            (!amount.is_empty()).then_some(amount)
+        },
         state: parse_enum(r, 7, SpawnState::parse)?,
         decided_by: r.get::<_, Option<String>>(8)?.map(Handle::from_trusted),
         note: r.get(9)?,
@@ -202,10 +211,14 @@ pub fn request_spawn(
         count(conn, "SELECT COUNT(*) FROM spawn_requests WHERE requester_id = ?1 AND state = 'pending'", requester.id)?;
     let facts = SpawnFacts { requester_depth: depth, children, live_agents: live, pending };
     spawn_rules::check_limits(caller.handle.as_str(), &facts, &policy.limits())?;
+    if !spec.budget.is_empty() {
+        crate::budgets::check_proposal(conn, requester.id, spec.budget)?;
+    }
     let now = conn.now_ms();
     conn.execute(
         "INSERT INTO spawn_requests (requester_id, handle, display_name, role, charter, reason, idempotency_key, state, \
-         created_at, expires_at, repo_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9, ?10)",
+         created_at, expires_at, repo_id, budget_usd, budget_tokens) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9, ?10, ?11, ?12)",
         params![
             requester.id,
             spec.handle.as_str(),
@@ -216,7 +229,9 @@ pub fn request_spawn(
             spec.idempotency_key,
             now,
             now + policy.ttl_ms,
-            spec.repo
+            spec.repo,
+            spec.budget.usd,
+            spec.budget.tokens.map(|t| t as i64)
         ],
     )
     .map_err(sql("recording a spawn request"))?;
@@ -289,7 +304,15 @@ pub fn decide_spawn(
                 .query_row("SELECT repo_id FROM spawn_requests WHERE id = ?1", params![id], |r| r.get(0))
                 .map_err(sql("reading a request's repository"))?,
         };
-        match insert_agent(conn, Some(actor.id), &spec) {
+        // A proposed budget must still fit what is left above the requester.
+        let granted = |child: i64| -> Result<(), Error> {
+            let Some(amount) = request.budget else { return Ok(()) };
+            let period = crate::budgets::check_proposal(conn, requester.id, amount)?;
+            crate::budgets::grant(conn, child, amount, period)
+        };
+        let inserted = insert_agent(conn, Some(actor.id), &spec)
+            .and_then(|child| granted(require_account(conn, "handle", child.handle.as_str())?.id).map(|_| child));
+        match inserted {
             Ok(_) => {
                 conn.execute("RELEASE spawn", []).map_err(sql("finishing a spawn"))?;
                 (SpawnState::Spawned, say::spawned(caller.handle.as_str(), &request))

@@ -10,7 +10,7 @@ use canopy_core::{
     TopicName,
 };
 
-use crate::{AgentSpec, ChannelSpec, InitSpec, OperatorSpec, PostSpec, Store, ops};
+use crate::{AgentSpec, ChannelSpec, Estimate, InitSpec, OperatorSpec, PostSpec, Store, ops};
 
 fn h(s: &str) -> Handle {
     Handle::parse(s).unwrap()
@@ -437,7 +437,10 @@ async fn a_planted_secret_never_comes_out_of_activity_or_history() {
         let detail =
             serde_json::json!({ "kind": "tool_result", "name": "bash", "call_id": format!("c{i}"), "output": output });
         let reports = vec![report("ci-manager", "tool_result", detail, None)];
-        store.write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000)).await.unwrap();
+        store
+            .write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, Estimate::default()))
+            .await
+            .unwrap();
         // Message bodies are the operator's record and stay as posted; history excerpts are redacted.
         let body = format!("note {i}: {secret}");
         store
@@ -487,7 +490,10 @@ async fn usage_is_summed_per_turn_session_and_agent_and_old_records_are_pruned()
         report("ci-manager", "usage", serde_json::Value::Null, Some(usage("t2", 7, Some(0.25)))),
         report("docs-manager", "usage", serde_json::Value::Null, Some(usage("t1", 1, None))),
     ];
-    store.write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000)).await.unwrap();
+    store
+        .write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, Estimate::default()))
+        .await
+        .unwrap();
     let all = store.read(|c| ops::usage(c, None, 0)).await.unwrap();
     assert_eq!(all.total.input_tokens, 158);
     assert_eq!(all.total.output_tokens, 40);
@@ -526,7 +532,10 @@ async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stay
             .await
             .unwrap();
         let reports = vec![report("ci-manager", "compaction_ended", serde_json::Value::Null, None)];
-        store.write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000)).await.unwrap();
+        store
+            .write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, Estimate::default()))
+            .await
+            .unwrap();
     }
     let facts = store.read(|c| ops::continuity_facts(c, "ci-manager", Incarnation(1), false)).await.unwrap();
     assert_eq!(facts.reason, ContinuityReason::Start { previous: None });
@@ -591,6 +600,7 @@ async fn requested() -> (tempfile::TempDir, Store, i64) {
         reason: "CI is red".into(),
         idempotency_key: None,
         repo: None,
+        budget: canopy_core::budget::Amount::default(),
     };
     let (request, _) =
         store.write(move |c| ops::request_spawn(c, &agent("ci-manager"), &spec, &spawn_policy())).await.unwrap();
@@ -895,4 +905,145 @@ async fn only_an_operator_decides_a_merge_and_stacks_merge_bottom_up() {
     let refused = Landed::Refused("the check failed".into());
     let (top_request, _) = store.write(move |c| ops::finish_merge(c, top, &refused)).await.unwrap();
     assert_eq!((top_request.state, top_request.note.as_deref()), (MergeState::Refused, Some("the check failed")));
+}
+
+fn turn(agent: &str, kind: &str, turn: &str, cost: Option<f64>) -> crate::Report {
+    let usage = (kind == "usage").then(|| crate::UsageReport {
+        turn_id: Some(turn.into()),
+        input_tokens: 100,
+        output_tokens: 10,
+        cost_usd: cost,
+        ..crate::UsageReport::default()
+    });
+    crate::Report {
+        activity: Some((kind.into(), Some(turn.into()), kind.into(), serde_json::Value::Null)),
+        ..report(agent, kind, serde_json::Value::Null, usage)
+    }
+}
+
+async fn apply(store: &Store, reports: Vec<crate::Report>) -> crate::Applied {
+    let estimate = crate::Estimate { usd: 0.1, tokens: 1000 };
+    store
+        .write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, estimate))
+        .await
+        .unwrap()
+}
+
+async fn set(store: &Store, handle: &str, scope: canopy_core::budget::Scope, usd: Option<f64>) {
+    let (handle, amount) = (h(handle), canopy_core::budget::Amount { usd, tokens: None });
+    store.write(move |c| ops::set_budget(c, &operator(), &handle, scope, amount, Some(86_400_000))).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_budget_is_charged_an_estimate_at_turn_start_warns_once_at_80_and_100_and_renews() {
+    use canopy_core::budget::Scope;
+    let (_dir, store) = live_workspace().await;
+    set(&store, "ci-manager", Scope::Agent, Some(1.0)).await;
+    let started = apply(&store, vec![turn("ci-manager", "turn_started", "t1", None)]).await;
+    assert!(started.notices.is_empty());
+    let budgets = store.read(ops::budgets).await.unwrap();
+    assert!((budgets[0].spent.usd - 0.1).abs() < 1e-9, "a turn is charged its estimate at its start: {budgets:?}");
+    let near = apply(&store, vec![turn("ci-manager", "usage", "t1", Some(0.85))]).await;
+    assert_eq!(near.notices.len(), 1, "one notice at 80%");
+    assert!(near.notices[0].body.contains("at 80%") && near.notices[0].channel.as_str() == "home-ci-manager");
+    assert!(!near.budgets_changed);
+    let usage = store.read(|c| ops::usage(c, None, 0)).await.unwrap();
+    assert_eq!((usage.total.reports, usage.total.reports_estimated), (1, 0), "the estimate gave way to the report");
+    apply(&store, vec![turn("ci-manager", "turn_started", "t2", None)]).await;
+    let over = apply(&store, vec![turn("ci-manager", "usage", "t2", Some(0.2))]).await;
+    assert_eq!(over.notices.len(), 1, "one notice at 100%");
+    assert!(over.notices[0].body.contains("is spent"), "{}", over.notices[0].body);
+    assert!(over.budgets_changed);
+    let holds = store.read(ops::holds).await.unwrap();
+    assert!(holds.held["ci-manager"].starts_with("budget: @ci-manager's budget is spent ($1.05 of $1.00"), "{holds:?}");
+    assert!(!holds.held.contains_key("docs-manager"));
+    let again = apply(&store, vec![turn("ci-manager", "turn_started", "t3", None)]).await;
+    assert!(again.notices.is_empty(), "told once per window");
+    // A turn whose usage never came stays at its estimate.
+    assert_eq!(store.read(|c| ops::usage(c, None, 0)).await.unwrap().total.reports_estimated, 1);
+    set(&store, "ci-manager", Scope::Agent, Some(2.0)).await;
+    assert!(store.read(ops::holds).await.unwrap().held.is_empty(), "raised, it holds no one");
+    set(&store, "ci-manager", Scope::Agent, Some(1.0)).await;
+    assert!(store.read(ops::holds).await.unwrap().held.contains_key("ci-manager"));
+    store.clock().advance(std::time::Duration::from_secs(86_400));
+    assert!(store.read(ops::holds).await.unwrap().held.is_empty(), "a passed window holds no one before renewal");
+    assert_eq!(store.write(ops::renew_budgets).await.unwrap(), 1);
+    let renewed = store.read(ops::budgets).await.unwrap();
+    assert_eq!((renewed[0].spent.usd, renewed[0].level), (0.0, canopy_core::budget::Level::Under));
+    let after = apply(&store, vec![turn("ci-manager", "usage", "t4", Some(0.9))]).await;
+    assert_eq!(after.notices.len(), 1, "a new window warns again");
+}
+
+#[tokio::test]
+async fn a_subtree_budget_holds_everyone_below_and_a_proposal_must_fit_what_is_left() {
+    use canopy_core::budget::{Amount, Scope};
+    let (_dir, store) = live_workspace().await;
+    set(&store, "ci-manager", Scope::Subtree, Some(1.0)).await;
+    apply(&store, vec![turn("ci-manager", "usage", "t1", Some(0.2))]).await;
+    let ask = |usd: f64, handle: &str| crate::SpawnSpec {
+        handle: h(handle),
+        display_name: "Flaky".into(),
+        role: RoleName::parse("manager").unwrap(),
+        charter: "Hunt flaky tests".into(),
+        reason: "CI is red".into(),
+        idempotency_key: None,
+        repo: None,
+        budget: Amount { usd: Some(usd), tokens: None },
+    };
+    let too_much = ask(0.9, "flaky");
+    let refused = store
+        .write(move |c| ops::request_spawn(c, &agent("ci-manager"), &too_much, &spawn_policy()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), ErrorCode::LimitExceeded);
+    assert!(refused.to_string().contains("$0.80 left"), "{refused}");
+    let fits = ask(0.5, "flaky");
+    let (request, _) =
+        store.write(move |c| ops::request_spawn(c, &agent("ci-manager"), &fits, &spawn_policy())).await.unwrap();
+    assert_eq!(request.budget.and_then(|b| b.usd), Some(0.5));
+    let id = crate::parse_request_id(&request.id).unwrap();
+    let decided =
+        store.write(move |c| ops::decide_spawn(c, &operator(), id, true, None, (String::new(), None))).await.unwrap();
+    assert_eq!(decided.request.state, SpawnState::Spawned);
+    let budgets = store.read(ops::budgets).await.unwrap();
+    let lead = budgets.iter().find(|b| b.owner.as_str() == "ci-manager").unwrap();
+    assert!((lead.left.usd.unwrap() - 0.3).abs() < 1e-9, "the child's allotment is carved: {lead:?}");
+    let child = budgets.iter().find(|b| b.owner.as_str() == "flaky").unwrap();
+    assert_eq!((child.source.as_str(), child.scope, child.period.as_deref()), ("spawn", Scope::Subtree, Some("1day")));
+    // The parent's subtree spent: the child is held too, though its own budget is untouched.
+    apply(&store, vec![turn("ci-manager", "usage", "t2", Some(0.85))]).await;
+    let holds = store.read(ops::holds).await.unwrap();
+    assert!(holds.held.contains_key("ci-manager") && holds.held.contains_key("flaky"), "{holds:?}");
+    assert!(holds.held["flaky"].contains("@ci-manager's subtree"), "{holds:?}");
+    assert!(!holds.held.contains_key("docs-manager"));
+    assert_eq!(holds.marks["flaky"].percent, 105);
+    // Bad amounts change nothing.
+    let bad = store
+        .write(|c| {
+            ops::set_budget(
+                c,
+                &operator(),
+                &h("docs-manager"),
+                Scope::Agent,
+                Amount { usd: Some(-1.0), tokens: None },
+                None,
+            )
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), ErrorCode::InvalidArgument);
+    let by_agent = store
+        .write(|c| {
+            ops::set_budget(
+                c,
+                &agent("ci-manager"),
+                &h("ci-manager"),
+                Scope::Agent,
+                Amount { usd: Some(9.0), tokens: None },
+                None,
+            )
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(by_agent.code(), ErrorCode::Forbidden, "an agent cannot set its own budget");
 }

@@ -10,6 +10,7 @@ use canopy_core::Incarnation;
 use canopy_core::{Error, Handle, UsageRow, UsageTotals};
 use rusqlite::params;
 
+use crate::budgets::{Charged, Estimate};
 use crate::views::require_account;
 use crate::{Db, rfc3339, sql};
 
@@ -29,38 +30,84 @@ pub struct UsageReport {
     pub cost_computed: bool,
 }
 
-/// Stores one usage report of a live session.
+/// Stores one usage report of a live session, replacing the estimate its turn was charged
+/// at its start, and charges the budgets that cover the agent.
 pub(crate) fn record_usage(
     conn: &Db<'_>,
     agent_id: i64,
     incarnation: Incarnation,
     usage: &UsageReport,
-    now: i64,
+    estimate: Estimate,
+    charged: &mut Charged,
 ) -> Result<(), Error> {
     // A trillion tokens per report is past any model call; the cap keeps SUM() from
     // overflowing on a runner's nonsense.
     let clamp = |n: u64| n.min(MAX_TOKENS_PER_REPORT) as i64;
     let cost = usage.cost_usd.filter(|c| c.is_finite() && *c >= 0.0).map(|c| c.min(1e9));
+    // The turn's estimate (by its id; without one, the session's newest) gives way.
+    let replaced: Vec<(f64, i64)> = conn
+        .prepare_cached(
+            "DELETE FROM usage WHERE id IN (SELECT id FROM usage WHERE agent_id = ?1 AND incarnation = ?2 AND \
+             estimated = 1 AND (turn_id = ?3 OR ?3 IS NULL) ORDER BY id DESC LIMIT 1) \
+             RETURNING charged_usd, input_tokens",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![agent_id, incarnation.get() as i64, usage.turn_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(sql("replacing a turn's estimate"))?;
+    for (usd, tokens) in replaced {
+        crate::budgets::charge(conn, agent_id, -usd, -tokens, charged)?;
+    }
+    // Tokens without a price count at the estimate's dollars: never free.
+    let charged_usd = cost.unwrap_or(estimate.usd);
     conn.prepare_cached(
         "INSERT INTO usage (agent_id, incarnation, turn_id, at, input_tokens, output_tokens, cache_read_tokens, \
-         cache_write_tokens, cost_usd, cost_computed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         cache_write_tokens, cost_usd, cost_computed, charged_usd) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )
     .and_then(|mut s| {
         s.execute(params![
             agent_id,
             incarnation.get() as i64,
             usage.turn_id,
-            now,
+            conn.now_ms(),
             clamp(usage.input_tokens),
             clamp(usage.output_tokens),
             clamp(usage.cache_read_tokens),
             clamp(usage.cache_write_tokens),
             cost,
-            usage.cost_computed && cost.is_some()
+            usage.cost_computed && cost.is_some(),
+            charged_usd
         ])
     })
     .map_err(sql("storing usage"))?;
-    Ok(())
+    let tokens = clamp(usage.input_tokens) + clamp(usage.cache_write_tokens) + clamp(usage.output_tokens);
+    crate::budgets::charge(conn, agent_id, charged_usd, tokens, charged)
+}
+
+/// Charges a turn that just started its estimate, stored as a usage row marked estimated
+/// until the turn's own usage replaces it (it stays when none ever arrives).
+pub(crate) fn record_estimate(
+    conn: &Db<'_>,
+    agent_id: i64,
+    incarnation: Incarnation,
+    turn_id: &str,
+    estimate: Estimate,
+    charged: &mut Charged,
+) -> Result<(), Error> {
+    if estimate.usd <= 0.0 && estimate.tokens == 0 {
+        return Ok(());
+    }
+    let tokens = estimate.tokens.min(MAX_TOKENS_PER_REPORT) as i64;
+    conn.prepare_cached(
+        "INSERT INTO usage (agent_id, incarnation, turn_id, at, input_tokens, output_tokens, cache_read_tokens, \
+         cache_write_tokens, cost_usd, cost_computed, estimated, charged_usd) VALUES (?1, ?2, ?3, ?4, ?5, 0, 0, 0, ?6, 0, 1, ?6)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![agent_id, incarnation.get() as i64, turn_id, conn.now_ms(), tokens, estimate.usd])
+    })
+    .map_err(sql("storing a turn's estimate"))?;
+    crate::budgets::charge(conn, agent_id, estimate.usd, tokens, charged)
 }
 
 /// Records that a session's context was compacted, with the newest message sequence then.
@@ -87,7 +134,7 @@ pub struct UsageView {
 const TURNS: i64 = 20;
 
 const SUMS: &str = "SUM(u.input_tokens), SUM(u.output_tokens), SUM(u.cache_read_tokens), SUM(u.cache_write_tokens), \
-     SUM(u.cost_usd), COUNT(*), SUM(u.cost_usd IS NULL), MAX(u.at), SUM(u.cost_computed)";
+     SUM(u.cost_usd), COUNT(*), SUM(u.cost_usd IS NULL), MAX(u.at), SUM(u.cost_computed), SUM(u.estimated)";
 
 fn totals(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(UsageTotals, i64)> {
     let n = |i: usize| r.get::<_, Option<i64>>(at + i).map(|v| v.unwrap_or(0).max(0) as u64);
@@ -101,6 +148,7 @@ fn totals(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(UsageTotals, i6
             reports: n(5)?,
             reports_without_cost: n(6)?,
             reports_with_computed_cost: n(8)?,
+            reports_estimated: n(9)?,
         },
         r.get::<_, Option<i64>>(at + 7)?.unwrap_or(0),
     ))
