@@ -375,6 +375,7 @@ impl World {
             | Method::Usage
             | Method::CredentialsRotate => json!({}),
             Method::AgentsSetActivity => json!({ "text": format!("matrix {n}") }),
+            Method::AgentsBudget => json!({ "handle": "lead" }),
             Method::ChannelsSubscribe | Method::ChannelsUnsubscribe => json!({ "channel": "matrix" }),
             Method::ChannelsOpenDirect => json!({ "peer": "lead" }),
             Method::BoardPin => json!({ "channel": "home-lead", "seq": self.seq }),

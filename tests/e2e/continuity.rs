@@ -19,7 +19,7 @@ fn config() -> Vec<(&'static str, &'static str)> {
 }
 
 /// Calls a native tool over MCP with `agent`'s live session token, as its harness would.
-fn call_tool(
+pub(crate) fn call_tool(
     env: &TestEnv,
     agent: &str,
     incarnation: u64,
@@ -208,7 +208,12 @@ fn history_search_finds_an_earlier_message_by_query_and_pages_back_and_redacts_t
 
 #[test]
 fn canopy_usage_sums_the_usage_the_scripted_harness_reported() {
-    let env = TestEnv::started_with(&config());
+    // No estimates: the sums are the reports' own (`budgets` tests the estimate).
+    let no_estimate = [
+        ("unreported_turn_usd = 0.05", "unreported_turn_usd = 0.0"),
+        ("unreported_turn_tokens = 10000", "unreported_turn_tokens = 0"),
+    ];
+    let env = TestEnv::started_with(&[config(), no_estimate.to_vec()].concat());
     env.create_scripted(
         "mgr",
         r#"

@@ -13,6 +13,7 @@ mod fake_openai;
 mod harness_bins;
 
 mod authz;
+mod budgets;
 mod claude;
 mod cli;
 mod codex;

@@ -357,6 +357,26 @@ pub enum AgentsCommand {
     Stop { handle: String },
     /// Interrupt an agent's running turn; the session stays up and takes its next message.
     Interrupt { handle: String },
+    /// Set, clear or show an agent's budget (its own turns and runs, or with --subtree its
+    /// whole subtree's): US dollars and/or tokens per period, or for its lifetime.
+    Budget {
+        handle: String,
+        /// US dollars per period.
+        #[arg(long)]
+        usd: Option<f64>,
+        /// Tokens per period (fresh input, cache writes and output).
+        #[arg(long)]
+        tokens: Option<u64>,
+        /// How long a period lasts (`1day`, `30days`, at least `1m`), or `lifetime` (the default).
+        #[arg(long)]
+        period: Option<String>,
+        /// The budget of the agent's subtree: it, its descendants and all their runs.
+        #[arg(long)]
+        subtree: bool,
+        /// Remove the budget (of this scope).
+        #[arg(long)]
+        clear: bool,
+    },
     /// Despawn an agent and its subtree: sessions stop, history stays.
     Despawn { handle: String },
     /// Move an agent under another parent.

@@ -184,6 +184,10 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
         Command::Agents(AgentsCommand::Stop { handle }) => {
             call::<method::AgentsStop>(client, json, &AgentsStartStopRequest { handle }, output::roster_line).await
         }
+        Command::Agents(AgentsCommand::Budget { handle, usd, tokens, period, subtree, clear }) => {
+            let request = AgentsBudgetRequest { handle, usd, tokens, period, subtree, clear };
+            call::<method::AgentsBudget>(client, json, &request, output::budget_change).await
+        }
         Command::Agents(AgentsCommand::Interrupt { handle }) => {
             call::<method::AgentsInterrupt>(
                 client,

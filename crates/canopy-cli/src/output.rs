@@ -2,8 +2,8 @@
 
 use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, SpawnRequest, Topic, TreeNode};
 use canopy_proto::api::{
-    BoardResponse, CredentialsChangedResponse, MergesListResponse, PostResponse, ReadResponse, ReposGcResponse,
-    ReposListResponse, RunnersAddResponse, UsageResponse,
+    AgentsBudgetResponse, BoardResponse, CredentialsChangedResponse, MergesListResponse, PostResponse, ReadResponse,
+    ReposGcResponse, ReposListResponse, RunnersAddResponse, UsageResponse,
 };
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
@@ -146,8 +146,13 @@ fn roster_row(a: &RosterEntry, width: usize) {
     let activity = a.activity.as_deref().map(|t| format!("  \u{2014} {t}")).unwrap_or_default();
     let seen = a.last_seen.as_deref().and_then(|s| s.get(11..19)).unwrap_or("-");
     let unconfined = if a.unconfined { "  unconfined" } else { "" };
+    let budget = match &a.budget {
+        Some(b) if b.level == canopy_core::budget::Level::Over => format!("  over budget ({}%)", b.percent),
+        Some(b) => format!("  budget {}%", b.percent),
+        None => String::new(),
+    };
     println!(
-        "{:width$}  {:10}{why}  #{} seen {seen}{unconfined}{activity}",
+        "{:width$}  {:10}{why}  #{} seen {seen}{unconfined}{budget}{activity}",
         a.handle,
         a.presence.to_string(),
         a.incarnation
@@ -240,8 +245,9 @@ pub fn credentials_changed(what: &str, r: &CredentialsChangedResponse) {
 
 pub fn spawn_request(r: &SpawnRequest) {
     let note = r.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+    let budget = r.budget.map(|b| format!(", budget {}", amount(b))).unwrap_or_default();
     println!(
-        "{} {:9} {} asks for @{} ({}, {}){note}",
+        "{} {:9} {} asks for @{} ({}, {}{budget}){note}",
         r.id,
         r.state.to_string(),
         r.requester,
@@ -249,6 +255,59 @@ pub fn spawn_request(r: &SpawnRequest) {
         r.display_name,
         r.role
     );
+}
+
+/// `$5.00`, `20000 tokens`, or both.
+fn amount(a: canopy_core::budget::Amount) -> String {
+    let parts: Vec<String> =
+        [a.usd.map(|u| format!("${u:.2}")), a.tokens.map(|t| format!("{t} tokens"))].into_iter().flatten().collect();
+    parts.join(" and ")
+}
+
+/// Budgets, one line each: whose, what it covers, spent of the limit, the window.
+pub fn budgets(list: &[canopy_core::BudgetStatus]) {
+    let width = list.iter().map(|b| b.owner.as_str().len()).max().unwrap_or(5).max(5);
+    for b in list {
+        let limit = b.limit;
+        let mut spent = Vec::new();
+        if let Some(usd) = limit.usd {
+            spent.push(format!("${:.2} of ${usd:.2}", b.spent.usd));
+        }
+        if let Some(tokens) = limit.tokens {
+            spent.push(format!("{} of {tokens} tokens", b.spent.tokens));
+        }
+        let window = match (&b.period, &b.renews_at) {
+            (Some(p), Some(at)) => format!("per {p}, renews {at}"),
+            _ => "lifetime".to_owned(),
+        };
+        let level = match b.level {
+            canopy_core::budget::Level::Over => "  SPENT",
+            canopy_core::budget::Level::Near => "  near",
+            canopy_core::budget::Level::Under => "",
+        };
+        let left = match b.scope {
+            canopy_core::budget::Scope::Subtree => format!("  {} left to give", amount(b.left)),
+            canopy_core::budget::Scope::Agent => String::new(),
+        };
+        println!(
+            "{:width$}  {:7}  {:>4}%  {}  {window}{left}{level}",
+            b.owner,
+            b.scope.to_string(),
+            b.percent,
+            spent.join(", ")
+        );
+    }
+}
+
+/// `canopy agents budget`: what changed, then every budget that covers the agent.
+pub fn budget_change(r: &AgentsBudgetResponse) {
+    if r.covering.is_empty() {
+        println!("no budget covers it");
+    }
+    budgets(&r.covering);
+    if !r.released.is_empty() {
+        println!("released (what they held is delivered now): {}", r.released.join(", "));
+    }
 }
 
 /// A repository, one line.
@@ -321,8 +380,17 @@ pub fn merges(r: &MergesListResponse) {
 pub fn usage(r: &UsageResponse) {
     if r.total.reports == 0 {
         println!("no usage reported");
-        return;
+    } else {
+        usage_table(r);
     }
+    if !r.budgets.is_empty() {
+        println!();
+        println!("budgets");
+        budgets(&r.budgets);
+    }
+}
+
+fn usage_table(r: &UsageResponse) {
     let width = r.agents.iter().map(|a| a.agent.as_str().len()).max().unwrap_or(5).max(5);
     println!("{:width$}  {:>10}  {:>10}  {:>10}  {:>7}  cost", "agent", "input", "output", "cached", "reports");
     for row in &r.agents {
@@ -353,6 +421,11 @@ fn usage_row(label: &str, t: &canopy_core::UsageTotals, width: usize) -> String 
         n if n == t.reports => " (computed)".to_owned(),
         n => format!(" ({n} computed)"),
     };
+    let estimated = match t.reports_estimated {
+        0 => String::new(),
+        n => format!(" ({n} estimated)"),
+    };
+    let computed = format!("{computed}{estimated}");
     let cost = match t.cost_usd {
         None => "-".to_owned(),
         Some(cost) if t.reports_without_cost > 0 => {

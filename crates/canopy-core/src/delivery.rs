@@ -4,7 +4,8 @@
 //! (`route`) and the loop guard, as pure decisions over the facts the daemon read (time
 //! passed in).
 //!
-//! A despawned recipient is refused; one without a live session is held for its next start;
+//! A despawned recipient is refused; one a spent budget covers is held until it is raised or
+//! renews; one without a live session is held for its next start;
 //! an @mentioned recipient in the middle of a turn is steered; an idle one is woken unless
 //! the post is an acknowledgement or the loop guard holds the wake; anyone else gets it at
 //! its next turn start. A steer that fails falls back to a doorbell. Owns these rules and the
@@ -203,6 +204,8 @@ pub struct RecipientFacts<'a> {
     /// The runner hosting its live session, if it has one.
     pub runner: Option<&'a RunnerId>,
     pub mentioned: bool,
+    /// Why a spent budget holds it, if one does: nothing starts a turn for it.
+    pub budget: Option<&'a str>,
 }
 
 /// How a post reaches one recipient.
@@ -233,6 +236,9 @@ pub fn route(
 ) -> Route {
     if recipient.state == AccountState::Despawned {
         return Route::Refused("despawned".into());
+    }
+    if let Some(why) = recipient.budget {
+        return Route::Held(why.to_owned());
     }
     let Some(runner) = recipient.runner.cloned() else {
         let why = match recipient.state {
@@ -323,7 +329,7 @@ mod tests {
     static R: std::sync::LazyLock<RunnerId> = std::sync::LazyLock::new(|| RunnerId::parse("r").unwrap());
 
     fn facts(presence: Presence, runner: Option<&str>, mentioned: bool) -> RecipientFacts<'static> {
-        RecipientFacts { state: AccountState::Active, presence, runner: runner.map(|_| &*R), mentioned }
+        RecipientFacts { state: AccountState::Active, presence, runner: runner.map(|_| &*R), mentioned, budget: None }
     }
 
     fn never() -> Verdict {
@@ -360,6 +366,11 @@ mod tests {
             route(op, facts(Presence::Idle, Some("r"), true), true, None, never),
             Route::Queued { reason: Some(_), .. }
         ));
+        // A spent budget holds even a mention to a working agent: no steer, no wake.
+        let spent = RecipientFacts { budget: Some("budget: spent"), ..facts(Presence::Working, Some("r"), true) };
+        assert_eq!(route(op, spent, false, None, never), Route::Held("budget: spent".into()));
+        let idle = RecipientFacts { budget: Some("budget: spent"), ..facts(Presence::Idle, Some("r"), false) };
+        assert_eq!(route(AccountKind::Agent, idle, false, None, never), Route::Held("budget: spent".into()));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! and `canopy watch`'s activity pages. Does not decide spawn requests (`gate`).
 
 use canopy_core::acl::Caller;
-use canopy_core::{Desired, Error, Handle, RoleName, RosterEntry};
+use canopy_core::{Desired, Error, Handle, Presence, RoleName, RosterEntry};
 use canopy_proto::api::*;
 use canopy_store::{AgentSpec, ops};
 
@@ -108,11 +108,26 @@ impl Api {
             .map(|h| Handle::parse(h).map_err(|e| Error::name("handles", e)))
             .collect::<Result<std::collections::HashSet<Handle>, Error>>()?;
         let unconfined = self.unconfined();
+        let holds = self.budgets.snapshot();
         let mut matched: Vec<RosterEntry> = self
             .store
             .read(ops::roster)
             .await?
             .into_iter()
+            .map(|mut a| {
+                a.budget = holds.marks.get(a.handle.as_str()).cloned();
+                // Held by a budget, an agent not in a turn waits for the operator or the renewal.
+                if let Some(why) = holds.held.get(a.handle.as_str())
+                    && !matches!(
+                        a.presence,
+                        Presence::Working | Presence::Stalled | Presence::Compacting | Presence::Despawned
+                    )
+                {
+                    a.presence = Presence::PausedBudget;
+                    a.reason = Some(why.clone());
+                }
+                a
+            })
             .filter(|a| req.presence.is_none_or(|p| a.presence == p))
             .filter(|a| handles.is_empty() || handles.contains(&a.handle))
             .filter(|a| req.after.as_deref().is_none_or(|after| a.handle.as_str() > after))
@@ -214,6 +229,7 @@ impl Api {
             // Made before the reply, so the operator hears of a checkout that failed.
             self.prepare_checkouts().await;
         }
+        self.tree_changed().await;
         self.poke_runners().await;
         Ok(account)
     }
@@ -243,7 +259,9 @@ impl Api {
     ) -> Result<canopy_core::Account, Error> {
         let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
         let parent = Handle::parse(&req.parent).map_err(|e| Error::name("parent", e))?;
-        self.store.write(move |conn| ops::reparent(conn, &caller, &handle, &parent)).await
+        let account = self.store.write(move |conn| ops::reparent(conn, &caller, &handle, &parent)).await?;
+        self.tree_changed().await;
+        Ok(account)
     }
 
     /// The whole tree for an operator; for an agent, the tree around it (`tree::around`).

@@ -61,6 +61,10 @@ pub struct Api {
     pub finishing: std::sync::Arc<dashmap::DashMap<i64, ()>>,
     /// One pass at a time makes the checkouts still preparing.
     pub preparing: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Who a spent budget holds (read from the store after every change).
+    pub budgets: std::sync::Arc<crate::budgets::BudgetGate>,
+    /// `[budgets.roles]`, as the store applies it.
+    pub role_budgets: std::sync::Arc<Vec<canopy_store::RoleBudget>>,
 }
 
 /// The daemon's credentials for runners and sessions.

@@ -81,8 +81,24 @@ impl Api {
                 self.store.clock().now_ms().saturating_sub(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))
             }
         };
-        let view = self.store.read(move |conn| ops::usage(conn, agent.as_ref(), since_ms)).await?;
-        Ok(UsageResponse { total: view.total, agents: view.agents, sessions: view.sessions, turns: view.turns })
+        let (view, budgets) = self
+            .store
+            .read(move |conn| {
+                let view = ops::usage(conn, agent.as_ref(), since_ms)?;
+                let budgets = match &agent {
+                    Some(agent) => ops::covering_budgets(conn, agent.as_str())?,
+                    None => ops::budgets(conn)?,
+                };
+                Ok((view, budgets))
+            })
+            .await?;
+        Ok(UsageResponse {
+            total: view.total,
+            agents: view.agents,
+            sessions: view.sessions,
+            turns: view.turns,
+            budgets,
+        })
     }
 
     /// Deletes runtime records past their retention: activity, checkpoints and usage in

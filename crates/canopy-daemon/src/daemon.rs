@@ -150,11 +150,15 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         repo_locks: Arc::default(),
         finishing: Arc::default(),
         preparing: Arc::default(),
+        budgets: Arc::default(),
+        role_budgets: Arc::new(crate::budgets::role_budgets(&config)),
     };
     api.register_configured_repos()
         .await
         .map_err(|(key, e)| DaemonError::Config(ConfigError { path: dir.config(), key, message: e.to_string() }))?;
     api.recover_workspaces().await;
+    api.tree_changed().await;
+    api.check_budgets().await;
 
     // Serve the API in its own task, so it keeps answering while the runner shuts down.
     let serving = CancellationToken::new();
@@ -192,6 +196,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
                 api.check_stalled().await;
                 api.check_mailboxes().await;
                 api.check_requests().await;
+                api.check_budgets().await;
                 if let Err(e) = api.expire_runs().await {
                     tracing::warn!(error = %e, "checking subagent run deadlines failed");
                 }

@@ -64,6 +64,7 @@ impl Api {
         quiet: Option<&str>,
         committed_us: u64,
     ) -> (Vec<RecipientOutcome>, OutcomeCounts) {
+        let holds = self.budgets.snapshot();
         let recipients: Vec<PlanRecipient<'_>> = reach
             .recipients
             .iter()
@@ -74,6 +75,10 @@ impl Api {
                     presence: r.presence,
                     runner: r.runner.as_ref(),
                     mentioned: r.mentioned,
+                    budget: match holds.held.is_empty() {
+                        true => None,
+                        false => holds.held.get(r.handle.as_str()).map(String::as_str),
+                    },
                 },
             })
             .collect();
@@ -183,6 +188,10 @@ impl Api {
     ) -> Result<DeliveriesPullResponse, Error> {
         crate::context::as_runner(&runner, &req.runner_id)?;
         let limit = req.limit.unwrap_or(self.config.delivery.batch).clamp(1, MAX_READ_LIMIT);
+        // Under a spent budget nothing is handed over, so no turn starts; it stays pending.
+        if self.budgets.hold(&req.agent).is_some() {
+            return Ok(DeliveriesPullResponse { messages: Vec::new(), wake: false, total: 0 });
+        }
         let pending = self
             .store
             .read(move |conn| {

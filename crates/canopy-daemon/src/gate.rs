@@ -54,6 +54,7 @@ impl Api {
             reason: text("reason", req.reason, 4096)?,
             idempotency_key: req.idempotency_key,
             repo: self.spawn_repo(&caller, req.repo).await?,
+            budget: canopy_core::budget::Amount { usd: req.budget_usd, tokens: req.budget_tokens },
         };
         let policy = self.policy();
         let (request, notice) = self.store.write(move |conn| ops::request_spawn(conn, &caller, &spec, &policy)).await?;
@@ -86,6 +87,7 @@ impl Api {
             .await?;
         self.deliver_notices(decided.notices).await;
         self.prepare_checkouts().await;
+        self.tree_changed().await;
         self.poke_runners().await;
         match decided.refused {
             Some(error) => Err(error),
@@ -162,6 +164,7 @@ impl Api {
                 self.deliver_notices(answered.notices).await;
                 if answered.decided {
                     self.prepare_checkouts().await;
+                    self.tree_changed().await;
                     self.poke_runners().await;
                 }
             }

@@ -10,6 +10,7 @@
 
 pub mod agents;
 pub mod auth;
+pub mod budgets;
 pub mod builtin;
 pub mod context;
 pub mod continuity;

@@ -362,6 +362,7 @@ impl Api {
         if req.brief.len() > max {
             return Err(Error::TooLarge { field: "brief", len: req.brief.len(), max });
         }
+        self.require_budget(caller.handle.as_str(), "subagent run")?;
         let defaults = self.session_defaults(&role.id);
         let checkout = self.run_checkout(&caller, req.repo, req.base).await?;
         let has_checkout = checkout.is_some();
@@ -381,6 +382,7 @@ impl Api {
         if has_checkout {
             self.prepare_checkouts().await;
         }
+        self.tree_changed().await;
         self.poke_runners().await;
         let report_topic = run_topic(run.id).to_string();
         let mut info = run_info(run);

@@ -43,6 +43,10 @@ impl Api {
         let (keep, fresh): (Vec<_>, Vec<_>) =
             live.into_iter().partition(|s| running.contains(&(s.agent.to_string(), s.incarnation)));
         let more = fresh.len() > SYNC_START_BATCH;
+        if !fresh.is_empty() {
+            // Read fresh, not from the last snapshot: a session's start is a model turn.
+            self.refresh_budgets().await;
+        }
         let keep = keep
             .into_iter()
             .map(|s| RunningSession { agent: s.agent.to_string(), incarnation: s.incarnation })
@@ -63,6 +67,8 @@ impl Api {
             .zip(prompts)
             .zip(checkouts)
             .filter(|((s, rendered), _)| rendered.is_some() || s.run.is_none())
+            // A session's first input is a model turn: none starts under a spent budget.
+            .filter(|((s, _), _)| self.budgets.hold(s.agent.as_str()).is_none())
             // An account whose checkout is not made (yet, or ever) does not start without it.
             .filter(|(_, checkout)| checkout.as_ref().is_none_or(|c| c.state == canopy_store::CheckoutState::Ready))
             .map(|((s, rendered), checkout)| {
@@ -153,7 +159,12 @@ impl Api {
                 .collect();
         let runner_id = req.runner_id;
         let max = self.config.sessions.activity_per_session;
-        let applied = self.store.write(move |conn| ops::apply_reports(conn, &runner_id, &reports, max)).await?;
+        let estimate = canopy_store::Estimate {
+            usd: self.config.budgets.unreported_turn_usd,
+            tokens: self.config.budgets.unreported_turn_tokens,
+        };
+        let applied =
+            self.store.write(move |conn| ops::apply_reports(conn, &runner_id, &reports, max, estimate)).await?;
         for item in &applied.activity {
             let event = encode(&ActivityEvent { item: item.clone() });
             let _ = self.bus.publish(&self.subjects.activity_event(item.agent.as_str()), event.clone()).await;
@@ -161,6 +172,9 @@ impl Api {
             if let Some(manager) = self.manager_of_run(item.agent.as_str()).await {
                 let _ = self.bus.publish(&self.subjects.activity_event(&manager), event).await;
             }
+        }
+        if applied.budgets_changed {
+            self.refresh_budgets().await;
         }
         self.deliver_notices(applied.notices).await;
         if applied.poke {

@@ -152,6 +152,7 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         | Method::PromptsRender
         | Method::RunsList
         | Method::Usage
+        | Method::AgentsBudget
         | Method::AgentsInterrupt
         | Method::OperatorsAdd
         | Method::OperatorsList

@@ -822,6 +822,12 @@ pub struct SpawnRequestRequest {
     /// The repository the child works on (its own checkout); default: yours, if you have one.
     #[serde(default)]
     pub repo: Option<String>,
+    /// A budget for the child's subtree in US dollars, carved from the budget above you.
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
+    /// A budget for the child's subtree in tokens, carved from the budget above you.
+    #[serde(default)]
+    pub budget_tokens: Option<u64>,
 }
 
 /// `spawn.decide` (operators): approve or deny a pending request.
@@ -1112,6 +1118,45 @@ pub struct UsageResponse {
     pub sessions: Vec<UsageRow>,
     /// For one agent: its most recent turns, newest first.
     pub turns: Vec<UsageRow>,
+    /// Every budget (for one agent: those that cover it), with its spend in the current window.
+    #[serde(default)]
+    pub budgets: Vec<canopy_core::BudgetStatus>,
+}
+
+/// `agents.budget` (operators): set an agent's own budget (its turns and its subagent runs)
+/// or, with `subtree`, its subtree's; no amount and no `clear` shows the budgets covering it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsBudgetRequest {
+    pub handle: String,
+    /// US dollars per period.
+    #[serde(default)]
+    pub usd: Option<f64>,
+    /// Tokens per period (fresh input, cache writes and output).
+    #[serde(default)]
+    pub tokens: Option<u64>,
+    /// A humantime period (`1day`, `30days`, at least `1m`) or `lifetime` (the default).
+    #[serde(default)]
+    pub period: Option<String>,
+    /// The budget of the agent's whole subtree (its descendants and all their runs).
+    #[serde(default)]
+    pub subtree: bool,
+    /// Remove the budget of this scope.
+    #[serde(default)]
+    pub clear: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsBudgetResponse {
+    /// The budget set (absent when cleared or only shown).
+    #[serde(default)]
+    pub budget: Option<canopy_core::BudgetStatus>,
+    /// Every budget that covers the agent, after the change.
+    pub covering: Vec<canopy_core::BudgetStatus>,
+    /// Agents the change released: what they held is delivered now.
+    #[serde(default)]
+    pub released: Vec<String>,
 }
 
 /// `repos.add` (operators): register a repository; Canopy makes its mirror.

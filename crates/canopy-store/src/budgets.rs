@@ -107,13 +107,6 @@ fn all(conn: &Db<'_>) -> Result<Vec<Row>, Error> {
         .map_err(sql("reading budgets"))
 }
 
-/// Whether any budget exists (most workspaces have none; their checks stop here).
-pub fn any(conn: &Db<'_>) -> Result<bool, Error> {
-    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM budgets)")
-        .and_then(|mut s| s.query_row([], |r| r.get(0)))
-        .map_err(sql("checking for budgets"))
-}
-
 /// The ids of the agents a budget covers: for an agent budget, the agent and its runs; for
 /// a subtree budget, the agent, its descendants and all their runs.
 fn covered_ids(conn: &Db<'_>, agent_id: i64, scope: Scope) -> Result<Vec<i64>, Error> {
@@ -432,6 +425,12 @@ fn parent_of(conn: &Db<'_>, id: i64) -> Result<Option<i64>, Error> {
 /// owned by one agent).
 pub fn budgets(conn: &Db<'_>) -> Result<Vec<BudgetStatus>, Error> {
     all(conn)?.iter().map(|b| status(conn, b)).collect()
+}
+
+/// The budgets that cover one agent: those its usage is charged to.
+pub fn covering_budgets(conn: &Db<'_>, handle: &str) -> Result<Vec<BudgetStatus>, Error> {
+    let account = require_account(conn, "handle", handle)?;
+    covering(conn, account.id)?.into_iter().map(|id| status(conn, &load(conn, id)?)).collect()
 }
 
 /// Checks a spawn proposal against the nearest subtree budget covering the requester;

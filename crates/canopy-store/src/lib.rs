@@ -215,9 +215,7 @@ pub mod ops {
         account, children, create_agent, create_operator, list_agents, operators, reparent, resolve_token,
         revoke_operator, subscriptions, tree,
     };
-    pub use crate::budgets::{
-        any as any_budgets, budgets, holds, renew as renew_budgets, set_budget, sync_role_budgets,
-    };
+    pub use crate::budgets::{budgets, covering_budgets, holds, renew as renew_budgets, set_budget, sync_role_budgets};
     pub use crate::channels::{channel, create_channel, cursor, list_channels, list_topics};
     pub use crate::delivery::{
         acknowledge, agent_id, expire, overflowing, pending, reach, record_held, record_injected,

@@ -1,0 +1,185 @@
+//! The budgets area: `agents.budget`, the holds every delivery, pull, session start and run
+//! start consults (`BudgetGate`, a snapshot read from the store after anything that can
+//! change it), renewal on the daemon's timer, role defaults from `[budgets.roles]`, and
+//! delivery of what a hold kept once it lifts.
+//!
+//! The gate is in memory so the post path pays one hash lookup per recipient; the store is
+//! the truth (spend is charged in the writer as usage is recorded) and the snapshot is
+//! re-read after every charge that crossed a limit, every budget change, every tree change
+//! and every renewal. Does not charge or sum spend (`canopy_store::budgets`) or word
+//! anything (`canopy_core::budget::say`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use canopy_core::Error;
+use canopy_core::acl::Caller;
+use canopy_core::budget::{Amount, Scope};
+use canopy_proto::api::*;
+use canopy_store::{Holds, RoleBudget, ops};
+
+use crate::context::{Api, encode};
+
+/// Who is held by a spent budget, and who is near one: the snapshot the daemon checks.
+#[derive(Debug, Default)]
+pub struct BudgetGate {
+    holds: RwLock<Arc<Holds>>,
+}
+
+impl BudgetGate {
+    /// The holds as of the last refresh.
+    pub fn snapshot(&self) -> Arc<Holds> {
+        self.holds.read().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// Why `handle` is held, if a spent budget covers it.
+    pub fn hold(&self, handle: &str) -> Option<String> {
+        self.holds.read().ok()?.held.get(handle).cloned()
+    }
+
+    /// Installs new holds; returns who is no longer held.
+    fn replace(&self, holds: Holds) -> Vec<String> {
+        let Ok(mut current) = self.holds.write() else { return Vec::new() };
+        let released = current.held.keys().filter(|h| !holds.held.contains_key(*h)).cloned().collect();
+        *current = Arc::new(holds);
+        released
+    }
+}
+
+/// `[budgets.roles]` as the store takes it.
+pub fn role_budgets(config: &canopy_config::Config) -> Vec<RoleBudget> {
+    config
+        .budgets
+        .roles
+        .iter()
+        .map(|(role, b)| RoleBudget {
+            role: role.clone(),
+            scope: if b.subtree { Scope::Subtree } else { Scope::Agent },
+            amount: Amount { usd: b.usd, tokens: b.tokens },
+            period_ms: b.period.map(|p| p.as_millis() as i64),
+        })
+        .collect()
+}
+
+/// Parses a budget period: a humantime duration or `lifetime`.
+fn period(text: Option<&str>) -> Result<Option<i64>, Error> {
+    match text.map(str::trim) {
+        None | Some("lifetime") => Ok(None),
+        Some(text) => {
+            let d = humantime::parse_duration(text).map_err(|e| {
+                Error::invalid("period", format!("{text:?} is not a period like \"1day\" or \"lifetime\": {e}"))
+            })?;
+            let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+            canopy_core::budget::check_period(ms)?;
+            Ok(Some(ms))
+        }
+    }
+}
+
+impl Api {
+    pub(crate) async fn agents_budget(
+        &self,
+        caller: Caller,
+        req: AgentsBudgetRequest,
+    ) -> Result<AgentsBudgetResponse, Error> {
+        let handle = canopy_core::Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let amount = Amount { usd: req.usd, tokens: req.tokens };
+        if req.clear && !amount.is_empty() {
+            return Err(Error::invalid("clear", "clears a budget: give no amount with it"));
+        }
+        let scope = if req.subtree { Scope::Subtree } else { Scope::Agent };
+        let period = period(req.period.as_deref())?;
+        let change = req.clear || !amount.is_empty();
+        let name = handle.to_string();
+        let budget = match change {
+            true => {
+                self.store.write(move |conn| ops::set_budget(conn, &caller, &handle, scope, amount, period)).await?
+            }
+            false => {
+                self.store.read(move |conn| ops::account(conn, "handle", handle.as_str())).await?;
+                None
+            }
+        };
+        let released = match change {
+            true => self.refresh_budgets().await,
+            false => Vec::new(),
+        };
+        let covering = self.store.read(move |conn| ops::covering_budgets(conn, &name)).await?;
+        Ok(AgentsBudgetResponse { budget, covering, released })
+    }
+
+    /// Reads the holds again; what a lifted hold kept is delivered (its runner rung, and
+    /// runners told to sync for sessions that were kept from starting).
+    pub(crate) async fn refresh_budgets(&self) -> Vec<String> {
+        let holds = match self.store.read(ops::holds).await {
+            Ok(holds) => holds,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading budget holds failed; the previous ones stay");
+                return Vec::new();
+            }
+        };
+        let released = self.budgets.replace(holds);
+        if !released.is_empty() {
+            tracing::info!(agents = released.len(), "budget holds lifted");
+            self.ring(&released).await;
+            self.poke_runners().await;
+        }
+        released
+    }
+
+    /// Renews budgets whose period passed, and reads the holds again (the timer's backstop
+    /// for every change too).
+    pub async fn check_budgets(&self) {
+        match self.store.write(ops::renew_budgets).await {
+            Ok(renewed) if renewed > 0 => tracing::info!(renewed, "budget periods renewed"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "renewing budgets failed"),
+        }
+        self.refresh_budgets().await;
+    }
+
+    /// After the tree changed (an agent, a child or a run is new, or moved): gives agents and
+    /// runs of roles with a `[budgets.roles]` default the ones they lack, and reads the holds
+    /// again, before any runner is told to start a session.
+    pub(crate) async fn tree_changed(&self) {
+        if !self.role_budgets.is_empty() {
+            let defaults = self.role_budgets.clone();
+            if let Err(e) = self.store.write(move |conn| ops::sync_role_budgets(conn, &defaults)).await {
+                tracing::warn!(error = %e, "applying role budgets failed");
+            }
+        }
+        self.refresh_budgets().await;
+    }
+
+    /// Refuses to start spending for an agent a spent budget covers.
+    pub(crate) fn require_budget(&self, handle: &str, what: &str) -> Result<(), Error> {
+        match self.budgets.hold(handle) {
+            None => Ok(()),
+            Some(why) => Err(Error::LimitExceeded(format!("no {what} starts for @{handle}: {why}"))),
+        }
+    }
+
+    /// Rings the runners of these agents' live sessions.
+    async fn ring(&self, handles: &[String]) {
+        let names = handles.to_vec();
+        let Ok(entries) = self
+            .store
+            .read(move |conn| Ok(names.iter().filter_map(|h| ops::roster_entry(conn, h).ok()).collect::<Vec<_>>()))
+            .await
+        else {
+            return;
+        };
+        let mut by_runner: BTreeMap<canopy_core::RunnerId, Vec<String>> = BTreeMap::new();
+        for entry in entries {
+            if let Some(runner) = entry.runner {
+                by_runner.entry(runner).or_default().push(entry.handle.to_string());
+            }
+        }
+        for (runner, agents) in by_runner {
+            let subject = self.subjects.runner_deliver(&runner);
+            if let Err(e) = self.bus.publish(&subject, encode(&DeliverDoorbell { agents })).await {
+                tracing::debug!(error = %e, "a doorbell after a budget lifted was not sent; the runner resyncs on its timer");
+            }
+        }
+    }
+}
