@@ -200,6 +200,8 @@ fn a_spawn_proposal_must_fit_what_the_subtree_has_left_and_is_carved_out_at_appr
     assert!(!asked.is_error, "{:?}", asked.output);
     assert_eq!(asked.output["budget"]["usd"], 0.5, "{:?}", asked.output);
     assert!(env.ok(&["requests"]).contains("budget $0.50"), "the operator sees the proposal");
+    let asked_in_home = notices(&env, "home-lead", "Budget for its subtree: $0.50");
+    assert_eq!(asked_in_home.len(), 1, "the request in the home channel names the budget");
     env.ok(&["approve", asked.output["id"].as_str().unwrap()]);
     let usage = env.json(&["usage"]);
     let child = budget_of(&usage, "modest");

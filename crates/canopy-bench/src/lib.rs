@@ -1,4 +1,4 @@
-//! `canopy bench`: the figures of DESIGN section 11 (delivery here, restart and memory in
+//! `canopy bench`: the figures of DESIGN section 11 (delivery and the budget check here, restart and memory in
 //! `restart.rs`, prompt render in `prompt.rs`, session start confined vs unconfined in
 //! `sandbox.rs`, checkouts in `checkout.rs`), each printed beside its raw baseline measured
 //! in the same run on the same machine (these machines are noisy; ratios hold, absolute times
@@ -63,6 +63,8 @@ pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
         eprintln!("bench: broadcast to {agents} agents...");
         figures.push(broadcast(&bench, agents).await?);
     }
+    eprintln!("bench: the budget check on the post path...");
+    figures.push(budget_check(&bench, options).await?);
     eprintln!("bench: restart with history...");
     figures.extend(restart::figures(bench, options.quick).await?);
     eprintln!("bench: prompt render...");
@@ -91,15 +93,32 @@ async fn post_throughput(bench: &Sandbox, options: Options) -> Result<Figure, St
     let homes = bench.create_agents("poster-target", POSTERS, true).await?;
 
     let raw = bench.raw_commit_throughput(POSTERS, total).await?;
+    let rate = post_burst(bench, &homes, total).await?;
+    let ratio = rate / raw;
+    Ok(Figure {
+        figure: "post throughput, durable, 64 concurrent posters, one recipient each".into(),
+        value: rate,
+        unit: "posts/s".into(),
+        baseline: raw,
+        baseline_name: "raw NATS request + SQLite commit + reply, 64 concurrent (req/s)".into(),
+        ratio,
+        target: ">= 0.7x baseline".into(),
+        met: ratio >= 0.7,
+        note: format!("{total} posts"),
+    })
+}
 
+/// `total` posts from one poster per channel of `homes`, concurrently; posts per second.
+async fn post_burst(bench: &Sandbox, homes: &[String], total: usize) -> Result<f64, String> {
+    let posters = homes.len();
     let started = Instant::now();
-    let tasks: Vec<_> = (0..POSTERS)
+    let tasks: Vec<_> = (0..posters)
         .map(|i| {
             let api = bench.api.clone();
             let token = bench.operator.clone();
             let channel = homes[i].clone();
             tokio::spawn(async move {
-                for n in 0..total / POSTERS {
+                for n in 0..total / posters {
                     let request = PostRequest {
                         channel: channel.clone(),
                         topic: "bench".into(),
@@ -118,18 +137,73 @@ async fn post_throughput(bench: &Sandbox, options: Options) -> Result<Figure, St
     for task in tasks {
         task.await.map_err(|e| e.to_string())??;
     }
-    let rate = total as f64 / started.elapsed().as_secs_f64();
-    let ratio = rate / raw;
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The budget check's cost on the post path: the post burst of `post_throughput` while a
+/// spent budget holds an agent (so every recipient is looked up in the holds) and a budget
+/// covers every recipient, beside the same burst while no budget holds anyone (the check
+/// has nothing to look up), alternating rounds in one run; medians of each.
+async fn budget_check(bench: &Sandbox, options: Options) -> Result<Figure, String> {
+    const ROUNDS: usize = 3;
+    let total = if options.quick { 3_200 } else { 16_000 };
+    let homes = bench.create_agents("budget-target", 64, true).await?;
+    let set = |handle: String, usd: Option<f64>, tokens: Option<u64>, clear: bool| AgentsBudgetRequest {
+        handle,
+        usd,
+        tokens,
+        period: Some("1day".into()),
+        subtree: false,
+        clear,
+    };
+    for home in &homes {
+        let handle = home.strip_prefix("home-").unwrap_or(home).to_owned();
+        let request = set(handle, Some(1000.0), None, false);
+        let _: AgentsBudgetResponse =
+            bench.api.send::<method::AgentsBudget>(&bench.operator, &request).await.map_err(|e| e.to_string())?;
+    }
+    let sessions = bench.fake_sessions(1_000_000).await?;
+    let spent = sessions.first().ok_or("the stand-in runner hosts no session to hold")?.clone();
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let clear = set(spent.agent.clone(), None, None, true);
+        let _: AgentsBudgetResponse =
+            bench.api.send::<method::AgentsBudget>(&bench.operator, &clear).await.map_err(|e| e.to_string())?;
+        without.push(post_burst(bench, &homes, total).await?);
+        let hold = set(spent.agent.clone(), None, Some(1), false);
+        let _: AgentsBudgetResponse =
+            bench.api.send::<method::AgentsBudget>(&bench.operator, &hold).await.map_err(|e| e.to_string())?;
+        bench.fake_usage(&spent, 10).await?;
+        let roster: RosterResponse = bench
+            .api
+            .send::<method::Roster>(
+                &bench.operator,
+                &RosterRequest { handles: vec![spent.agent.clone()], ..RosterRequest::default() },
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        if roster.agents.first().map(|a| a.presence) != Some(canopy_core::Presence::PausedBudget) {
+            return Err(format!("{} is not held by its spent budget", spent.agent));
+        }
+        with.push(post_burst(bench, &homes, total).await?);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (rate, base) = (median(&mut with), median(&mut without));
+    let ratio = rate / base;
     Ok(Figure {
-        figure: "post throughput, durable, 64 concurrent posters, one recipient each".into(),
+        figure: "post throughput with the budget check: a budget on every recipient, a spent one holding an agent"
+            .into(),
         value: rate,
         unit: "posts/s".into(),
-        baseline: raw,
-        baseline_name: "raw NATS request + SQLite commit + reply, 64 concurrent (req/s)".into(),
+        baseline: base,
+        baseline_name: "the same posts while no budget holds anyone (posts/s)".into(),
         ratio,
-        target: ">= 0.7x baseline".into(),
-        met: ratio >= 0.7,
-        note: format!("{total} posts"),
+        target: ">= 0.95x baseline (the check under 5%)".into(),
+        met: ratio >= 0.95,
+        note: format!("{ROUNDS} alternating rounds of {total} posts, medians"),
     })
 }
 

@@ -271,7 +271,12 @@ impl Sandbox {
     /// sessions (online agents) it holds.
     pub async fn fake_runner_sync(&self, capacity: u32) -> Result<usize, String> {
         tokio::time::sleep(self.config.runner.runner_ttl + Duration::from_millis(300)).await;
-        // Sync like a runner that starts everything it is given, until nothing waits.
+        self.fake_sessions(capacity).await.map(|s| s.len())
+    }
+
+    /// The stand-in runner's sessions: it syncs like a runner that starts everything it is
+    /// given (and claims nothing it ran before), until nothing waits.
+    pub async fn fake_sessions(&self, capacity: u32) -> Result<Vec<RunningSession>, String> {
         let mut running: Vec<RunningSession> = Vec::new();
         loop {
             let request = RunnersSyncRequest {
@@ -289,9 +294,28 @@ impl Sandbox {
                 response.start.into_iter().map(|s| RunningSession { agent: s.agent, incarnation: s.incarnation }),
             );
             if !response.more {
-                return Ok(running.len());
+                return Ok(running);
             }
         }
+    }
+
+    /// Reports a model turn's usage for a stand-in runner's session, as its runner would.
+    pub async fn fake_usage(&self, session: &RunningSession, tokens: u64) -> Result<(), String> {
+        let report = SessionReport {
+            agent: session.agent.clone(),
+            incarnation: session.incarnation,
+            presence: None,
+            reason: None,
+            activity: None,
+            ended: false,
+            crash_loop: false,
+            fatal: false,
+            usage: Some(ReportedUsage { input_tokens: tokens, cost_usd: Some(0.0), ..ReportedUsage::default() }),
+        };
+        let request = SessionsReportRequest { runner_id: fake_runner(), reports: vec![report] };
+        let _: SessionsReportResponse =
+            self.api.send::<method::SessionsReport>(&self.runner_token, &request).await.map_err(|e| e.to_string())?;
+        Ok(())
     }
 
     pub async fn row_count(&self) -> Result<u64, String> {

@@ -245,7 +245,7 @@ pub fn credentials_changed(what: &str, r: &CredentialsChangedResponse) {
 
 pub fn spawn_request(r: &SpawnRequest) {
     let note = r.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
-    let budget = r.budget.map(|b| format!(", budget {}", amount(b))).unwrap_or_default();
+    let budget = r.budget.map(|b| format!(", budget {}", canopy_core::budget::say::amount(b))).unwrap_or_default();
     println!(
         "{} {:9} {} asks for @{} ({}, {}{budget}){note}",
         r.id,
@@ -257,25 +257,11 @@ pub fn spawn_request(r: &SpawnRequest) {
     );
 }
 
-/// `$5.00`, `20000 tokens`, or both.
-fn amount(a: canopy_core::budget::Amount) -> String {
-    let parts: Vec<String> =
-        [a.usd.map(|u| format!("${u:.2}")), a.tokens.map(|t| format!("{t} tokens"))].into_iter().flatten().collect();
-    parts.join(" and ")
-}
-
 /// Budgets, one line each: whose, what it covers, spent of the limit, the window.
 pub fn budgets(list: &[canopy_core::BudgetStatus]) {
     let width = list.iter().map(|b| b.owner.as_str().len()).max().unwrap_or(5).max(5);
     for b in list {
-        let limit = b.limit;
-        let mut spent = Vec::new();
-        if let Some(usd) = limit.usd {
-            spent.push(format!("${:.2} of ${usd:.2}", b.spent.usd));
-        }
-        if let Some(tokens) = limit.tokens {
-            spent.push(format!("{} of {tokens} tokens", b.spent.tokens));
-        }
+        let spent = canopy_core::budget::say::spend(b.limit, b.spent);
         let window = match (&b.period, &b.renews_at) {
             (Some(p), Some(at)) => format!("per {p}, renews {at}"),
             _ => "lifetime".to_owned(),
@@ -286,16 +272,12 @@ pub fn budgets(list: &[canopy_core::BudgetStatus]) {
             canopy_core::budget::Level::Under => "",
         };
         let left = match b.scope {
-            canopy_core::budget::Scope::Subtree => format!("  {} left to give", amount(b.left)),
+            canopy_core::budget::Scope::Subtree => {
+                format!("  {} left to give", canopy_core::budget::say::amount(b.left))
+            }
             canopy_core::budget::Scope::Agent => String::new(),
         };
-        println!(
-            "{:width$}  {:7}  {:>4}%  {}  {window}{left}{level}",
-            b.owner,
-            b.scope.to_string(),
-            b.percent,
-            spent.join(", ")
-        );
+        println!("{:width$}  {:7}  {:>4}%  {}  {window}{left}{level}", b.owner, b.scope.to_string(), b.percent, spent);
     }
 }
 

@@ -856,8 +856,9 @@ impl Config {
             if budget.usd.is_some_and(|u| !(u.is_finite() && u > 0.0)) || budget.tokens == Some(0) {
                 return Err((key, format!("{role}: a budget is more than zero")));
             }
-            if budget.period.is_some_and(|p| p < Duration::from_secs(60)) {
-                return Err((key, format!("{role}: a budget's period is at least 1m (or absent: the lifetime)")));
+            let years = Duration::from_secs(100 * 365 * 86_400);
+            if budget.period.is_some_and(|p| p < Duration::from_secs(60) || p > years) {
+                return Err((key, format!("{role}: a budget's period is 1m to 100years (absent: the lifetime)")));
             }
         }
         for repo in &self.repos {
@@ -973,13 +974,15 @@ mod tests {
 
     #[test]
     fn role_budgets_are_checked_against_the_roles() {
-        let ok = parse("[budgets.roles.manager]\nusd = 5.0\nperiod = \"1day\"\nsubtree = true\n").unwrap();
+        let ok = parse("[budgets.roles.manager]\nusd = 5.0\nperiod = \"1day\"\nsubtree = true\n")
+            .expect("a manager budget parses");
         let manager = &ok.budgets.roles["manager"];
         assert_eq!(
             (manager.usd, manager.period, manager.subtree),
             (Some(5.0), Some(Duration::from_secs(86_400)), true)
         );
-        let lifetime = parse("[budgets.roles.implementer]\ntokens = 100000\nperiod = \"lifetime\"\n").unwrap();
+        let lifetime = parse("[budgets.roles.implementer]\ntokens = 100000\nperiod = \"lifetime\"\n")
+            .expect("a lifetime budget parses");
         assert_eq!(lifetime.budgets.roles["implementer"].period, None);
         for bad in [
             "[budgets.roles.ghost]\nusd = 1.0\n",

@@ -18,6 +18,8 @@ pub const MAX_USD: f64 = 1e9;
 pub const MAX_TOKENS: u64 = 1_000_000_000_000_000;
 /// Shortest period: below a minute, a window rolls over before a turn ends.
 pub const MIN_PERIOD_MS: i64 = 60_000;
+/// Longest period: a hundred years (longer is a lifetime).
+pub const MAX_PERIOD_MS: i64 = 100 * 365 * 86_400_000;
 
 /// What a budget covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -71,10 +73,11 @@ pub struct Spent {
     pub tokens: u64,
 }
 
-/// Checks a period: at least a minute (a shorter one rolls over inside a turn).
+/// Checks a period: at least a minute (a shorter one rolls over inside a turn), at most a
+/// hundred years.
 pub fn check_period(period_ms: i64) -> Result<(), Error> {
-    if period_ms < MIN_PERIOD_MS {
-        return Err(Error::invalid("period", "a budget's period is at least 1m (or `lifetime`)"));
+    if !(MIN_PERIOD_MS..=MAX_PERIOD_MS).contains(&period_ms) {
+        return Err(Error::invalid("period", "a budget's period is 1m to 100years (or `lifetime`)"));
     }
     Ok(())
 }
@@ -168,6 +171,15 @@ pub fn check_fit(owner: &str, proposed: Amount, left: Amount) -> Result<(), Erro
 /// The words for budgets.
 pub mod say {
     use super::{Amount, Level, Scope, Spent};
+
+    /// `$5.00`, `20000 tokens`, or both.
+    pub fn amount(a: Amount) -> String {
+        let parts: Vec<String> = [a.usd.map(|u| format!("${u:.2}")), a.tokens.map(|t| format!("{t} tokens"))]
+            .into_iter()
+            .flatten()
+            .collect();
+        parts.join(" and ")
+    }
 
     /// `$1.20 of $2.00`, `12000 of 50000 tokens`, or both.
     pub fn spend(limit: Amount, spent: Spent) -> String {
@@ -273,6 +285,7 @@ mod tests {
         assert!(Amount { usd: None, tokens: Some(0) }.check("usd", "tokens").is_err());
         assert!(Amount { usd: Some(2.5), tokens: Some(10) }.check("usd", "tokens").is_ok());
         assert!(check_period(1000).is_err());
+        assert!(check_period(i64::MAX).is_err());
         assert!(check_period(DAY).is_ok());
     }
 

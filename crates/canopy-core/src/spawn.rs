@@ -158,7 +158,7 @@ pub mod say {
     pub fn requested(mentions: &[String], requester: &str, request: &SpawnRequest) -> String {
         format!(
             "{mentions} {requester} asks to spawn a child {role}: @{handle} ({name}). Request {id}, expires {expires}.\n\
-             Charter: {charter}\nReason: {reason}\n{repo}\
+             Charter: {charter}\nReason: {reason}\n{repo}{budget}\
              To answer: `canopy approve {id}` or `canopy deny {id} --reason TEXT`, or reply `approve` or `deny <reason>` in this topic.",
             mentions = mentions.iter().map(|o| format!("@{o}")).collect::<Vec<_>>().join(" "),
             role = request.role,
@@ -170,6 +170,13 @@ pub mod say {
             reason = request.reason,
             repo = match &request.repo {
                 Some(repo) => format!("Repository: {repo} (its own checkout, on branch canopy/{})\n", request.handle),
+                None => String::new(),
+            },
+            budget = match request.budget {
+                Some(b) => format!(
+                    "Budget for its subtree: {}, carved from the one above {requester}\n",
+                    crate::budget::say::amount(b)
+                ),
                 None => String::new(),
             },
         )
@@ -286,6 +293,7 @@ mod tests {
             charter: "c".into(),
             reason: "r".into(),
             repo: None,
+            budget: None,
             state,
             decided_by: Some(Handle::from_trusted("ops".into())),
             note: Some("not now".into()),

@@ -140,7 +140,7 @@ fn load(conn: &Db<'_>, id: i64) -> Result<Row, Error> {
         .map_err(sql("reading a budget"))
 }
 
-/// What a charge produced: notices to post, and whether anyone's hold may have changed.
+/// What a charge produced: notices to post, and whether a level changed (a hold, a mark).
 #[derive(Debug, Default)]
 pub struct Charged {
     pub notices: Vec<Message>,
@@ -168,7 +168,7 @@ pub(crate) fn charge(conn: &Db<'_>, agent_id: i64, usd: f64, tokens: i64, out: &
             let body = say::warning(&b.owner, b.scope, after, &spent, &window);
             out.notices.push(crate::sessions::notice(conn, b.notice_to, &body)?);
         }
-        out.changed |= (before == Level::Over) != (after == Level::Over);
+        out.changed |= before != after;
         conn.prepare_cached(
             "UPDATE budgets SET window_start = ?2, spent_usd = ?3, spent_tokens = ?4, warned = ?5 WHERE id = ?1",
         )
@@ -322,25 +322,21 @@ pub fn sync_role_budgets(conn: &Db<'_>, defaults: &[RoleBudget]) -> Result<(), E
         }
     }
     for d in defaults {
-        let agents: Vec<(i64, Option<i64>, Option<i64>, Option<f64>, Option<i64>)> = conn
+        let tokens = d.amount.tokens.map(|t| t as i64);
+        // Agents of the role with no budget of the scope, or a role one that changed.
+        let due: Vec<i64> = conn
             .prepare_cached(
-                "SELECT a.id, b.id, b.period_ms, b.usd, b.tokens FROM accounts a LEFT JOIN budgets b ON b.agent_id = a.id \
-                 AND b.scope = ?2 WHERE a.kind = 'agent' AND a.role = ?1 AND a.state != 'despawned' \
-                 AND (b.id IS NULL OR b.source = 'role')",
+                "SELECT a.id FROM accounts a LEFT JOIN budgets b ON b.agent_id = a.id AND b.scope = ?2 \
+                 WHERE a.kind = 'agent' AND a.role = ?1 AND a.state != 'despawned' AND (b.id IS NULL OR \
+                 (b.source = 'role' AND (b.period_ms IS NOT ?3 OR b.usd IS NOT ?4 OR b.tokens IS NOT ?5)))",
             )
             .and_then(|mut s| {
-                s.query_map(params![d.role, d.scope.as_str()], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                })?
-                .collect()
+                s.query_map(params![d.role, d.scope.as_str(), d.period_ms, d.amount.usd, tokens], |r| r.get(0))?
+                    .collect()
             })
             .map_err(sql("listing a role's agents"))?;
-        let tokens = d.amount.tokens.map(|t| t as i64);
-        for (agent, existing, period, usd, have_tokens) in agents {
-            let same = existing.is_some() && period == d.period_ms && usd == d.amount.usd && have_tokens == tokens;
-            if !same {
-                upsert(conn, agent, d.scope, d.amount, d.period_ms, "role")?;
-            }
+        for agent in due {
+            upsert(conn, agent, d.scope, d.amount, d.period_ms, "role")?;
         }
     }
     Ok(())

@@ -91,7 +91,7 @@ pub struct Applied {
     pub notices: Vec<Message>,
     /// Whether placement may have changed (a session ended), so runners should sync.
     pub poke: bool,
-    /// Whether a budget crossed its limit either way, so holds must be read again.
+    /// Whether a budget's level changed (80%, 100%, either way), so holds must be read again.
     pub budgets_changed: bool,
 }
 
