@@ -589,19 +589,24 @@ fn spawn_policy() -> crate::SpawnPolicy {
     }
 }
 
-/// A workspace where `ci-manager` has asked for a child `flaky`; returns the request's number.
-async fn requested() -> (tempfile::TempDir, Store, i64) {
-    let (dir, store) = workspace().await;
-    let spec = crate::SpawnSpec {
-        handle: h("flaky"),
+/// `ci-manager`'s request for a child Manager that hunts flaky tests.
+fn flaky(handle: &str, budget: canopy_core::budget::Amount) -> crate::SpawnSpec {
+    crate::SpawnSpec {
+        handle: h(handle),
         display_name: "Flaky".into(),
         role: RoleName::parse("manager").unwrap(),
         charter: "Hunt flaky tests".into(),
         reason: "CI is red".into(),
         idempotency_key: None,
         repo: None,
-        budget: canopy_core::budget::Amount::default(),
-    };
+        budget,
+    }
+}
+
+/// A workspace where `ci-manager` has asked for a child `flaky`; returns the request's number.
+async fn requested() -> (tempfile::TempDir, Store, i64) {
+    let (dir, store) = workspace().await;
+    let spec = flaky("flaky", canopy_core::budget::Amount::default());
     let (request, _) =
         store.write(move |c| ops::request_spawn(c, &agent("ci-manager"), &spec, &spawn_policy())).await.unwrap();
     let id = crate::parse_request_id(&request.id).unwrap();
@@ -980,16 +985,7 @@ async fn a_subtree_budget_holds_everyone_below_and_a_proposal_must_fit_what_is_l
     let (_dir, store) = live_workspace().await;
     set(&store, "ci-manager", Scope::Subtree, Some(1.0)).await;
     apply(&store, vec![turn("ci-manager", "usage", "t1", Some(0.2))]).await;
-    let ask = |usd: f64, handle: &str| crate::SpawnSpec {
-        handle: h(handle),
-        display_name: "Flaky".into(),
-        role: RoleName::parse("manager").unwrap(),
-        charter: "Hunt flaky tests".into(),
-        reason: "CI is red".into(),
-        idempotency_key: None,
-        repo: None,
-        budget: Amount { usd: Some(usd), tokens: None },
-    };
+    let ask = |usd: f64, handle: &str| flaky(handle, Amount { usd: Some(usd), tokens: None });
     let too_much = ask(0.9, "flaky");
     let refused = store
         .write(move |c| ops::request_spawn(c, &agent("ci-manager"), &too_much, &spawn_policy()))
