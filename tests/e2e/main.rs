@@ -28,6 +28,7 @@ mod governance;
 mod interrupt;
 mod lifecycle;
 mod omp;
+mod operator;
 mod pi;
 mod prompts;
 mod sessions;

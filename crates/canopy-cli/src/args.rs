@@ -73,6 +73,9 @@ pub enum Command {
     Tail(TailArgs),
     /// Every agent's live state: presence, why it is idle, its activity line, last seen.
     Roster,
+    /// One screen: the daemon, runners, agents by presence, what waits for you, budget
+    /// alerts, the latest incidents.
+    Status,
     /// Follow an agent's session live, read-only: turns, text, tool calls.
     Watch(WatchArgs),
     /// Run a runner as its own process: it hosts sessions placed on it by the daemon.
@@ -126,6 +129,9 @@ pub enum Command {
         /// pending, approved, spawned, failed, denied, expired or cancelled.
         #[arg(long)]
         state: Option<String>,
+        /// Wait until a new request arrives, print it and exit.
+        #[arg(long, conflicts_with = "state")]
+        wait: bool,
     },
     /// The audit log, newest first.
     Audit {
@@ -457,11 +463,15 @@ pub struct ReadArgs {
     pub channel: String,
     #[arg(long)]
     pub topic: Option<String>,
-    /// Only messages with a sequence above this.
+    /// Only messages with a sequence above this (read forwards from there).
     #[arg(long, default_value_t = canopy_core::Seq(0))]
     pub after: canopy_core::Seq,
+    /// How many messages (default 100, at most 1000).
     #[arg(long)]
     pub limit: Option<u32>,
+    /// Start at the oldest message instead of showing the newest page.
+    #[arg(long)]
+    pub from_start: bool,
 }
 
 #[derive(Debug, Clone, Args)]

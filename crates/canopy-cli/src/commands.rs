@@ -10,7 +10,7 @@ use canopy_proto::{ApiMethod, Subjects, method};
 use futures_util::StreamExt;
 
 use crate::args::*;
-use crate::client::{CallError, Client};
+use crate::client::{CallError, Client, Follower};
 use crate::{EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, output};
 
 /// Runs a parsed command and returns the process exit code.
@@ -38,10 +38,15 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Demo { yes } => crate::demo::run(yes).await,
         Command::Bundle(BundleCommand::Check { bundle, gated }) => bundle_check(&dir, json, bundle, gated),
         Command::Bundle(BundleCommand::Import { from, bundle }) => crate::import::run(&dir, json, &from, bundle).await,
-        command => match Client::connect(&dir).await {
-            Ok(client) => api_command(&client, json, command).await,
-            Err(e) => fail(json, &e),
-        },
+        command => {
+            // Nothing below starts a child or writes a pipe of its own: a closed stdout
+            // (`| head -1`) ends the process quietly, as for any Unix tool.
+            canopy_sys::default_sigpipe();
+            match Client::connect(&dir).await {
+                Ok(client) => api_command(&dir, client, json, command).await,
+                Err(e) => fail(json, &e),
+            }
+        }
     }
 }
 
@@ -149,9 +154,11 @@ async fn shutdown_signal() {
     }
 }
 
-async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
+async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command) -> u8 {
+    let client = &owned;
     let result = match command {
         Command::Whoami => {
+            waiting_banner(client, json).await;
             call::<method::Whoami>(client, json, &WhoamiRequest {}, |r: &WhoamiResponse| {
                 println!(
                     "{} ({}) in workspace {} ({}), daemon {}",
@@ -261,24 +268,24 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             let request = MergesDecideRequest { id, approve: false, reason: Some(reason) };
             call::<method::MergesDecide>(client, json, &request, output::merge).await
         }
-        Command::Requests { state } => {
+        Command::Requests { state, wait } => {
             let state = match state.as_deref().map(|s| canopy_core::SpawnState::parse(s).ok_or(s)) {
                 None => None,
                 Some(Ok(state)) => Some(state),
                 Some(Err(bad)) => {
                     let message = format!("unknown state {bad:?}; one of {}", canopy_core::SpawnState::expected());
-                    let wire = canopy_proto::WireError {
-                        code: ErrorCode::InvalidArgument,
-                        message,
-                        field: Some("state".into()),
-                    };
-                    return fail(json, &CallError::Refused(wire));
+                    return fail_usage(json, "state", &message);
                 }
             };
-            call::<method::SpawnList>(client, json, &SpawnListRequest { state }, |r: &SpawnListResponse| {
-                r.requests.iter().for_each(output::spawn_request)
-            })
-            .await
+            match wait {
+                true => wait_for_request(client, json).await,
+                false => {
+                    call::<method::SpawnList>(client, json, &SpawnListRequest { state }, |r: &SpawnListResponse| {
+                        r.requests.iter().for_each(output::spawn_request)
+                    })
+                    .await
+                }
+            }
         }
         Command::Audit { since } => {
             let request = AuditListRequest { since_secs: since.map(|d| d.as_secs()) };
@@ -335,13 +342,15 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
             let request = UsageRequest { agent, since_secs: since.map(|d| d.as_secs()) };
             call::<method::Usage>(client, json, &request, output::usage).await
         }
+        Command::Status => status(dir, client, json).await,
         Command::Roster => {
+            waiting_banner(client, json).await;
             call::<method::Roster>(client, json, &RosterRequest::default(), |r: &RosterResponse| {
                 output::roster(&r.agents)
             })
             .await
         }
-        Command::Watch(args) => watch(client, json, args).await,
+        Command::Watch(args) => watch(Follower::new(dir, owned), json, args).await,
         Command::Agents(AgentsCommand::List) => {
             call::<method::AgentsList>(client, json, &AgentsListRequest {}, |r: &AgentsListResponse| {
                 output::agents(&r.agents)
@@ -366,6 +375,7 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                 .await
         }
         Command::Tree => {
+            waiting_banner(client, json).await;
             call::<method::Tree>(client, json, &TreeRequest { depth: None }, |r: &TreeResponse| output::tree(&r.root))
                 .await
         }
@@ -432,10 +442,11 @@ async fn api_command(client: &Client, json: bool, command: Command) -> u8 {
                 after: args.after,
                 limit: args.limit,
                 unread: false,
+                newest: !args.from_start && args.after == Seq(0),
             };
             call::<method::MessagesRead>(client, json, &request, output::read).await
         }
-        Command::Tail(args) => tail(client, json, args).await,
+        Command::Tail(args) => tail(Follower::new(dir, owned), json, args).await,
         Command::Runners(RunnersCommand::Add { id, out }) => runners_add(client, json, id, out).await,
         Command::Operators(OperatorsCommand::Add { handle, name, out }) => {
             operators_add(client, json, OperatorsAddRequest { handle, name }, out).await
@@ -538,7 +549,9 @@ async fn post(client: &Client, json: bool, args: PostArgs) -> Result<(), CallErr
             std::io::stdin()
                 .read_to_string(&mut body)
                 .map_err(|e| CallError::Unreachable(format!("reading the message body from stdin: {e}")))?;
-            body
+            // `echo text |` and editors end the text with a newline that is not the message's.
+            let trimmed = body.strip_suffix('\n').map(|b| b.strip_suffix('\r').unwrap_or(b));
+            trimmed.map(str::to_owned).unwrap_or(body)
         }
     };
     let request = PostRequest {
@@ -558,12 +571,14 @@ async fn post(client: &Client, json: bool, args: PostArgs) -> Result<(), CallErr
     .await
 }
 
-/// Follows new messages: event doorbells, resync from the store on reconnect and on a timer.
-async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallError> {
+/// Follows new messages: event doorbells, resync from the store on reconnect and on a timer;
+/// after a daemon restart, from the daemon's new server (`Follower`), from the same cursor.
+async fn tail(mut follower: Follower, json: bool, args: TailArgs) -> Result<(), CallError> {
     let mut last = match args.after {
         Some(after) => after,
         None => {
-            let channels: ChannelsListResponse = client.send::<method::ChannelsList>(&ChannelsListRequest {}).await?;
+            let request = ChannelsListRequest {};
+            let channels: ChannelsListResponse = follower.client.send::<method::ChannelsList>(&request).await?;
             channels
                 .channels
                 .iter()
@@ -573,6 +588,28 @@ async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallErr
                 .unwrap_or_default()
         }
     };
+    let mut told = false;
+    loop {
+        let lost = tail_connection(&mut follower, json, &args, &mut last, &mut told).await?;
+        let mut timer = tokio::time::interval(args.resync);
+        loop {
+            timer.tick().await;
+            if follower.recover(&lost).await {
+                break;
+            }
+        }
+    }
+}
+
+/// Follows messages over one connection until a call finds the daemon unreachable; returns why.
+async fn tail_connection(
+    follower: &mut Follower,
+    json: bool,
+    args: &TailArgs,
+    last: &mut Seq,
+    told: &mut bool,
+) -> Result<String, CallError> {
+    let client = &follower.client.clone();
     let subject = match &args.channel {
         Some(channel) => client.api.subjects.message_event(channel.trim_start_matches('#')),
         None => client.api.subjects.message_events_all(),
@@ -580,45 +617,46 @@ async fn tail(client: &Client, json: bool, args: TailArgs) -> Result<(), CallErr
     let mut connection = client.api.bus.connection_events();
     let mut events = client.api.bus.subscribe(&subject).await.map_err(|e| CallError::Unreachable(e.to_string()))?;
     let mut timer = tokio::time::interval(args.resync);
-    // Catch up once now: anything committed between reading the head and subscribing.
-    last = catch_up(client, json, args.channel.as_deref(), last).await?;
-    // On stderr, so `--json` output stays one message per line; scripts can wait for it.
-    eprintln!("following messages after {last} (Ctrl-C to stop)");
+    let channel = args.channel.as_deref();
+    // Catch up once now: anything committed before subscribing (or while the daemon was away).
+    let mut result = catch_up(client, json, channel, last).await;
+    if result.is_ok() {
+        follower.answered();
+    }
+    if !std::mem::replace(told, true) {
+        // On stderr, so `--json` output stays one message per line; scripts can wait for it.
+        eprintln!("following messages after {last} (Ctrl-C to stop)");
+    }
     loop {
-        tokio::select! {
+        match result {
+            Err(CallError::Unreachable(reason)) => return Ok(reason),
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
+        result = tokio::select! {
             event = events.next() => {
-                let Some(event) = event else { return Err(CallError::Unreachable("the event subscription ended".into())) };
+                let Some(event) = event else { return Ok("the event subscription ended".into()) };
                 let seq = serde_json::from_slice::<MessageEvent>(&event.payload).map(|e| e.message.seq).unwrap_or(Seq(u64::MAX));
-                if seq > last {
-                    last = catch_up(client, json, args.channel.as_deref(), last).await?;
-                }
+                if seq > *last { catch_up(client, json, channel, last).await } else { Ok(()) }
             }
             change = connection.recv() => {
                 if matches!(change, Ok(canopy_bus::ConnectionEvent::Connected)) {
                     tracing::info!("reconnected to NATS; resyncing from #{last}");
-                    last = catch_up(client, json, args.channel.as_deref(), last).await?;
+                    catch_up(client, json, channel, last).await
+                } else {
+                    Ok(())
                 }
             }
-            _ = timer.tick() => {
-                last = catch_up(client, json, args.channel.as_deref(), last).await?;
-            }
-        }
+            _ = timer.tick() => catch_up(client, json, channel, last).await,
+        };
     }
 }
 
-/// Prints every message after `last` from the store; returns the new `last`.
-async fn catch_up(client: &Client, json: bool, channel: Option<&str>, mut last: Seq) -> Result<Seq, CallError> {
+/// Prints every message after `last` from the store, moving `last`.
+async fn catch_up(client: &Client, json: bool, channel: Option<&str>, last: &mut Seq) -> Result<(), CallError> {
     loop {
-        let request = SyncRequest { after: last, channel: channel.map(str::to_owned), limit: None };
-        let page: SyncResponse = match client.send::<method::MessagesSync>(&request).await {
-            Ok(page) => page,
-            // The daemon or NATS is away: keep the cursor and try again on the next tick.
-            Err(CallError::Unreachable(reason)) => {
-                tracing::warn!(%reason, "resync failed; will retry");
-                return Ok(last);
-            }
-            Err(e) => return Err(e),
-        };
+        let request = SyncRequest { after: *last, channel: channel.map(str::to_owned), limit: None };
+        let page: SyncResponse = client.send::<method::MessagesSync>(&request).await?;
         for message in &page.messages {
             if json {
                 output::json_line(message);
@@ -626,9 +664,85 @@ async fn catch_up(client: &Client, json: bool, channel: Option<&str>, mut last: 
                 println!("{}", output::message_line(message, true));
             }
         }
-        last = page.next_after.max(last);
+        *last = page.next_after.max(*last);
         if !page.more {
-            return Ok(last);
+            return Ok(());
+        }
+    }
+}
+
+/// `canopy status`: everything an operator checks first, read in one go.
+async fn status(dir: &DataDir, client: &Client, json: bool) -> Result<(), CallError> {
+    let daemon = crate::client::connection_info(dir)?;
+    let whoami: WhoamiResponse = client.send::<method::Whoami>(&WhoamiRequest {}).await?;
+    let roster: RosterResponse = client.send::<method::Roster>(&RosterRequest::default()).await?;
+    let pending = SpawnListRequest { state: Some(canopy_core::SpawnState::Pending) };
+    let spawns = client.send::<method::SpawnList>(&pending).await?.requests;
+    let merges = MergesListRequest { state: Some(canopy_core::MergeState::Pending) };
+    let merges = client.send::<method::MergesList>(&merges).await?.merges;
+    let incidents = ReadRequest {
+        channel: "incidents".into(),
+        topic: None,
+        after: Seq(0),
+        limit: Some(3),
+        unread: false,
+        newest: true,
+    };
+    let incidents: Vec<canopy_core::Message> =
+        client.send::<method::MessagesRead>(&incidents).await?.groups.into_iter().flat_map(|g| g.messages).collect();
+    let status = output::Status {
+        workspace: whoami.workspace.name.clone(),
+        daemon_pid: daemon.pid,
+        daemon_version: whoami.version.clone(),
+        nats_url: daemon.nats_url.clone(),
+        agents: roster.agents,
+        spawns,
+        merges,
+        incidents,
+    };
+    match json {
+        true => output::json(&status),
+        false => output::status(&status),
+    }
+    Ok(())
+}
+
+/// Opens a human listing with what waits for the operator: pending spawn and merge requests.
+async fn waiting_banner(client: &Client, json: bool) {
+    if json {
+        return;
+    }
+    let pending = SpawnListRequest { state: Some(canopy_core::SpawnState::Pending) };
+    let spawns = client.send::<method::SpawnList>(&pending).await.map(|r| r.requests).unwrap_or_default();
+    let merges = MergesListRequest { state: Some(canopy_core::MergeState::Pending) };
+    let merges = client.send::<method::MergesList>(&merges).await.map(|r| r.merges).unwrap_or_default();
+    if let Some(line) = output::waiting(&spawns, &merges) {
+        println!("{line}");
+    }
+}
+
+/// `canopy requests --wait`: blocks until a spawn request that was not pending at the start
+/// is, and prints it (for scripts and notifications).
+async fn wait_for_request(client: &Client, json: bool) -> Result<(), CallError> {
+    let pending = SpawnListRequest { state: Some(canopy_core::SpawnState::Pending) };
+    let seen: std::collections::HashSet<String> =
+        client.send::<method::SpawnList>(&pending).await?.requests.into_iter().map(|r| r.id).collect();
+    if !json {
+        eprintln!("waiting for a new spawn request ({} pending already; Ctrl-C to stop)", seen.len());
+    }
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        let now = client.send::<method::SpawnList>(&pending).await?.requests;
+        let fresh: Vec<_> = now.into_iter().filter(|r| !seen.contains(&r.id)).collect();
+        if !fresh.is_empty() {
+            for request in &fresh {
+                match json {
+                    true => output::json_line(request),
+                    false => output::spawn_request(request),
+                }
+            }
+            return Ok(());
         }
     }
 }
@@ -646,10 +760,10 @@ fn read_script(path: &std::path::Path) -> Result<ScriptSource, CallError> {
 }
 
 /// Follows an agent's activity: stored items first, then doorbells, resyncing on reconnect
-/// and on a timer.
-async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallError> {
+/// and on a timer; after a daemon restart, from the daemon's new server (`Follower`).
+async fn watch(mut follower: Follower, json: bool, args: WatchArgs) -> Result<(), CallError> {
     let first = ActivityReadRequest { agent: args.handle.clone(), after: 0, limit: None, tail: Some(args.tail) };
-    let page: ActivityReadResponse = client.send::<method::ActivityRead>(&first).await?;
+    let page: ActivityReadResponse = follower.client.send::<method::ActivityRead>(&first).await?;
     for item in &page.items {
         output::activity(item, &args.handle, json);
     }
@@ -657,40 +771,54 @@ async fn watch(client: &Client, json: bool, args: WatchArgs) -> Result<(), CallE
     if args.no_follow {
         return Ok(());
     }
+    loop {
+        let lost = watch_connection(&mut follower, json, &args, &mut last).await?;
+        let mut timer = tokio::time::interval(args.resync);
+        loop {
+            timer.tick().await;
+            if follower.recover(&lost).await {
+                break;
+            }
+        }
+    }
+}
+
+/// Follows activity over one connection until a call finds the daemon unreachable; returns why.
+async fn watch_connection(
+    follower: &mut Follower,
+    json: bool,
+    args: &WatchArgs,
+    last: &mut u64,
+) -> Result<String, CallError> {
+    let client = &follower.client.clone();
     let subject = client.api.subjects.activity_event(&args.handle);
     let mut connection = client.api.bus.connection_events();
     let mut events = client.api.bus.subscribe(&subject).await.map_err(|e| CallError::Unreachable(e.to_string()))?;
     let mut timer = tokio::time::interval(args.resync);
+    let mut due = true;
     loop {
-        let due = tokio::select! {
+        while due {
+            let request = ActivityReadRequest { agent: args.handle.clone(), after: *last, limit: None, tail: None };
+            let page: ActivityReadResponse = match client.send::<method::ActivityRead>(&request).await {
+                Ok(page) => page,
+                Err(CallError::Unreachable(reason)) => return Ok(reason),
+                Err(e) => return Err(e),
+            };
+            follower.answered();
+            for item in &page.items {
+                output::activity(item, &args.handle, json);
+            }
+            *last = page.next_after.max(*last);
+            due = page.more;
+        }
+        due = tokio::select! {
             event = events.next() => match event {
-                Some(event) => serde_json::from_slice::<ActivityEvent>(&event.payload).map_or(true, |e| e.item.id > last),
-                None => return Err(CallError::Unreachable("the event subscription ended".into())),
+                Some(event) => serde_json::from_slice::<ActivityEvent>(&event.payload).map_or(true, |e| e.item.id > *last),
+                None => return Ok("the event subscription ended".into()),
             },
             change = connection.recv() => matches!(change, Ok(canopy_bus::ConnectionEvent::Connected)),
             _ = timer.tick() => true,
         };
-        if !due {
-            continue;
-        }
-        loop {
-            let request = ActivityReadRequest { agent: args.handle.clone(), after: last, limit: None, tail: None };
-            let page: ActivityReadResponse = match client.send::<method::ActivityRead>(&request).await {
-                Ok(page) => page,
-                Err(CallError::Unreachable(reason)) => {
-                    tracing::warn!(%reason, "resync failed; will retry");
-                    break;
-                }
-                Err(e) => return Err(e),
-            };
-            for item in &page.items {
-                output::activity(item, &args.handle, json);
-            }
-            last = page.next_after.max(last);
-            if !page.more {
-                break;
-            }
-        }
     }
 }
 

@@ -179,7 +179,7 @@ fn operator_says_yes(yes: bool, id: &str, question: &str) -> bool {
 fn outcomes(posted: &PostResponse) {
     for o in &posted.outcomes {
         let reason = o.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
-        say(&format!("      -> {}: {:?}{reason}", o.recipient, o.outcome));
+        say(&format!("      -> {}: {}{reason}", o.recipient, o.outcome.as_str()));
     }
 }
 
@@ -241,6 +241,7 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
             after: canopy_core::Seq(0),
             limit: None,
             unread: false,
+            newest: false,
         })
         .await?;
     say(&format!("  - {} appears in #home-ci-manager, topic \"spawn: {}\":", request.id, request.handle));

@@ -65,8 +65,13 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
         }
     };
     let scratch = Scratch::new(dir.root());
-    let report = report(&config, &canopy_runner::wiring::sandbox_settings(&config, dir.root()), &scratch.path).await;
+    let mut report =
+        report(&config, &canopy_runner::wiring::sandbox_settings(&config, dir.root()), &scratch.path).await;
     drop(scratch);
+    let settings = config_check(&config, dir);
+    let refused = !settings.ok;
+    report.ok &= settings.ok;
+    report.checks.insert(0, settings);
     if json {
         output::json(&report);
     } else {
@@ -74,6 +79,8 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
             let mark = match (check.ok, check.required) {
                 _ if check.warning.is_some() => "WARNING",
                 (true, _) => "ok     ",
+                // Found, but it cannot run a session as configured (no credential, fails to start).
+                (false, true) if check.path.is_some() => "NOT READY",
                 (false, true) => "MISSING",
                 (false, false) => "absent ",
             };
@@ -98,11 +105,52 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
             }
             println!("{line}");
         }
-        if !report.ok {
+        if refused {
+            eprintln!("canopy doctor: the daemon would refuse this canopy.toml (see above)");
+        } else if !report.ok {
             eprintln!("canopy doctor: something the configured roles need is missing (see above)");
         }
     }
-    if report.ok { 0 } else { EXIT_UNAVAILABLE }
+    match (refused, report.ok) {
+        (true, _) => EXIT_USAGE,
+        (false, true) => 0,
+        (false, false) => EXIT_UNAVAILABLE,
+    }
+}
+
+/// What the daemon checks of `canopy.toml` at start beyond its syntax: role harnesses and
+/// scripts, the prompt bundle, the sandbox's grants. A refusal names the key; a setting
+/// the daemon ignores is a warning.
+fn config_check(config: &Config, dir: &DataDir) -> Check {
+    let path = dir.config();
+    let mut check = Check {
+        name: "canopy.toml".into(),
+        required: true,
+        ok: true,
+        path: Some(path.display().to_string()),
+        version: None,
+        session_starts: None,
+        problem: None,
+        warning: None,
+    };
+    let roles =
+        canopy_daemon::roles::RoleDefaults::resolve(config, &path, dir.root(), canopy_harness::scripted::check_script);
+    let checked = roles
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|_| canopy_daemon::prompts::Prompts::open(config, &path, dir.root()).map(|_| ()))
+        .and_then(|()| canopy_runner::wiring::check_grants(config, &path, dir.root()));
+    if let Err(e) = checked {
+        check.ok = false;
+        check.problem = Some(format!("{}: {}", e.key, e.message));
+    }
+    if let Ok(roles) = &roles
+        && !roles.warnings.is_empty()
+    {
+        let lines: Vec<String> = roles.warnings.iter().map(|(key, why)| format!("{key} {why}")).collect();
+        check.warning = Some(lines.join("; "));
+    }
+    check
 }
 
 /// Where session start checks put their files; removed on drop, with the data directory
@@ -256,12 +304,13 @@ async fn harness_check(
     if matches!(kind, HarnessKind::Claude | HarnessKind::Codex | HarnessKind::Omp | HarnessKind::Pi) {
         if kind == HarnessKind::Claude && !canopy_harness::claude::has_credentials(&settings.env) {
             check.problem = Some(format!(
-                "no credentials: set one of {} in [harness.claude.env] or in the environment that runs canopy",
+                "found, no credential: set one of {} in [harness.claude.env] or in the environment that runs canopy",
                 canopy_harness::claude::CREDENTIAL_ENV.join(", ")
             ));
             return check;
         }
         // Codex's missing API key is refused by the adapter at launch, naming the variable.
+        eprintln!("doctor: starting a {} session to check it (no model call)...", kind.as_str());
         match session_starts(kind, &program, settings, sandbox, scratch).await {
             Ok(()) => check.session_starts = Some(true),
             Err(e) => {

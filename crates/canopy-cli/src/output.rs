@@ -102,7 +102,8 @@ pub fn channels(channels: &[Channel]) {
 pub fn topics(topics: &[Topic]) {
     for t in topics {
         let resolved = if t.resolved { "  (resolved)" } else { "" };
-        println!("{}  {} messages, last #{} at {}{resolved}", t.name, t.messages, t.last_seq, t.last_activity_at);
+        let messages = if t.messages == 1 { "message" } else { "messages" };
+        println!("{}  {} {messages}, last #{} at {}{resolved}", t.name, t.messages, t.last_seq, t.last_activity_at);
     }
 }
 
@@ -127,7 +128,9 @@ pub fn message_line(m: &Message, place: bool) -> String {
     };
     let at = m.created_at.get(11..19).unwrap_or(&m.created_at);
     let place = if place { format!("#{} > {}  ", m.channel, m.topic) } else { String::new() };
-    format!("[{}] {at} {place}{} ({role}): {}", m.seq, m.sender.handle, m.body)
+    // Later lines keep their own indentation, under a margin that sets them off.
+    let body = m.body.replace('\n', "\n    ");
+    format!("[{}] {at} {place}{} ({role}): {body}", m.seq, m.sender.handle)
 }
 
 pub fn roster(agents: &[RosterEntry]) {
@@ -177,8 +180,7 @@ pub fn activity(item: &ActivityItem, watched: &str, json: bool) {
 /// Per-recipient outcomes of a post, then the counts.
 pub fn outcomes(r: &PostResponse) {
     for o in &r.outcomes {
-        let outcome =
-            serde_json::to_value(o.outcome).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        let outcome = o.outcome.as_str();
         let reason = o.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
         println!("  {outcome:8} {}{reason}", o.recipient);
     }
@@ -255,6 +257,50 @@ pub fn spawn_request(r: &SpawnRequest) {
         r.display_name,
         r.role
     );
+    let when = match (&r.decided_at, r.state) {
+        (_, canopy_core::SpawnState::Pending) => {
+            format!("asked {}, expires {}", relative(&r.created_at), relative(&r.expires_at))
+        }
+        (Some(at), _) => format!("asked {}, decided {}", relative(&r.created_at), relative(at)),
+        (None, _) => format!("asked {}", relative(&r.created_at)),
+    };
+    println!("    {when}; reason: {}", r.reason);
+}
+
+/// The line that opens `whoami`, `roster` and `tree` while requests wait for the operator.
+pub fn waiting(spawns: &[SpawnRequest], merges: &[canopy_core::MergeRequest]) -> Option<String> {
+    let n = spawns.len() + merges.len();
+    if n == 0 {
+        return None;
+    }
+    let mut items: Vec<String> =
+        spawns.iter().map(|r| format!("{} from {} ({})", r.id, r.requester, relative(&r.created_at))).collect();
+    items.extend(merges.iter().map(|m| format!("{} from {} ({})", m.id, m.requester, relative(&m.created_at))));
+    let noun = if n == 1 { "request waits" } else { "requests wait" };
+    let commands = match (spawns.is_empty(), merges.is_empty()) {
+        (false, true) => "`canopy requests`",
+        (true, false) => "`canopy merges`",
+        _ => "`canopy requests`, `canopy merges`",
+    };
+    Some(format!("{n} {noun} for you: {}; see {commands}", items.join(", ")))
+}
+
+/// `5m ago`, `in 23h`: an RFC 3339 time relative to now (as given when it does not parse).
+pub fn relative(at: &str) -> String {
+    let Ok(then) = humantime::parse_rfc3339_weak(at) else { return at.to_owned() };
+    let short = |d: std::time::Duration| {
+        let s = d.as_secs();
+        match s {
+            0..60 => format!("{s}s"),
+            60..3600 => format!("{}m", s / 60),
+            3600..86_400 => format!("{}h", s / 3600),
+            _ => format!("{}d", s / 86_400),
+        }
+    };
+    match std::time::SystemTime::now().duration_since(then) {
+        Ok(ago) => format!("{} ago", short(ago)),
+        Err(ahead) => format!("in {}", short(ahead.duration())),
+    }
 }
 
 /// Budgets, one line each: whose, what it covers, spent of the limit, the window.
@@ -422,4 +468,76 @@ fn usage_row(label: &str, t: &canopy_core::UsageTotals, width: usize) -> String 
         t.cache_read_tokens + t.cache_write_tokens,
         t.reports
     )
+}
+
+/// What `canopy status` shows (and prints as JSON with `--json`).
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub workspace: String,
+    pub daemon_pid: u32,
+    pub daemon_version: String,
+    pub nats_url: String,
+    pub agents: Vec<RosterEntry>,
+    pub spawns: Vec<SpawnRequest>,
+    pub merges: Vec<canopy_core::MergeRequest>,
+    /// The newest messages of `#incidents`, oldest first.
+    pub incidents: Vec<Message>,
+}
+
+/// `canopy status`, one screen.
+pub fn status(s: &Status) {
+    println!(
+        "workspace {}  daemon pid {} (canopy {}), NATS {}",
+        s.workspace, s.daemon_pid, s.daemon_version, s.nats_url
+    );
+    let mut runners: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for a in &s.agents {
+        if let Some(runner) = &a.runner {
+            *runners.entry(runner.to_string()).or_default() += 1;
+        }
+    }
+    let runners: Vec<String> = runners.iter().map(|(r, n)| format!("{r} ({n} sessions)")).collect();
+    println!("runners   {}", if runners.is_empty() { "none hosting sessions".to_owned() } else { runners.join(", ") });
+    let mut by_presence: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for a in &s.agents {
+        *by_presence.entry(a.presence.as_str()).or_default() += 1;
+    }
+    let counts: Vec<String> = by_presence.iter().map(|(p, n)| format!("{n} {p}")).collect();
+    println!("agents    {} ({})", s.agents.len(), counts.join(", "));
+    let trouble: Vec<String> = s
+        .agents
+        .iter()
+        .filter(|a| matches!(a.presence, canopy_core::Presence::Crashed | canopy_core::Presence::Stalled))
+        .map(|a| format!("{} {}", a.handle, a.presence))
+        .collect();
+    if !trouble.is_empty() {
+        println!("attention {}", trouble.join(", "));
+    }
+    match waiting(&s.spawns, &s.merges) {
+        Some(line) => println!("waiting   {line}"),
+        None => println!("waiting   nothing waits for you"),
+    }
+    let alerts: Vec<String> = s
+        .agents
+        .iter()
+        .filter_map(|a| a.budget.as_ref().map(|b| (a, b)))
+        .map(|(a, b)| match b.level {
+            canopy_core::budget::Level::Over => {
+                format!("{} over budget ({}%, @{}'s {})", a.handle, b.percent, b.owner, b.scope)
+            }
+            _ => format!("{} at {}% (@{}'s {})", a.handle, b.percent, b.owner, b.scope),
+        })
+        .collect();
+    if !alerts.is_empty() {
+        println!("budgets   {}", alerts.join(", "));
+    }
+    match s.incidents.is_empty() {
+        true => println!("incidents none"),
+        false => {
+            println!("incidents");
+            for m in &s.incidents {
+                println!("  {}", message_line(m, false));
+            }
+        }
+    }
 }

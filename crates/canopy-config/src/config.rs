@@ -40,6 +40,8 @@ pub struct Config {
     pub pricing: BTreeMap<String, PriceConfig>,
     /// Budget defaults per role and what a turn without usage counts as (`[budgets]`).
     pub budgets: BudgetsConfig,
+    /// A command the daemon runs when a request starts waiting for the operator (`[notify]`).
+    pub notify: NotifyConfig,
     /// Repositories registered at start (`[[repos]]`), as with `canopy repos add`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repos: Vec<RepoConfig>,
@@ -67,6 +69,7 @@ impl Default for Config {
             workspaces: WorkspacesConfig::default(),
             pricing: BTreeMap::new(),
             budgets: BudgetsConfig::default(),
+            notify: NotifyConfig::default(),
             repos: Vec::new(),
             harness: HarnessTables::default(),
             roles: BTreeMap::from([
@@ -357,6 +360,24 @@ pub struct RoleBudgetConfig {
     pub period: Option<Duration>,
     #[serde(default)]
     pub subtree: bool,
+}
+
+/// `[notify]`: a command (run with `sh -c`, as the operator's user, outside any sandbox) that
+/// the daemon starts when a spawn or merge request starts waiting for the operator, with the
+/// request as one JSON object on its stdin (`{"kind": "spawn_request", "request": {..}}`);
+/// `notify-send`, a webhook with `curl`. Empty: none. Killed after `timeout`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    pub command: String,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> NotifyConfig {
+        NotifyConfig { command: String::new(), timeout: Duration::from_secs(10) }
+    }
 }
 
 /// `[workspaces]`: how Canopy runs git and check commands.
@@ -874,6 +895,7 @@ impl Config {
             ("retention.interval", retention.interval),
             ("retention.checkouts", retention.checkouts),
             ("workspaces.check_timeout", self.workspaces.check_timeout),
+            ("notify.timeout", self.notify.timeout),
         ] {
             if value.is_zero() {
                 return Err((key, "must be longer than zero".into()));

@@ -40,6 +40,19 @@ pub enum Outcome {
     Refused,
 }
 
+impl Outcome {
+    /// The wire and display form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Steered => "steered",
+            Outcome::Queued => "queued",
+            Outcome::Woke => "woke",
+            Outcome::Held => "held",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RecipientOutcome {

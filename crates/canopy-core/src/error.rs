@@ -59,7 +59,7 @@ pub enum Error {
     AgentNotFound { field: &'static str, handle: String },
     #[error("channel #{channel} not found")]
     ChannelNotFound { field: &'static str, channel: String },
-    #[error("topic {topic:?} not found in #{channel}; pass create_topic to start it (existing topics: {})", existing_list(.existing))]
+    #[error("topic {topic:?} not found in #{channel}; pass create_topic (`--create-topic` on the command line) to start it (existing topics: {})", existing_list(.existing))]
     TopicNotFound { channel: String, topic: String, existing: Vec<String> },
     #[error("unknown method {method:?}")]
     UnknownMethod { method: String },

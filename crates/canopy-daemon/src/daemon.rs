@@ -129,6 +129,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         session_secret: secret(&dir.session_secret(), "")?,
     });
     let roles = Arc::new(RoleDefaults::resolve(&config, &dir.config(), dir.root(), options.check_script)?);
+    for (key, why) in &roles.warnings {
+        tracing::warn!(key = %key, "{why}");
+    }
     let prompts = Arc::new(crate::prompts::Prompts::open(&config, &dir.config(), dir.root())?);
     let api = Api {
         store: store.clone(),

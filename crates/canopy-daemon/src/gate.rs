@@ -58,6 +58,10 @@ impl Api {
         };
         let policy = self.policy();
         let (request, notice) = self.store.write(move |conn| ops::request_spawn(conn, &caller, &spec, &policy)).await?;
+        // A repeated idempotency key returns the stored request and posts nothing new.
+        if notice.is_some() {
+            self.notify("spawn_request", &request);
+        }
         self.deliver_notices(notice.into_iter().collect()).await;
         Ok(request)
     }

@@ -21,6 +21,7 @@ pub mod gate;
 pub mod handlers;
 pub mod init;
 pub mod messages;
+pub mod notify;
 pub mod prompt_api;
 pub mod prompts;
 pub mod roles;

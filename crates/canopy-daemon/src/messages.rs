@@ -192,7 +192,7 @@ impl Api {
         if req.unread && caller.is_operator() {
             return Err(Error::invalid("unread", "operators have no cursor; pass `after` instead"));
         }
-        let (after, unread) = (req.after, req.unread);
+        let (after, unread, newest) = (req.after, req.unread, req.newest);
         let name = channel.clone();
         let page = self
             .store
@@ -201,7 +201,7 @@ impl Api {
                     true => after.max(ops::cursor(conn, caller.handle.as_str(), &name)?),
                     false => after,
                 };
-                ops::read_channel(conn, &caller, &name, topic.as_ref(), after, limit)
+                ops::read_channel(conn, &caller, &name, topic.as_ref(), after, limit, newest)
             })
             .await?;
         Ok(ReadResponse {

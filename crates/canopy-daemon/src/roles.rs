@@ -4,7 +4,9 @@
 //! binary (`config/scripts/`) or a path relative to the data directory. Everything is
 //! checked when the daemon starts (a bad entry exits 64 naming the key) and when an agent
 //! is created with its own `--harness`/`--script`. A role with no entry takes the
-//! `manager` defaults.
+//! `manager` defaults. A role switched to a real harness with its `script` line left in
+//! keeps working: the script is ignored with a warning (`warnings`), so the switch is one
+//! line; an agent created with both `--harness claude` and `--script` is refused.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,6 +33,8 @@ pub type ScriptCheck = fn(&Path, &str) -> Result<(), String>;
 pub struct RoleDefaults {
     roles: BTreeMap<String, SessionDefaults>,
     check_script: ScriptCheck,
+    /// (key, why) for settings that are ignored: a real harness's leftover `script`.
+    pub warnings: Vec<(String, String)>,
 }
 
 impl RoleDefaults {
@@ -42,6 +46,7 @@ impl RoleDefaults {
         check_script: ScriptCheck,
     ) -> Result<RoleDefaults, ConfigError> {
         let mut roles = BTreeMap::new();
+        let mut warnings = Vec::new();
         for (role, entry) in &config.roles {
             let error = |key: &str, message: String| ConfigError {
                 path: config_path.to_owned(),
@@ -51,7 +56,13 @@ impl RoleDefaults {
             if canopy_core::RoleName::parse(role).is_err() {
                 return Err(error("", format!("{role:?} is not a valid role name")));
             }
+            let real = HarnessKind::parse(&entry.harness).is_some_and(|k| k.default_program().is_some());
             let script = match &entry.script {
+                Some(_) if real => {
+                    let why = format!("ignored: the {} harness takes no script (remove the line)", entry.harness);
+                    warnings.push((format!("roles.{role}.script"), why));
+                    None
+                }
                 Some(name) => Some(load_script(name, data_dir).map_err(|e| error("script", e.to_string()))?),
                 None => None,
             };
@@ -61,7 +72,7 @@ impl RoleDefaults {
             })?;
             roles.insert(role.clone(), defaults);
         }
-        Ok(RoleDefaults { roles, check_script })
+        Ok(RoleDefaults { roles, check_script, warnings })
     }
 
     /// The defaults for `role` (the `manager` ones when the role has none).

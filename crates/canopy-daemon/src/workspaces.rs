@@ -562,7 +562,10 @@ impl Api {
             },
         };
         match self.store.write(move |conn| ops::merge_checked(conn, id, &check)).await {
-            Ok((_, notice)) => self.deliver_notices(vec![notice]).await,
+            Ok((request, notice)) => {
+                self.notify("merge_request", &request);
+                self.deliver_notices(vec![notice]).await
+            }
             Err(e) => tracing::warn!(id, error = %e, "recording a merge request's check failed"),
         }
     }

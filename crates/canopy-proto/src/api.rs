@@ -235,6 +235,10 @@ pub struct ReadRequest {
     /// (agents; an operator has no cursor to read from).
     #[serde(default)]
     pub unread: bool,
+    /// The newest page (the last `limit` messages after `after`) instead of the oldest;
+    /// `more` then says older ones exist. Still oldest first within the page.
+    #[serde(default)]
+    pub newest: bool,
 }
 
 /// The messages of one topic inside a page, oldest first.

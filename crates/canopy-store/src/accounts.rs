@@ -187,7 +187,7 @@ pub(crate) fn insert_agent(conn: &Db<'_>, actor_id: Option<i64>, spec: &AgentSpe
         actor_id,
         "agents.create",
         spec.handle.as_str(),
-        &format!("role={} parent={:?}", spec.role, spec.parent),
+        &format!("role={} parent={}", spec.role, spec.parent.as_ref().map_or("supervisor", |p| p.as_str())),
     )?;
     account(conn, "handle", spec.handle.as_str())
 }

@@ -70,7 +70,7 @@ pub fn post(conn: &Db<'_>, caller: &Caller, spec: &PostSpec) -> Result<Posted, E
         return Err(Error::ConflictOn {
             field: "idempotency_key",
             reason: format!(
-                "key {key:?} was already used for a different message (seq {} in #{} topic {:?})",
+                "key {key:?} was already used for a different message (seq {} in #{} > {})",
                 stored.seq, stored.channel, stored.topic
             ),
         });
@@ -157,6 +157,7 @@ pub fn read_channel(
     topic: Option<&TopicName>,
     after: Seq,
     limit: u32,
+    newest: bool,
 ) -> Result<Page, Error> {
     let (channel_id, _) = require_readable(conn, caller, channel.as_str())?;
     let topic_id = match topic {
@@ -170,15 +171,29 @@ pub fn read_channel(
         })?),
     };
     let fetch = i64::from(limit) + 1;
-    let messages: Vec<Message> = match topic_id {
+    // The newest page reads backwards from the end; either way a page is oldest first.
+    let order = if newest { "DESC" } else { "ASC" };
+    let mut messages: Vec<Message> = match topic_id {
         Some(topic_id) => conn
-            .prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.topic_id = ?1 AND m.seq > ?2 ORDER BY m.seq LIMIT ?3"))
+            .prepare_cached(&format!(
+                "{MESSAGE_SELECT} WHERE m.topic_id = ?1 AND m.seq > ?2 ORDER BY m.seq {order} LIMIT ?3"
+            ))
             .and_then(|mut s| s.query_map(params![topic_id, after.get() as i64, fetch], message_from_row)?.collect()),
         None => conn
-            .prepare_cached(&format!("{MESSAGE_SELECT} WHERE m.channel_id = ?1 AND m.seq > ?2 ORDER BY m.seq LIMIT ?3"))
+            .prepare_cached(&format!(
+                "{MESSAGE_SELECT} WHERE m.channel_id = ?1 AND m.seq > ?2 ORDER BY m.seq {order} LIMIT ?3"
+            ))
             .and_then(|mut s| s.query_map(params![channel_id, after.get() as i64, fetch], message_from_row)?.collect()),
     }
     .map_err(sql("reading messages"))?;
+    if newest {
+        // `more` then says older messages exist; `next_after` is the newest, to follow from.
+        let more = messages.len() > limit as usize;
+        messages.truncate(limit as usize);
+        messages.reverse();
+        let next_after = messages.last().map_or(after, |m| m.seq);
+        return Ok(Page { messages, next_after, more });
+    }
     Ok(page(messages, after, limit))
 }
 
@@ -191,7 +206,7 @@ pub fn sync(
     limit: u32,
 ) -> Result<Page, Error> {
     if let Some(channel) = channel {
-        return read_channel(conn, caller, channel, None, after, limit);
+        return read_channel(conn, caller, channel, None, after, limit, false);
     }
     let fetch = i64::from(limit) + 1;
     let messages: Vec<Message> = if caller.is_operator() {

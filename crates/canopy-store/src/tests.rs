@@ -90,7 +90,9 @@ async fn a_failed_write_rolls_back_only_itself() {
     assert!(a.is_ok() && c.is_ok());
     assert_eq!(b.err().map(|e| e.code()), Some(ErrorCode::NotFound));
     let page = store
-        .read(|c| ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, Seq(0), 100))
+        .read(|c| {
+            ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, Seq(0), 100, false)
+        })
         .await
         .unwrap();
     let bodies: Vec<&str> = page.messages.iter().map(|m| m.body.as_str()).collect();
@@ -144,10 +146,10 @@ async fn agents_sync_only_their_subscriptions() {
     let (_dir, store) = workspace().await;
     store.write(|c| ops::post(c, &operator(), &post_spec("home-docs-manager", "t", "private"))).await.unwrap();
     store.write(|c| ops::post(c, &operator(), &post_spec("announcements", "t", "public"))).await.unwrap();
-    let page = store.read(|c| ops::sync(c, &agent("ci-manager"), None, Seq(0), 100)).await.unwrap();
+    let page = store.read(|c| ops::sync(c, &agent("ci-manager"), None, Seq(0), 100, false)).await.unwrap();
     let bodies: Vec<&str> = page.messages.iter().map(|m| m.body.as_str()).collect();
     assert_eq!(bodies, ["public"]);
-    let page = store.read(|c| ops::sync(c, &operator(), None, Seq(0), 100)).await.unwrap();
+    let page = store.read(|c| ops::sync(c, &operator(), None, Seq(0), 100, false)).await.unwrap();
     assert_eq!(page.messages.len(), 2);
 }
 
@@ -565,7 +567,9 @@ async fn a_forbidden_post_is_audited_in_its_own_job_and_leaves_nothing_else() {
     let topics = store.read(|c| ops::list_topics(c, &operator(), "announcements")).await.unwrap();
     assert!(topics.iter().all(|t| t.name.as_str() != "new topic"), "a refused post started its topic: {topics:?}");
     let page = store
-        .read(|c| ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, Seq(0), 100))
+        .read(|c| {
+            ops::read_channel(c, &operator(), &ChannelName::parse("announcements").unwrap(), None, Seq(0), 100, false)
+        })
         .await
         .unwrap();
     assert!(page.messages.is_empty(), "{page:?}");

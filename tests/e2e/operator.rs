@@ -1,0 +1,300 @@
+//! The operator's CLI as a new user meets it: `tail` and `watch` that follow the daemon
+//! across a restart on a new port, a stale `daemon.json` reported with its fix, listing
+//! commands whose stdout closes early, no Rust `Debug` text in any human output, what waits
+//! for the operator shown first (`whoami`, `roster`, `tree`, `requests`, `requests --wait`,
+//! `[notify]`), `canopy status`, and `doctor` checking what the daemon checks.
+//!
+//! Owns these scenarios only; the environment is `env`'s.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::delivery::QUICK;
+use crate::env::{TestEnv, text};
+
+const QUIET: &str = "[[rule]]\nmatch = { kind = \"message\" }\nactions = [{ say = \"read it\" }]\n";
+
+/// A follower (`canopy --json ARGS`): its JSON lines on a channel, its stderr collected.
+struct Follower {
+    child: std::process::Child,
+    lines: mpsc::Receiver<Value>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn follow(env: &TestEnv, args: &[&str], ready: &str) -> Follower {
+    let mut full = vec!["--json"];
+    full.extend_from_slice(args);
+    let mut child =
+        env.command(&full).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let collected = stderr.clone();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(mut all) = collected.lock() {
+                all.push_str(&line);
+                all.push('\n');
+            }
+        }
+    });
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(value) = serde_json::from_str(&line) {
+                let _ = tx.send(value);
+            }
+        }
+    });
+    let follower = Follower { child, lines, stderr };
+    if !ready.is_empty() {
+        crate::assert_eventually!(
+            follower.said().contains(ready),
+            "the follower never said {ready:?}: {}",
+            follower.said()
+        );
+    }
+    follower
+}
+
+impl Follower {
+    fn said(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The next line matching `want`, skipping others, within 30 s.
+    fn until(&self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if want(&line) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("the follower never printed {what}; it said: {}", self.said()),
+            }
+        }
+    }
+}
+
+fn managed(env: &mut TestEnv) -> String {
+    env.spawn_daemon(&["daemon"]);
+    let info: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.data_dir().join("daemon.json")).unwrap()).unwrap();
+    info["nats_url"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn tail_and_watch_follow_the_daemon_across_a_restart_on_a_new_port() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    env.edit_config(QUICK);
+    let first = managed(&mut env);
+    env.create_scripted("beta", QUIET);
+    env.settled("beta");
+    let tail = follow(&env, &["tail", "--channel", "home-beta", "--resync", "200ms"], "following messages after");
+    let watch = follow(&env, &["watch", "beta", "--tail", "1", "--resync", "200ms"], "");
+    env.json(&["post", "--channel", "home-beta", "--topic", "t", "--create-topic", "before the restart"]);
+    tail.until("the message before the restart", |m| m["body"] == "before the restart");
+
+    assert_eq!(env.stop_daemon(), Some(0), "log: {}", env.daemon_log());
+    let second = managed(&mut env);
+    assert_ne!(first, second, "the test needs the restarted daemon on a new port");
+    env.json(&["post", "--channel", "home-beta", "--topic", "t", "after the restart"]);
+    tail.until("the message after the restart", |m| m["body"] == "after the restart");
+    assert!(tail.said().contains("the daemon is back"), "tail did not say it reconnected: {}", tail.said());
+    // The agent's next session (the daemon's restart stopped the first) shows in watch.
+    watch.until("activity of session 2", |item| item["incarnation"] == 2);
+    assert!(watch.said().contains("the daemon is back"), "{}", watch.said());
+
+    // Killed, a daemon leaves its daemon.json: commands say so, with the fix.
+    env.kill_daemon();
+    let out = env.run(&["roster"]);
+    assert_eq!(out.status.code(), Some(69));
+    let err = text(&out.stderr);
+    assert!(err.contains("is not running") && err.contains("canopy daemon --dir"), "{err}");
+}
+
+/// Every listing command, its stdout closed before it writes: it ends without a panic,
+/// quietly (killed by SIGPIPE, or done).
+#[test]
+fn a_listing_command_whose_stdout_closes_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = TestEnv::started_with(QUICK);
+    env.create_scripted("beta", QUIET);
+    for i in 0..20 {
+        env.json(&["post", "--channel", "announcements", "--topic", "t", "--create-topic", &format!("news {i}")]);
+    }
+    let listings: &[&[&str]] = &[
+        &["read", "--channel", "announcements"],
+        &["requests"],
+        &["roster"],
+        &["tree"],
+        &["audit"],
+        &["channels"],
+        &["topics", "--channel", "announcements"],
+        &["agents", "list"],
+        &["usage"],
+        &["status"],
+        &["whoami"],
+    ];
+    for args in listings {
+        let mut child =
+            env.command(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "canopy {args:?}: {err}");
+        assert!(
+            out.status.success() || out.status.signal() == Some(13),
+            "canopy {args:?} exited {:?}: {err}",
+            out.status
+        );
+    }
+}
+
+/// What a new user runs in an afternoon, in human form: none of it shows Rust's `Debug`.
+#[test]
+fn no_human_output_shows_rust_debug_formatting() {
+    let env = TestEnv::started_with(QUICK);
+    env.create_scripted("lead", QUIET);
+    let child = env.script("child.toml", QUIET);
+    env.json(&["agents", "create", "--handle", "worker", "--name", "Worker", "--parent", "lead", "--script", &child]);
+    env.ok(&[
+        "post",
+        "--channel",
+        "home-lead",
+        "--topic",
+        "builds",
+        "--create-topic",
+        "--idempotency-key",
+        "k1",
+        "one",
+    ]);
+    let conflict = env.run(&["post", "--channel", "home-lead", "--topic", "builds", "--idempotency-key", "k1", "two"]);
+    env.ok(&["agents", "budget", "lead", "--usd", "5", "--subtree"]);
+    let mut seen = text(&conflict.stderr);
+    for args in [
+        &["whoami"][..],
+        &["roster"],
+        &["tree"],
+        &["agents", "list"],
+        &["agents", "show", "worker"],
+        &["channels"],
+        &["topics", "--channel", "home-lead"],
+        &["read", "--channel", "home-lead"],
+        &["requests"],
+        &["audit"],
+        &["usage"],
+        &["agents", "budget", "lead"],
+        &["status"],
+        &["post", "--channel", "home-lead", "--topic", "builds", "three"],
+    ] {
+        let out = env.run(args);
+        seen.push_str(&text(&out.stdout));
+        seen.push_str(&text(&out.stderr));
+    }
+    for debug in ["Some(", "None", "(\"", "Handle(", "TopicName(", "ChannelName(", "RoleName(", "Seq(", "Incarnation("]
+    {
+        let line = seen.lines().find(|l| l.contains(debug));
+        assert!(line.is_none(), "human output shows {debug:?}: {}", line.unwrap_or_default());
+    }
+    assert!(text(&conflict.stderr).contains("#home-lead > builds"), "{}", text(&conflict.stderr));
+}
+
+const REQUESTER: &str = r#"
+[[rule]]
+match = { kind = "start" }
+actions = [{ call = "agents_spawn_peer", args = { handle = "flaky", name = "Flaky Tests Manager", charter = "Hunt down flaky tests", reason = "CI is red twice a day" } }]
+"#;
+
+#[test]
+fn what_waits_for_the_operator_opens_every_overview_and_can_be_waited_for() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    env.edit_config(QUICK);
+    let notified = env.data_dir().join("notified.json");
+    let command = format!("command = \"cat > {}\"", notified.display());
+    env.edit_config(&[("command = \"\"", command.as_str())]);
+    env.start_daemon();
+    let waiter =
+        env.command(&["--json", "requests", "--wait"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    env.create_scripted("ci-lead", REQUESTER);
+    let out = waiter.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let waited: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(waited["handle"], "flaky", "requests --wait prints the new request: {waited}");
+
+    for args in [&["whoami"][..], &["roster"], &["tree"]] {
+        let first = env.ok(args).lines().next().unwrap_or_default().to_owned();
+        assert!(first.starts_with("1 request waits for you: req-1 from ci-lead"), "canopy {args:?}: {first}");
+    }
+    let listed = env.ok(&["requests"]);
+    assert!(listed.contains("asked ") && listed.contains(" ago, expires in "), "{listed}");
+    assert!(listed.contains("reason: CI is red twice a day"), "{listed}");
+    let status = env.ok(&["status"]);
+    assert!(status.contains("waiting   1 request waits"), "{status}");
+    assert!(status.contains("agents    "), "{status}");
+
+    crate::assert_eventually!(notified.exists(), "the [notify] command never ran");
+    let notice: Value = serde_json::from_str(&std::fs::read_to_string(&notified).unwrap()).unwrap();
+    assert_eq!((notice["kind"].as_str(), notice["request"]["handle"].as_str()), (Some("spawn_request"), Some("flaky")));
+
+    let bad = env.run(&["requests", "--state", "bogus"]);
+    assert_eq!(bad.status.code(), Some(64), "a bad --state is a usage error");
+}
+
+#[test]
+fn read_shows_the_newest_page_keeps_indentation_and_a_piped_body_loses_its_final_newline() {
+    let env = TestEnv::started();
+    for i in 0..5 {
+        env.json(&["post", "--channel", "announcements", "--topic", "t", "--create-topic", &format!("n{i}")]);
+    }
+    let page = env.json(&["read", "--channel", "announcements", "--limit", "2"]);
+    let bodies: Vec<&str> =
+        page["groups"][0]["messages"].as_array().unwrap().iter().map(|m| m["body"].as_str().unwrap()).collect();
+    assert_eq!(bodies, ["n3", "n4"], "the newest page, oldest first");
+    assert_eq!(page["more"], true, "older messages exist");
+    let start = env.json(&["read", "--channel", "announcements", "--limit", "2", "--from-start"]);
+    assert_eq!(start["groups"][0]["messages"][0]["body"], "n0");
+
+    let out =
+        env.run_with_stdin(&["--json", "post", "--channel", "announcements", "--topic", "t"], "line one\n  indented\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let posted: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(posted["message"]["body"], "line one\n  indented", "the final newline is the pipe's, not the message's");
+    let shown = env.ok(&["read", "--channel", "announcements", "--limit", "1"]);
+    assert!(shown.contains("line one\n      indented"), "later lines keep their indentation: {shown}");
+}
+
+#[test]
+fn doctor_checks_what_the_daemon_checks() {
+    let env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    // A role switched to a real harness with its script line left in: one line, a warning.
+    env.edit_config(&[(
+        "harness = \"scripted\"\nscript = \"manager.toml\"",
+        "harness = \"claude\"\nscript = \"manager.toml\"",
+    )]);
+    let out = env.run(&["doctor"]);
+    let report = text(&out.stdout);
+    assert!(report.contains("roles.manager.script ignored: the claude harness takes no script"), "{report}");
+    // A harness that does not exist is what the daemon refuses: exit 64 naming the key.
+    env.edit_config(&[("harness = \"claude\"\nscript", "harness = \"nonsense\"\nscript")]);
+    let out = env.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(64), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("roles.manager.harness"), "{}", text(&out.stdout));
+}
