@@ -551,3 +551,69 @@ fn a_claude_manager_runs_the_implementer_on_claude_codes_own_agent_tool() {
     assert!(!system_text(sub).contains("# You are a Manager"), "the Manager's prompt is not inherited");
     assert!(occurrences(sub, "TASK_MARKER") > 0, "the brief is the subagent's input");
 }
+
+/// A key the model API refuses cannot start working by retrying (Claude Code would retry for
+/// minutes): the agent is stopped at once, `failing` with the fix, told once, not restarted.
+#[test]
+fn a_refused_credential_stops_the_agent_at_once_with_the_fix() {
+    let fake = FakeAnthropic::start((0..30).map(|_| Reply::error(401)).collect());
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "keyless");
+    wait_presence(&env, "keyless", "failing");
+    let entry = env.roster_entry("keyless");
+    let reason = entry["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("refused the credential") && reason.contains("ANTHROPIC_API_KEY"), "{entry}");
+    assert!(reason.contains("canopy doctor"), "the fix names doctor: {entry}");
+    std::thread::sleep(Duration::from_secs(2));
+    let entry = env.roster_entry("keyless");
+    assert_eq!(
+        (entry["presence"].as_str(), entry["incarnation"].as_u64()),
+        (Some("failing"), Some(1)),
+        "no restart: {entry}"
+    );
+    let told: Vec<Value> = env
+        .messages("home-keyless")
+        .into_iter()
+        .filter(|m| m["body"].as_str().unwrap_or_default().contains("refused the credential"))
+        .collect();
+    assert_eq!(told.len(), 1, "one notice: {told:#?}");
+    assert!(fake.requests().len() < 10, "it stopped retrying: {} requests", fake.requests().len());
+}
+
+/// Retries that can succeed show: the roster says `failing` and the home channel is told
+/// once; the turn then gets through.
+#[test]
+fn model_api_retries_show_as_failing_and_are_told_once() {
+    let fake = FakeAnthropic::start(vec![Reply::error(529), Reply::error(529), Reply::text("through at last")]);
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "retrier");
+    crate::assert_eventually!(
+        env.messages("home-retrier").iter().any(|m| m["body"].as_str().unwrap_or_default().contains("is failing")),
+        "the operator was not told: {:?}",
+        env.messages("home-retrier")
+    );
+    wait_presence(&env, "retrier", "idle");
+    let told = env
+        .messages("home-retrier")
+        .into_iter()
+        .filter(|m| m["body"].as_str().unwrap_or_default().contains("is failing"))
+        .count();
+    assert_eq!(told, 1, "told once per episode");
+}
+
+/// A harness program that is not there cannot appear by retrying: the agent is stopped at
+/// once, `failing`, and the reason names the setting and `canopy doctor`.
+#[test]
+fn a_missing_harness_program_stops_the_agent_naming_its_setting() {
+    let env = TestEnv::started_with(&[
+        ("sync_interval = \"2s\"", "sync_interval = \"200ms\""),
+        ("[harness.claude]\n", "[harness.claude]\nbin = \"/nonexistent/claude\"\n"),
+    ]);
+    create_claude_agent(&env, "nobin");
+    wait_presence(&env, "nobin", "failing");
+    let entry = env.roster_entry("nobin");
+    let reason = entry["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("[harness.claude] bin") && reason.contains("canopy doctor"), "{entry}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(env.roster_entry("nobin")["incarnation"], 1, "no crash loop");
+}

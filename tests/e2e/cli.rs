@@ -180,7 +180,7 @@ fn post_and_read_grouped_by_topic_with_paging() {
     let only = env.json(&["read", "--channel", "announcements", "--topic", "deploys"]);
     assert_eq!(only["groups"].as_array().unwrap().len(), 1);
 
-    let first = env.json(&["read", "--channel", "announcements", "--limit", "2"]);
+    let first = env.json(&["read", "--channel", "announcements", "--limit", "2", "--from-start"]);
     assert_eq!(first["more"], true);
     let after = first["next_after"].as_u64().unwrap().to_string();
     let rest = env.json(&["read", "--channel", "announcements", "--after", &after]);

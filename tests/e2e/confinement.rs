@@ -270,7 +270,7 @@ fn a_required_sandbox_that_cannot_be_built_starts_nothing_and_says_why() {
     let env = TestEnv::started_with(&edits);
     env.create_scripted("boxed", "");
     crate::assert_eventually!(
-        env.roster_entry("boxed")["presence"] == "crashed",
+        env.roster_entry("boxed")["presence"] == "failing",
         "the session was not stopped: {}",
         env.roster_entry("boxed")
     );
@@ -279,7 +279,7 @@ fn a_required_sandbox_that_cannot_be_built_starts_nothing_and_says_why() {
     assert!(reason.contains("cannot be confined") && reason.contains("/nonexistent/bwrap"), "{roster}");
     let notice = env.messages("home-boxed");
     assert!(
-        notice.iter().any(|m| m["body"].as_str().unwrap_or_default().contains("could not start")
+        notice.iter().any(|m| m["body"].as_str().unwrap_or_default().contains("was stopped")
             && m["body"].as_str().unwrap_or_default().contains("cannot be confined")),
         "{notice:#?}"
     );

@@ -31,6 +31,8 @@ pub struct Reply {
     pub text: Option<String>,
     /// (tool name as the model sees it, arguments)
     pub calls: Vec<(String, Value)>,
+    /// Answer with this HTTP error status (and an Anthropic error body) instead.
+    pub error: Option<u16>,
 }
 
 impl Reply {
@@ -46,6 +48,11 @@ impl Reply {
     pub fn and_call(mut self, name: &str, arguments: Value) -> Reply {
         self.calls.push((name.to_owned(), arguments));
         self
+    }
+
+    /// An HTTP error answer: 401 (`authentication_error`), 529 (`overloaded_error`), ...
+    pub fn error(status: u16) -> Reply {
+        Reply { error: Some(status), ..Reply::default() }
     }
 
     /// Waits this long before answering (the model is "thinking").
@@ -163,6 +170,22 @@ fn serve(mut stream: TcpStream, request: HttpRequest, exchange: &Exchange<Reply>
     let (reply, number) = exchange.record(request, streamed);
     let reply = reply.unwrap_or_else(|| Reply::text("ok"));
     std::thread::sleep(reply.delay);
+    if let Some(status) = reply.error {
+        let kind = match status {
+            401 => "authentication_error",
+            403 => "permission_error",
+            429 => "rate_limit_error",
+            529 => "overloaded_error",
+            _ => "api_error",
+        };
+        let body = json!({"type": "error", "error": {"type": kind, "message": format!("fake {kind}")}}).to_string();
+        let head = format!(
+            "HTTP/1.1 {status} Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body.as_bytes()));
+        return;
+    }
     let events = events(&reply, number);
     if !streamed {
         let message = json!({

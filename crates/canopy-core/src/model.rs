@@ -228,6 +228,8 @@ pub enum Presence {
     WaitingApproval,
     /// Its budget (or its subtree's) is spent: nothing new starts until it is raised or renews.
     PausedBudget,
+    /// Its turn keeps failing to reach the model (API errors, retries); `reason` says how.
+    Failing,
     Stalled,
     Crashed,
     Offline,
@@ -240,6 +242,7 @@ string_enum!(Presence {
     Compacting => "compacting",
     WaitingApproval => "waiting_approval",
     PausedBudget => "paused_budget",
+    Failing => "failing",
     Stalled => "stalled",
     Crashed => "crashed",
     Offline => "offline",

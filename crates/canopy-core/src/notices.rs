@@ -13,7 +13,7 @@ pub fn session_stalled(handle: &str, reason: &str) -> String {
 pub fn session_stopped(handle: &str, reason: &str, fatal: bool) -> String {
     match fatal {
         true => format!(
-            "@{handle}'s session could not start and was stopped: {reason}. \
+            "@{handle}'s session was stopped, since retrying cannot help: {reason}. \
              Fix it, then run `canopy agents start {handle}`."
         ),
         false => format!(
@@ -21,6 +21,14 @@ pub fn session_stopped(handle: &str, reason: &str, fatal: bool) -> String {
              Fix its harness or script, then run `canopy agents start {handle}`."
         ),
     }
+}
+
+/// A session whose model calls keep failing (the harness retries): told once per episode.
+pub fn session_failing(handle: &str, reason: &str) -> String {
+    format!(
+        "@{handle} is failing: {reason}. Its harness keeps retrying; `canopy roster` shows it as failing until a \
+         turn gets through. Check the harness's credentials and network, `canopy watch {handle}`, and `canopy doctor`."
+    )
 }
 
 /// How a subagent run ended, for its Manager.

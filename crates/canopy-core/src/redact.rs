@@ -371,6 +371,7 @@ fn pairs(text: &str) -> String {
         if j >= bytes.len() || !(bytes[j] == b'=' || bytes[j] == b':') {
             continue;
         }
+        let colon = bytes[j] == b':';
         j += 1;
         while j < bytes.len() && bytes[j] == b' ' {
             j += 1;
@@ -388,7 +389,15 @@ fn pairs(text: &str) -> String {
             }
         };
         let value = &text[value_start..value_end];
-        if !value.is_empty() && !value.starts_with('[') {
+        // `OPENAI_API_KEY: set it in the environment` explains, it does not assign: after a
+        // colon, a short lowercase word followed by more words is prose.
+        let prose = colon
+            && value.len() <= 10
+            && value.bytes().all(|b| b.is_ascii_lowercase())
+            && text[value_end..]
+                .strip_prefix(' ')
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_lowercase()));
+        if !value.is_empty() && !value.starts_with('[') && !prose {
             edits.push((value_start, value_end, REDACTED.to_owned()));
         }
         i = value_end.max(i);
@@ -668,6 +677,7 @@ mod tests {
             "tests pass: 10, session: 4, data: none",
             "run `cargo test -p canopy-store` and sk-learn notes",
             "password reset flow: call the reset endpoint",
+            "Missing environment variable OPENAI_API_KEY: set it in the environment that runs canopy",
             "ünïcode stays ✓ and so does 日本語",
         ] {
             assert_eq!(redact(text, 1000), text);

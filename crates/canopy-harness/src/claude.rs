@@ -557,12 +557,36 @@ impl ClaudeCodec {
                 self.compacting = false;
                 out.push(event(HarnessEvent::CompactionEnded));
             }
-            Some("api_retry") => out.push(event(HarnessEvent::Status { text: format!("model API retry: {line}") })),
+            Some("api_retry") => out.push(event(api_retry(line))),
             Some(kind @ ("task_started" | "task_progress" | "task_notification")) => {
                 out.push(event(subagent(kind, line)));
             }
             _ => {}
         }
+    }
+}
+
+/// A model call Claude Code retries: a refused credential cannot succeed by retrying (it
+/// retries for minutes); anything else is a retry worth showing.
+fn api_retry(line: &Value) -> HarnessEvent {
+    let status = line.get("error_status").and_then(Value::as_u64);
+    let error = line.get("error").and_then(Value::as_str).unwrap_or("unknown error");
+    let attempt = line.get("attempt").and_then(Value::as_u64).unwrap_or(0);
+    let max = line.get("max_retries").and_then(Value::as_u64).unwrap_or(0);
+    let http = status.map(|s| format!("HTTP {s}, ")).unwrap_or_default();
+    match matches!(status, Some(401 | 403)) || error == "authentication_failed" {
+        true => HarnessEvent::ModelError {
+            text: format!(
+                "the model API refused the credential ({http}{error}): set a working key ({}) in [harness.claude.env] \
+                 or the environment that runs canopy; `canopy doctor` checks it",
+                CREDENTIAL_ENV.join(" or ")
+            ),
+            fatal: true,
+        },
+        false => HarnessEvent::ModelError {
+            text: format!("the model API call failed ({http}{error}); retry {attempt} of {max}"),
+            fatal: false,
+        },
     }
 }
 

@@ -507,7 +507,10 @@ impl CodexCodec {
                 if limited {
                     out.push(Decoded::Event(HarnessEvent::RateLimited { detail: message.to_owned() }));
                 } else {
-                    out.push(status(&format!("codex error: {message}")));
+                    out.push(Decoded::Event(HarnessEvent::ModelError {
+                        text: format!("the model API call failed: {message}"),
+                        fatal: crate::event::credential_refused(message),
+                    }));
                 }
             }
             "warning" | "configWarning" => {

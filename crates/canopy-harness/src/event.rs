@@ -106,6 +106,12 @@ pub enum HarnessEvent {
     RateLimited {
         detail: String,
     },
+    /// The model API refused or failed a call. `fatal` when retrying cannot help without the
+    /// operator (a credential refused): the session is stopped at once, with `text`.
+    ModelError {
+        text: String,
+        fatal: bool,
+    },
     Status {
         text: String,
     },
@@ -160,6 +166,7 @@ impl HarnessEvent {
             HarnessEvent::CompactionEnded => "compaction_ended",
             HarnessEvent::Usage { .. } => "usage",
             HarnessEvent::RateLimited { .. } => "rate_limited",
+            HarnessEvent::ModelError { .. } => "model_error",
             HarnessEvent::Status { .. } => "status",
             HarnessEvent::SubagentStarted { .. } => "subagent_started",
             HarnessEvent::SubagentProgress { .. } => "subagent_progress",
@@ -218,6 +225,7 @@ impl HarnessEvent {
                 usage.cost_usd.map(|c| format!(" (${c:.4})")).unwrap_or_default()
             ),
             HarnessEvent::RateLimited { detail } => format!("rate limited: {detail}"),
+            HarnessEvent::ModelError { text, .. } => text.clone(),
             HarnessEvent::Status { text } => text.clone(),
             HarnessEvent::SubagentStarted { id, .. } => format!("subagent {id} started"),
             HarnessEvent::SubagentProgress { id, .. } => format!("subagent {id} progress"),
@@ -234,4 +242,12 @@ impl HarnessEvent {
             },
         }
     }
+}
+
+/// Whether a model API error text says the credential was refused (retrying cannot help).
+pub fn credential_refused(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    ["401", "unauthorized", "authentication_error", "authentication failed", "invalid api key", "invalid x-api-key"]
+        .iter()
+        .any(|needle| lower.contains(needle))
 }

@@ -547,9 +547,13 @@ impl Codec for OmpCodec {
             // omp's names, then pi's.
             "auto_compaction_start" | "compaction_start" => out.push(Decoded::Event(HarnessEvent::CompactionStarted)),
             "auto_compaction_end" | "compaction_end" => out.push(Decoded::Event(HarnessEvent::CompactionEnded)),
-            "auto_retry_start" => out.push(Decoded::Event(HarnessEvent::RateLimited {
-                detail: format!("retrying the model call: {}", str_of(&frame, "errorMessage")),
-            })),
+            "auto_retry_start" => {
+                let error = str_of(&frame, "errorMessage");
+                out.push(Decoded::Event(HarnessEvent::ModelError {
+                    text: format!("the model API call failed, retrying: {error}"),
+                    fatal: crate::event::credential_refused(error),
+                }));
+            }
             "subagent_lifecycle" => {
                 let payload = frame.get("payload").cloned().unwrap_or(Value::Null);
                 let id = str_of(&payload, "id").to_owned();

@@ -138,6 +138,7 @@ impl Reporter {
             HarnessEvent::TurnStarted { .. } | HarnessEvent::CompactionEnded => Some((Presence::Working, None)),
             HarnessEvent::TurnEnded { .. } => Some((Presence::Idle, Some("waiting for its next input".to_owned()))),
             HarnessEvent::CompactionStarted => Some((Presence::Compacting, None)),
+            HarnessEvent::ModelError { text, fatal: false } => Some((Presence::Failing, Some(text.clone()))),
             _ => None,
         };
         let detail = serde_json::to_value(event).unwrap_or(serde_json::Value::Null);
@@ -527,6 +528,26 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
             let _ = exits.send(SessionExit { fatal: true, ..exit(false, reason) }).await;
             return;
         }
+        // Retrying cannot find a program that is not there or a setting that is not set:
+        // the agent stops at once, with the fix.
+        Err(LaunchError::Spawn { program, source }) if source.kind() == std::io::ErrorKind::NotFound => {
+            let reason = format!(
+                "the {kind} harness's program `{}` was not found (on PATH, or as a path): install it or set \
+                 [harness.{kind}] bin in canopy.toml; `canopy doctor` checks it",
+                program.display(),
+                kind = kind.as_str()
+            );
+            reporter.activity("session_failed", reason.clone(), serde_json::Value::Null).await;
+            let _ = exits.send(SessionExit { fatal: true, ..exit(false, reason) }).await;
+            return;
+        }
+        Err(LaunchError::Invalid(why)) => {
+            let reason =
+                format!("{why}; fix it in canopy.toml or the environment that runs canopy (`canopy doctor` checks)");
+            reporter.activity("session_failed", reason.clone(), serde_json::Value::Null).await;
+            let _ = exits.send(SessionExit { fatal: true, ..exit(false, reason) }).await;
+            return;
+        }
         Err(e) => {
             let reason = format!("the harness did not start: {e}");
             reporter.activity("session_failed", reason.clone(), serde_json::Value::Null).await;
@@ -591,6 +612,8 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
     let mut resync = tokio::time::interval(settings.delivery_resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let seen: SharedSeen = Arc::new(std::sync::Mutex::new(seen));
+    // Why the session is being stopped for the operator to fix, once it must be.
+    let mut fatal: Option<String> = None;
     loop {
         let due = schedule.due().map(Instant::from_std);
         let stopping = schedule.stopping();
@@ -602,6 +625,11 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                     HarnessEvent::Exited { .. } => {
                         let reason = event.summary();
                         reporter.event(&event).await;
+                        // Stopped because it cannot succeed without the operator: no restart.
+                        if let Some(reason) = fatal.take() {
+                            let _ = exits.send(SessionExit { fatal: true, ..exit(false, reason) }).await;
+                            return;
+                        }
                         if schedule.stopping() {
                             reporter.ended(format!("stopped ({reason})"), Presence::Offline).await;
                         }
@@ -609,6 +637,10 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                         return;
                     }
                     HarnessEvent::TurnStarted { turn_id } => schedule.turn_started(turn_id),
+                    HarnessEvent::ModelError { text, fatal: true } if fatal.is_none() => {
+                        fatal = Some(text.clone());
+                        begin_stop(&mut schedule, &mut session, settings.stop_grace);
+                    }
                     HarnessEvent::Text { text, .. } => last_text.clone_from(text),
                     HarnessEvent::TurnEnded { status, .. } if assignment.run.is_some() && !run_reported => {
                         schedule.run_ended();

@@ -279,7 +279,9 @@ pub fn apply_reports(
             conn.execute("UPDATE accounts SET state = 'crashed' WHERE id = ?1", params![agent_id])
                 .map_err(sql("marking an agent crashed"))?;
             let reason = report.reason.clone().unwrap_or_else(|| "its session kept crashing".into());
-            set_presence(conn, agent_id, Presence::Crashed, Some(&reason), None, now)?;
+            // Stopped because retrying cannot help, it is failing until the operator fixes it.
+            let presence = if report.fatal { Presence::Failing } else { Presence::Crashed };
+            set_presence(conn, agent_id, presence, Some(&reason), None, now)?;
             audit(conn, None, "agents.crashed", &report.agent, &reason)?;
             let body = canopy_core::notices::session_stopped(&report.agent, &reason, report.fatal);
             applied.notices.push(notice(conn, agent_id, &body)?);
@@ -291,6 +293,18 @@ pub fn apply_reports(
             applied.poke = true;
         }
         if let Some(presence) = report.presence {
+            if presence == Presence::Failing {
+                // Told once when it starts failing; the roster carries each retry.
+                let was: Option<String> = conn
+                    .prepare_cached("SELECT state FROM presence WHERE agent_id = ?1")
+                    .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)).optional())
+                    .map_err(sql("reading presence"))?;
+                if was.as_deref() != Some(Presence::Failing.as_str()) {
+                    let reason = report.reason.as_deref().unwrap_or("the model API keeps failing");
+                    let body = canopy_core::notices::session_failing(&report.agent, reason);
+                    applied.notices.push(notice(conn, agent_id, &body)?);
+                }
+            }
             set_presence(conn, agent_id, presence, report.reason.as_deref(), None, now)?;
         }
     }
