@@ -135,6 +135,7 @@ async fn agents_post_in_their_home_but_not_in_another_agents_home() {
                 None,
                 Seq(0),
                 10,
+                false,
             )
         })
         .await;
@@ -146,10 +147,10 @@ async fn agents_sync_only_their_subscriptions() {
     let (_dir, store) = workspace().await;
     store.write(|c| ops::post(c, &operator(), &post_spec("home-docs-manager", "t", "private"))).await.unwrap();
     store.write(|c| ops::post(c, &operator(), &post_spec("announcements", "t", "public"))).await.unwrap();
-    let page = store.read(|c| ops::sync(c, &agent("ci-manager"), None, Seq(0), 100, false)).await.unwrap();
+    let page = store.read(|c| ops::sync(c, &agent("ci-manager"), None, Seq(0), 100)).await.unwrap();
     let bodies: Vec<&str> = page.messages.iter().map(|m| m.body.as_str()).collect();
     assert_eq!(bodies, ["public"]);
-    let page = store.read(|c| ops::sync(c, &operator(), None, Seq(0), 100, false)).await.unwrap();
+    let page = store.read(|c| ops::sync(c, &operator(), None, Seq(0), 100)).await.unwrap();
     assert_eq!(page.messages.len(), 2);
 }
 
