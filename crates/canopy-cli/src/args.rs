@@ -16,6 +16,9 @@ pub struct Cli {
     /// Log format on stderr (`RUST_LOG` sets the level).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Show times in UTC instead of this machine's time zone.
+    #[arg(long, global = true)]
+    pub utc: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -383,8 +386,14 @@ pub enum AgentsCommand {
         #[arg(long)]
         clear: bool,
     },
-    /// Despawn an agent and its subtree: sessions stop, history stays.
-    Despawn { handle: String },
+    /// Despawn an agent and its subtree: sessions stop, history stays. Asks first on a
+    /// terminal.
+    Despawn {
+        handle: String,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Move an agent under another parent.
     Reparent {
         handle: String,
@@ -481,6 +490,9 @@ pub struct TailArgs {
     /// Start after this sequence instead of at the newest message.
     #[arg(long)]
     pub after: Option<canopy_core::Seq>,
+    /// Show this many recent messages first (without --after).
+    #[arg(long, default_value_t = 5)]
+    pub last: u32,
     /// How often to resync from the store even without a doorbell.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub resync: std::time::Duration,

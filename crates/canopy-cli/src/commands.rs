@@ -186,10 +186,32 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
             call::<method::AgentsCreate>(client, json, &request, output::account).await
         }
         Command::Agents(AgentsCommand::Start { handle }) => {
-            call::<method::AgentsStart>(client, json, &AgentsStartStopRequest { handle }, output::roster_line).await
+            call::<method::AgentsStart>(
+                client,
+                json,
+                &AgentsStartStopRequest { handle },
+                |e: &canopy_core::RosterEntry| {
+                    println!(
+                        "{} will run: a session starts at its runner's next sync (it was {})",
+                        e.handle, e.presence
+                    )
+                },
+            )
+            .await
         }
         Command::Agents(AgentsCommand::Stop { handle }) => {
-            call::<method::AgentsStop>(client, json, &AgentsStartStopRequest { handle }, output::roster_line).await
+            call::<method::AgentsStop>(
+                client,
+                json,
+                &AgentsStartStopRequest { handle },
+                |e: &canopy_core::RosterEntry| {
+                    println!(
+                        "{} will stop: its session ends at its runner's next sync (it was {})",
+                        e.handle, e.presence
+                    )
+                },
+            )
+            .await
         }
         Command::Agents(AgentsCommand::Budget { handle, usd, tokens, period, subtree, clear }) => {
             let request = AgentsBudgetRequest { handle, usd, tokens, period, subtree, clear };
@@ -213,7 +235,11 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
             )
             .await
         }
-        Command::Agents(AgentsCommand::Despawn { handle }) => {
+        Command::Agents(AgentsCommand::Despawn { handle, yes }) => {
+            if !yes && !confirm_despawn(client, &handle).await {
+                eprintln!("not despawned");
+                return crate::EXIT_REFUSED;
+            }
             call::<method::AgentsDespawn>(
                 client,
                 json,
@@ -292,7 +318,7 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
             call::<method::AuditList>(client, json, &request, |r: &AuditListResponse| {
                 for e in &r.entries {
                     let actor = e.actor.as_ref().map_or("canopy".to_owned(), ToString::to_string);
-                    println!("{} {actor:12} {:24} {} {}", e.at, e.action, e.target, e.detail);
+                    println!("{} {actor:12} {:24} {} {}", output::time(&e.at), e.action, e.target, e.detail);
                 }
             })
             .await
@@ -588,6 +614,9 @@ async fn tail(mut follower: Follower, json: bool, args: TailArgs) -> Result<(), 
                 .unwrap_or_default()
         }
     };
+    if args.after.is_none() && args.last > 0 {
+        recent(&follower.client, json, &args, last).await?;
+    }
     let mut told = false;
     loop {
         let lost = tail_connection(&mut follower, json, &args, &mut last, &mut told).await?;
@@ -599,6 +628,40 @@ async fn tail(mut follower: Follower, json: bool, args: TailArgs) -> Result<(), 
             }
         }
     }
+}
+
+/// Prints the last `args.last` messages up to `head`, so `tail` does not open on a blank
+/// screen: one channel's newest page, or (every channel) the newest of the sequences just
+/// before `head`, which an operator reads all of.
+async fn recent(client: &Client, json: bool, args: &TailArgs, head: Seq) -> Result<(), CallError> {
+    let n = args.last.min(100);
+    let messages: Vec<canopy_core::Message> = match &args.channel {
+        Some(channel) => {
+            let request = ReadRequest {
+                channel: channel.trim_start_matches('#').to_owned(),
+                topic: None,
+                after: Seq(0),
+                limit: Some(n),
+                unread: false,
+                newest: true,
+            };
+            client.send::<method::MessagesRead>(&request).await?.groups.into_iter().flat_map(|g| g.messages).collect()
+        }
+        None => {
+            let request =
+                SyncRequest { after: Seq(head.get().saturating_sub(u64::from(n))), channel: None, limit: None };
+            client.send::<method::MessagesSync>(&request).await?.messages
+        }
+    };
+    let mut messages: Vec<_> = messages.into_iter().filter(|m| m.seq <= head).collect();
+    messages.sort_by_key(|m| m.seq);
+    for message in messages.iter().skip(messages.len().saturating_sub(n as usize)) {
+        match json {
+            true => output::json_line(message),
+            false => println!("{}", output::message_line(message, true)),
+        }
+    }
+    Ok(())
 }
 
 /// Follows messages over one connection until a call finds the daemon unreachable; returns why.
@@ -705,6 +768,25 @@ async fn status(dir: &DataDir, client: &Client, json: bool) -> Result<(), CallEr
         false => output::status(&status),
     }
     Ok(())
+}
+
+/// On a terminal, asks before despawning a subtree (it cannot be undone); elsewhere (a
+/// script) the command goes ahead, as with `--yes`.
+async fn confirm_despawn(client: &Client, handle: &str) -> bool {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return true;
+    }
+    let request = AgentsShowRequest { handle: handle.to_owned() };
+    let below = match client.send::<method::AgentsShow>(&request).await {
+        Ok(shown) if !shown.children.is_empty() => format!(" and its reports ({})", shown.children.join(", ")),
+        _ => String::new(),
+    };
+    eprint!("despawn {handle}{below}? Their sessions stop; history stays. [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes")
 }
 
 /// Opens a human listing with what waits for the operator: pending spawn and merge requests.

@@ -10,7 +10,51 @@ use tracing_subscriber::EnvFilter;
 
 use crate::args::{Cli, Command, LogFormat};
 
+/// Whether times are shown in UTC (`--utc`), set once at start.
+static UTC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// An RFC 3339 time from the API as people read it, the same in every command: local time
+/// with its offset (`2026-12-02 09:40:12 +02:00`), or with `--utc` in UTC
+/// (`2026-12-02 07:40:12 UTC`). As given when it does not parse.
+pub fn time(at: &str) -> String {
+    let Ok(then) = humantime::parse_rfc3339_weak(at) else { return at.to_owned() };
+    let secs = match then.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(_) => return at.to_owned(),
+    };
+    if UTC.load(std::sync::atomic::Ordering::Relaxed) {
+        let text =
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64))
+                .to_string();
+        return format!("{} UTC", text.trim_end_matches('Z').replace('T', " "));
+    }
+    match canopy_sys::local_time(secs) {
+        Some(t) => {
+            let sign = if t.offset < 0 { '-' } else { '+' };
+            let off = t.offset.unsigned_abs();
+            format!(
+                "{:04}-{:02}-{:02} {:02}:{:02}:{:02} {sign}{:02}:{:02}",
+                t.year,
+                t.month,
+                t.day,
+                t.hour,
+                t.minute,
+                t.second,
+                off / 3600,
+                off % 3600 / 60
+            )
+        }
+        None => at.to_owned(),
+    }
+}
+
+/// Colour only on a terminal, and never when `NO_COLOR` is set (<https://no-color.org>).
+pub fn colour(stream: &impl std::io::IsTerminal) -> bool {
+    stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 pub fn init_logging(cli: &Cli) {
+    UTC.store(cli.utc, std::sync::atomic::Ordering::Relaxed);
     // rmcp logs every MCP session at info; Canopy's own activity covers what matters.
     let default = if matches!(cli.command, Command::Daemon(_) | Command::Up { .. } | Command::Runner(_)) {
         "info,rmcp=warn"
@@ -18,7 +62,10 @@ pub fn init_logging(cli: &Cli) {
         "warn"
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour(&std::io::stderr()));
     let _ = match cli.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
@@ -103,7 +150,13 @@ pub fn topics(topics: &[Topic]) {
     for t in topics {
         let resolved = if t.resolved { "  (resolved)" } else { "" };
         let messages = if t.messages == 1 { "message" } else { "messages" };
-        println!("{}  {} {messages}, last #{} at {}{resolved}", t.name, t.messages, t.last_seq, t.last_activity_at);
+        println!(
+            "{}  {} {messages}, last #{} at {}{resolved}",
+            t.name,
+            t.messages,
+            t.last_seq,
+            time(&t.last_activity_at)
+        );
     }
 }
 
@@ -126,7 +179,7 @@ pub fn message_line(m: &Message, place: bool) -> String {
         (Some(role), _) => role.to_string(),
         (None, kind) => kind.to_string(),
     };
-    let at = m.created_at.get(11..19).unwrap_or(&m.created_at);
+    let at = time(&m.created_at);
     let place = if place { format!("#{} > {}  ", m.channel, m.topic) } else { String::new() };
     // Later lines keep their own indentation, under a margin that sets them off.
     let body = m.body.replace('\n', "\n    ");
@@ -135,30 +188,36 @@ pub fn message_line(m: &Message, place: bool) -> String {
 
 pub fn roster(agents: &[RosterEntry]) {
     let width = agents.iter().map(|a| a.handle.as_str().len()).max().unwrap_or(6);
+    let presence = agents.iter().map(|a| a.presence.as_str().len()).max().unwrap_or(8);
     for a in agents {
-        roster_row(a, width);
+        roster_row(a, width, presence);
     }
 }
 
-pub fn roster_line(entry: &RosterEntry) {
-    roster_row(entry, entry.handle.as_str().len());
-}
-
-fn roster_row(a: &RosterEntry, width: usize) {
-    let why = a.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+/// One agent, in aligned columns: handle, presence, session, last seen, marks; then why it
+/// is as it is and its activity line, which vary in length.
+fn roster_row(a: &RosterEntry, width: usize, presence: usize) {
+    let why = a.reason.as_deref().map(|r| format!("  ({r})")).unwrap_or_default();
     let activity = a.activity.as_deref().map(|t| format!("  \u{2014} {t}")).unwrap_or_default();
-    let seen = a.last_seen.as_deref().and_then(|s| s.get(11..19)).unwrap_or("-");
-    let unconfined = if a.unconfined { "  unconfined" } else { "" };
-    let budget = match &a.budget {
-        Some(b) if b.level == canopy_core::budget::Level::Over => format!("  over budget ({}%)", b.percent),
-        Some(b) => format!("  budget {}%", b.percent),
-        None => String::new(),
-    };
+    let seen = a.last_seen.as_deref().map(time).unwrap_or_else(|| "never".to_owned());
+    let mut marks = Vec::new();
+    if a.unconfined {
+        marks.push("unconfined".to_owned());
+    }
+    match &a.budget {
+        Some(b) if b.level == canopy_core::budget::Level::Over => marks.push(format!("over budget ({}%)", b.percent)),
+        Some(b) => marks.push(format!("budget {}%", b.percent)),
+        None => {}
+    }
+    if a.pending > 0 {
+        marks.push(format!("{} pending", a.pending));
+    }
+    let marks = if marks.is_empty() { String::new() } else { format!("  [{}]", marks.join(", ")) };
     println!(
-        "{:width$}  {:10}{why}  #{} seen {seen}{unconfined}{budget}{activity}",
+        "{:width$}  {:presence$}  session {:<3}  seen {seen}{marks}{why}{activity}",
         a.handle,
-        a.presence.to_string(),
-        a.incarnation
+        a.presence.as_str(),
+        a.incarnation.get()
     );
 }
 
@@ -168,7 +227,7 @@ pub fn activity(item: &ActivityItem, watched: &str, json: bool) {
         json_line(item);
         return;
     }
-    let at = item.at.get(11..19).unwrap_or(&item.at);
+    let at = time(&item.at);
     // A subagent run's activity shows under its Manager, marked with the run.
     let who = match item.agent.as_str() == watched {
         true => String::new(),
@@ -309,7 +368,7 @@ pub fn budgets(list: &[canopy_core::BudgetStatus]) {
     for b in list {
         let spent = canopy_core::budget::say::spend(b.limit, b.spent);
         let window = match (&b.period, &b.renews_at) {
-            (Some(p), Some(at)) => format!("per {p}, renews {at}"),
+            (Some(p), Some(at)) => format!("per {p}, renews {}", time(at)),
             _ => "lifetime".to_owned(),
         };
         let level = match b.level {

@@ -8,7 +8,7 @@ pub fn session_stalled(handle: &str, reason: &str) -> String {
     format!("@{handle}'s session is stalled: {reason}. `canopy watch {handle}` shows its last steps.")
 }
 
-/// A session stopped for good: `fatal` when it could not start at all (it cannot be
+/// A session stopped for good: `fatal` when retrying cannot help (it cannot be
 /// confined), else after a crash loop.
 pub fn session_stopped(handle: &str, reason: &str, fatal: bool) -> String {
     match fatal {
@@ -59,7 +59,7 @@ mod tests {
     #[test]
     fn notices_name_the_agent_and_what_to_do() {
         assert!(session_stalled("ci", "no activity for 5m").contains("`canopy watch ci`"));
-        assert!(session_stopped("ci", "bwrap missing", true).contains("could not start"));
+        assert!(session_stopped("ci", "bwrap missing", true).contains("retrying cannot help"));
         assert!(session_stopped("ci", "exit 101", false).contains("crashed repeatedly"));
         assert_eq!(run_ended(3, "implementer", RunEnd::Failed, "  "), "Subagent run 3 (implementer) failed.");
         assert!(run_ended(3, "implementer", RunEnd::Done, "all green").ends_with("done.\n\nall green"));

@@ -104,6 +104,7 @@ pub(crate) fn spawn(context: SessionContext) -> SessionSlot {
     SessionSlot { agent, incarnation, token, commands, stop: Some(stop_tx), task }
 }
 
+#[derive(Clone)]
 struct Reporter {
     agent: String,
     incarnation: Incarnation,
@@ -401,6 +402,19 @@ fn context_of(kind: &str, messages: &[Message]) -> InputContext {
     }
 }
 
+/// `input: 3 messages (from ops, lead in #home-x > plans)`: what started a turn, for `watch`.
+fn input_summary(messages: &[Message]) -> String {
+    let mut senders: Vec<&str> = messages.iter().map(|m| m.sender.handle.as_str()).collect();
+    senders.dedup();
+    senders.sort_unstable();
+    senders.dedup();
+    let places: std::collections::BTreeSet<String> =
+        messages.iter().map(|m| format!("#{} > {}", m.channel, m.topic)).collect();
+    let noun = if messages.len() == 1 { "message" } else { "messages" };
+    let places: Vec<String> = places.into_iter().take(3).collect();
+    format!("input: {} {noun} (from {} in {})", messages.len(), senders.join(", "), places.join(", "))
+}
+
 /// A finished turn-start delivery, reported back to the session loop.
 struct Delivered {
     /// Whether a turn started with it (otherwise the messages are still pending).
@@ -597,6 +611,12 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                 seen.insert(m.seq);
             }
             mailbox.ack(waiting.iter().map(|m| m.seq).collect()).await;
+            let summary = match (&assignment.run, waiting.is_empty()) {
+                (Some(run), _) => format!("input: the brief from {}", run.manager),
+                (None, true) => "input: who it is, at its session start".to_owned(),
+                (None, false) => format!("{}, at its session start", input_summary(&waiting)),
+            };
+            reporter.activity("input", summary, serde_json::Value::Null).await;
         }
         Ok(outcome) => tracing::warn!(?outcome, "the first input was not taken"),
         Err(e) => tracing::warn!(error = %e, "the first input was not delivered"),
@@ -726,7 +746,8 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
                     && let Some(delivery) = schedule.start_delivery(now())
                 {
                     let (mailbox, seen, done) = (mailbox.clone(), seen.clone(), delivered_tx.clone());
-                    tokio::spawn(deliver(session.clone(), mailbox, seen, delivery.continuity, done));
+                    let reporter = reporter.clone();
+                    tokio::spawn(deliver(session.clone(), mailbox, seen, delivery.continuity, done, reporter));
                 }
             }
         }
@@ -759,6 +780,7 @@ async fn deliver(
     seen: SharedSeen,
     continuity_owed: bool,
     done: mpsc::Sender<Delivered>,
+    reporter: Reporter,
 ) {
     let mut started = true;
     let mut continuity = false;
@@ -779,6 +801,7 @@ async fn deliver(
                 Ok(SendOutcome::Started { .. }) => {
                     with_seen(&seen, |s| s.settle(&seqs, true));
                     mailbox.ack(seqs.clone()).await;
+                    reporter.activity("input", input_summary(&fresh), serde_json::json!({ "seqs": seqs })).await;
                 }
                 Ok(outcome) => {
                     tracing::debug!(?outcome, "a turn-start delivery was not taken; retrying");

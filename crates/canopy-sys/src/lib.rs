@@ -209,6 +209,43 @@ pub fn unix_us() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
+/// A moment in this machine's local time zone (the `TZ` rules `localtime_r` follows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalTime {
+    pub year: i32,
+    pub month: u32,
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+    /// Seconds east of UTC.
+    pub offset: i32,
+}
+
+/// `unix_secs` in local time, or `None` when the C library cannot convert it.
+pub fn local_time(unix_secs: i64) -> Option<LocalTime> {
+    let time: libc::time_t = unix_secs.try_into().ok()?;
+    // SAFETY: `tm` is plain data, zero is a valid value for it; `localtime_r` writes only
+    // into it and reads only `time`, both live for the call; it is thread-safe.
+    #[allow(unsafe_code)]
+    let tm = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&time, &mut tm).is_null() {
+            return None;
+        }
+        tm
+    };
+    Some(LocalTime {
+        year: tm.tm_year + 1900,
+        month: (tm.tm_mon + 1).max(1) as u32,
+        day: tm.tm_mday.max(1) as u32,
+        hour: tm.tm_hour.max(0) as u32,
+        minute: tm.tm_min.max(0) as u32,
+        second: tm.tm_sec.max(0) as u32,
+        offset: i32::try_from(tm.tm_gmtoff).unwrap_or(0),
+    })
+}
+
 /// Restores SIGPIPE's default action, so a command whose stdout is closed (`| head -1`)
 /// ends quietly (status 141) instead of failing in `println!`. Only for a process that
 /// starts no child and writes no pipe but its stdout and stderr: sockets are written with
