@@ -298,3 +298,45 @@ fn doctor_checks_what_the_daemon_checks() {
     assert_eq!(out.status.code(), Some(64), "{}{}", text(&out.stdout), text(&out.stderr));
     assert!(text(&out.stdout).contains("roles.manager.harness"), "{}", text(&out.stdout));
 }
+
+#[test]
+fn bash_completes_handles_from_the_daemon_and_the_manual_page_renders() {
+    let env = TestEnv::started();
+    env.json(&["agents", "create", "--handle", "ci-lead", "--name", "CI Lead"]);
+    let script = env.script("canopy.bash", &env.ok(&["completions", "bash"]));
+    // The script calls `canopy` by name, as an installed binary.
+    let bin = env.data_dir().parent().unwrap().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(crate::env::CANOPY, bin.join("canopy")).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let complete = |words: &str, cword: usize, function: &str| {
+        let code = format!(
+            "source {script}; COMP_WORDS=({words}); COMP_CWORD={cword}; {function} canopy \"${{COMP_WORDS[$COMP_CWORD]}}\" \
+             \"${{COMP_WORDS[$COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+        );
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(code)
+            .env("PATH", &path)
+            .env("CANOPY_DIR", env.data_dir())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert!(complete("canopy watch ci", 2, "_canopy_dynamic").lines().any(|l| l == "ci-lead"), "a handle completes");
+    let channels = complete("canopy read --channel ann", 3, "_canopy_dynamic");
+    assert!(channels.lines().any(|l| l == "announcements"), "a channel completes: {channels}");
+    assert!(complete("canopy rost", 1, "_canopy_dynamic").lines().any(|l| l == "roster"), "a command completes");
+
+    let page = env.script("canopy.1", &env.ok(&["man"]));
+    let out = std::process::Command::new("man")
+        .args(["-l", &page])
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "man -l failed: {}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("canopy") && shown.contains("roster"), "{shown}");
+}

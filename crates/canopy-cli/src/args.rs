@@ -23,6 +23,14 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// What `canopy complete` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompleteWhat {
+    Handles,
+    Channels,
+    Requests,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -56,6 +64,7 @@ pub enum Command {
     },
     /// The topics of a channel (most recent activity first), or rename or resolve one.
     Topics {
+        /// The channel.
         #[arg(long)]
         channel: String,
         #[command(subcommand)]
@@ -63,6 +72,7 @@ pub enum Command {
     },
     /// A channel's pinned board: list it, or pin a message to it.
     Board {
+        /// The channel.
         #[arg(long)]
         channel: String,
         #[command(subcommand)]
@@ -108,10 +118,15 @@ pub enum Command {
         yes: bool,
     },
     /// Approve a pending spawn request.
-    Approve { id: String },
+    Approve {
+        /// The request, `req-N`.
+        id: String,
+    },
     /// Deny a pending spawn request.
     Deny {
+        /// The request, `req-N`.
         id: String,
+        /// Why, told to the requester.
         #[arg(long)]
         reason: String,
     },
@@ -150,6 +165,7 @@ pub enum Command {
     Bundle(BundleCommand),
     /// An agent's subagent runs, newest first.
     Runs {
+        /// The Manager whose runs to list.
         #[arg(long)]
         agent: String,
         /// Only runs still out.
@@ -166,6 +182,22 @@ pub enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         since: Option<std::time::Duration>,
     },
+    /// Print a shell completion script: `source <(canopy completions bash)`. Bash also
+    /// completes handles, channels and request ids from the running daemon.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `canopy man | man -l -`.
+    Man,
+    /// Completion candidates from the running daemon, one per line (used by the scripts).
+    #[command(hide = true)]
+    Complete {
+        /// handles, channels or requests.
+        #[arg(value_enum)]
+        what: CompleteWhat,
+    },
     /// Measure delivery performance beside raw NATS and SQLite baselines, on a temporary
     /// workspace (build with --release for meaningful numbers).
     Bench {
@@ -178,10 +210,17 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
     /// Rename a topic.
-    Rename { topic: String, to: String },
+    Rename {
+        /// The topic as it is named now.
+        topic: String,
+        /// Its new name.
+        to: String,
+    },
     /// Mark a topic resolved (`--reopen` to open it again).
     Resolve {
+        /// The topic.
         topic: String,
+        /// Open it again instead.
         #[arg(long)]
         reopen: bool,
     },
@@ -190,13 +229,20 @@ pub enum TopicsCommand {
 #[derive(Debug, Subcommand)]
 pub enum BoardCommand {
     /// Pin message SEQ of the channel.
-    Pin { seq: canopy_core::Seq },
+    Pin {
+        /// The message's sequence number.
+        seq: canopy_core::Seq,
+    },
     /// Take message SEQ off the channel's board (operators: any pin).
-    Unpin { seq: canopy_core::Seq },
+    Unpin {
+        /// The message's sequence number.
+        seq: canopy_core::Seq,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct WatchArgs {
+    /// The agent's handle.
     pub handle: String,
     /// How many earlier items to show first.
     #[arg(long, default_value_t = 20)]
@@ -226,29 +272,39 @@ pub struct RunnerArgs {
 pub enum OperatorsCommand {
     /// Another operator; its token is written to --out (mode 0600) or printed once.
     Add {
+        /// The operator's handle.
         handle: String,
+        /// Display name (default: the handle).
         #[arg(long)]
         name: Option<String>,
+        /// Write the token here (mode 0600) instead of printing it.
         #[arg(long)]
         out: Option<PathBuf>,
     },
     /// Every operator and its state.
     List,
     /// Revoke an operator: its token is refused from its next request on.
-    Revoke { handle: String },
+    Revoke {
+        /// The operator's handle.
+        handle: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum RunnersCommand {
     /// A credential for a new runner; the managed NATS server accepts it at once.
     Add {
+        /// The runner's id: lowercase letters, digits and hyphens.
         id: String,
         /// Also write the credential here (mode 0600), to carry to the runner's machine.
         #[arg(long)]
         out: Option<PathBuf>,
     },
     /// Revoke a runner's credential: its connection is closed, its token refused.
-    Remove { id: String },
+    Remove {
+        /// The runner's id.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -294,6 +350,7 @@ pub struct DaemonArgs {
 pub enum ReposCommand {
     /// Register a repository: Canopy mirrors it; agents never write it.
     Add {
+        /// Its name in Canopy (1-40 of `a-z`, `0-9`, `-`, `_`).
         name: String,
         /// The canonical repository: a path or a URL.
         source: String,
@@ -317,10 +374,15 @@ pub enum ReposCommand {
 #[derive(Debug, Subcommand)]
 pub enum MergesCommand {
     /// Approve a pending merge request and wait for Canopy to merge it.
-    Approve { id: String },
+    Approve {
+        /// The request, `merge-N`.
+        id: String,
+    },
     /// Deny a pending merge request.
     Deny {
+        /// The request, `merge-N`.
         id: String,
+        /// Why, told to the requester.
         #[arg(long)]
         reason: String,
     },
@@ -330,13 +392,16 @@ pub enum MergesCommand {
 pub enum AgentsCommand {
     /// Provision a standing agent under a parent (the Supervisor by default).
     Create {
+        /// Its handle: lowercase letters, digits and hyphens (`ci-manager`).
         #[arg(long)]
         handle: String,
         /// Display name, e.g. "CI Manager".
         #[arg(long)]
         name: String,
+        /// Its role in the prompt bundle (`manager`, `implementer`, ...).
         #[arg(long, default_value = "manager")]
         role: String,
+        /// Its parent in the tree (default: the Supervisor).
         #[arg(long)]
         parent: Option<String>,
         /// What the agent's lane is for.
@@ -359,16 +424,29 @@ pub enum AgentsCommand {
     /// Every agent.
     List,
     /// One agent with its children and subscriptions.
-    Show { handle: String },
+    Show {
+        /// The agent's handle.
+        handle: String,
+    },
     /// Start (or restart after a crash loop) an agent's session.
-    Start { handle: String },
+    Start {
+        /// The agent's handle.
+        handle: String,
+    },
     /// Stop an agent's session; it stays stopped until `start`.
-    Stop { handle: String },
+    Stop {
+        /// The agent's handle.
+        handle: String,
+    },
     /// Interrupt an agent's running turn; the session stays up and takes its next message.
-    Interrupt { handle: String },
+    Interrupt {
+        /// The agent's handle.
+        handle: String,
+    },
     /// Set, clear or show an agent's budget (its own turns and runs, or with --subtree its
     /// whole subtree's): US dollars and/or tokens per period, or for its lifetime.
     Budget {
+        /// The agent's handle.
         handle: String,
         /// US dollars per period.
         #[arg(long)]
@@ -389,6 +467,7 @@ pub enum AgentsCommand {
     /// Despawn an agent and its subtree: sessions stop, history stays. Asks first on a
     /// terminal.
     Despawn {
+        /// The agent's handle.
         handle: String,
         /// Do not ask.
         #[arg(long)]
@@ -396,7 +475,9 @@ pub enum AgentsCommand {
     },
     /// Move an agent under another parent.
     Reparent {
+        /// The agent's handle.
         handle: String,
+        /// Its new parent.
         #[arg(long)]
         parent: String,
     },
@@ -408,9 +489,12 @@ pub enum ChannelsCommand {
     List,
     /// Create a general or broadcast channel.
     Create {
+        /// The channel's name: lowercase letters, digits and hyphens.
         name: String,
+        /// A general channel (anyone subscribed may post) or a broadcast one.
         #[arg(long, value_enum, default_value_t = KindArg::General)]
         kind: KindArg,
+        /// Who may post (default: open for general channels, restricted for broadcast).
         #[arg(long, value_enum)]
         post_policy: Option<PostPolicyArg>,
         /// A poster of a restricted channel (repeatable).
@@ -446,8 +530,10 @@ pub enum PostPolicyArg {
 
 #[derive(Debug, Clone, Args)]
 pub struct PostArgs {
+    /// The channel.
     #[arg(long)]
     pub channel: String,
+    /// The topic (one line; `--create-topic` to start a new one).
     #[arg(long)]
     pub topic: String,
     /// Start the topic if it does not exist.
@@ -468,8 +554,10 @@ pub struct PostArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ReadArgs {
+    /// The channel.
     #[arg(long)]
     pub channel: String,
+    /// Only this topic.
     #[arg(long)]
     pub topic: Option<String>,
     /// Only messages with a sequence above this (read forwards from there).
@@ -485,6 +573,7 @@ pub struct ReadArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct TailArgs {
+    /// Only this channel (default: every channel).
     #[arg(long)]
     pub channel: Option<String>,
     /// Start after this sequence instead of at the newest message.

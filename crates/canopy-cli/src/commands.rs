@@ -33,6 +33,9 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Runner(args) => runner(&dir, json, &args).await,
         Command::Mcp(args) => mcp(json, &args).await,
         Command::Bench { quick } => bench(json, quick).await,
+        Command::Completions { shell } => crate::completions::script(shell),
+        Command::Man => crate::completions::man(),
+        Command::Complete { what } => crate::completions::candidates(&dir, what).await,
         Command::Doctor => crate::doctor::run(&dir, json).await,
         Command::NatsConfig => nats_config(&dir, json),
         Command::Demo { yes } => crate::demo::run(yes).await,
@@ -509,6 +512,9 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         | Command::Runner(_)
         | Command::Mcp(_)
         | Command::Bench { .. }
+        | Command::Completions { .. }
+        | Command::Man
+        | Command::Complete { .. }
         | Command::Bundle(_)
         | Command::Doctor
         | Command::NatsConfig

@@ -8,6 +8,7 @@
 mod args;
 mod client;
 mod commands;
+mod completions;
 mod demo;
 mod doctor;
 mod import;
