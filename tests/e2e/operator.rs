@@ -270,6 +270,10 @@ fn read_shows_the_newest_page_keeps_indentation_and_a_piped_body_loses_its_final
     assert_eq!(page["more"], true, "older messages exist");
     let start = env.json(&["read", "--channel", "announcements", "--limit", "2", "--from-start"]);
     assert_eq!(start["groups"][0]["messages"][0]["body"], "n0");
+    let typo = env.refused(&["read", "--channel", "anouncements"]);
+    assert!(typo["message"].as_str().unwrap().contains("did you mean #announcements?"), "{typo}");
+    let nobody = env.refused(&["watch", "supervisr"]);
+    assert!(nobody["message"].as_str().unwrap().contains("did you mean supervisor?"), "{nobody}");
 
     let out =
         env.run_with_stdin(&["--json", "post", "--channel", "announcements", "--topic", "t"], "line one\n  indented\n");
@@ -289,6 +293,10 @@ fn doctor_checks_what_the_daemon_checks() {
         "harness = \"scripted\"\nscript = \"manager.toml\"",
         "harness = \"claude\"\nscript = \"manager.toml\"",
     )]);
+    // A role's prompt renders from the local bundle with no daemon running.
+    let rendered = env.run(&["prompt", "render", "--role", "manager"]);
+    assert!(rendered.status.success(), "{}", text(&rendered.stderr));
+    assert!(text(&rendered.stderr).contains("rendered without a daemon"), "{}", text(&rendered.stderr));
     let out = env.run(&["doctor"]);
     let report = text(&out.stdout);
     assert!(report.contains("roles.manager.script ignored: the claude harness takes no script"), "{report}");

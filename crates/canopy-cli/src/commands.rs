@@ -41,6 +41,12 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Demo { yes } => crate::demo::run(yes).await,
         Command::Bundle(BundleCommand::Check { bundle, gated }) => bundle_check(&dir, json, bundle, gated),
         Command::Bundle(BundleCommand::Import { from, bundle }) => crate::import::run(&dir, json, &from, bundle).await,
+        // A role's prompt needs only the bundle: without a daemon it renders here.
+        Command::Prompt(PromptCommand::Render { agent: None, role: Some(role) })
+            if !crate::client::connection_info(&dir).is_ok_and(|i| canopy_sys::alive(i.pid)) =>
+        {
+            render_role_here(&dir, json, &role)
+        }
         command => {
             // Nothing below starts a child or writes a pipe of its own: a closed stdout
             // (`| head -1`) ends the process quietly, as for any Unix tool.
@@ -327,28 +333,7 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
             .await
         }
         Command::Prompt(PromptCommand::Render { agent, role }) => {
-            call::<method::PromptsRender>(
-                client,
-                json,
-                &PromptsRenderRequest { agent, role },
-                |r: &PromptsRenderResponse| {
-                    print!("{}", r.text);
-                    eprintln!(
-                        "-- {} {} ({} mode, {}), sections: {}; sha256 {}",
-                        r.role,
-                        r.definition.as_deref().map(|d| format!("[{d}]")).unwrap_or_default(),
-                        r.mode,
-                        r.delivery,
-                        r.sections.join(", "),
-                        r.hash
-                    );
-                    if let Some(s) = &r.session {
-                        let same = if s.hash == r.hash { "same" } else { "differs: the bundle or facts changed since" };
-                        eprintln!("-- session {} started with sha256 {} ({same})", s.incarnation, s.hash);
-                    }
-                },
-            )
-            .await
+            call::<method::PromptsRender>(client, json, &PromptsRenderRequest { agent, role }, print_render).await
         }
         Command::Runs { agent, open } => {
             call::<method::RunsList>(
@@ -793,6 +778,66 @@ async fn confirm_despawn(client: &Client, handle: &str) -> bool {
     let mut answer = String::new();
     let _ = std::io::stdin().lock().read_line(&mut answer);
     matches!(answer.trim(), "y" | "Y" | "yes")
+}
+
+/// `canopy prompt render --role` with no daemon running: the bundle and `canopy.toml` are
+/// local; the workspace's name and mission are examples (said on stderr).
+fn render_role_here(dir: &DataDir, json: bool, role: &str) -> u8 {
+    let config = match Config::load(&dir.config()) {
+        Ok(config) => config,
+        Err(_) if !dir.config().exists() => Config::default(),
+        Err(e) => return fail_usage(json, &e.key, &e.message),
+    };
+    let prompts = match canopy_daemon::prompts::Prompts::open(&config, &dir.config(), dir.root()) {
+        Ok(prompts) => prompts,
+        Err(e) => return fail_usage(json, &e.key, &e.message),
+    };
+    let roles = match canopy_daemon::roles::RoleDefaults::resolve(
+        &config,
+        &dir.config(),
+        dir.root(),
+        canopy_harness::scripted::check_script,
+    ) {
+        Ok(roles) => roles,
+        Err(e) => return fail_usage(json, &e.key, &e.message),
+    };
+    let workspace = canopy_core::Workspace {
+        id: "example".into(),
+        name: "example workspace".into(),
+        mission: "(the workspace's mission)".into(),
+        created_at: String::new(),
+    };
+    let rendered =
+        canopy_daemon::prompt_api::render_role(&config, dir.root(), &prompts.refreshed(), &roles, &workspace, role);
+    match rendered {
+        Ok(r) if json => {
+            output::json(&r);
+            0
+        }
+        Ok(r) => {
+            print_render(&r);
+            eprintln!("-- rendered without a daemon: the workspace's name and mission are examples");
+            0
+        }
+        Err(e) => fail(json, &CallError::Refused(canopy_proto::WireError::from(&e))),
+    }
+}
+
+fn print_render(r: &PromptsRenderResponse) {
+    print!("{}", r.text);
+    eprintln!(
+        "-- {} {} ({} mode, {}), sections: {}; sha256 {}",
+        r.role,
+        r.definition.as_deref().map(|d| format!("[{d}]")).unwrap_or_default(),
+        r.mode,
+        r.delivery,
+        r.sections.join(", "),
+        r.hash
+    );
+    if let Some(s) = &r.session {
+        let same = if s.hash == r.hash { "same" } else { "differs: the bundle or facts changed since" };
+        eprintln!("-- session {} started with sha256 {} ({same})", s.incarnation, s.hash);
+    }
 }
 
 /// Opens a human listing with what waits for the operator: pending spawn and merge requests.

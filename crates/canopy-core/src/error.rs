@@ -55,10 +55,10 @@ pub enum Error {
     Malformed { field: Option<String>, reason: String },
     #[error("{field} is {len} bytes; the limit is {max}")]
     TooLarge { field: &'static str, len: usize, max: usize },
-    #[error("agent {handle} not found")]
-    AgentNotFound { field: &'static str, handle: String },
-    #[error("channel #{channel} not found")]
-    ChannelNotFound { field: &'static str, channel: String },
+    #[error("agent {handle} not found{}", did_you_mean(.nearest, ""))]
+    AgentNotFound { field: &'static str, handle: String, nearest: Option<String> },
+    #[error("channel #{channel} not found{}", did_you_mean(.nearest, "#"))]
+    ChannelNotFound { field: &'static str, channel: String, nearest: Option<String> },
     #[error("topic {topic:?} not found in #{channel}; pass create_topic (`--create-topic` on the command line) to start it (existing topics: {})", existing_list(.existing))]
     TopicNotFound { channel: String, topic: String, existing: Vec<String> },
     #[error("unknown method {method:?}")]
@@ -82,6 +82,10 @@ pub enum Error {
     Internal(String),
     #[error("authentication failed: {0}")]
     Unauthenticated(String),
+}
+
+fn did_you_mean(nearest: &Option<String>, sigil: &str) -> String {
+    nearest.as_ref().map(|n| format!("; did you mean {sigil}{n}?")).unwrap_or_default()
 }
 
 fn existing_list(existing: &[String]) -> String {

@@ -228,8 +228,48 @@ impl TopicName {
     }
 }
 
+/// The name among `names` nearest to `wanted` (a typo of it): at most two edits away (one
+/// for names of four letters or fewer), or one `wanted` starts; `None` when nothing is close.
+pub fn nearest<'a>(wanted: &str, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = if wanted.len() <= 4 { 1 } else { 2 };
+    let mut best: Option<(usize, &str)> = None;
+    for name in names {
+        let distance = if name.starts_with(wanted) && !wanted.is_empty() { 1 } else { edits(wanted, name) };
+        if distance <= limit && best.is_none_or(|(d, n)| distance < d || (distance == d && name < n)) {
+            best = Some((distance, name));
+        }
+    }
+    best.map(|(_, name)| name)
+}
+
+/// Levenshtein distance, bounded work: names are at most 64 bytes.
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().take(64).collect(), b.chars().take(64).collect());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_nearest_name_is_a_typo_or_a_prefix_away() {
+        let names = ["announcements", "incidents", "home-ci-lead", "ci"];
+        assert_eq!(nearest("anouncements", names.iter().copied()), Some("announcements"));
+        assert_eq!(nearest("home-ci", names.iter().copied()), Some("home-ci-lead"), "a prefix");
+        assert_eq!(nearest("cj", names.iter().copied()), Some("ci"));
+        assert_eq!(nearest("zzzz", names.iter().copied()), None, "nothing close");
+    }
+
     use super::*;
 
     #[test]

@@ -271,8 +271,11 @@ impl Api {
             return Ok(TreeResponse { root: whole });
         }
         let depth = req.depth.unwrap_or(canopy_core::tree::DEFAULT_AROUND_DEPTH);
-        let root = canopy_core::tree::around(&whole, &caller.handle, depth)
-            .ok_or_else(|| Error::AgentNotFound { field: "caller", handle: caller.handle.to_string() })?;
+        let root = canopy_core::tree::around(&whole, &caller.handle, depth).ok_or_else(|| Error::AgentNotFound {
+            field: "caller",
+            handle: caller.handle.to_string(),
+            nearest: None,
+        })?;
         Ok(TreeResponse { root })
     }
 }

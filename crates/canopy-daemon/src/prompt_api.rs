@@ -12,8 +12,14 @@ use canopy_proto::Method;
 use canopy_proto::api::*;
 use canopy_store::{LiveSession, RunSpec, RunStatus, ops, run_topic};
 
+use std::path::Path;
+
+use canopy_config::Config;
+use canopy_prompt::Renderer;
+
 use crate::context::{Api, RoleOf};
 use crate::prompts::{self, Identity};
+use crate::roles::RoleDefaults;
 
 /// The harness's own subagents (omp's `task`) as runs, from their lifecycle activity
 /// (newest first): started, then `done` or `failed` once ended.
@@ -67,6 +73,51 @@ fn run_info(run: canopy_store::Run) -> RunInfo {
         branch: None,
         native: None,
     }
+}
+
+/// The harness (and script) a new session of `role` runs (see `Api::session_defaults`).
+fn session_defaults(roles: &RoleDefaults, renderer: &Renderer, role: &str) -> crate::roles::SessionDefaults {
+    if let Some(configured) = roles.configured(role) {
+        return configured.clone();
+    }
+    match renderer.bundle().roles.get(role).map(|r| r.harness.as_str()) {
+        Some(harness) if !harness.is_empty() && harness != "scripted" => {
+            crate::roles::SessionDefaults { harness: harness.to_owned(), script: None }
+        }
+        _ => roles.for_role(role),
+    }
+}
+
+/// A role's prompt with example identity facts: `prompts.render` with a role, and `canopy
+/// prompt render --role` when no daemon runs (the bundle is local; `workspace` then holds
+/// example facts).
+pub fn render_role(
+    config: &Config,
+    data_dir: &Path,
+    renderer: &Renderer,
+    roles: &RoleDefaults,
+    workspace: &canopy_core::Workspace,
+    role: &str,
+) -> Result<PromptsRenderResponse, Error> {
+    let role = RoleName::parse(role).map_err(|e| Error::name("role", e))?;
+    if !renderer.bundle().roles.contains_key(role.as_str()) {
+        let known: Vec<&str> = renderer.bundle().roles.keys().map(String::as_str).collect();
+        return Err(Error::invalid("role", format!("the bundle has no role {role} (roles: {})", known.join(", "))));
+    }
+    let harness = session_defaults(roles, renderer, role.as_str()).harness;
+    let identity = Identity {
+        handle: format!("example-{role}"),
+        name: String::new(),
+        role: role.to_string(),
+        parent: (!role.is_supervisor()).then(|| "supervisor".to_owned()),
+        home_channel: format!("home-example-{role}"),
+        ..Identity::default()
+    };
+    let facts = prompts::facts(config, data_dir, workspace, &identity, &harness);
+    let rendered = renderer
+        .render(&facts, prompts::owns_default_prompt(&harness))
+        .map_err(|e| Error::invalid("role", e.to_string()))?;
+    Ok(response(rendered, harness, renderer.bundle().source.clone(), None))
 }
 
 fn response(
@@ -251,30 +302,7 @@ impl Api {
                 let session = session.map(|(incarnation, hash)| SessionPrompt { incarnation, hash });
                 Ok(response(rendered, harness, bundle, session))
             }
-            (None, Some(role)) => {
-                let role = RoleName::parse(&role).map_err(|e| Error::name("role", e))?;
-                if !renderer.bundle().roles.contains_key(role.as_str()) {
-                    let known: Vec<&str> = renderer.bundle().roles.keys().map(String::as_str).collect();
-                    return Err(Error::invalid(
-                        "role",
-                        format!("the bundle has no role {role} (roles: {})", known.join(", ")),
-                    ));
-                }
-                let harness = self.session_defaults(role.as_str()).harness;
-                let identity = Identity {
-                    handle: format!("example-{role}"),
-                    name: String::new(),
-                    role: role.to_string(),
-                    parent: (!role.is_supervisor()).then(|| "supervisor".to_owned()),
-                    home_channel: format!("home-example-{role}"),
-                    ..Identity::default()
-                };
-                let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity, &harness);
-                let rendered = renderer
-                    .render(&facts, prompts::owns_default_prompt(&harness))
-                    .map_err(|e| Error::invalid("role", e.to_string()))?;
-                Ok(response(rendered, harness, bundle, None))
-            }
+            (None, Some(role)) => render_role(&self.config, &self.data_dir, &renderer, &self.roles, &workspace, &role),
             _ => Err(Error::invalid("agent", "pass exactly one of agent or role")),
         }
     }
@@ -490,16 +518,7 @@ impl Api {
     /// `canopy.toml` when it lists the role; else the bundle role's `harness` when it names a
     /// real harness (which needs no script); else the `manager` defaults.
     pub(crate) fn session_defaults(&self, role: &str) -> crate::roles::SessionDefaults {
-        if let Some(configured) = self.roles.configured(role) {
-            return configured.clone();
-        }
-        let renderer = self.prompts.current();
-        match renderer.bundle().roles.get(role).map(|r| r.harness.as_str()) {
-            Some(harness) if !harness.is_empty() && harness != "scripted" => {
-                crate::roles::SessionDefaults { harness: harness.to_owned(), script: None }
-            }
-            _ => self.roles.for_role(role),
-        }
+        session_defaults(&self.roles, &self.prompts.current(), role)
     }
 
     /// What the bundle asks of a session's harness: (model, built-in tools). The model is its

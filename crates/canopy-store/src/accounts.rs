@@ -73,7 +73,7 @@ pub fn account(conn: &Db<'_>, field: &'static str, handle: &str) -> Result<Accou
     conn.prepare_cached(&format!("{ACCOUNT_SELECT} WHERE a.handle = ?1"))
         .and_then(|mut s| s.query_row(params![handle], account_from_row).optional())
         .map_err(sql("reading an account"))?
-        .ok_or_else(|| Error::AgentNotFound { field, handle: handle.to_owned() })
+        .ok_or_else(|| Error::AgentNotFound { field, handle: handle.to_owned(), nearest: None })
 }
 
 /// Every agent, ordered by handle.

@@ -474,7 +474,7 @@ pub fn roster_entry(conn: &Db<'_>, handle: &str) -> Result<RosterEntry, Error> {
     conn.prepare_cached(&format!("{ROSTER_SELECT} WHERE a.kind = 'agent' AND a.handle = ?1"))
         .and_then(|mut s| s.query_row(params![handle], roster_from_row).optional())
         .map_err(sql("reading a roster line"))?
-        .ok_or_else(|| Error::AgentNotFound { field: "handle", handle: handle.to_owned() })
+        .ok_or_else(|| Error::AgentNotFound { field: "handle", handle: handle.to_owned(), nearest: None })
 }
 
 /// An agent's stored activity: after `after`, or the newest `tail` items.
@@ -665,5 +665,5 @@ pub fn prompt_inputs(conn: &Db<'_>, agent: &str) -> Result<(Option<String>, Stri
     conn.prepare_cached("SELECT persona, harness FROM accounts WHERE handle = ?1")
         .and_then(|mut s| s.query_row(params![agent], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(sql("reading an agent's prompt inputs"))?
-        .ok_or_else(|| Error::AgentNotFound { field: "agent", handle: agent.to_owned() })
+        .ok_or_else(|| Error::AgentNotFound { field: "agent", handle: agent.to_owned(), nearest: None })
 }

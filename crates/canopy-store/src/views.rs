@@ -107,8 +107,9 @@ fn channel_row(conn: &Db<'_>, name: &str) -> Result<Option<(i64, Channel)>, Erro
 
 /// A channel's id and the parts of its view that decide who may post (no counts).
 pub(crate) fn channel_for_post(conn: &Db<'_>, name: &str) -> Result<(i64, Channel), Error> {
-    let (id, mut channel) = channel_row(conn, name)?
-        .ok_or_else(|| Error::ChannelNotFound { field: "channel", channel: name.to_owned() })?;
+    let Some((id, mut channel)) = channel_row(conn, name)? else {
+        return Err(channel_not_found(conn, "channel", name)?);
+    };
     if channel.post_policy == PostPolicy::Restricted {
         channel.posters = posters(conn, id)?;
     }
@@ -179,10 +180,34 @@ fn account_ref_from_row(row: &Row<'_>) -> rusqlite::Result<AccountRef> {
 
 /// The account with this handle, or `AgentNotFound` naming `field`.
 pub(crate) fn require_account(conn: &Db<'_>, field: &'static str, handle: &str) -> Result<AccountRef, Error> {
-    account_ref(conn, handle)?.ok_or_else(|| Error::AgentNotFound { field, handle: handle.to_owned() })
+    match account_ref(conn, handle)? {
+        Some(account) => Ok(account),
+        None => {
+            let nearest = nearest_name(conn, "SELECT handle FROM accounts WHERE state != 'despawned'", handle)?;
+            Err(Error::AgentNotFound { field, handle: handle.to_owned(), nearest })
+        }
+    }
+}
+
+/// `ChannelNotFound` for `name`, with the nearest existing channel when one is close.
+fn channel_not_found(conn: &Db<'_>, field: &'static str, name: &str) -> Result<Error, Error> {
+    let nearest = nearest_name(conn, "SELECT name FROM channels", name)?;
+    Ok(Error::ChannelNotFound { field, channel: name.to_owned(), nearest })
+}
+
+/// The name among `query`'s results closest to `wanted` (`canopy_core::names::nearest`).
+fn nearest_name(conn: &Db<'_>, query: &str, wanted: &str) -> Result<Option<String>, Error> {
+    let names: Vec<String> = conn
+        .prepare_cached(query)
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .map_err(sql("listing names for a suggestion"))?;
+    Ok(canopy_core::names::nearest(wanted, names.iter().map(String::as_str)).map(str::to_owned))
 }
 
 /// The channel with this name, or `ChannelNotFound` naming `field`.
 pub(crate) fn require_channel(conn: &Db<'_>, field: &'static str, name: &str) -> Result<(i64, Channel), Error> {
-    load_channel(conn, name)?.ok_or_else(|| Error::ChannelNotFound { field, channel: name.to_owned() })
+    match load_channel(conn, name)? {
+        Some(found) => Ok(found),
+        None => Err(channel_not_found(conn, field, name)?),
+    }
 }

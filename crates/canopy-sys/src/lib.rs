@@ -224,7 +224,7 @@ pub struct LocalTime {
 
 /// `unix_secs` in local time, or `None` when the C library cannot convert it.
 pub fn local_time(unix_secs: i64) -> Option<LocalTime> {
-    let time: libc::time_t = unix_secs.try_into().ok()?;
+    let time: libc::time_t = unix_secs;
     // SAFETY: `tm` is plain data, zero is a valid value for it; `localtime_r` writes only
     // into it and reads only `time`, both live for the call; it is thread-safe.
     #[allow(unsafe_code)]
