@@ -555,7 +555,8 @@ pub fn status(s: &Status) {
             *runners.entry(runner.to_string()).or_default() += 1;
         }
     }
-    let runners: Vec<String> = runners.iter().map(|(r, n)| format!("{r} ({n} sessions)")).collect();
+    let runners: Vec<String> =
+        runners.iter().map(|(r, n)| format!("{r} ({n} session{})", if *n == 1 { "" } else { "s" })).collect();
     println!("runners   {}", if runners.is_empty() { "none hosting sessions".to_owned() } else { runners.join(", ") });
     let mut by_presence: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for a in &s.agents {

@@ -123,7 +123,7 @@ impl From<RunnerId> for String {
 
 impl fmt::Display for RunnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 

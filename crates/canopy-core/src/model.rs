@@ -35,7 +35,8 @@ macro_rules! string_enum {
 
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
+                // `pad`, so widths and alignment in format strings apply.
+                f.pad(self.as_str())
             }
         }
     };
