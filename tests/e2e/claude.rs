@@ -451,7 +451,7 @@ fn doctor_finds_the_claude_cli_starts_a_session_and_fails_when_a_role_needs_a_mi
     assert_eq!(out.status.code(), Some(69), "{}", crate::env::text(&out.stdout));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let claude = check(&report, "claude");
-    assert!(claude["problem"].as_str().unwrap().contains("no credentials"), "{claude}");
+    assert!(claude["problem"].as_str().unwrap().contains("found, no credential"), "{claude}");
 }
 
 #[test]

@@ -31,6 +31,7 @@ mod omp;
 mod operator;
 mod pi;
 mod prompts;
+mod reliability;
 mod sessions;
 mod tail;
 mod tidy;

@@ -110,7 +110,11 @@ fn tail_and_watch_follow_the_daemon_across_a_restart_on_a_new_port() {
     tail.until("the message before the restart", |m| m["body"] == "before the restart");
 
     assert_eq!(env.stop_daemon(), Some(0), "log: {}", env.daemon_log());
+    // A restarted daemon keeps its server's port while it is free; taken, the port moves.
+    let port: u16 = first.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap();
+    let taken = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let second = managed(&mut env);
+    drop(taken);
     assert_ne!(first, second, "the test needs the restarted daemon on a new port");
     env.json(&["post", "--channel", "home-beta", "--topic", "t", "after the restart"]);
     tail.until("the message after the restart", |m| m["body"] == "after the restart");

@@ -2,8 +2,9 @@
 //! child of the daemon.
 //!
 //! Owns the server's config file, its port, its restarts and its end. The first start
-//! takes a free port (`-p -1`, read back from the ports file); restarts reuse that port
-//! so clients reconnect to the same URL. The child gets `PR_SET_PDEATHSIG` so it dies with
+//! takes a free port (`-p -1`, read back from the ports file) and records it (`port` in its
+//! directory); restarts of the server, and later starts of the daemon, reuse that port while
+//! it is free, so every client (a standalone runner, `tail`) reconnects to the same URL. The child gets `PR_SET_PDEATHSIG` so it dies with
 //! the daemon even under `kill -9`, and its pid is recorded so a later start can reap one
 //! left behind by any other path. Does not decide when to start: the daemon does.
 
@@ -109,7 +110,8 @@ impl ManagedNats {
             .map_err(|e| BusError::Server(format!("creating {}: {e}", config.dir.display())))?;
         reap_leftover(&config.dir);
         write_config(&config.dir, &config.users)?;
-        let (child, port) = spawn_server(&config, None).await?;
+        let (child, port) = spawn_server(&config, previous_port(&config.dir)).await?;
+        let _ = std::fs::write(config.dir.join("port"), format!("{port}\n"));
         let url = format!("nats://127.0.0.1:{port}");
         let (stop, stop_rx) = watch::channel(false);
         let (pid_tx, pid) = watch::channel(child.id());
@@ -261,6 +263,15 @@ async fn spawn_server(config: &NatsServerConfig, port: Option<u16>) -> Result<(C
     Ok((child, port))
 }
 
+/// The port an earlier start recorded, if nothing listens on it now (a port another program
+/// took is given up for a free one: clients then re-read `daemon.json`).
+fn previous_port(dir: &Path) -> Option<u16> {
+    let port: u16 = std::fs::read_to_string(dir.join("port")).ok()?.trim().parse().ok()?;
+    // Bound and dropped at once: free now. A race with another program is caught by the
+    // server failing to listen, which `wait_for_port` reports.
+    std::net::TcpListener::bind(("127.0.0.1", port)).ok().map(|_| port)
+}
+
 /// Reads the port from `nats-server_<pid>.ports` and waits until it accepts a TCP connection.
 async fn wait_for_port(ports_dir: &Path, pid: u32, log: &Path) -> Result<u16, BusError> {
     let ports_file = ports_dir.join(format!("nats-server_{pid}.ports"));
@@ -358,5 +369,29 @@ mod tests {
         nats.shutdown().await;
         let last = last.unwrap_or(0);
         assert!(!canopy_sys::alive(last), "server survived shutdown");
+    }
+
+    #[tokio::test]
+    async fn a_later_start_keeps_the_port_while_it_is_free() {
+        let bin = find_nats_server().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let config = || NatsServerConfig {
+            bin: bin.clone(),
+            dir: dir.path().to_owned(),
+            users: Vec::new(),
+            restart_min: Duration::from_millis(50),
+            restart_max: Duration::from_millis(200),
+        };
+        let first = ManagedNats::start(config()).await.unwrap_or_else(|e| panic!("{e}"));
+        let url = first.url().to_owned();
+        first.shutdown().await;
+        let second = ManagedNats::start(config()).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(second.url(), url, "a restarted daemon's clients find the server where it was");
+        second.shutdown().await;
+        let port: u16 = url.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{url}"));
+        let _taken = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap_or_else(|e| panic!("{e}"));
+        let third = ManagedNats::start(config()).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(third.url(), url, "a port another program took is given up");
+        third.shutdown().await;
     }
 }

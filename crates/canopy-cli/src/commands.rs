@@ -448,7 +448,24 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         Command::Board { channel, command: Some(BoardCommand::Unpin { seq }) } => {
             call::<method::BoardUnpin>(client, json, &BoardPinRequest { channel, seq }, output::board).await
         }
-        Command::Post(args) => post(client, json, args).await,
+        Command::Post(mut args) => {
+            let body = match args.body.take() {
+                Some(body) if body != "-" => body,
+                _ => match body_from_stdin(dir) {
+                    Ok(body) => body,
+                    Err(BadBody::NotText(why)) => return fail_usage(json, "body", &why),
+                    Err(BadBody::TooLarge(why)) => {
+                        let wire = canopy_proto::WireError {
+                            code: ErrorCode::LimitExceeded,
+                            message: why,
+                            field: Some("body".into()),
+                        };
+                        return fail(json, &CallError::Refused(wire));
+                    }
+                },
+            };
+            post(client, json, args, body).await
+        }
         Command::Read(args) => {
             let request = ReadRequest {
                 channel: args.channel,
@@ -558,19 +575,36 @@ async fn call<M: ApiMethod>(
     Ok(())
 }
 
-async fn post(client: &Client, json: bool, args: PostArgs) -> Result<(), CallError> {
-    let body = match args.body {
-        Some(body) if body != "-" => body,
-        _ => {
-            let mut body = String::new();
-            std::io::stdin()
-                .read_to_string(&mut body)
-                .map_err(|e| CallError::Unreachable(format!("reading the message body from stdin: {e}")))?;
-            // `echo text |` and editors end the text with a newline that is not the message's.
-            let trimmed = body.strip_suffix('\n').map(|b| b.strip_suffix('\r').unwrap_or(b));
-            trimmed.map(str::to_owned).unwrap_or(body)
-        }
-    };
+/// A message body from stdin that cannot be sent: past the limit (refused, exit 1, as the
+/// daemon would), or not text (a usage error, exit 64).
+enum BadBody {
+    TooLarge(String),
+    NotText(String),
+}
+
+/// The body from stdin, read no further than the limit `canopy.toml` sets, so a body past it
+/// is refused by the daemon's rule and code rather than lost in transport.
+fn body_from_stdin(dir: &DataDir) -> Result<String, BadBody> {
+    let max = Config::load(&dir.config()).unwrap_or_default().limits.max_body_bytes;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| BadBody::NotText(format!("reading the message body from stdin: {e}")))?;
+    if bytes.len() > max {
+        return Err(BadBody::TooLarge(format!(
+            "body is more than {max} bytes; the limit is {max} (`[limits] max_body_bytes`)"
+        )));
+    }
+    let body = String::from_utf8(bytes).map_err(|e| {
+        BadBody::NotText(format!("the body on stdin is not UTF-8 text (at byte {})", e.utf8_error().valid_up_to()))
+    })?;
+    // `echo text |` and editors end the text with a newline that is not the message's.
+    let trimmed = body.strip_suffix('\n').map(|b| b.strip_suffix('\r').unwrap_or(b));
+    Ok(trimmed.map(str::to_owned).unwrap_or(body))
+}
+
+async fn post(client: &Client, json: bool, args: PostArgs, body: String) -> Result<(), CallError> {
     let request = PostRequest {
         channel: args.channel,
         topic: args.topic,
@@ -1009,7 +1043,12 @@ async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
         eprintln!("runner {} serving tools at {}", handle.id, handle.mcp_url);
     }
     shutdown_signal().await;
-    handle.shutdown().await;
+    // Its sessions get their stop grace; what it would still tell the daemon (session ends)
+    // waits no longer when the daemon or NATS is gone: the daemon ends them on its own timer.
+    let bound = config.runner.stop_grace + std::time::Duration::from_secs(2);
+    if tokio::time::timeout(bound, handle.shutdown()).await.is_err() {
+        tracing::warn!(?bound, "the runner did not finish stopping in time (the daemon is unreachable?); exiting");
+    }
     0
 }
 
