@@ -94,3 +94,28 @@ fn a_body_on_stdin_past_the_limit_or_not_text_is_refused_with_its_own_class() {
     let page = env.json(&["read", "--channel", "announcements"]);
     assert!(page["groups"].as_array().unwrap().is_empty(), "nothing was posted: {page}");
 }
+
+/// The embedded runner died with a `kill -9`ed daemon: from the first answer of the next
+/// daemon, nothing shows or routes to it, and a post reaches the agent's next session.
+#[test]
+fn after_a_kill_9_the_dead_embedded_runner_owns_nothing() {
+    let mut env = TestEnv::started_with(QUICK);
+    env.create_scripted("beta", QUIET);
+    env.settled("beta");
+    assert_eq!(env.roster_entry("beta")["incarnation"], 1);
+    env.kill_daemon();
+    env.start_daemon();
+    let entry = env.roster_entry("beta");
+    assert!(
+        !(entry["incarnation"] == 1 && entry["presence"] == "idle"),
+        "the dead runner's session is shown as live: {entry}"
+    );
+    let posted =
+        env.json(&["post", "--channel", "home-beta", "--topic", "t", "--create-topic", "MARKER after the kill"]);
+    let outcome = posted["outcomes"][0]["outcome"].as_str().unwrap_or_default().to_owned();
+    assert!(["held", "woke", "queued"].contains(&outcome.as_str()), "{posted}");
+    crate::assert_eventually!(
+        !inputs_containing(&env, "beta", "MARKER after the kill").is_empty(),
+        "the post never reached beta's next session"
+    );
+}

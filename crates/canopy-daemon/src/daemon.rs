@@ -160,6 +160,19 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         .await
         .map_err(|(key, e)| DaemonError::Config(ConfigError { path: dir.config(), key, message: e.to_string() }))?;
     api.recover_workspaces().await;
+    // The embedded runner of an earlier daemon process died with it: its sessions end now,
+    // not when its heartbeat expires, so nothing is shown or routed to a dead runner.
+    let embedded = canopy_core::RunnerId::from_trusted(canopy_config::EMBEDDED_RUNNER.to_owned());
+    match store
+        .write(move |conn| {
+            canopy_store::ops::retire_runner(conn, &embedded, "the daemon restarted; its session ended with it")
+        })
+        .await
+    {
+        Ok(0) => {}
+        Ok(ended) => tracing::info!(ended, "ended the previous embedded runner's sessions"),
+        Err(e) => tracing::warn!(error = %e, "ending the previous embedded runner's sessions failed"),
+    }
     api.tree_changed().await;
     api.check_budgets().await;
 

@@ -385,14 +385,21 @@ pub fn record_interrupt(conn: &Db<'_>, caller: &Caller, handle: &Handle, detail:
 /// Ends every live session of a runner whose credential was revoked, and forgets the runner:
 /// its agents are placed elsewhere at the next sync.
 pub fn forget_runner(conn: &Db<'_>, runner_id: &RunnerId) -> Result<usize, Error> {
+    retire_runner(conn, runner_id, "its runner's credential was revoked")
+}
+
+/// Ends a runner known to be gone: its live sessions end (`why`), its agents are offline
+/// and placed again at the next sync, and the runner is forgotten. The daemon does this at
+/// start for its own embedded runner, which died with the previous daemon process.
+pub fn retire_runner(conn: &Db<'_>, runner_id: &RunnerId, why: &str) -> Result<usize, Error> {
     let now = conn.now_ms();
     let live: Vec<(i64, i64)> = conn
         .prepare_cached("SELECT id, agent_id FROM sessions WHERE runner_id = ?1 AND ended_at IS NULL")
         .and_then(|mut s| s.query_map(params![runner_id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
-        .map_err(sql("finding a revoked runner's sessions"))?;
+        .map_err(sql("finding a gone runner's sessions"))?;
     for (session_id, agent_id) in &live {
-        end_session(conn, *session_id, "its runner's credential was revoked", now)?;
-        set_presence(conn, *agent_id, Presence::Offline, Some("its runner's credential was revoked"), None, now)?;
+        end_session(conn, *session_id, why, now)?;
+        set_presence(conn, *agent_id, Presence::Offline, Some(why), None, now)?;
     }
     conn.execute("DELETE FROM runners WHERE id = ?1", params![runner_id.as_str()])
         .map_err(sql("forgetting a runner"))?;
