@@ -190,16 +190,21 @@ impl Api {
         let limit = req.limit.unwrap_or(self.config.delivery.batch).clamp(1, MAX_READ_LIMIT);
         // Under a spent budget nothing is handed over, so no turn starts; it stays pending.
         if self.budgets.hold(&req.agent).is_some() {
-            return Ok(DeliveriesPullResponse { messages: Vec::new(), wake: false, total: 0 });
+            return Ok(DeliveriesPullResponse { messages: Vec::new(), wake: false, total: 0, redelivered: Vec::new() });
         }
-        let pending = self
+        // A write: what is handed out is recorded, so a later session knows what an earlier
+        // one may have seen (`redelivered`).
+        let (pending, redelivered) = self
             .store
-            .read(move |conn| {
+            .write(move |conn| {
                 let agent = ops::live_agent(conn, &req.agent, req.incarnation, &req.runner_id)?;
-                ops::pending(conn, agent, limit)
+                let pending = ops::pending(conn, agent, limit)?;
+                let seqs: Vec<canopy_core::Seq> = pending.messages.iter().map(|m| m.seq).collect();
+                let redelivered = ops::offer(conn, agent, req.incarnation, &seqs)?;
+                Ok((pending, redelivered))
             })
             .await?;
-        Ok(DeliveriesPullResponse { messages: pending.messages, wake: pending.wake, total: pending.total })
+        Ok(DeliveriesPullResponse { messages: pending.messages, wake: pending.wake, total: pending.total, redelivered })
     }
 
     pub(crate) async fn deliveries_ack(

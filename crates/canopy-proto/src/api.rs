@@ -569,6 +569,10 @@ pub struct DeliveriesPullResponse {
     pub wake: bool,
     /// All pending messages (the page may hold fewer).
     pub total: u64,
+    /// Of `messages`, those an earlier session of the agent was handed and never confirmed:
+    /// it may have seen them before it ended (the at-least-once window).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redelivered: Vec<Seq>,
 }
 
 /// `deliveries.ack` (runners): the harness accepted these messages at a turn start.

@@ -383,9 +383,10 @@ impl Seen {
     }
 }
 
-/// Renders messages fenced with a fresh random nonce no body contains.
-fn render(messages: &[Message], heading: &str) -> String {
-    canopy_core::render::render_fenced(messages, heading, || {
+/// Renders messages fenced with a fresh random nonce no body contains, marking those an
+/// earlier session was handed (`redelivered`).
+fn render(messages: &[Message], heading: &str, redelivered: &[Seq]) -> String {
+    canopy_core::render::render_fenced(messages, heading, redelivered, || {
         canopy_sys::random_hex(8).unwrap_or_else(|_| format!("{:x}", std::process::id()))
     })
 }
@@ -582,9 +583,10 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
     // for a subagent run, its brief.
     let mut seen = Seen::default();
     let waiting = match assignment.run {
-        Some(_) => Vec::new(),
-        None => mailbox.pull().await.map(|p| p.messages).unwrap_or_default(),
+        Some(_) => (Vec::new(), Vec::new()),
+        None => mailbox.pull().await.map(|p| (p.messages, p.redelivered)).unwrap_or_default(),
     };
+    let (waiting, redelivered) = waiting;
     // The continuity block heads the first input, never the system prompt (block-0 stays
     // stable). A subagent run starts fresh from its brief and needs none.
     let mut first = match assignment.run {
@@ -594,7 +596,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
     first.push_str(&start_input(&assignment));
     if !waiting.is_empty() {
         first.push_str("\n\n");
-        first.push_str(&render(&waiting, "Messages that arrived while you were offline:"));
+        first.push_str(&render(&waiting, "Messages that arrived while you were offline:", &redelivered));
     }
     let context = match &assignment.run {
         Some(run) => {
@@ -790,7 +792,7 @@ async fn deliver(
         mailbox.ack(again.iter().map(|m| m.seq).collect()).await;
         let seqs: Vec<Seq> = fresh.iter().map(|m| m.seq).collect();
         if !fresh.is_empty() && pending.wake {
-            let mut text = render(&fresh, "New messages since your last turn:");
+            let mut text = render(&fresh, "New messages since your last turn:", &pending.redelivered);
             if continuity_owed && let Some(block) = mailbox.continuity(ContinuityWhen::Compaction).await {
                 text = format!("{block}\n\n{text}");
                 continuity = true;
@@ -833,7 +835,7 @@ async fn steer(session: Arc<Session>, turn_id: String, message: Message, seen: &
         }
         SteerCheck::Steer => {}
     }
-    let text = render(std::slice::from_ref(&message), "A message for you arrived while you were working:");
+    let text = render(std::slice::from_ref(&message), "A message for you arrived while you were working:", &[]);
     let context = context_of("message", std::slice::from_ref(&message));
     let written_at_us = canopy_sys::unix_us();
     match session.send(&format!("steer-{seq}"), &text, &context, SendMode::Steer { turn_id }).await {

@@ -146,6 +146,29 @@ pub fn pending(conn: &Db<'_>, agent_id: i64, limit: u32) -> Result<Pending, Erro
     Ok(Pending { messages, wake, total: total as u64 })
 }
 
+/// Records that `seqs` are handed to the session `incarnation` of the agent; returns those
+/// an earlier session was handed and never confirmed (redeliveries: that session may have
+/// seen them before it ended).
+pub fn offer(conn: &Db<'_>, agent_id: i64, incarnation: Incarnation, seqs: &[Seq]) -> Result<Vec<Seq>, Error> {
+    let mut again = Vec::new();
+    for seq in seqs {
+        let earlier: Option<i64> = conn
+            .prepare_cached("SELECT incarnation FROM offers WHERE agent_id = ?1 AND seq = ?2")
+            .and_then(|mut s| s.query_row(params![agent_id, seq.get() as i64], |r| r.get(0)).optional())
+            .map_err(sql("reading an offer"))?;
+        match earlier {
+            Some(i) if i != incarnation.get() as i64 => again.push(*seq),
+            Some(_) => {}
+            None => {
+                conn.prepare_cached("INSERT INTO offers (agent_id, seq, incarnation) VALUES (?1, ?2, ?3)")
+                    .and_then(|mut s| s.execute(params![agent_id, seq.get() as i64, incarnation.get() as i64]))
+                    .map_err(sql("recording an offer"))?;
+            }
+        }
+    }
+    Ok(again)
+}
+
 /// Records that the harness accepted `seqs` at a turn start: each subscription's cursor
 /// moves to the highest acknowledged sequence in its channel (never backwards), and sparse
 /// rows behind the cursor are dropped. Idempotent. Returns how many cursors moved.
@@ -171,11 +194,24 @@ pub fn acknowledge(conn: &Db<'_>, agent_id: i64, seqs: &[Seq]) -> Result<u32, Er
     )
     .and_then(|mut s| s.execute(params![agent_id]))
     .map_err(sql("dropping delivered rows"))?;
+    forget_offers(conn, agent_id, seqs)?;
     Ok(moved)
+}
+
+/// Confirmed messages are offers no more.
+fn forget_offers(conn: &Db<'_>, agent_id: i64, seqs: &[Seq]) -> Result<(), Error> {
+    let mut delete = conn
+        .prepare_cached("DELETE FROM offers WHERE agent_id = ?1 AND seq = ?2")
+        .map_err(sql("dropping confirmed offers"))?;
+    for seq in seqs {
+        delete.execute(params![agent_id, seq.get() as i64]).map_err(sql("dropping confirmed offers"))?;
+    }
+    Ok(())
 }
 
 /// Records that `seq` was steered into a running turn of the agent (ahead of its cursor).
 pub fn record_injected(conn: &Db<'_>, agent_id: i64, seq: Seq) -> Result<(), Error> {
+    forget_offers(conn, agent_id, &[seq])?;
     conn.prepare_cached(
         "INSERT INTO deliveries (agent_id, seq, state, at) VALUES (?1, ?2, 'injected', ?3) \
          ON CONFLICT (agent_id, seq) DO UPDATE SET state = 'injected', at = ?3",

@@ -218,7 +218,7 @@ pub mod ops {
     pub use crate::budgets::{budgets, covering_budgets, holds, renew as renew_budgets, set_budget, sync_role_budgets};
     pub use crate::channels::{channel, create_channel, cursor, list_channels, list_topics};
     pub use crate::delivery::{
-        acknowledge, agent_id, expire, overflowing, pending, reach, record_held, record_injected,
+        acknowledge, agent_id, expire, offer, overflowing, pending, reach, record_held, record_injected,
     };
     pub use crate::governance::{
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unpin, unsubscribe_self,

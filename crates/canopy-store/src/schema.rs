@@ -321,6 +321,16 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE spawn_requests ADD COLUMN budget_usd REAL;
     ALTER TABLE spawn_requests ADD COLUMN budget_tokens INTEGER;
     "#,
+    // Offers: a message handed to a session that has not confirmed it yet, with the session's
+    // incarnation; handed to a later session, it is a redelivery and says so.
+    r#"
+    CREATE TABLE offers (
+        agent_id     INTEGER NOT NULL REFERENCES accounts(id),
+        seq          INTEGER NOT NULL,
+        incarnation  INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, seq)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

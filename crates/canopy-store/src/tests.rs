@@ -1048,3 +1048,21 @@ async fn a_subtree_budget_holds_everyone_below_and_a_proposal_must_fit_what_is_l
         .unwrap_err();
     assert_eq!(by_agent.code(), ErrorCode::Forbidden, "an agent cannot set its own budget");
 }
+
+#[tokio::test]
+async fn a_message_handed_to_an_earlier_session_and_never_confirmed_is_a_redelivery() {
+    let (_dir, store) = live_workspace().await;
+    let posted =
+        store.write(|c| ops::post(c, &operator(), &post_spec("home-ci-manager", "t", "do the thing"))).await.unwrap();
+    let seq = posted.message.seq;
+    let agent = store.read(|c| ops::agent_id(c, "ci-manager")).await.unwrap();
+    let first = store.write(move |c| ops::offer(c, agent, Incarnation(1), &[seq])).await.unwrap();
+    assert!(first.is_empty(), "a first offer is no redelivery");
+    let same = store.write(move |c| ops::offer(c, agent, Incarnation(1), &[seq])).await.unwrap();
+    assert!(same.is_empty(), "offered again to the same session: not a redelivery");
+    let next = store.write(move |c| ops::offer(c, agent, Incarnation(2), &[seq])).await.unwrap();
+    assert_eq!(next, [seq], "the session that ended may have seen it");
+    store.write(move |c| ops::acknowledge(c, agent, &[seq])).await.unwrap();
+    let after = store.write(move |c| ops::offer(c, agent, Incarnation(3), &[seq])).await.unwrap();
+    assert!(after.is_empty(), "a confirmed message leaves no offer behind");
+}

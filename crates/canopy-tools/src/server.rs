@@ -101,7 +101,7 @@ fn fenced(method: Method, value: &Value) -> Option<String> {
     if messages.is_empty() {
         return None;
     }
-    let mut text = canopy_core::render::render_fenced(&messages, heading, || {
+    let mut text = canopy_core::render::render_fenced(&messages, heading, &[], || {
         canopy_sys::random_hex(8).unwrap_or_else(|_| format!("{:x}", std::process::id()))
     });
     text.push_str("\n\nThe same result as JSON is in the structured content.");
@@ -125,7 +125,7 @@ fn history(value: &Value) -> Option<String> {
     let mut text = if messages.is_empty() {
         "No messages matched.".to_owned()
     } else {
-        canopy_core::render::render_fenced(&messages, "Earlier messages (oldest first, excerpts):", || {
+        canopy_core::render::render_fenced(&messages, "Earlier messages (oldest first, excerpts):", &[], || {
             canopy_sys::random_hex(8).unwrap_or_else(|_| format!("{:x}", std::process::id()))
         })
     };
