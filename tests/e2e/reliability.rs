@@ -119,3 +119,31 @@ fn after_a_kill_9_the_dead_embedded_runner_owns_nothing() {
         "the post never reached beta's next session"
     );
 }
+
+/// A runner that dies with sessions owns none of them once its heartbeat expires, though no
+/// other runner syncs to notice: the daemon's own timer ends them.
+#[test]
+fn a_lost_runner_owns_nothing_after_its_ttl_even_when_no_runner_syncs() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    env.edit_config(
+        &[QUICK, &[("embedded = true", "embedded = false"), ("runner_ttl = \"10s\"", "runner_ttl = \"2s\"")]].concat(),
+    );
+    env.start_daemon();
+    env.ok(&["runners", "add", "second"]);
+    std::thread::sleep(Duration::from_millis(600));
+    let mut runner = env.spawn_registered_runner(env.command(&["runner", "--id", "second"]), "second");
+    env.create_scripted("beta", QUIET);
+    env.settled("beta");
+    let _ = runner.0.kill();
+    let _ = runner.0.wait();
+    crate::assert_eventually!(
+        {
+            let entry = env.roster_entry("beta");
+            entry["presence"] == "offline" && entry["runner"].is_null()
+        },
+        "beta still shows on its dead runner: {}",
+        env.roster_entry("beta")
+    );
+    assert!(env.roster_entry("beta")["reason"].as_str().unwrap_or_default().contains("stopped answering"));
+}

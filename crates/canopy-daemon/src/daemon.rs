@@ -210,6 +210,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
             loop {
                 tick.tick().await;
                 api.check_stalled().await;
+                api.check_runners().await;
                 api.check_mailboxes().await;
                 api.check_requests().await;
                 api.check_budgets().await;

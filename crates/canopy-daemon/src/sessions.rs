@@ -183,6 +183,20 @@ impl Api {
         Ok(SessionsReportResponse { applied: applied.applied, ignored: applied.ignored })
     }
 
+    /// Ends the sessions of runners that stopped syncing, on the daemon's own timer; runners
+    /// are told to sync so the agents are placed again.
+    pub async fn check_runners(&self) {
+        let ttl = self.config.runner.runner_ttl.as_millis() as i64;
+        match self.store.write(move |conn| ops::end_lost_runners(conn, ttl)).await {
+            Ok(0) => {}
+            Ok(ended) => {
+                tracing::info!(ended, "ended the sessions of runners that stopped syncing");
+                self.poke_runners().await;
+            }
+            Err(e) => tracing::warn!(error = %e, "ending the sessions of lost runners failed"),
+        }
+    }
+
     /// Marks silent working sessions as stalled and tells the operator.
     pub async fn check_stalled(&self) {
         let after = self.config.sessions.stall_after.as_millis() as i64;

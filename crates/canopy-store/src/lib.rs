@@ -200,7 +200,22 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, Error> {
 
 /// Maps a SQLite failure to the domain error, naming what was being done.
 pub(crate) fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
-    move |e| Error::Internal(format!("{context}: {e}"))
+    move |e| storage_fault(context, e)
+}
+
+/// One meaning per code: a fault the store may get past (a full disk, an I/O error, a lock)
+/// is `unavailable`, as when it cannot commit: retry later, nothing was written. Anything
+/// else is `internal`, a defect.
+pub(crate) fn storage_fault(context: &str, e: rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode as Code;
+    let passing = matches!(
+        e.sqlite_error_code(),
+        Some(Code::DiskFull | Code::SystemIoFailure | Code::DatabaseBusy | Code::DatabaseLocked | Code::CannotOpen)
+    );
+    match passing {
+        true => Error::Unavailable(format!("{context}: {e} (nothing was written; retry when the store has room)")),
+        false => Error::Internal(format!("{context}: {e}")),
+    }
 }
 
 /// Renders a stored timestamp as RFC 3339 with milliseconds.
@@ -232,9 +247,9 @@ pub mod ops {
     };
     pub use crate::runs::{expire_runs, finish_run, list_runs, load as run, run_of_account, start_run};
     pub use crate::sessions::{
-        apply_reports, forget_runner, live_agent, mark_stalled, notice, prompt_hash, prompt_inputs, read_activity,
-        record_act, record_interrupt, record_prompt_hashes, retire_runner, roster, roster_entry, set_activity,
-        set_desired, subagent_activity, sync_runner,
+        apply_reports, end_lost_runners, forget_runner, live_agent, mark_stalled, notice, prompt_hash, prompt_inputs,
+        read_activity, record_act, record_interrupt, record_prompt_hashes, retire_runner, roster, roster_entry,
+        set_activity, set_desired, subagent_activity, sync_runner,
     };
     pub use crate::spawn::{
         answer_reply, audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,

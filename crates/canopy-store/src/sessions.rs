@@ -140,17 +140,7 @@ pub fn sync_runner(
     }
 
     // Sessions on runners that stopped syncing end here; their agents get placed again.
-    let dead: Vec<(i64, i64)> = conn
-        .prepare_cached(
-            "SELECT s.id, s.agent_id FROM sessions s JOIN runners r ON r.id = s.runner_id \
-             WHERE s.ended_at IS NULL AND r.last_seen < ?1",
-        )
-        .and_then(|mut s| s.query_map(params![now - beat.ttl_ms], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
-        .map_err(sql("finding sessions of lost runners"))?;
-    for (session_id, agent_id) in dead {
-        end_session(conn, session_id, "its runner stopped answering", now)?;
-        set_presence(conn, agent_id, Presence::Offline, Some("its runner stopped answering"), None, now)?;
-    }
+    end_lost_runners(conn, beat.ttl_ms)?;
 
     // Place every agent that should run and has no live session.
     let waiting: Vec<(i64, String)> = conn
@@ -311,6 +301,25 @@ pub fn apply_reports(
     applied.notices.append(&mut charged.notices);
     applied.budgets_changed = charged.changed;
     Ok(applied)
+}
+
+/// Ends the sessions of runners silent for longer than `ttl_ms` (their agents go offline,
+/// to be placed again); returns how many. Runs at every runner sync and on the daemon's own
+/// timer, so a lost runner owns nothing even when no other runner syncs.
+pub fn end_lost_runners(conn: &Db<'_>, ttl_ms: i64) -> Result<usize, Error> {
+    let now = conn.now_ms();
+    let dead: Vec<(i64, i64)> = conn
+        .prepare_cached(
+            "SELECT s.id, s.agent_id FROM sessions s JOIN runners r ON r.id = s.runner_id \
+             WHERE s.ended_at IS NULL AND r.last_seen < ?1",
+        )
+        .and_then(|mut s| s.query_map(params![now - ttl_ms], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(sql("finding sessions of lost runners"))?;
+    for (session_id, agent_id) in &dead {
+        end_session(conn, *session_id, "its runner stopped answering", now)?;
+        set_presence(conn, *agent_id, Presence::Offline, Some("its runner stopped answering"), None, now)?;
+    }
+    Ok(dead.len())
 }
 
 /// Marks sessions silent past `stall_after_ms` while working as `stalled`, with a notice.
