@@ -195,32 +195,12 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
             call::<method::AgentsCreate>(client, json, &request, output::account).await
         }
         Command::Agents(AgentsCommand::Start { handle }) => {
-            call::<method::AgentsStart>(
-                client,
-                json,
-                &AgentsStartStopRequest { handle },
-                |e: &canopy_core::RosterEntry| {
-                    println!(
-                        "{} will run: a session starts at its runner's next sync (it was {})",
-                        e.handle, e.presence
-                    )
-                },
-            )
-            .await
+            let request = AgentsStartStopRequest { handle };
+            call::<method::AgentsStart>(client, json, &request, desired("run: a session starts")).await
         }
         Command::Agents(AgentsCommand::Stop { handle }) => {
-            call::<method::AgentsStop>(
-                client,
-                json,
-                &AgentsStartStopRequest { handle },
-                |e: &canopy_core::RosterEntry| {
-                    println!(
-                        "{} will stop: its session ends at its runner's next sync (it was {})",
-                        e.handle, e.presence
-                    )
-                },
-            )
-            .await
+            let request = AgentsStartStopRequest { handle };
+            call::<method::AgentsStop>(client, json, &request, desired("stop: its session ends")).await
         }
         Command::Agents(AgentsCommand::Budget { handle, usd, tokens, period, subtree, clear }) => {
             let request = AgentsBudgetRequest { handle, usd, tokens, period, subtree, clear };
@@ -872,6 +852,11 @@ fn print_render(r: &PromptsRenderResponse) {
         let same = if s.hash == r.hash { "same" } else { "differs: the bundle or facts changed since" };
         eprintln!("-- session {} started with sha256 {} ({same})", s.incarnation, s.hash);
     }
+}
+
+/// What `agents start` and `stop` say: the change takes effect at the runner's next sync.
+fn desired(what: &'static str) -> impl FnOnce(&canopy_core::RosterEntry) {
+    move |e| println!("{} will {what} at its runner's next sync (it was {})", e.handle, e.presence)
 }
 
 /// Opens a human listing with what waits for the operator: pending spawn and merge requests.
