@@ -233,9 +233,12 @@ fn what_waits_for_the_operator_opens_every_overview_and_can_be_waited_for() {
     let command = format!("command = \"cat > {}\"", notified.display());
     env.edit_config(&[("command = \"\"", command.as_str())]);
     env.start_daemon();
-    let waiter =
-        env.command(&["--json", "requests", "--wait"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    let mut waiter =
+        env.command(&["--json", "requests", "--wait"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Ready once it has read what is pending already.
+    let mut ready = String::new();
+    BufReader::new(waiter.stderr.take().unwrap()).read_line(&mut ready).unwrap();
+    assert!(ready.starts_with("waiting for a new spawn request"), "{ready}");
     env.create_scripted("ci-lead", REQUESTER);
     let out = waiter.wait_with_output().unwrap();
     assert!(out.status.success());

@@ -28,7 +28,19 @@ fn a_standalone_runner_keeps_delivering_across_daemon_restarts_and_stops_on_sigt
     let first = managed_url(&mut env);
     env.ok(&["runners", "add", "second"]);
     // The server takes the new login at its reload, just after `runners add` answers.
-    std::thread::sleep(Duration::from_millis(600));
+    let login =
+        canopy_config::credentials::read_login(&env.data_dir().join("credentials/runners/second.json")).unwrap();
+    crate::assert_eventually!(
+        env.rt
+            .block_on(canopy_bus::Bus::connect(
+                &first,
+                &canopy_bus::Login::fixed(&login.0, &login.1, None),
+                "wait",
+                false
+            ))
+            .is_ok(),
+        "the server never took the runner's login"
+    );
     let mut runner = env.spawn_registered_runner(env.command(&["runner", "--id", "second"]), "second");
     env.create_scripted("beta", QUIET);
     env.settled("beta");
@@ -131,7 +143,6 @@ fn a_lost_runner_owns_nothing_after_its_ttl_even_when_no_runner_syncs() {
     );
     env.start_daemon();
     env.ok(&["runners", "add", "second"]);
-    std::thread::sleep(Duration::from_millis(600));
     let mut runner = env.spawn_registered_runner(env.command(&["runner", "--id", "second"]), "second");
     env.create_scripted("beta", QUIET);
     env.settled("beta");

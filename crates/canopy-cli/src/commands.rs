@@ -879,9 +879,8 @@ async fn wait_for_request(client: &Client, json: bool) -> Result<(), CallError> 
     let pending = SpawnListRequest { state: Some(canopy_core::SpawnState::Pending) };
     let seen: std::collections::HashSet<String> =
         client.send::<method::SpawnList>(&pending).await?.requests.into_iter().map(|r| r.id).collect();
-    if !json {
-        eprintln!("waiting for a new spawn request ({} pending already; Ctrl-C to stop)", seen.len());
-    }
+    // On stderr in both modes: `--json` output stays the request alone; scripts can wait for it.
+    eprintln!("waiting for a new spawn request ({} pending already; Ctrl-C to stop)", seen.len());
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
     loop {
         tick.tick().await;

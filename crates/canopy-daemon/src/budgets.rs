@@ -15,10 +15,10 @@ use std::sync::{Arc, RwLock};
 use canopy_core::Error;
 use canopy_core::acl::Caller;
 use canopy_core::budget::{Amount, Scope};
-use canopy_proto::api::*;
+use canopy_proto::api::{AgentsBudgetRequest, AgentsBudgetResponse};
 use canopy_store::{Holds, RoleBudget, ops};
 
-use crate::context::{Api, encode};
+use crate::context::Api;
 
 /// Who is held by a spent budget, and who is near one: the snapshot the daemon checks.
 #[derive(Debug, Default)]
@@ -121,7 +121,7 @@ impl Api {
         let released = self.budgets.replace(holds);
         if !released.is_empty() {
             tracing::info!(agents = released.len(), "budget holds lifted");
-            self.ring(&released).await;
+            self.ring_agents(&released).await;
             self.poke_runners().await;
         }
         released
@@ -160,7 +160,7 @@ impl Api {
     }
 
     /// Rings the runners of these agents' live sessions.
-    async fn ring(&self, handles: &[String]) {
+    async fn ring_agents(&self, handles: &[String]) {
         let names = handles.to_vec();
         let Ok(entries) = self
             .store
@@ -175,11 +175,6 @@ impl Api {
                 by_runner.entry(runner).or_default().push(entry.handle.to_string());
             }
         }
-        for (runner, agents) in by_runner {
-            let subject = self.subjects.runner_deliver(&runner);
-            if let Err(e) = self.bus.publish(&subject, encode(&DeliverDoorbell { agents })).await {
-                tracing::debug!(error = %e, "a doorbell after a budget lifted was not sent; the runner resyncs on its timer");
-            }
-        }
+        self.ring(by_runner).await;
     }
 }

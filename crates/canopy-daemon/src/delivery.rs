@@ -121,15 +121,21 @@ impl Api {
         for index in std::mem::take(&mut plan.loop_notices) {
             self.tell_loop(caller.handle.as_str(), &reach.recipients[index]).await;
         }
-        for (runner, agents) in std::mem::take(&mut plan.doorbells) {
+        self.ring(std::mem::take(&mut plan.doorbells)).await;
+        let mentioned: HashSet<&str> =
+            reach.recipients.iter().filter(|r| r.mentioned).map(|r| r.handle.as_str()).collect();
+        plan.finish(&mentioned)
+    }
+
+    /// Rings each runner for its agents: they pull what is pending. A hint: a doorbell that
+    /// is not sent is made up by the runner's resync timer.
+    pub(crate) async fn ring(&self, doorbells: std::collections::BTreeMap<canopy_core::RunnerId, Vec<String>>) {
+        for (runner, agents) in doorbells {
             let subject = self.subjects.runner_deliver(&runner);
             if let Err(e) = self.bus.publish(&subject, encode(&DeliverDoorbell { agents })).await {
                 tracing::debug!(error = %e, "a delivery doorbell was not sent; the runner resyncs on its timer");
             }
         }
-        let mentioned: HashSet<&str> =
-            reach.recipients.iter().filter(|r| r.mentioned).map(|r| r.handle.as_str()).collect();
-        plan.finish(&mentioned)
     }
 
     /// Asks the recipient's runner to inject the message into its running turn.
@@ -192,18 +198,21 @@ impl Api {
         if self.budgets.hold(&req.agent).is_some() {
             return Ok(DeliveriesPullResponse { messages: Vec::new(), wake: false, total: 0, redelivered: Vec::new() });
         }
-        // A write: what is handed out is recorded, so a later session knows what an earlier
-        // one may have seen (`redelivered`).
-        let (pending, redelivered) = self
+        let incarnation = req.incarnation;
+        let (agent, pending) = self
             .store
-            .write(move |conn| {
+            .read(move |conn| {
                 let agent = ops::live_agent(conn, &req.agent, req.incarnation, &req.runner_id)?;
-                let pending = ops::pending(conn, agent, limit)?;
-                let seqs: Vec<canopy_core::Seq> = pending.messages.iter().map(|m| m.seq).collect();
-                let redelivered = ops::offer(conn, agent, req.incarnation, &seqs)?;
-                Ok((pending, redelivered))
+                Ok((agent, ops::pending(conn, agent, limit)?))
             })
             .await?;
+        // What is handed out is recorded (a write only when there is something), so a later
+        // session knows what an earlier one may have seen (`redelivered`).
+        let seqs: Vec<canopy_core::Seq> = pending.messages.iter().map(|m| m.seq).collect();
+        let redelivered = match seqs.is_empty() {
+            true => Vec::new(),
+            false => self.store.write(move |conn| ops::offer(conn, agent, incarnation, &seqs)).await?,
+        };
         Ok(DeliveriesPullResponse { messages: pending.messages, wake: pending.wake, total: pending.total, redelivered })
     }
 
