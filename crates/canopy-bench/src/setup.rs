@@ -112,6 +112,7 @@ impl Sandbox {
             config: config.clone(),
             nats_url: Some(nats.url().to_owned()),
             embedded: Some(Box::new(canopy_runner::wiring::embedded)),
+            web: None,
             check_script: canopy_harness::scripted::check_script,
         };
         let daemon = tokio::spawn(canopy_daemon::run(daemon_options, async move {

@@ -91,6 +91,12 @@ pub enum Command {
     Status,
     /// Follow an agent's session live, read-only: turns, text, tool calls.
     Watch(WatchArgs),
+    /// The operator console in a browser: prints a one-time login link (the token stays here).
+    Web {
+        /// Only print the link; do not start a browser.
+        #[arg(long)]
+        no_open: bool,
+    },
     /// Run a runner as its own process: it hosts sessions placed on it by the daemon.
     Runner(RunnerArgs),
     /// Operators: add one (a token of its own), list them, revoke one.

@@ -37,6 +37,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Man => crate::completions::man(),
         Command::Complete { what } => crate::completions::candidates(&dir, what).await,
         Command::Doctor => crate::doctor::run(&dir, json).await,
+        Command::Web { no_open } => web(&dir, json, no_open).await,
         Command::NatsConfig => nats_config(&dir, json),
         Command::Demo { yes } => crate::demo::run(yes).await,
         Command::Bundle(BundleCommand::Check { bundle, gated }) => bundle_check(&dir, json, bundle, gated),
@@ -123,6 +124,7 @@ async fn daemon(dir: &DataDir, json: bool, args: &DaemonArgs) -> u8 {
                 config,
                 nats_url: args.nats_url.clone(),
                 embedded: Some(Box::new(canopy_runner::wiring::embedded)),
+                web: Some(Box::new(canopy_web::start)),
                 check_script: canopy_harness::scripted::check_script,
             };
             canopy_daemon::run(options, shutdown_signal()).await
@@ -499,6 +501,7 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         | Command::Complete { .. }
         | Command::Bundle(_)
         | Command::Doctor
+        | Command::Web { .. }
         | Command::NatsConfig
         | Command::Demo { .. } => Ok(()),
     };
@@ -971,6 +974,62 @@ async fn watch_connection(
             _ = timer.tick() => true,
         };
     }
+}
+
+/// `canopy web`: asks the daemon's console for a one-time login link with the operator's
+/// token (sent in a header, never put in the link), prints it, and opens it in a browser when
+/// this session has one (`$BROWSER`, or `xdg-open` under a display) unless `--no-open`.
+async fn web(dir: &DataDir, json: bool, no_open: bool) -> u8 {
+    let info = match crate::client::connection_info(dir) {
+        Ok(info) => info,
+        Err(e) => return fail(json, &e),
+    };
+    let Some(base) = info.web_url else {
+        let why = "the daemon serves no console: [web] enabled is false in canopy.toml, or the console could not \
+                   bind its address (the daemon's log says why)";
+        return fail(json, &CallError::Unreachable(why.into()));
+    };
+    let token = match crate::client::read_token(&dir.operator_token()) {
+        Ok(token) => token,
+        Err(e) => return fail(json, &e),
+    };
+    let link = match canopy_web::request_link(&base, &token).await {
+        Ok(link) => link,
+        Err(canopy_web::LinkError::Refused(message)) => {
+            let error = canopy_proto::WireError { code: canopy_core::ErrorCode::Forbidden, message, field: None };
+            return fail(json, &CallError::Refused(error));
+        }
+        Err(e) => return fail(json, &CallError::Unreachable(e.to_string())),
+    };
+    let opened = !no_open && open_browser(&link);
+    if json {
+        output::json(&serde_json::json!({ "url": base, "link": link, "opened": opened }));
+    } else {
+        println!("{link}");
+        match opened {
+            true => eprintln!("opened in your browser; the link works once"),
+            false => eprintln!("open it in a browser on this machine; it works once, for a short time"),
+        }
+    }
+    0
+}
+
+/// Starts a browser on `link`, detached; false when this session has none.
+fn open_browser(link: &str) -> bool {
+    let program = match std::env::var("BROWSER") {
+        Ok(browser) if !browser.trim().is_empty() => browser,
+        _ if std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some() => {
+            "xdg-open".to_owned()
+        }
+        _ => return false,
+    };
+    std::process::Command::new(program)
+        .arg(link)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .is_ok()
 }
 
 /// Runs a standalone runner until SIGINT/SIGTERM.

@@ -42,6 +42,8 @@ pub struct Config {
     pub budgets: BudgetsConfig,
     /// A command the daemon runs when a request starts waiting for the operator (`[notify]`).
     pub notify: NotifyConfig,
+    /// The operator console, served by the daemon on loopback (`[web]`).
+    pub web: WebConfig,
     /// Repositories registered at start (`[[repos]]`), as with `canopy repos add`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repos: Vec<RepoConfig>,
@@ -70,6 +72,7 @@ impl Default for Config {
             pricing: BTreeMap::new(),
             budgets: BudgetsConfig::default(),
             notify: NotifyConfig::default(),
+            web: WebConfig::default(),
             repos: Vec::new(),
             harness: HarnessTables::default(),
             roles: BTreeMap::from([
@@ -377,6 +380,43 @@ pub struct NotifyConfig {
 impl Default for NotifyConfig {
     fn default() -> NotifyConfig {
         NotifyConfig { command: String::new(), timeout: Duration::from_secs(10) }
+    }
+}
+
+/// `[web]`: the operator console. `listen` is a loopback address; port 0 picks a free port
+/// once, which the daemon keeps for later starts (`web/port`), so an open page finds it again.
+/// A browser session lasts `session_ttl`; a login link is good once, for `link_ttl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebConfig {
+    pub enabled: bool,
+    pub listen: String,
+    #[serde(with = "humantime_serde")]
+    pub session_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub link_ttl: Duration,
+}
+
+impl Default for WebConfig {
+    fn default() -> WebConfig {
+        WebConfig {
+            enabled: true,
+            listen: "127.0.0.1:0".into(),
+            session_ttl: Duration::from_secs(12 * 3600),
+            link_ttl: Duration::from_secs(120),
+        }
+    }
+}
+
+impl WebConfig {
+    /// The address to listen on: loopback only, since the console acts as an operator.
+    pub fn address(&self) -> Result<std::net::SocketAddr, String> {
+        let addr: std::net::SocketAddr =
+            self.listen.parse().map_err(|_| format!("{:?} is not an address such as 127.0.0.1:0", self.listen))?;
+        if !addr.ip().is_loopback() {
+            return Err(format!("{addr} is not a loopback address; the console listens on 127.0.0.1 or ::1 only"));
+        }
+        Ok(addr)
     }
 }
 
@@ -887,6 +927,7 @@ impl Config {
                 return Err(("repos", "every [[repos]] entry names a name and a source".into()));
             }
         }
+        self.web.address().map_err(|e| ("web.listen", e))?;
         let retention = &self.retention;
         for (key, value) in [
             ("retention.activity", retention.activity),
@@ -896,6 +937,8 @@ impl Config {
             ("retention.checkouts", retention.checkouts),
             ("workspaces.check_timeout", self.workspaces.check_timeout),
             ("notify.timeout", self.notify.timeout),
+            ("web.session_ttl", self.web.session_ttl),
+            ("web.link_ttl", self.web.link_ttl),
         ] {
             if value.is_zero() {
                 return Err((key, "must be longer than zero".into()));

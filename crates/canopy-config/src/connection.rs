@@ -13,6 +13,9 @@ pub struct ConnectionInfo {
     pub nats_url: String,
     pub pid: u32,
     pub version: String,
+    /// The operator console's address (`http://127.0.0.1:<port>`), when `[web]` is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_url: Option<String>,
 }
 
 /// Reads `daemon.json` from the data directory.

@@ -67,6 +67,12 @@ impl DataDir {
     pub fn nats_dir(&self) -> PathBuf {
         self.root.join("nats")
     }
+
+    /// The console's files: `port` (kept across restarts) and `sessions.json` (browser
+    /// sessions, 0600, so a restart does not log the operator out).
+    pub fn web_dir(&self) -> PathBuf {
+        self.root.join("web")
+    }
 }
 
 /// A path from configuration: absolute, or relative to the project (the data directory's

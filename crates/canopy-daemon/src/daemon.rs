@@ -40,6 +40,19 @@ pub type Embedded = Box<
     dyn FnOnce(DataDir, Config, ApiClient) -> Pin<Box<dyn Future<Output = Result<StopEmbedded, String>> + Send>> + Send,
 >;
 
+/// Starts the operator console once the API answers, when `[web] enabled` is on: given the
+/// data directory, the configuration and a client of this daemon's API, it returns the
+/// console's URL (written to `daemon.json`) and how to stop it. The console calls the API
+/// like any client, with the token of the operator who logged in; it holds no store access.
+pub type Web = Box<
+    dyn FnOnce(
+            DataDir,
+            Config,
+            ApiClient,
+        ) -> Pin<Box<dyn Future<Output = Result<(String, StopEmbedded), String>> + Send>>
+        + Send,
+>;
+
 /// How to run the daemon.
 pub struct DaemonOptions {
     pub dir: DataDir,
@@ -49,6 +62,8 @@ pub struct DaemonOptions {
     pub nats_url: Option<String>,
     /// The embedded runner; `None` runs none even when `[runner] embedded` is on.
     pub embedded: Option<Embedded>,
+    /// The operator console; `None` serves none even when `[web] enabled` is on.
+    pub web: Option<Web>,
     /// How scripted-harness scripts are checked (roles at start, an agent's own script).
     pub check_script: ScriptCheck,
     /// How git runs, and the sandbox it gets in a checkout a session has written.
@@ -62,6 +77,7 @@ impl std::fmt::Debug for DaemonOptions {
             .field("config", &self.config)
             .field("nats_url", &self.nats_url)
             .field("embedded", &self.embedded.is_some())
+            .field("web", &self.web.is_some())
             .finish()
     }
 }
@@ -181,11 +197,27 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let tracker = TaskTracker::new();
     let server = tokio::spawn(serve(api.clone(), requests, serving.clone(), tracker.clone()));
 
+    // The console, when on: a failure to serve it (its port taken) is logged, not fatal, so
+    // the agents keep running; `canopy web` then says the daemon serves no console.
+    let web = match options.web {
+        Some(start) if config.web.enabled => {
+            let api = ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout);
+            match start(dir.clone(), (*config).clone(), api).await {
+                Ok(started) => Some(started),
+                Err(e) => {
+                    tracing::error!(error = %e, "the operator console could not start; the daemon runs without it");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let info = ConnectionInfo {
         workspace_id: workspace.id.clone(),
         nats_url: url.clone(),
         pid: std::process::id(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        web_url: web.as_ref().map(|(url, _)| url.clone()),
     };
     let info_text = serde_json::to_string_pretty(&info).unwrap_or_default();
     write_private(&dir.daemon_json(), &info_text)
@@ -229,6 +261,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     shutdown.await;
     tracing::info!("canopy daemon stopping");
     stall_check.abort();
+    if let Some((_, stop)) = web {
+        stop().await;
+    }
     if let Some(stop) = runner {
         stop().await;
     }

@@ -114,6 +114,11 @@ impl Subjects {
         format!("{}.runner.poke", self.prefix)
     }
 
+    /// `canopy.<ws>.evt.activity.>`: every stored activity item in the workspace.
+    pub fn activity_events_all(&self) -> String {
+        format!("{}.evt.activity.>", self.prefix)
+    }
+
     /// `canopy.<ws>.evt.message.>`: every committed message in the workspace.
     pub fn message_events_all(&self) -> String {
         format!("{}.evt.message.>", self.prefix)

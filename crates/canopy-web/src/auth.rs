@@ -1,0 +1,198 @@
+//! Who is logged in to the console: one-time login links and browser sessions.
+//!
+//! `canopy web` presents an operator token to `POST /link`; the console asks the API who the
+//! token belongs to (`whoami`) and, for an operator only, mints a link secret good once for
+//! `[web] link_ttl`. Opening the link exchanges the secret for a session: a random id in an
+//! HttpOnly, SameSite=Strict cookie, with a CSRF token for the page. The server keeps the
+//! operator's token beside the session (in memory and in `web/sessions.json`, 0600, keyed by
+//! the SHA-256 of the session id, so a daemon restart does not log the browser out); it is
+//! never put in a URL or a page. This module decides nothing about what an operator may do.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// A logged-in browser: the operator's token (presented on every API call) and its page's
+/// CSRF token.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct Session {
+    pub token: String,
+    pub csrf: String,
+    pub operator: String,
+    pub expires_ms: i64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("operator", &self.operator).field("expires_ms", &self.expires_ms).finish()
+    }
+}
+
+/// A link not yet opened.
+struct Link {
+    token: String,
+    operator: String,
+    expires_ms: i64,
+}
+
+/// Links and sessions, behind one lock (the console is an operator's, not a crowd's).
+pub struct Auth {
+    file: PathBuf,
+    session_ttl_ms: i64,
+    link_ttl_ms: i64,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    links: HashMap<String, Link>,
+    sessions: HashMap<String, Session>,
+}
+
+fn digest(secret: &str) -> String {
+    let hash = Sha256::digest(secret.as_bytes());
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Equal strings, in time that does not depend on where they differ.
+pub fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Auth {
+    /// Loads the sessions `file` holds, dropping expired ones.
+    pub fn load(file: PathBuf, session_ttl_ms: i64, link_ttl_ms: i64) -> Auth {
+        let now = canopy_sys::unix_ms();
+        let sessions: HashMap<String, Session> = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default();
+        let sessions = sessions.into_iter().filter(|(_, s)| s.expires_ms > now).collect();
+        Auth { file, session_ttl_ms, link_ttl_ms, state: Mutex::new(State { links: HashMap::new(), sessions }) }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new link secret for an operator the API has vouched for.
+    pub fn mint_link(&self, token: &str, operator: &str) -> std::io::Result<String> {
+        let secret = canopy_sys::random_hex(24)?;
+        let now = canopy_sys::unix_ms();
+        let mut state = self.state();
+        state.links.retain(|_, l| l.expires_ms > now);
+        let link = Link { token: token.to_owned(), operator: operator.to_owned(), expires_ms: now + self.link_ttl_ms };
+        state.links.insert(digest(&secret), link);
+        Ok(secret)
+    }
+
+    /// Exchanges a link secret (once) for a session id.
+    pub fn open_link(&self, secret: &str) -> Option<std::io::Result<String>> {
+        let now = canopy_sys::unix_ms();
+        let link = {
+            let mut state = self.state();
+            state.links.remove(&digest(secret)).filter(|l| l.expires_ms > now)?
+        };
+        Some(self.new_session(link.token, link.operator))
+    }
+
+    fn new_session(&self, token: String, operator: String) -> std::io::Result<String> {
+        let id = canopy_sys::random_hex(32)?;
+        let csrf = canopy_sys::random_hex(24)?;
+        let session = Session { token, csrf, operator, expires_ms: canopy_sys::unix_ms() + self.session_ttl_ms };
+        let mut state = self.state();
+        state.sessions.insert(digest(&id), session);
+        self.persist(&state)?;
+        Ok(id)
+    }
+
+    /// The live session a cookie's id names.
+    pub fn session(&self, id: &str) -> Option<Session> {
+        let now = canopy_sys::unix_ms();
+        let state = self.state();
+        state.sessions.get(&digest(id)).filter(|s| s.expires_ms > now).cloned()
+    }
+
+    /// Ends a session (logout, or a token the API no longer accepts).
+    pub fn end(&self, id: &str) {
+        let mut state = self.state();
+        if state.sessions.remove(&digest(id)).is_some()
+            && let Err(e) = self.persist(&state)
+        {
+            tracing::warn!(error = %e, file = %self.file.display(), "saving the console's sessions");
+        }
+    }
+
+    fn persist(&self, state: &State) -> std::io::Result<()> {
+        let now = canopy_sys::unix_ms();
+        let live: HashMap<&String, &Session> = state.sessions.iter().filter(|(_, s)| s.expires_ms > now).collect();
+        let text = serde_json::to_string(&live).map_err(std::io::Error::other)?;
+        write_private(&self.file, &text)
+    }
+}
+
+/// Writes `text` to `path` (0600) through a temporary file and a rename.
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The value of cookie `name` in a `Cookie` header.
+pub fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get_all(http::header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(|line| {
+        line.split(';').filter_map(|pair| pair.trim().split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| v)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_opens_once_and_its_session_survives_a_reload_from_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sessions.json");
+        let auth = Auth::load(file.clone(), 60_000, 60_000);
+        let secret = auth.mint_link("tok", "admin").unwrap();
+        let id = auth.open_link(&secret).unwrap().unwrap();
+        assert!(auth.open_link(&secret).is_none(), "a link is good once");
+        assert_eq!(auth.session(&id).unwrap().token, "tok");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(!text.contains(&id), "the file keys sessions by digest, not by id");
+        let again = Auth::load(file.clone(), 60_000, 60_000);
+        assert_eq!(again.session(&id).unwrap().operator, "admin");
+        again.end(&id);
+        assert!(Auth::load(file, 60_000, 60_000).session(&id).is_none(), "logout is durable");
+    }
+
+    #[test]
+    fn expired_links_and_sessions_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let auth = Auth::load(dir.path().join("s.json"), -1, -1);
+        let secret = auth.mint_link("tok", "admin").unwrap();
+        assert!(auth.open_link(&secret).is_none());
+        let live = Auth::load(dir.path().join("t.json"), -1, 60_000);
+        let id = live.open_link(&live.mint_link("tok", "admin").unwrap()).unwrap().unwrap();
+        assert!(live.session(&id).is_none());
+    }
+
+    #[test]
+    fn cookies_are_found_by_name() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::COOKIE, "a=1; canopy_session=abc; b=2".parse().unwrap());
+        assert_eq!(cookie(&headers, "canopy_session"), Some("abc"));
+        assert_eq!(cookie(&headers, "c"), None);
+        assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
+    }
+}

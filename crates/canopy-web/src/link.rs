@@ -1,0 +1,44 @@
+//! The client side of `canopy web`: presents the operator's token to a running console
+//! (`POST /link`, over loopback, in a header) and gets back a one-time login link. The token
+//! travels only in that request's `Authorization` header, never in the link.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+
+/// Why no link came back.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// The console could not be reached.
+    #[error("the console at {url} is unreachable: {why}")]
+    Unreachable { url: String, why: String },
+    /// The console refused the token (not an operator's, or unknown).
+    #[error("the console refused: {0}")]
+    Refused(String),
+}
+
+/// Asks the console at `base` (`http://127.0.0.1:<port>`) for a login link for `token`.
+pub async fn request_link(base: &str, token: &str) -> Result<String, LinkError> {
+    let unreachable = |why: String| LinkError::Unreachable { url: base.to_owned(), why };
+    let authority = base.strip_prefix("http://").unwrap_or(base).trim_end_matches('/').to_owned();
+    let stream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| unreachable(e.to_string()))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| unreachable(e.to_string()))?;
+    tokio::spawn(connection);
+    let request = http::Request::post("/link")
+        .header(http::header::HOST, &authority)
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| unreachable(e.to_string()))?;
+    let response = sender.send_request(request).await.map_err(|e| unreachable(e.to_string()))?;
+    let status = response.status();
+    let body = response.into_body().collect().await.map_err(|e| unreachable(e.to_string()))?.to_bytes();
+    let value: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    if !status.is_success() {
+        let message = value["error"].as_str().unwrap_or("no reason given").to_owned();
+        return Err(LinkError::Refused(message));
+    }
+    let path = value["path"].as_str().ok_or_else(|| LinkError::Refused("the console's answer named no link".into()))?;
+    Ok(format!("{}{path}", base.trim_end_matches('/')))
+}

@@ -1,0 +1,141 @@
+//! `GET /events`: the page's live feed, server-sent events from the same event subjects the
+//! CLI's `tail` and `watch` follow (`evt.message.>`, `evt.activity.>`).
+//!
+//! Events are doorbells, so the feed never carries what the page must not miss: each says what
+//! changed (`message` with channel, topic and sequence, `activity` with the agent) and the page
+//! reads the news through its own routes. Every `message` event has the id `m<seq>`; a browser
+//! that reconnects (after a network blip or a daemon restart) sends it back as
+//! `Last-Event-ID`, and the feed first replays what was committed since through the API
+//! (`messages.sync` with the session's token), then says `resync`. It also says `resync` when
+//! the console's own NATS connection comes back, `logout` when the session ends, and sends a
+//! comment every 15 s so a dead connection is noticed.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use canopy_core::Seq;
+use canopy_proto::api::{ActivityEvent, MessageEvent, SyncRequest};
+use canopy_proto::method;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::auth::Session;
+use crate::server::{Console, Shared, call, logged_in};
+
+/// How soon a browser retries a dropped feed.
+const RETRY: Duration = Duration::from_secs(1);
+/// How often the session is checked while a feed is open.
+const RECHECK: Duration = Duration::from_secs(5);
+
+pub async fn events(State(console): State<Shared>, headers: HeaderMap) -> Response {
+    let (id, session) = match logged_in(&console, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let cursor = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix('m'))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Seq);
+    let (tx, mut rx) = mpsc::channel::<Event>(256);
+    tokio::spawn(feed(console, id, session, cursor, tx));
+    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok::<_, Infallible>)));
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}
+
+fn message_event(channel: &str, topic: &str, seq: Seq) -> Event {
+    let data = serde_json::json!({ "channel": channel, "topic": topic, "seq": seq });
+    Event::default().event("message").id(format!("m{}", seq.get())).data(data.to_string())
+}
+
+/// Replays every message after `after` (through the API, with the session's token) and
+/// returns the newest sequence seen; `None` when the API could not be read.
+async fn replay(console: &Console, session: &Session, mut after: Seq, tx: &mpsc::Sender<Event>) -> Option<Seq> {
+    loop {
+        let request = SyncRequest { after, channel: None, limit: None };
+        let page = call::<method::MessagesSync>(console, session, &request).await.ok()?;
+        for m in &page.messages {
+            tx.send(message_event(m.channel.as_str(), m.topic.as_str(), m.seq)).await.ok()?;
+        }
+        after = page.next_after.max(after);
+        if !page.more {
+            return Some(after);
+        }
+    }
+}
+
+async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>, tx: mpsc::Sender<Event>) {
+    let bus = &console.api.bus;
+    let subjects = &console.api.subjects;
+    let mut connection = bus.connection_events();
+    let (messages, activity) =
+        match (bus.subscribe(&subjects.message_events_all()).await, bus.subscribe(&subjects.activity_events_all()).await) {
+            (Ok(m), Ok(a)) => (m, a),
+            _ => {
+                let _ = tx.send(Event::default().event("unavailable").data("the daemon's events cannot be followed")).await;
+                return;
+            }
+        };
+    let mut messages = messages;
+    let mut activity = activity;
+    let _ = tx.send(Event::default().retry(RETRY).comment("connected")).await;
+    let mut last = cursor.unwrap_or_default();
+    if let Some(after) = cursor {
+        match replay(&console, &session, after, &tx).await {
+            Some(seq) => last = seq,
+            None => return,
+        }
+    }
+    if tx.send(Event::default().event("resync").data("{}")).await.is_err() {
+        return;
+    }
+    let mut recheck = tokio::time::interval(RECHECK);
+    loop {
+        let event = tokio::select! {
+            () = console.stop.cancelled() => return,
+            () = tx.closed() => return,
+            m = messages.next() => match m.and_then(|m| serde_json::from_slice::<MessageEvent>(&m.payload).ok()) {
+                Some(e) => {
+                    last = last.max(e.message.seq);
+                    message_event(e.message.channel.as_str(), e.message.topic.as_str(), e.message.seq)
+                }
+                None => continue,
+            },
+            a = activity.next() => match a.and_then(|a| serde_json::from_slice::<ActivityEvent>(&a.payload).ok()) {
+                Some(e) => {
+                    let data = serde_json::json!({ "agent": e.item.agent, "id": e.item.id, "kind": e.item.kind });
+                    Event::default().event("activity").data(data.to_string())
+                }
+                None => continue,
+            },
+            change = connection.recv() => match change {
+                // Doorbells rung while the connection was down are lost: read what they rang for.
+                Ok(canopy_bus::ConnectionEvent::Connected) => {
+                    if cursor.is_some() || last > Seq(0) {
+                        match replay(&console, &session, last, &tx).await {
+                            Some(seq) => last = seq,
+                            None => continue,
+                        }
+                    }
+                    Event::default().event("resync").data("{}")
+                }
+                _ => continue,
+            },
+            _ = recheck.tick() => {
+                if console.auth.session(&id).is_none() {
+                    let _ = tx.send(Event::default().event("logout").data("{}")).await;
+                    return;
+                }
+                continue;
+            }
+        };
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
+}

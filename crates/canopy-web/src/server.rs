@@ -1,0 +1,522 @@
+//! The console's listener, routes and actions.
+//!
+//! Every page handler reads what it shows through the API with the session's operator token,
+//! and every action is one API call with that token: an API refusal is shown as it came
+//! (`forbidden` stays `forbidden`). The console adds checks of its own only about the browser:
+//! a session cookie, the page's CSRF token on every POST, a same-origin `Origin`, and a `Host`
+//! of this listener (against DNS rebinding). It keeps the port it first picked in `web/port`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use canopy_bus::{ApiClient, CallError};
+use canopy_config::{Config, DataDir};
+use canopy_proto::api::*;
+use canopy_core::ErrorCode;
+use canopy_proto::{ApiMethod, method};
+use maud::Markup;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Auth, Session, cookie, same};
+use crate::pages;
+use crate::{CSRF_HEADER, SESSION_COOKIE};
+
+/// Stops a console started by `start`.
+pub type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// What every handler shares.
+pub struct Console {
+    pub api: ApiClient,
+    pub auth: Auth,
+    pub stop: CancellationToken,
+    /// `host:port` values a request's `Host` may carry.
+    hosts: Vec<String>,
+}
+
+pub type Shared = Arc<Console>;
+
+/// Starts the console in the shape `canopy_daemon::DaemonOptions::web` takes: binds the
+/// `[web] listen` address (port 0: the port kept in `web/port`, else a free one), and serves
+/// until stopped. Returns its URL.
+pub fn start(
+    dir: DataDir,
+    config: Config,
+    api: ApiClient,
+) -> Pin<Box<dyn Future<Output = Result<(String, Stop), String>> + Send>> {
+    Box::pin(async move {
+        let wanted = config.web.address().map_err(|e| format!("[web] listen: {e}"))?;
+        let port_file = dir.web_dir().join("port");
+        let listener = bind(wanted, &port_file).await?;
+        let addr = listener.local_addr().map_err(|e| format!("the console's address: {e}"))?;
+        if let Err(e) = crate::auth::write_private(&port_file, &addr.port().to_string()) {
+            tracing::warn!(error = %e, file = %port_file.display(), "keeping the console's port");
+        }
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let auth = Auth::load(dir.web_dir().join("sessions.json"), ms(config.web.session_ttl), ms(config.web.link_ttl));
+        let port = addr.port();
+        let hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
+        let stop = CancellationToken::new();
+        let console = Arc::new(Console { api, auth, stop: stop.clone(), hosts });
+        let app = router(console);
+        let serving = stop.clone();
+        let task = tokio::spawn(async move {
+            use axum::serve::ListenerExt;
+            // Small writes (an event, a page) go out at once: no Nagle delay on any socket.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let shutdown = serving.clone();
+            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
+                tracing::error!(error = %e, "the console stopped serving");
+            }
+        });
+        let url = match addr {
+            SocketAddr::V4(a) => format!("http://{a}"),
+            SocketAddr::V6(a) => format!("http://[{}]:{}", a.ip(), a.port()),
+        };
+        tracing::info!(%url, "operator console listening");
+        let stop: Stop = Box::new(move || {
+            Box::pin(async move {
+                stop.cancel();
+                // Live streams end with the token; a page still loading gets a second.
+                let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+            })
+        });
+        Ok((url, stop))
+    })
+}
+
+async fn bind(wanted: SocketAddr, port_file: &std::path::Path) -> Result<tokio::net::TcpListener, String> {
+    if wanted.port() == 0 {
+        let kept = std::fs::read_to_string(port_file).ok().and_then(|t| t.trim().parse::<u16>().ok());
+        if let Some(port) = kept {
+            match tokio::net::TcpListener::bind(SocketAddr::new(wanted.ip(), port)).await {
+                Ok(listener) => return Ok(listener),
+                Err(e) => tracing::warn!(port, error = %e, "the console's earlier port is taken; picking another"),
+            }
+        }
+    }
+    tokio::net::TcpListener::bind(wanted).await.map_err(|e| format!("binding the console to {wanted}: {e}"))
+}
+
+fn router(console: Shared) -> Router {
+    Router::new()
+        .route("/", get(waiting))
+        .route("/tree", get(tree))
+        .route("/channels", get(channels))
+        .route("/channels/{channel}", get(channel))
+        .route("/agents/{handle}", get(agent))
+        .route("/audit", get(audit))
+        .route("/events", get(crate::live::events))
+        .route("/link", post(link))
+        .route("/login/{secret}", get(login))
+        .route("/logout", post(logout))
+        .route("/spawn/{id}", post(decide_spawn))
+        .route("/merges/{id}", post(decide_merge))
+        .route("/post", post(post_message))
+        .route("/assets/console.js", get(|| async { asset("text/javascript", pages::JS) }))
+        .route("/assets/console.css", get(|| async { asset("text/css", pages::CSS) }))
+        .fallback(|| async { (StatusCode::NOT_FOUND, pages::bare("Not found", "There is no such page.")) })
+        .layer(axum::middleware::from_fn_with_state(console.clone(), guard))
+        .with_state(console)
+}
+
+fn asset(kind: &'static str, text: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "no-cache")], text).into_response()
+}
+
+/// Refuses a `Host` that is not this listener (DNS rebinding), and sets the headers every
+/// answer carries: no framing, no referrer, no sniffing, scripts and styles from here only.
+async fn guard(State(console): State<Shared>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    if !console.hosts.iter().any(|h| h == host) {
+        return (StatusCode::MISDIRECTED_REQUEST, "the console answers on its loopback address only").into_response();
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    let csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+               form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(csp));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+/// The logged-in session of a request, or the page that says how to log in.
+pub fn logged_in(console: &Console, headers: &HeaderMap) -> Result<(String, Session), Response> {
+    let id = cookie(headers, SESSION_COOKIE).unwrap_or("");
+    match console.auth.session(id) {
+        Some(session) => Ok((id.to_owned(), session)),
+        None => Err((StatusCode::UNAUTHORIZED, pages::login_needed()).into_response()),
+    }
+}
+
+/// A state-changing request: logged in, from this origin, with the page's CSRF token (header
+/// or form field).
+fn acting(console: &Console, headers: &HeaderMap, form_csrf: Option<&str>) -> Result<Session, Response> {
+    let (_, session) = logged_in(console, headers)?;
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
+        let host = origin.strip_prefix("http://").unwrap_or("");
+        if !console.hosts.iter().any(|h| h == host) {
+            return Err((StatusCode::FORBIDDEN, pages::outcome_page("Refused", Err("a request from another origin"))).into_response());
+        }
+    }
+    let given = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).or(form_csrf).unwrap_or("");
+    if given.is_empty() || !same(given, &session.csrf) {
+        let why = "the request carries no valid CSRF token; reload the page";
+        return Err((StatusCode::FORBIDDEN, pages::outcome_page("Refused", Err(why))).into_response());
+    }
+    Ok(session)
+}
+
+/// One API call with the session's token.
+pub async fn call<M: ApiMethod>(console: &Console, session: &Session, request: &M::Request) -> Result<M::Response, CallError> {
+    console.api.send::<M>(&session.token, request).await
+}
+
+/// The HTTP status of an API failure.
+fn status_of(error: &CallError) -> StatusCode {
+    match error {
+        CallError::Unreachable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        CallError::Refused(e) => match e.code {
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
+            ErrorCode::Conflict => StatusCode::CONFLICT,
+            ErrorCode::LimitExceeded => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        },
+    }
+}
+
+/// A page whose reads failed: the API's refusal, with its status.
+fn failed(session: &Session, title: &str, error: &CallError) -> Response {
+    (status_of(error), pages::page(title, session, pages::failure(error))).into_response()
+}
+
+fn page(session: &Session, title: &str, body: Result<Markup, CallError>) -> Response {
+    match body {
+        Ok(body) => pages::page(title, session, body).into_response(),
+        Err(e) => failed(session, title, &e),
+    }
+}
+
+async fn waiting(State(console): State<Shared>, headers: HeaderMap) -> Response {
+    let (_, session) = match logged_in(&console, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let body = async {
+        let spawns = call::<method::SpawnList>(&console, &session, &SpawnListRequest { state: None }).await?.requests;
+        let merges = call::<method::MergesList>(&console, &session, &MergesListRequest { state: None }).await?.merges;
+        Ok(pages::waiting(&spawns, &merges, canopy_sys::unix_ms()))
+    }
+    .await;
+    page(&session, "Waiting", body)
+}
+
+async fn tree(State(console): State<Shared>, headers: HeaderMap) -> Response {
+    let (_, session) = match logged_in(&console, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let body = async {
+        let tree = call::<method::Tree>(&console, &session, &TreeRequest { depth: None }).await?;
+        let mut roster = Vec::new();
+        let mut after = None;
+        loop {
+            let request = RosterRequest { after: after.take(), limit: Some(500), ..RosterRequest::default() };
+            let page = call::<method::Roster>(&console, &session, &request).await?;
+            after = page.agents.last().map(|a| a.handle.to_string());
+            roster.extend(page.agents);
+            if page.more == 0 || after.is_none() {
+                break;
+            }
+        }
+        let usage = call::<method::Usage>(&console, &session, &UsageRequest { agent: None, since_secs: None }).await?;
+        Ok(pages::tree(&tree.root, &roster, &usage))
+    }
+    .await;
+    page(&session, "Tree", body)
+}
+
+async fn channels(State(console): State<Shared>, headers: HeaderMap) -> Response {
+    let (_, session) = match logged_in(&console, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let body = async {
+        let mut channels = call::<method::ChannelsList>(&console, &session, &ChannelsListRequest {}).await?.channels;
+        channels.sort_by(|a, b| b.last_seq.cmp(&a.last_seq));
+        Ok(pages::channels(&channels))
+    }
+    .await;
+    page(&session, "Channels", body)
+}
+
+#[derive(Deserialize)]
+struct TopicQuery {
+    topic: Option<String>,
+}
+
+async fn channel(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(query): Query<TopicQuery>,
+) -> Response {
+    let (_, session) = match logged_in(&console, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let body = async {
+        let topics = call::<method::TopicsList>(&console, &session, &TopicsListRequest { channel: name.clone() }).await?.topics;
+        let topic = query.topic.clone().filter(|t| !t.is_empty()).or_else(|| topics.first().map(|t| t.name.to_string()));
+        let messages = match &topic {
+            Some(topic) => {
+                let request = ReadRequest {
+                    channel: name.clone(),
+                    topic: Some(topic.clone()),
+                    after: canopy_core::Seq(0),
+                    limit: Some(100),
+                    unread: false,
+                    newest: true,
+                };
+                let read = call::<method::MessagesRead>(&console, &session, &request).await?;
+                read.groups.into_iter().flat_map(|g| g.messages).collect()
+            }
+            None => Vec::new(),
+        };
+        let pins = call::<method::BoardList>(&console, &session, &BoardListRequest { channel: name.clone() }).await?;
+        let pinned: Vec<canopy_core::Seq> = pins.pins.iter().map(|m| m.seq).collect();
+        Ok(pages::channel(&name, &topics, topic.as_deref(), &messages, &pinned))
+    }
+    .await;
+    page(&session, &format!("#{name}"), body)
+}
+
+async fn agent(State(console): State<Shared>, headers: HeaderMap, Path(handle): Path<String>) -> Response {
+    let (_, session) = match logged_in(&console, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let body = async {
+        let roster = RosterRequest { handles: vec![handle.clone()], ..RosterRequest::default() };
+        let entry = call::<method::Roster>(&console, &session, &roster).await?.agents.into_iter().next();
+        let activity = ActivityReadRequest { agent: handle.clone(), after: 0, limit: None, tail: Some(200) };
+        let activity = call::<method::ActivityRead>(&console, &session, &activity).await?.items;
+        let prompt = PromptsRenderRequest { agent: Some(handle.clone()), role: None };
+        // An agent whose prompt cannot be rendered now (its bundle broken) still has a page.
+        let prompt = call::<method::PromptsRender>(&console, &session, &prompt).await.map_err(|e| e.to_string());
+        let runs = RunsListRequest { agent: Some(handle.clone()), open: false };
+        let runs = call::<method::RunsList>(&console, &session, &runs).await?.runs;
+        let usage = UsageRequest { agent: Some(handle.clone()), since_secs: None };
+        let usage = call::<method::Usage>(&console, &session, &usage).await?;
+        Ok(pages::agent(&handle, entry.as_ref(), &activity, &prompt, &runs, &usage))
+    }
+    .await;
+    page(&session, &handle, body)
+}
+
+#[derive(Deserialize)]
+struct AuditQuery {
+    action: Option<String>,
+    actor: Option<String>,
+    text: Option<String>,
+}
+
+async fn audit(State(console): State<Shared>, headers: HeaderMap, Query(query): Query<AuditQuery>) -> Response {
+    let (_, session) = match logged_in(&console, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let body = async {
+        let entries = call::<method::AuditList>(&console, &session, &AuditListRequest { since_secs: None }).await?.entries;
+        let filter = pages::AuditFilter {
+            action: query.action.unwrap_or_default(),
+            actor: query.actor.unwrap_or_default(),
+            text: query.text.unwrap_or_default(),
+        };
+        Ok(pages::audit(&entries, &filter))
+    }
+    .await;
+    page(&session, "Audit", body)
+}
+
+/// `POST /link` with `Authorization: Bearer <token>`: a login link, for operators only (the
+/// API says who the token is).
+async fn link(State(console): State<Shared>, headers: HeaderMap) -> Response {
+    let refuse = |status: StatusCode, why: &str| (status, axum::Json(serde_json::json!({ "error": why }))).into_response();
+    let Some(token) = bearer(&headers) else {
+        return refuse(StatusCode::UNAUTHORIZED, "present an operator token as `Authorization: Bearer <token>`");
+    };
+    let whoami = match console.api.send::<method::Whoami>(token, &WhoamiRequest {}).await {
+        Ok(whoami) => whoami,
+        Err(e) => return refuse(status_of(&e), &e.to_string()),
+    };
+    if whoami.account.kind != canopy_core::AccountKind::Operator {
+        return refuse(StatusCode::FORBIDDEN, "only an operator's token opens the console");
+    }
+    match console.auth.mint_link(token, whoami.account.handle.as_str()) {
+        Ok(secret) => axum::Json(serde_json::json!({ "path": format!("/login/{secret}") })).into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &format!("minting a link: {e}")),
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty()).then(|| token.trim())
+}
+
+/// Opens a link once: sets the session cookie and goes to the waiting page.
+async fn login(State(console): State<Shared>, Path(secret): Path<String>) -> Response {
+    match console.auth.open_link(&secret) {
+        Some(Ok(id)) => {
+            let cookie = format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict");
+            let mut response = Redirect::to("/").into_response();
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Some(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, pages::bare("Login failed", &format!("{e}"))).into_response(),
+        None => (
+            StatusCode::UNAUTHORIZED,
+            pages::bare("This link is used up", "A login link works once and for a short time. Run `canopy web` for a new one."),
+        )
+            .into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct CsrfOnly {
+    csrf: Option<String>,
+}
+
+async fn logout(State(console): State<Shared>, headers: HeaderMap, Form(form): Form<CsrfOnly>) -> Response {
+    if let Err(r) = acting(&console, &headers, form.csrf.as_deref()) {
+        return r;
+    }
+    if let Some(id) = cookie(&headers, SESSION_COOKIE) {
+        console.auth.end(id);
+    }
+    let mut response = (StatusCode::OK, pages::bare("Logged out", "Run `canopy web` to log in again.")).into_response();
+    let gone = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    if let Ok(value) = HeaderValue::from_str(&gone) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+#[derive(Deserialize)]
+struct Decision {
+    csrf: Option<String>,
+    decision: String,
+    #[serde(default)]
+    reason: String,
+}
+
+impl Decision {
+    /// `approve`, or `deny` with a reason: the console asks for one (the gate then tells the
+    /// requester why).
+    fn checked(&self) -> Result<(bool, Option<String>), &'static str> {
+        let reason = Some(self.reason.trim().to_owned()).filter(|r| !r.is_empty());
+        match self.decision.as_str() {
+            "approve" => Ok((true, reason)),
+            "deny" if reason.is_some() => Ok((false, reason)),
+            "deny" => Err("a denial needs a reason, so the requester knows why"),
+            _ => Err("the decision is `approve` or `deny`"),
+        }
+    }
+}
+
+fn outcome(result: Result<Markup, CallError>, title: &str) -> Response {
+    match result {
+        Ok(markup) => pages::outcome_page(title, Ok(markup)).into_response(),
+        Err(e) => (status_of(&e), pages::outcome_page(title, Err(&e.to_string()))).into_response(),
+    }
+}
+
+fn bad_form(why: &str) -> Response {
+    (StatusCode::BAD_REQUEST, pages::outcome_page("Refused", Err(why))).into_response()
+}
+
+async fn decide_spawn(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<Decision>,
+) -> Response {
+    let session = match acting(&console, &headers, form.csrf.as_deref()) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let (approve, reason) = match form.checked() {
+        Ok(d) => d,
+        Err(why) => return bad_form(why),
+    };
+    let request = SpawnDecideRequest { id, approve, reason };
+    let decided = call::<method::SpawnDecide>(&console, &session, &request).await;
+    outcome(decided.map(|r| pages::spawn_decided(&r)), "Decision")
+}
+
+async fn decide_merge(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<Decision>,
+) -> Response {
+    let session = match acting(&console, &headers, form.csrf.as_deref()) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let (approve, reason) = match form.checked() {
+        Ok(d) => d,
+        Err(why) => return bad_form(why),
+    };
+    let request = MergesDecideRequest { id, approve, reason };
+    let decided = call::<method::MergesDecide>(&console, &session, &request).await;
+    outcome(decided.map(|r| pages::merge_decided(&r)), "Decision")
+}
+
+#[derive(Deserialize)]
+struct PostForm {
+    csrf: Option<String>,
+    channel: String,
+    topic: String,
+    body: String,
+    /// A checkbox: present (`on`) when ticked.
+    create_topic: Option<String>,
+    idempotency_key: Option<String>,
+}
+
+async fn post_message(State(console): State<Shared>, headers: HeaderMap, Form(form): Form<PostForm>) -> Response {
+    let session = match acting(&console, &headers, form.csrf.as_deref()) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let request = PostRequest {
+        channel: form.channel.trim().trim_start_matches('#').to_owned(),
+        topic: form.topic.trim().to_owned(),
+        body: form.body,
+        create_topic: form.create_topic.is_some(),
+        // The form's own key: a double submit (or a retry after a timeout) posts once.
+        idempotency_key: form.idempotency_key.filter(|k| !k.is_empty()),
+        ack_only: false,
+        wake: false,
+    };
+    let posted = call::<method::MessagesPost>(&console, &session, &request).await;
+    outcome(posted.map(|r| pages::posted(&r)), "Posted")
+}
