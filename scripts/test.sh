@@ -15,4 +15,8 @@ fi
 harnesses="$(scripts/install-harnesses.sh)"
 eval "$harnesses"
 export CANOPY_TEST_CLAUDE_BIN CANOPY_TEST_CODEX_BIN CANOPY_TEST_OMP_BIN CANOPY_TEST_PI_BIN
+# Headless Chromium and its WebDriver for the console's browser tests.
+browser="$(scripts/install-chromium.sh)"
+eval "$browser"
+export CANOPY_TEST_CHROMIUM CANOPY_TEST_CHROMEDRIVER
 cargo test --workspace --locked "$@"

@@ -11,6 +11,7 @@ mod fake_anthropic;
 mod fake_http;
 mod fake_openai;
 mod harness_bins;
+mod webdriver;
 
 mod authz;
 mod budgets;
@@ -18,6 +19,7 @@ mod claude;
 mod cli;
 mod codex;
 mod confinement;
+mod console;
 mod continuity;
 mod crash;
 mod delivery;

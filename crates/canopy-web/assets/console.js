@@ -6,7 +6,8 @@
   "use strict";
   const csrf = document.querySelector('meta[name="csrf"]')?.content || "";
   const banner = document.getElementById("conn");
-  let timer = null, busy = false, again = false;
+  const toast = document.getElementById("toast");
+  let timer = null, busy = false, again = false, acting = 0;
 
   const typing = (region) => {
     const el = document.activeElement;
@@ -14,7 +15,8 @@
   };
 
   async function refresh() {
-    if (busy) { again = true; return; }
+    // Not while an action is on its way: its form must still be there for its answer.
+    if (busy || acting > 0) { again = true; return; }
     busy = true;
     try {
       const r = await fetch(location.href, { headers: { "x-canopy-part": "live" } });
@@ -60,6 +62,7 @@
     const button = form.querySelector("button[type=submit]");
     if (button) button.disabled = true;
     out.textContent = "…";
+    acting += 1;
     try {
       const r = await fetch(form.action, {
         method: "POST",
@@ -68,6 +71,8 @@
       });
       const doc = new DOMParser().parseFromString(await r.text(), "text/html");
       const answer = doc.getElementById("outcome");
+      // Shown beside the form, and in the page's status line, which no refresh replaces.
+      toast.replaceChildren(...(answer ? Array.from(answer.childNodes).map((n) => document.importNode(n, true)) : []));
       out.replaceChildren(...(answer ? Array.from(answer.childNodes).map((n) => document.importNode(n, true))
                                       : [document.createTextNode("failed: HTTP " + r.status)]));
       out.dataset.status = String(r.status);
@@ -79,6 +84,7 @@
     } catch (e) {
       out.textContent = "the console did not answer: " + e;
     } finally {
+      acting -= 1;
       if (button) button.disabled = false;
       soon();
     }

@@ -66,10 +66,8 @@ impl Auth {
     /// Loads the sessions `file` holds, dropping expired ones.
     pub fn load(file: PathBuf, session_ttl_ms: i64, link_ttl_ms: i64) -> Auth {
         let now = canopy_sys::unix_ms();
-        let sessions: HashMap<String, Session> = std::fs::read_to_string(&file)
-            .ok()
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_default();
+        let sessions: HashMap<String, Session> =
+            std::fs::read_to_string(&file).ok().and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default();
         let sessions = sessions.into_iter().filter(|(_, s)| s.expires_ms > now).collect();
         Auth { file, session_ttl_ms, link_ttl_ms, state: Mutex::new(State { links: HashMap::new(), sessions }) }
     }

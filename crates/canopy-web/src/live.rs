@@ -73,14 +73,16 @@ async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>
     let bus = &console.api.bus;
     let subjects = &console.api.subjects;
     let mut connection = bus.connection_events();
-    let (messages, activity) =
-        match (bus.subscribe(&subjects.message_events_all()).await, bus.subscribe(&subjects.activity_events_all()).await) {
-            (Ok(m), Ok(a)) => (m, a),
-            _ => {
-                let _ = tx.send(Event::default().event("unavailable").data("the daemon's events cannot be followed")).await;
-                return;
-            }
-        };
+    let (messages, activity) = match (
+        bus.subscribe(&subjects.message_events_all()).await,
+        bus.subscribe(&subjects.activity_events_all()).await,
+    ) {
+        (Ok(m), Ok(a)) => (m, a),
+        _ => {
+            let _ = tx.send(Event::default().event("unavailable").data("the daemon's events cannot be followed")).await;
+            return;
+        }
+    };
     let mut messages = messages;
     let mut activity = activity;
     let _ = tx.send(Event::default().retry(RETRY).comment("connected")).await;

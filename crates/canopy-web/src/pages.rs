@@ -75,6 +75,7 @@ pub fn page(title: &str, session: &Session, body: Markup) -> Markup {
                     }
                 }
                 div #conn role="status" aria-live="polite" hidden { "reconnecting…" }
+                div #toast role="status" aria-live="polite" {}
                 main #main { h1 { (title) } (body) }
             }
         }
@@ -98,7 +99,10 @@ pub fn bare(title: &str, text: &str) -> Markup {
 }
 
 pub fn login_needed() -> Markup {
-    bare("Log in", "This page needs a console session. Run `canopy web` on the daemon's machine for a one-time login link.")
+    bare(
+        "Log in",
+        "This page needs a console session. Run `canopy web` on the daemon's machine for a one-time login link.",
+    )
 }
 
 /// An action's answer: the script shows `#outcome` beside the form; without the script it is
@@ -320,7 +324,8 @@ fn body(text: &str, mentions: &[canopy_core::Handle]) -> Markup {
 }
 
 fn message(m: &Message, pinned: bool) -> Markup {
-    let role = m.sender.role.as_ref().map(|r| r.as_str().to_owned()).unwrap_or_else(|| m.sender.kind.as_str().to_owned());
+    let role =
+        m.sender.role.as_ref().map(|r| r.as_str().to_owned()).unwrap_or_else(|| m.sender.kind.as_str().to_owned());
     html! {
         li.message id=(format!("m{}", m.seq.get())) {
             div.head {

@@ -19,8 +19,8 @@ use axum::routing::{get, post};
 use axum::{Form, Router};
 use canopy_bus::{ApiClient, CallError};
 use canopy_config::{Config, DataDir};
-use canopy_proto::api::*;
 use canopy_core::ErrorCode;
+use canopy_proto::api::*;
 use canopy_proto::{ApiMethod, method};
 use maud::Markup;
 use serde::Deserialize;
@@ -135,8 +135,12 @@ fn asset(kind: &'static str, text: &'static str) -> Response {
 }
 
 /// Refuses a `Host` that is not this listener (DNS rebinding), and sets the headers every
-/// answer carries: no framing, no referrer, no sniffing, scripts and styles from here only.
-async fn guard(State(console): State<Shared>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+/// answer carries: no framing, no referrer to other sites, no sniffing, scripts and styles from here only.
+async fn guard(
+    State(console): State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     if !console.hosts.iter().any(|h| h == host) {
         return (StatusCode::MISDIRECTED_REQUEST, "the console answers on its loopback address only").into_response();
@@ -146,7 +150,7 @@ async fn guard(State(console): State<Shared>, request: axum::extract::Request, n
     let csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
                form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(csp));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     response
@@ -168,7 +172,8 @@ fn acting(console: &Console, headers: &HeaderMap, form_csrf: Option<&str>) -> Re
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
         let host = origin.strip_prefix("http://").unwrap_or("");
         if !console.hosts.iter().any(|h| h == host) {
-            return Err((StatusCode::FORBIDDEN, pages::outcome_page("Refused", Err("a request from another origin"))).into_response());
+            return Err((StatusCode::FORBIDDEN, pages::outcome_page("Refused", Err("a request from another origin")))
+                .into_response());
         }
     }
     let given = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).or(form_csrf).unwrap_or("");
@@ -180,7 +185,11 @@ fn acting(console: &Console, headers: &HeaderMap, form_csrf: Option<&str>) -> Re
 }
 
 /// One API call with the session's token.
-pub async fn call<M: ApiMethod>(console: &Console, session: &Session, request: &M::Request) -> Result<M::Response, CallError> {
+pub async fn call<M: ApiMethod>(
+    console: &Console,
+    session: &Session,
+    request: &M::Request,
+) -> Result<M::Response, CallError> {
     console.api.send::<M>(&session.token, request).await
 }
 
@@ -281,8 +290,10 @@ async fn channel(
         Err(r) => return r,
     };
     let body = async {
-        let topics = call::<method::TopicsList>(&console, &session, &TopicsListRequest { channel: name.clone() }).await?.topics;
-        let topic = query.topic.clone().filter(|t| !t.is_empty()).or_else(|| topics.first().map(|t| t.name.to_string()));
+        let topics =
+            call::<method::TopicsList>(&console, &session, &TopicsListRequest { channel: name.clone() }).await?.topics;
+        let topic =
+            query.topic.clone().filter(|t| !t.is_empty()).or_else(|| topics.first().map(|t| t.name.to_string()));
         let messages = match &topic {
             Some(topic) => {
                 let request = ReadRequest {
@@ -342,7 +353,8 @@ async fn audit(State(console): State<Shared>, headers: HeaderMap, Query(query): 
         Err(r) => return r,
     };
     let body = async {
-        let entries = call::<method::AuditList>(&console, &session, &AuditListRequest { since_secs: None }).await?.entries;
+        let entries =
+            call::<method::AuditList>(&console, &session, &AuditListRequest { since_secs: None }).await?.entries;
         let filter = pages::AuditFilter {
             action: query.action.unwrap_or_default(),
             actor: query.actor.unwrap_or_default(),
@@ -357,7 +369,8 @@ async fn audit(State(console): State<Shared>, headers: HeaderMap, Query(query): 
 /// `POST /link` with `Authorization: Bearer <token>`: a login link, for operators only (the
 /// API says who the token is).
 async fn link(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    let refuse = |status: StatusCode, why: &str| (status, axum::Json(serde_json::json!({ "error": why }))).into_response();
+    let refuse =
+        |status: StatusCode, why: &str| (status, axum::Json(serde_json::json!({ "error": why }))).into_response();
     let Some(token) = bearer(&headers) else {
         return refuse(StatusCode::UNAUTHORIZED, "present an operator token as `Authorization: Bearer <token>`");
     };
@@ -391,10 +404,15 @@ async fn login(State(console): State<Shared>, Path(secret): Path<String>) -> Res
             }
             response
         }
-        Some(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, pages::bare("Login failed", &format!("{e}"))).into_response(),
+        Some(Err(e)) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, pages::bare("Login failed", &format!("{e}"))).into_response()
+        }
         None => (
             StatusCode::UNAUTHORIZED,
-            pages::bare("This link is used up", "A login link works once and for a short time. Run `canopy web` for a new one."),
+            pages::bare(
+                "This link is used up",
+                "A login link works once and for a short time. Run `canopy web` for a new one.",
+            ),
         )
             .into_response(),
     }
