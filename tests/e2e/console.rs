@@ -153,16 +153,13 @@ fn the_console_shows_the_tree_live_and_decides_what_waits_in_a_real_browser() {
     );
     assert_eq!(status, 403);
     // The restart started a new session: its harness holds the live token.
-    let mut agent_token = String::new();
-    crate::assert_eventually!(
-        {
-            let incarnation = env.roster_entry("docs")["incarnation"].as_u64().unwrap_or(1);
-            let pid = env.wait_harness_pid("docs", incarnation);
-            agent_token = crate::sessions::process_env(pid).get("CANOPY_MCP_TOKEN").cloned().unwrap_or_default();
-            !agent_token.is_empty()
-        },
-        "docs has no live session token"
-    );
+    let live_token = || {
+        let incarnation = env.roster_entry("docs")["incarnation"].as_u64().unwrap_or(1);
+        let pid = env.wait_harness_pid("docs", incarnation);
+        crate::sessions::process_env(pid).get("CANOPY_MCP_TOKEN").cloned().unwrap_or_default()
+    };
+    crate::assert_eventually!(!live_token().is_empty(), "docs has no live session token");
+    let agent_token = live_token();
     let bearer = format!("Bearer {agent_token}");
     let (status, _, _) = http(
         "POST",

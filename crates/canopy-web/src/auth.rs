@@ -155,6 +155,7 @@ pub fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
     use super::*;
 
     #[test]

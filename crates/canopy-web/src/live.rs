@@ -34,7 +34,7 @@ const RECHECK: Duration = Duration::from_secs(5);
 pub async fn events(State(console): State<Shared>, headers: HeaderMap) -> Response {
     let (id, session) = match logged_in(&console, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let cursor = headers
         .get("last-event-id")

@@ -33,6 +33,12 @@ use crate::{CSRF_HEADER, SESSION_COOKIE};
 /// Stops a console started by `start`.
 pub type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
+/// What `start` returns: the console's URL and how to stop it, once it listens.
+pub type Started = Pin<Box<dyn Future<Output = Result<(String, Stop), String>> + Send>>;
+
+/// A request refused before any API call (no session, no CSRF token): the answer to send.
+pub type Refusal = Box<Response>;
+
 /// What every handler shares.
 pub struct Console {
     pub api: ApiClient,
@@ -47,11 +53,7 @@ pub type Shared = Arc<Console>;
 /// Starts the console in the shape `canopy_daemon::DaemonOptions::web` takes: binds the
 /// `[web] listen` address (port 0: the port kept in `web/port`, else a free one), and serves
 /// until stopped. Returns its URL.
-pub fn start(
-    dir: DataDir,
-    config: Config,
-    api: ApiClient,
-) -> Pin<Box<dyn Future<Output = Result<(String, Stop), String>> + Send>> {
+pub fn start(dir: DataDir, config: Config, api: ApiClient) -> Started {
     Box::pin(async move {
         let wanted = config.web.address().map_err(|e| format!("[web] listen: {e}"))?;
         let port_file = dir.web_dir().join("port");
@@ -157,29 +159,29 @@ async fn guard(
 }
 
 /// The logged-in session of a request, or the page that says how to log in.
-pub fn logged_in(console: &Console, headers: &HeaderMap) -> Result<(String, Session), Response> {
+pub fn logged_in(console: &Console, headers: &HeaderMap) -> Result<(String, Session), Refusal> {
     let id = cookie(headers, SESSION_COOKIE).unwrap_or("");
     match console.auth.session(id) {
         Some(session) => Ok((id.to_owned(), session)),
-        None => Err((StatusCode::UNAUTHORIZED, pages::login_needed()).into_response()),
+        None => Err(Box::new((StatusCode::UNAUTHORIZED, pages::login_needed()).into_response())),
     }
 }
 
 /// A state-changing request: logged in, from this origin, with the page's CSRF token (header
 /// or form field).
-fn acting(console: &Console, headers: &HeaderMap, form_csrf: Option<&str>) -> Result<Session, Response> {
+fn acting(console: &Console, headers: &HeaderMap, form_csrf: Option<&str>) -> Result<Session, Refusal> {
     let (_, session) = logged_in(console, headers)?;
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
         let host = origin.strip_prefix("http://").unwrap_or("");
         if !console.hosts.iter().any(|h| h == host) {
-            return Err((StatusCode::FORBIDDEN, pages::outcome_page("Refused", Err("a request from another origin")))
-                .into_response());
+            let refused = pages::outcome_page("Refused", Err("a request from another origin"));
+            return Err(Box::new((StatusCode::FORBIDDEN, refused).into_response()));
         }
     }
     let given = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).or(form_csrf).unwrap_or("");
     if given.is_empty() || !same(given, &session.csrf) {
         let why = "the request carries no valid CSRF token; reload the page";
-        return Err((StatusCode::FORBIDDEN, pages::outcome_page("Refused", Err(why))).into_response());
+        return Err(Box::new((StatusCode::FORBIDDEN, pages::outcome_page("Refused", Err(why))).into_response()));
     }
     Ok(session)
 }
@@ -224,7 +226,7 @@ fn page(session: &Session, title: &str, body: Result<Markup, CallError>) -> Resp
 async fn waiting(State(console): State<Shared>, headers: HeaderMap) -> Response {
     let (_, session) = match logged_in(&console, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let body = async {
         let spawns = call::<method::SpawnList>(&console, &session, &SpawnListRequest { state: None }).await?.requests;
@@ -238,7 +240,7 @@ async fn waiting(State(console): State<Shared>, headers: HeaderMap) -> Response 
 async fn tree(State(console): State<Shared>, headers: HeaderMap) -> Response {
     let (_, session) = match logged_in(&console, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let body = async {
         let tree = call::<method::Tree>(&console, &session, &TreeRequest { depth: None }).await?;
@@ -263,11 +265,11 @@ async fn tree(State(console): State<Shared>, headers: HeaderMap) -> Response {
 async fn channels(State(console): State<Shared>, headers: HeaderMap) -> Response {
     let (_, session) = match logged_in(&console, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let body = async {
         let mut channels = call::<method::ChannelsList>(&console, &session, &ChannelsListRequest {}).await?.channels;
-        channels.sort_by(|a, b| b.last_seq.cmp(&a.last_seq));
+        channels.sort_by_key(|c| std::cmp::Reverse(c.last_seq));
         Ok(pages::channels(&channels))
     }
     .await;
@@ -287,7 +289,7 @@ async fn channel(
 ) -> Response {
     let (_, session) = match logged_in(&console, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let body = async {
         let topics =
@@ -320,7 +322,7 @@ async fn channel(
 async fn agent(State(console): State<Shared>, headers: HeaderMap, Path(handle): Path<String>) -> Response {
     let (_, session) = match logged_in(&console, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let body = async {
         let roster = RosterRequest { handles: vec![handle.clone()], ..RosterRequest::default() };
@@ -350,7 +352,7 @@ struct AuditQuery {
 async fn audit(State(console): State<Shared>, headers: HeaderMap, Query(query): Query<AuditQuery>) -> Response {
     let (_, session) = match logged_in(&console, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let body = async {
         let entries =
@@ -425,7 +427,7 @@ struct CsrfOnly {
 
 async fn logout(State(console): State<Shared>, headers: HeaderMap, Form(form): Form<CsrfOnly>) -> Response {
     if let Err(r) = acting(&console, &headers, form.csrf.as_deref()) {
-        return r;
+        return *r;
     }
     if let Some(id) = cookie(&headers, SESSION_COOKIE) {
         console.auth.end(id);
@@ -479,7 +481,7 @@ async fn decide_spawn(
 ) -> Response {
     let session = match acting(&console, &headers, form.csrf.as_deref()) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let (approve, reason) = match form.checked() {
         Ok(d) => d,
@@ -498,7 +500,7 @@ async fn decide_merge(
 ) -> Response {
     let session = match acting(&console, &headers, form.csrf.as_deref()) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let (approve, reason) = match form.checked() {
         Ok(d) => d,
@@ -523,7 +525,7 @@ struct PostForm {
 async fn post_message(State(console): State<Shared>, headers: HeaderMap, Form(form): Form<PostForm>) -> Response {
     let session = match acting(&console, &headers, form.csrf.as_deref()) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let request = PostRequest {
         channel: form.channel.trim().trim_start_matches('#').to_owned(),

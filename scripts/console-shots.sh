@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Refreshes the console's screenshots in docs/console/ by running its browser test with
+# CANOPY_CONSOLE_SHOTS set (headless Chromium, 1280 px wide).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-nats.sh
+scripts/install-bwrap.sh
+browser="$(scripts/install-chromium.sh)"
+eval "$browser"
+export CANOPY_TEST_CHROMIUM CANOPY_TEST_CHROMEDRIVER
+CANOPY_CONSOLE_SHOTS="$PWD/docs/console" cargo test -p canopy-e2e --test e2e --locked \
+  console::the_console_shows_the_tree_live_and_decides_what_waits_in_a_real_browser
+ls -l docs/console/*.png
