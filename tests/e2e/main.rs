@@ -25,6 +25,7 @@ mod crash;
 mod delivery;
 mod demo;
 mod errors;
+mod fuzz;
 mod gate;
 mod governance;
 mod interrupt;

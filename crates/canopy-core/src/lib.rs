@@ -10,6 +10,7 @@ pub mod budget;
 pub mod continuity;
 pub mod delivery;
 pub mod error;
+pub mod fuzz;
 pub mod gate;
 pub mod harness;
 pub mod ids;

@@ -54,6 +54,29 @@ pub fn parse_mentions(body: &str) -> Vec<Handle> {
 
 #[cfg(test)]
 mod tests {
+    use crate::fuzz::{Rng, mutate};
+
+    /// How many cases a property test runs: `CANOPY_FUZZ_CASES`, else `default`.
+    fn cases(default: usize) -> usize {
+        std::env::var("CANOPY_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    }
+
+    #[test]
+    fn fuzzed_bodies_yield_only_well_formed_distinct_handles_that_are_in_the_body() {
+        let seeds = ["@alpha please see @beta-2.", "mail a@b.c and @gamma", "@-x @y- @@z (@w) @ops\n@ci-manager:"];
+        let mut rng = Rng::new(0x6d65_6e74);
+        for case in 0..cases(20_000) {
+            let body = mutate(&mut rng, seeds[case % seeds.len()]);
+            let found = parse_mentions(&body);
+            let mut seen = std::collections::HashSet::new();
+            for handle in &found {
+                assert!(Handle::parse(handle.as_str()).is_ok(), "{handle:?} from {body:?}");
+                assert!(body.contains(&format!("@{}", handle.as_str())), "{handle:?} is not in {body:?}");
+                assert!(seen.insert(handle.as_str().to_owned()), "{handle:?} twice from {body:?}");
+            }
+        }
+    }
+
     use super::*;
 
     fn mentions(body: &str) -> Vec<String> {

@@ -226,6 +226,33 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly on purpose")]
 
     use super::*;
+    use canopy_core::fuzz::{Rng, mutate};
+
+    /// How many cases a property test runs: `CANOPY_FUZZ_CASES`, else `default`.
+    fn cases(default: usize) -> usize {
+        std::env::var("CANOPY_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    }
+
+    #[test]
+    fn fuzzed_frontmatter_is_parsed_or_refused_with_a_line_never_a_panic() {
+        let seeds = [
+            "---\nname: reviewer\ndescription: \"Reviews code\"\ntools: [comms_post_message, tree_show]\nalways: true\n---\nBody text.\n",
+            "---\nrequires: [runs_merge]\n---\n",
+            "name: x\nlist: [a, \"b, c\"]\nflag: false\n",
+        ];
+        let mut rng = Rng::new(0x6672_6f6e);
+        for case in 0..cases(20_000) {
+            let text = mutate(&mut rng, seeds[case % seeds.len()]);
+            if let Ok((front, _body)) = split("fuzz.md", &text) {
+                let _ = front.only("fuzz.md", &["name", "description", "tools", "always", "requires"]);
+                let _ = front.optional_list("fuzz.md", "tools");
+                let _ = front.optional_bool("fuzz.md", "always");
+            }
+            if let Err(e) = document("fuzz.yaml", &text) {
+                assert!(!e.to_string().is_empty(), "an error that says nothing for {text:?}");
+            }
+        }
+    }
 
     #[test]
     fn reads_the_supported_subset() {

@@ -274,6 +274,8 @@ impl McpClient {
         let stream = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
             .await
             .map_err(|source| McpError::Connect { authority: endpoint.authority.clone(), source })?;
+        // The request body follows its head as a second small write: no Nagle delay for it.
+        let _ = stream.set_nodelay(true);
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         // The connection task must not outlive this exchange, also when the timeout drops it.
         let _connection = AbortOnDrop(tokio::spawn(async move {

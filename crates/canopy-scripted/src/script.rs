@@ -605,7 +605,28 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly on purpose")]
 
     use super::*;
+    use canopy_core::fuzz::{Rng, mutate};
     use serde_json::json;
+
+    /// How many cases a property test runs: `CANOPY_FUZZ_CASES`, else `default`.
+    fn cases(default: usize) -> usize {
+        std::env::var("CANOPY_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    }
+
+    #[test]
+    fn fuzzed_scripts_are_parsed_or_refused_with_a_line_never_a_panic() {
+        let seeds = [
+            "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ call = \"comms_post_message\", args = { channel = \"x\", topic = \"t\", body = \"{{input}}\" } }, { sleep = \"2s\" }, { say = \"done\" }]\n",
+            "[[rule]]\nmatch = { steer = true, contains = \"stop\" }\nactions = [{ say = \"heard\" }]\n[[rule]]\nmatch = { kind = \"message\" }\nactions = [{ fail = \"no\" }]\n",
+        ];
+        let mut rng = Rng::new(0x7363_7269);
+        for case in 0..cases(20_000) {
+            let text = mutate(&mut rng, seeds[case % seeds.len()]);
+            if let Err(e) = parse(std::path::Path::new("fuzz.toml"), &text) {
+                assert!(!e.to_string().is_empty(), "an error that says nothing for {text:?}");
+            }
+        }
+    }
 
     fn ok(text: &str) -> Script {
         match parse(Path::new("script.toml"), text) {

@@ -79,6 +79,12 @@ where
                     }
                 },
             };
+            // A tool result is a small write after the response head: with Nagle on, it waits
+            // for the client's delayed ACK of the head (40 ms on Linux) on a kept-alive
+            // connection, which is how every harness calls. Small writes go out at once.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY on an MCP connection");
+            }
             let mcp = mcp.clone();
             let check = check.clone();
             let conn_stop = accept_stop.clone();

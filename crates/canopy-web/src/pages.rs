@@ -44,20 +44,26 @@ fn time(at: &str) -> Markup {
     html! { time datetime=(at) { (when(at)) } }
 }
 
+/// The `<head>` every page shares; `extra` adds what a session's pages need.
+fn head(title: &str, extra: Markup) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            (extra)
+            title { (title) " · Canopy" }
+            link rel="stylesheet" href="/assets/console.css";
+        }
+    }
+}
+
 /// The frame of every page: navigation, the live-connection banner, the CSRF token the
 /// script sends with every POST, and the logout button.
 pub fn page(title: &str, session: &Session, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="csrf" content=(session.csrf);
-                title { (title) " · Canopy" }
-                link rel="stylesheet" href="/assets/console.css";
-                script src="/assets/console.js" defer {}
-            }
+            (head(title, html! { meta name="csrf" content=(session.csrf); script src="/assets/console.js" defer {} }))
             body {
                 a.skip href="#main" { "Skip to content" }
                 header {
@@ -87,12 +93,7 @@ pub fn bare(title: &str, text: &str) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · Canopy" }
-                link rel="stylesheet" href="/assets/console.css";
-            }
+            (head(title, html! {}))
             body { main #main { h1 { (title) } p { (text) } } }
         }
     }
@@ -111,7 +112,7 @@ pub fn outcome_page(title: &str, result: Result<Markup, &str>) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head { meta charset="utf-8"; title { (title) " · Canopy" } link rel="stylesheet" href="/assets/console.css"; }
+            (head(title, html! {}))
             body {
                 main #main {
                     section #outcome {

@@ -473,13 +473,16 @@ fn bad_form(why: &str) -> Response {
     (StatusCode::BAD_REQUEST, pages::outcome_page("Refused", Err(why))).into_response()
 }
 
-async fn decide_spawn(
-    State(console): State<Shared>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    Form(form): Form<Decision>,
+/// One decision through the API: `request` builds the method's request from the checked
+/// form, `shown` renders its answer.
+async fn decide<M: ApiMethod>(
+    console: &Console,
+    headers: &HeaderMap,
+    form: Decision,
+    request: impl FnOnce(bool, Option<String>) -> M::Request,
+    shown: fn(&M::Response) -> Markup,
 ) -> Response {
-    let session = match acting(&console, &headers, form.csrf.as_deref()) {
+    let session = match acting(console, headers, form.csrf.as_deref()) {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -487,9 +490,18 @@ async fn decide_spawn(
         Ok(d) => d,
         Err(why) => return bad_form(why),
     };
-    let request = SpawnDecideRequest { id, approve, reason };
-    let decided = call::<method::SpawnDecide>(&console, &session, &request).await;
-    outcome(decided.map(|r| pages::spawn_decided(&r)), "Decision")
+    let decided = call::<M>(console, &session, &request(approve, reason)).await;
+    outcome(decided.map(|r| shown(&r)), "Decision")
+}
+
+async fn decide_spawn(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<Decision>,
+) -> Response {
+    let request = |approve, reason| SpawnDecideRequest { id, approve, reason };
+    decide::<method::SpawnDecide>(&console, &headers, form, request, pages::spawn_decided).await
 }
 
 async fn decide_merge(
@@ -498,17 +510,8 @@ async fn decide_merge(
     Path(id): Path<String>,
     Form(form): Form<Decision>,
 ) -> Response {
-    let session = match acting(&console, &headers, form.csrf.as_deref()) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
-    let (approve, reason) = match form.checked() {
-        Ok(d) => d,
-        Err(why) => return bad_form(why),
-    };
-    let request = MergesDecideRequest { id, approve, reason };
-    let decided = call::<method::MergesDecide>(&console, &session, &request).await;
-    outcome(decided.map(|r| pages::merge_decided(&r)), "Decision")
+    let request = |approve, reason| MergesDecideRequest { id, approve, reason };
+    decide::<method::MergesDecide>(&console, &headers, form, request, pages::merge_decided).await
 }
 
 #[derive(Deserialize)]
