@@ -24,18 +24,14 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::auth::Session;
-use crate::server::{Console, Shared, call, logged_in};
+use crate::server::{Console, LoggedIn, Shared, call};
 
 /// How soon a browser retries a dropped feed.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often the session is checked while a feed is open.
 const RECHECK: Duration = Duration::from_secs(5);
 
-pub async fn events(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    let (id, session) = match logged_in(&console, &headers) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
+pub async fn events(State(console): State<Shared>, LoggedIn(id, session): LoggedIn, headers: HeaderMap) -> Response {
     let cursor = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())

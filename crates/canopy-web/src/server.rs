@@ -167,6 +167,18 @@ pub fn logged_in(console: &Console, headers: &HeaderMap) -> Result<(String, Sess
     }
 }
 
+/// A page request's logged-in session (the session id, and the session): the login page
+/// when there is none.
+pub struct LoggedIn(pub String, pub Session);
+
+impl axum::extract::FromRequestParts<Shared> for LoggedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut http::request::Parts, console: &Shared) -> Result<LoggedIn, Response> {
+        logged_in(console, &parts.headers).map(|(id, session)| LoggedIn(id, session)).map_err(|r| *r)
+    }
+}
+
 /// A state-changing request: logged in, from this origin, with the page's CSRF token (header
 /// or form field).
 fn acting(console: &Console, headers: &HeaderMap, form_csrf: Option<&str>) -> Result<Session, Refusal> {
@@ -223,11 +235,7 @@ fn page(session: &Session, title: &str, body: Result<Markup, CallError>) -> Resp
     }
 }
 
-async fn waiting(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    let (_, session) = match logged_in(&console, &headers) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
+async fn waiting(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) -> Response {
     let body = async {
         let spawns = call::<method::SpawnList>(&console, &session, &SpawnListRequest { state: None }).await?.requests;
         let merges = call::<method::MergesList>(&console, &session, &MergesListRequest { state: None }).await?.merges;
@@ -237,11 +245,7 @@ async fn waiting(State(console): State<Shared>, headers: HeaderMap) -> Response 
     page(&session, "Waiting", body)
 }
 
-async fn tree(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    let (_, session) = match logged_in(&console, &headers) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
+async fn tree(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) -> Response {
     let body = async {
         let tree = call::<method::Tree>(&console, &session, &TreeRequest { depth: None }).await?;
         let mut roster = Vec::new();
@@ -262,11 +266,7 @@ async fn tree(State(console): State<Shared>, headers: HeaderMap) -> Response {
     page(&session, "Tree", body)
 }
 
-async fn channels(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    let (_, session) = match logged_in(&console, &headers) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
+async fn channels(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) -> Response {
     let body = async {
         let mut channels = call::<method::ChannelsList>(&console, &session, &ChannelsListRequest {}).await?.channels;
         channels.sort_by_key(|c| std::cmp::Reverse(c.last_seq));
@@ -283,14 +283,10 @@ struct TopicQuery {
 
 async fn channel(
     State(console): State<Shared>,
-    headers: HeaderMap,
+    LoggedIn(_, session): LoggedIn,
     Path(name): Path<String>,
     Query(query): Query<TopicQuery>,
 ) -> Response {
-    let (_, session) = match logged_in(&console, &headers) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
     let body = async {
         let topics =
             call::<method::TopicsList>(&console, &session, &TopicsListRequest { channel: name.clone() }).await?.topics;
@@ -319,11 +315,7 @@ async fn channel(
     page(&session, &format!("#{name}"), body)
 }
 
-async fn agent(State(console): State<Shared>, headers: HeaderMap, Path(handle): Path<String>) -> Response {
-    let (_, session) = match logged_in(&console, &headers) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
+async fn agent(State(console): State<Shared>, LoggedIn(_, session): LoggedIn, Path(handle): Path<String>) -> Response {
     let body = async {
         let roster = RosterRequest { handles: vec![handle.clone()], ..RosterRequest::default() };
         let entry = call::<method::Roster>(&console, &session, &roster).await?.agents.into_iter().next();
@@ -349,11 +341,11 @@ struct AuditQuery {
     text: Option<String>,
 }
 
-async fn audit(State(console): State<Shared>, headers: HeaderMap, Query(query): Query<AuditQuery>) -> Response {
-    let (_, session) = match logged_in(&console, &headers) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
+async fn audit(
+    State(console): State<Shared>,
+    LoggedIn(_, session): LoggedIn,
+    Query(query): Query<AuditQuery>,
+) -> Response {
     let body = async {
         let entries =
             call::<method::AuditList>(&console, &session, &AuditListRequest { since_secs: None }).await?.entries;
