@@ -9,10 +9,10 @@
   const toast = document.getElementById("toast");
   let timer = null, busy = false, again = false, acting = 0;
 
-  const typing = (region) => {
-    const el = document.activeElement;
-    return el && region.contains(el) && (el.value || "") !== "";
-  };
+  // A region holding what the operator typed (focused or not) is left alone.
+  const typing = (region) =>
+    Array.from(region.querySelectorAll("input:not([type=hidden]), textarea"))
+      .some((el) => el.value !== el.defaultValue);
 
   async function refresh() {
     // Not while an action is on its way: its form must still be there for its answer.
@@ -22,6 +22,8 @@
       const r = await fetch(location.href, { headers: { "x-canopy-part": "live" } });
       if (r.status === 401) { location.reload(); return; }
       const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+      // An action started while this page was on its way: its form must stay; read again after.
+      if (acting > 0) { again = true; return; }
       document.querySelectorAll("[data-live]").forEach((region) => {
         const fresh = doc.getElementById(region.id);
         if (fresh && fresh.innerHTML !== region.innerHTML && !typing(region)) {
@@ -36,7 +38,10 @@
       if (again) { again = false; refresh(); }
     }
   }
-  const soon = () => { clearTimeout(timer); timer = setTimeout(refresh, 80); };
+  // At most one refresh per 80 ms however fast events come (a busy tree never starves it).
+  const soon = () => {
+    if (timer === null) timer = setTimeout(() => { timer = null; refresh(); }, 80);
+  };
 
   function follow() {
     const feed = new EventSource("/events");
@@ -76,8 +81,9 @@
       out.replaceChildren(...(answer ? Array.from(answer.childNodes).map((n) => document.importNode(n, true))
                                       : [document.createTextNode("failed: HTTP " + r.status)]));
       out.dataset.status = String(r.status);
-      if (r.ok && form.hasAttribute("data-reset")) {
-        form.querySelectorAll("textarea").forEach((t) => { t.value = ""; });
+      if (r.ok) {
+        // What was typed is sent: the form is clean again, so live refreshes resume.
+        form.reset();
         const key = form.querySelector('input[name="idempotency_key"]');
         if (key) key.value = Math.random().toString(16).slice(2) + Date.now().toString(16);
       }

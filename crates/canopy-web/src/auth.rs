@@ -82,7 +82,11 @@ impl Auth {
         let now = canopy_sys::unix_ms();
         let mut state = self.state();
         state.links.retain(|_, l| l.expires_ms > now);
-        let link = Link { token: token.to_owned(), operator: operator.to_owned(), expires_ms: now + self.link_ttl_ms };
+        let link = Link {
+            token: token.to_owned(),
+            operator: operator.to_owned(),
+            expires_ms: now.saturating_add(self.link_ttl_ms),
+        };
         state.links.insert(digest(&secret), link);
         Ok(secret)
     }
@@ -100,10 +104,15 @@ impl Auth {
     fn new_session(&self, token: String, operator: String) -> std::io::Result<String> {
         let id = canopy_sys::random_hex(32)?;
         let csrf = canopy_sys::random_hex(24)?;
-        let session = Session { token, csrf, operator, expires_ms: canopy_sys::unix_ms() + self.session_ttl_ms };
+        let expires_ms = canopy_sys::unix_ms().saturating_add(self.session_ttl_ms);
+        let session = Session { token, csrf, operator, expires_ms };
         let mut state = self.state();
         state.sessions.insert(digest(&id), session);
-        self.persist(&state)?;
+        // A session the file does not hold is not handed out (no cookie without it on disk).
+        if let Err(e) = self.persist(&state) {
+            state.sessions.remove(&digest(&id));
+            return Err(e);
+        }
         Ok(id)
     }
 
@@ -140,7 +149,9 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     let tmp = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    // A leftover temporary file keeps its mode on open: start from none.
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
     file.write_all(text.as_bytes())?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)

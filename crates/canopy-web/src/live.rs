@@ -7,8 +7,9 @@
 //! that reconnects (after a network blip or a daemon restart) sends it back as
 //! `Last-Event-ID`, and the feed first replays what was committed since through the API
 //! (`messages.sync` with the session's token), then says `resync`. It also says `resync` when
-//! the console's own NATS connection comes back, `logout` when the session ends, and sends a
-//! comment every 15 s so a dead connection is noticed.
+//! the console's own NATS connection comes back, `logout` when the session ends or the API
+//! refuses its token (checked at the start and every 5 s), and sends a comment every 15 s so a
+//! dead connection is noticed.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use canopy_core::Seq;
-use canopy_proto::api::{ActivityEvent, MessageEvent, SyncRequest};
+use canopy_proto::api::{ActivityEvent, MessageEvent, SyncRequest, WhoamiRequest};
 use canopy_proto::method;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
@@ -58,8 +59,10 @@ async fn replay(console: &Console, session: &Session, mut after: Seq, tx: &mpsc:
         for m in &page.messages {
             tx.send(message_event(m.channel.as_str(), m.topic.as_str(), m.seq)).await.ok()?;
         }
+        // A page that does not move the cursor ends the replay (nothing more can come of it).
+        let moved = page.next_after > after;
         after = page.next_after.max(after);
-        if !page.more {
+        if !page.more || !moved {
             return Some(after);
         }
     }
@@ -82,6 +85,11 @@ async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>
     let mut messages = messages;
     let mut activity = activity;
     let _ = tx.send(Event::default().retry(RETRY).comment("connected")).await;
+    if let Err(canopy_bus::CallError::Refused(_)) = call::<method::Whoami>(&console, &session, &WhoamiRequest {}).await
+    {
+        let _ = tx.send(Event::default().event("logout").data("{}")).await;
+        return;
+    }
     let mut last = cursor.unwrap_or_default();
     if let Some(after) = cursor {
         match replay(&console, &session, after, &tx).await {
@@ -97,35 +105,50 @@ async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>
         let event = tokio::select! {
             () = console.stop.cancelled() => return,
             () = tx.closed() => return,
-            m = messages.next() => match m.and_then(|m| serde_json::from_slice::<MessageEvent>(&m.payload).ok()) {
-                Some(e) => {
-                    last = last.max(e.message.seq);
-                    message_event(e.message.channel.as_str(), e.message.topic.as_str(), e.message.seq)
+            m = messages.next() => {
+                // A subscription that ends ends the feed; the browser reconnects and resumes.
+                let Some(m) = m else { return };
+                match serde_json::from_slice::<MessageEvent>(&m.payload) {
+                    Ok(e) => {
+                        last = last.max(e.message.seq);
+                        message_event(e.message.channel.as_str(), e.message.topic.as_str(), e.message.seq)
+                    }
+                    Err(_) => continue,
                 }
-                None => continue,
-            },
-            a = activity.next() => match a.and_then(|a| serde_json::from_slice::<ActivityEvent>(&a.payload).ok()) {
-                Some(e) => {
-                    let data = serde_json::json!({ "agent": e.item.agent, "id": e.item.id, "kind": e.item.kind });
-                    Event::default().event("activity").data(data.to_string())
+            }
+            a = activity.next() => {
+                let Some(a) = a else { return };
+                match serde_json::from_slice::<ActivityEvent>(&a.payload) {
+                    Ok(e) => {
+                        let data = serde_json::json!({ "agent": e.item.agent, "id": e.item.id, "kind": e.item.kind });
+                        Event::default().event("activity").data(data.to_string())
+                    }
+                    Err(_) => continue,
                 }
-                None => continue,
-            },
+            }
             change = connection.recv() => match change {
                 // Doorbells rung while the connection was down are lost: read what they rang for.
                 Ok(canopy_bus::ConnectionEvent::Connected) => {
-                    if cursor.is_some() || last > Seq(0) {
-                        match replay(&console, &session, last, &tx).await {
-                            Some(seq) => last = seq,
-                            None => continue,
-                        }
+                    if (cursor.is_some() || last > Seq(0))
+                        && let Some(seq) = replay(&console, &session, last, &tx).await
+                    {
+                        last = seq;
                     }
+                    // Even when the replay failed: the page reads what it shows itself.
                     Event::default().event("resync").data("{}")
                 }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Event::default().event("resync").data("{}"),
                 _ => continue,
             },
             _ = recheck.tick() => {
-                if console.auth.session(&id).is_none() {
+                // The session ended here, or the API no longer accepts its token (a revoked
+                // operator): the feed stops telling it anything.
+                let refused = matches!(
+                    call::<method::Whoami>(&console, &session, &WhoamiRequest {}).await,
+                    Err(canopy_bus::CallError::Refused(_))
+                );
+                if refused || console.auth.session(&id).is_none() {
                     let _ = tx.send(Event::default().event("logout").data("{}")).await;
                     return;
                 }

@@ -99,6 +99,28 @@ pub fn bare(title: &str, text: &str) -> Markup {
     }
 }
 
+/// After a link is opened: the session cookie is set; this page moves on to the console.
+pub fn logged_in_page() -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head { meta charset="utf-8"; meta http-equiv="refresh" content="0; url=/"; title { "Logged in · Canopy" } }
+            body { main #main { h1 { "Logged in" } p { a href="/" { "Open the console" } } } }
+        }
+    }
+}
+
+/// A query value, percent-encoded (topic names are free text).
+fn query(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 pub fn login_needed() -> Markup {
     bare(
         "Log in",
@@ -143,16 +165,18 @@ fn amount(a: Option<canopy_core::budget::Amount>) -> String {
     a.map(say::amount).unwrap_or_else(|| "none proposed".into())
 }
 
-fn decide_forms(action: &str, csrf_label: &str) -> Markup {
+fn decide_forms(action: &str, label: &str, csrf: &str) -> Markup {
     html! {
         div.decide {
             form data-action method="post" action=(action) {
+                input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="decision" value="approve";
-                button.approve type="submit" aria-label=(format!("Approve {csrf_label}")) { "Approve" }
+                button.approve type="submit" aria-label=(format!("Approve {label}")) { "Approve" }
             }
             form data-action method="post" action=(action) {
+                input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="decision" value="deny";
-                label { span.sr { "Reason to deny " (csrf_label) } input type="text" name="reason" required placeholder="reason to deny"; }
+                label { span.sr { "Reason to deny " (label) } input type="text" name="reason" required placeholder="reason to deny"; }
                 button.deny type="submit" { "Deny" }
             }
             div.outcome data-outcome aria-live="polite" {}
@@ -162,7 +186,7 @@ fn decide_forms(action: &str, csrf_label: &str) -> Markup {
 
 /// *Waiting*: every pending spawn and merge request, with one-click decisions, and the latest
 /// decisions as they land.
-pub fn waiting(spawns: &[SpawnRequest], merges: &[MergeRequest], now_ms: i64) -> Markup {
+pub fn waiting(spawns: &[SpawnRequest], merges: &[MergeRequest], now_ms: i64, csrf: &str) -> Markup {
     let pending: Vec<&SpawnRequest> = spawns.iter().filter(|r| r.state == SpawnState::Pending).collect();
     let waiting_merges: Vec<&MergeRequest> = merges.iter().filter(|m| m.state == MergeState::Pending).collect();
     let decided: Vec<&SpawnRequest> = spawns.iter().filter(|r| r.state != SpawnState::Pending).take(10).collect();
@@ -184,7 +208,7 @@ pub fn waiting(spawns: &[SpawnRequest], merges: &[MergeRequest], now_ms: i64) ->
                         dt { "Age" } dd { (age) }
                         dt { "Time left" } dd { (left) }
                     }
-                    (decide_forms(&format!("/spawn/{}", r.id), &r.id))
+                    (decide_forms(&format!("/spawn/{}", r.id), &r.id, csrf))
                 }
             }
             h2 { "Merge requests (" (waiting_merges.len()) ")" }
@@ -199,7 +223,7 @@ pub fn waiting(spawns: &[SpawnRequest], merges: &[MergeRequest], now_ms: i64) ->
                         dt { "Changes" } dd { pre { (m.diffstat) } }
                         dt { "Age" } dd { (ms_of(&m.created_at).map(|t| span(now_ms - t)).unwrap_or_default()) }
                     }
-                    (decide_forms(&format!("/merges/{}", m.id), &m.id))
+                    (decide_forms(&format!("/merges/{}", m.id), &m.id, csrf))
                 }
             }
             h2 { "Latest decisions" }
@@ -340,7 +364,14 @@ fn message(m: &Message, pinned: bool) -> Markup {
 }
 
 /// A channel: its topics, most recent first, one topic's messages, and the post box.
-pub fn channel(name: &str, topics: &[Topic], topic: Option<&str>, messages: &[Message], pinned: &[Seq]) -> Markup {
+pub fn channel(
+    name: &str,
+    topics: &[Topic],
+    topic: Option<&str>,
+    messages: &[Message],
+    pinned: &[Seq],
+    csrf: &str,
+) -> Markup {
     let key = canopy_sys::random_hex(8).unwrap_or_default();
     html! {
         div.split {
@@ -350,7 +381,7 @@ pub fn channel(name: &str, topics: &[Topic], topic: Option<&str>, messages: &[Me
                     ul {
                         @for t in topics {
                             li {
-                                a href=(format!("/channels/{name}?topic={}", t.name.as_str()))
+                                a href=(format!("/channels/{name}?topic={}", query(t.name.as_str())))
                                   aria-current=[(Some(t.name.as_str()) == topic).then_some("page")] {
                                     (t.name.as_str())
                                 }
@@ -368,8 +399,9 @@ pub fn channel(name: &str, topics: &[Topic], topic: Option<&str>, messages: &[Me
                     }
                     ol.messages { @for m in messages { (message(m, pinned.contains(&m.seq))) } }
                 }
-                form.post data-action data-reset method="post" action="/post" {
+                form.post data-action method="post" action="/post" {
                     h2 { "Post" }
+                    input type="hidden" name="csrf" value=(csrf);
                     input type="hidden" name="channel" value=(name);
                     input type="hidden" name="idempotency_key" value=(key);
                     label { "Topic " input type="text" name="topic" required value=(topic.unwrap_or("")); }
@@ -386,7 +418,7 @@ pub fn channel(name: &str, topics: &[Topic], topic: Option<&str>, messages: &[Me
 /// A post's outcome per recipient.
 pub fn posted(r: &PostResponse) -> Markup {
     html! {
-        p.ok { "Posted " a href=(format!("/channels/{}?topic={}", r.message.channel.as_str(), r.message.topic.as_str())) { "#" (r.message.seq.get()) }
+        p.ok { "Posted " a href=(format!("/channels/{}?topic={}", r.message.channel.as_str(), query(r.message.topic.as_str()))) { "#" (r.message.seq.get()) }
             @if r.duplicate { " (already posted: the same message)" } }
         @if !r.outcomes.is_empty() {
             ul.outcomes {
@@ -478,7 +510,7 @@ pub fn agent(
         section #usage data-live {
             h2 { "Usage" }
             p { (usage.total.input_tokens) " input and " (usage.total.output_tokens) " output tokens"
-                @if let Some(c) = usage.total.cost_usd { ", $" (format!("{c:.4})")) } }
+                @if let Some(c) = usage.total.cost_usd { ", $" (format!("{c:.4}")) } }
             ul { @for b in &usage.budgets { li { (b.owner.as_str()) " " (b.scope.as_str()) ": " (say::spend(b.limit, b.spent)) " (" (b.percent) "%)" } } }
         }
     }

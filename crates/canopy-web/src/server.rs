@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use canopy_bus::{ApiClient, CallError};
@@ -65,7 +65,11 @@ pub fn start(dir: DataDir, config: Config, api: ApiClient) -> Started {
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         let auth = Auth::load(dir.web_dir().join("sessions.json"), ms(config.web.session_ttl), ms(config.web.link_ttl));
         let port = addr.port();
-        let hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
+        let mut hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
+        hosts.push(match addr {
+            SocketAddr::V4(a) => a.to_string(),
+            SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+        });
         let stop = CancellationToken::new();
         let console = Arc::new(Console { api, auth, stop: stop.clone(), hosts });
         let app = router(console);
@@ -239,7 +243,7 @@ async fn waiting(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) 
     let body = async {
         let spawns = call::<method::SpawnList>(&console, &session, &SpawnListRequest { state: None }).await?.requests;
         let merges = call::<method::MergesList>(&console, &session, &MergesListRequest { state: None }).await?.merges;
-        Ok(pages::waiting(&spawns, &merges, canopy_sys::unix_ms()))
+        Ok(pages::waiting(&spawns, &merges, canopy_sys::unix_ms(), &session.csrf))
     }
     .await;
     page(&session, "Waiting", body)
@@ -309,7 +313,7 @@ async fn channel(
         };
         let pins = call::<method::BoardList>(&console, &session, &BoardListRequest { channel: name.clone() }).await?;
         let pinned: Vec<canopy_core::Seq> = pins.pins.iter().map(|m| m.seq).collect();
-        Ok(pages::channel(&name, &topics, topic.as_deref(), &messages, &pinned))
+        Ok(pages::channel(&name, &topics, topic.as_deref(), &messages, &pinned, &session.csrf))
     }
     .await;
     page(&session, &format!("#{name}"), body)
@@ -392,7 +396,9 @@ async fn login(State(console): State<Shared>, Path(secret): Path<String>) -> Res
     match console.auth.open_link(&secret) {
         Some(Ok(id)) => {
             let cookie = format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict");
-            let mut response = Redirect::to("/").into_response();
+            // Not a redirect: a link opened from another site (a chat, a terminal emulator's
+            // handler) would follow it without the Strict cookie. A page of ours moves on.
+            let mut response = pages::logged_in_page().into_response();
             if let Ok(value) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
             }
