@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -113,11 +113,7 @@ impl Browser {
             .spawn()
             .unwrap();
         let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        crate::assert_eventually!(TcpStream::connect(("127.0.0.1", port)).is_ok(), "chromedriver did not start");
         let profile = tempfile::tempdir().unwrap();
         let args = [
             "--headless=new".to_owned(),
@@ -170,7 +166,8 @@ impl Browser {
             let id = self.element(css);
             match self.try_command("POST", &format!("/element/{id}/{act}"), body.clone()) {
                 Ok(_) => return,
-                Err(text) if text.contains("stale element") => std::thread::sleep(Duration::from_millis(50)),
+                // Found again at once: the refresh that replaced it is over.
+                Err(text) if text.contains("stale element") => {}
                 Err(text) => panic!("webdriver {act} on {css}: {text}"),
             }
         }
@@ -217,24 +214,16 @@ impl Browser {
 
     /// Waits until the page's text contains `needle`.
     pub fn wait_text(&self, needle: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let text = self.text();
-            if text.contains(needle) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "the page never showed {needle:?}; it shows:\n{text}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        crate::assert_eventually!(
+            self.text().contains(needle),
+            "the page never showed {needle:?}; it shows:\n{}",
+            self.text()
+        );
     }
 
     /// Waits until `script` returns true.
     pub fn wait_true(&self, script: &str, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.eval(script) != Value::Bool(true) {
-            assert!(Instant::now() < deadline, "{what}; the page shows:\n{}", self.text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        crate::assert_eventually!(self.eval(script) == Value::Bool(true), "{what}; the page shows:\n{}", self.text());
     }
 
     /// A PNG of the viewport, written to `path`.

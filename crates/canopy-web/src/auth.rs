@@ -141,20 +141,12 @@ impl Auth {
     }
 }
 
-/// Writes `text` to `path` (0600) through a temporary file and a rename.
+/// Writes `text` to `path` (0600, atomically) in a directory made when missing.
 pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let tmp = path.with_extension("tmp");
-    // A leftover temporary file keeps its mode on open: start from none.
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    canopy_sys::write_private(path, text.as_bytes())
 }
 
 /// The value of cookie `name` in a `Cookie` header.

@@ -30,6 +30,9 @@ use crate::auth::{Auth, Session, cookie, same};
 use crate::pages;
 use crate::{CSRF_HEADER, SESSION_COOKIE};
 
+/// The header the page's script sets when it fetches the page again for its live regions.
+const LIVE_HEADER: &str = "x-canopy-part";
+
 /// Stops a console started by `start`.
 pub type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
@@ -319,7 +322,15 @@ async fn channel(
     page(&session, &format!("#{name}"), body)
 }
 
-async fn agent(State(console): State<Shared>, LoggedIn(_, session): LoggedIn, Path(handle): Path<String>) -> Response {
+async fn agent(
+    State(console): State<Shared>,
+    LoggedIn(_, session): LoggedIn,
+    headers: HeaderMap,
+    Path(handle): Path<String>,
+) -> Response {
+    // A live refresh swaps only the `data-live` regions: the prompt is not one, so a busy
+    // agent's activity does not render its prompt again on every event.
+    let live = headers.contains_key(LIVE_HEADER);
     let body = async {
         let roster = RosterRequest { handles: vec![handle.clone()], ..RosterRequest::default() };
         let entry = call::<method::Roster>(&console, &session, &roster).await?.agents.into_iter().next();
@@ -327,7 +338,10 @@ async fn agent(State(console): State<Shared>, LoggedIn(_, session): LoggedIn, Pa
         let activity = call::<method::ActivityRead>(&console, &session, &activity).await?.items;
         let prompt = PromptsRenderRequest { agent: Some(handle.clone()), role: None };
         // An agent whose prompt cannot be rendered now (its bundle broken) still has a page.
-        let prompt = call::<method::PromptsRender>(&console, &session, &prompt).await.map_err(|e| e.to_string());
+        let prompt = match live {
+            true => Err("not read on a live refresh".to_owned()),
+            false => call::<method::PromptsRender>(&console, &session, &prompt).await.map_err(|e| e.to_string()),
+        };
         let runs = RunsListRequest { agent: Some(handle.clone()), open: false };
         let runs = call::<method::RunsList>(&console, &session, &runs).await?.runs;
         let usage = UsageRequest { agent: Some(handle.clone()), since_secs: None };
