@@ -15,6 +15,8 @@ mod webdriver;
 
 mod authz;
 mod budgets;
+#[path = "../chaos/mod.rs"]
+mod chaos;
 mod claude;
 mod cli;
 mod codex;

@@ -38,6 +38,12 @@ impl ApiClient {
         ApiClient { bus, subjects, timeout }
     }
 
+    /// The same client, waiting at most `timeout` for each reply (never longer than this one
+    /// waits): for calls whose loss is better noticed at once than late.
+    pub fn with_timeout(&self, timeout: Duration) -> ApiClient {
+        ApiClient { timeout: self.timeout.min(timeout), ..self.clone() }
+    }
+
     /// Calls method `M` with its request, authenticated by `token`: the method table's types
     /// make a call with the wrong request or response a compile error.
     pub async fn send<M: ApiMethod>(&self, token: &str, request: &M::Request) -> Result<M::Response, CallError> {

@@ -34,6 +34,10 @@ pub enum HistoryItem {
         message: Message,
         /// True when the agent sent it.
         sent: bool,
+        /// True when it was handed to a later session because the session first handed it
+        /// ended before confirming it: an earlier session may have acted on it already.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        redelivered: bool,
     },
     /// A tool call of one of the agent's sessions: name, status and a short preview only.
     ToolEvent {

@@ -18,6 +18,9 @@ pub struct TurnSchedule {
     cap: Duration,
     /// The doorbell window since the last delivery: (first, last).
     window: Option<(Instant, Instant)>,
+    /// The window is due at once (a turn ended or the idle resync looked): later doorbells
+    /// do not push it back, or a steady stream of them would hold a backlog until the cap.
+    at_once: bool,
     turn: Option<String>,
     delivering: bool,
     stopping: bool,
@@ -37,6 +40,7 @@ impl TurnSchedule {
             quiet,
             cap,
             window: None,
+            at_once: false,
             turn: None,
             delivering: false,
             stopping: false,
@@ -51,8 +55,8 @@ impl TurnSchedule {
 
     /// Pending messages should be looked for now (a turn ended, or the idle resync).
     fn hint_now(&mut self, now: Instant) {
-        let due_at_once = now.checked_sub(self.quiet).unwrap_or(now);
-        self.window = Some(self.window.unwrap_or((now, due_at_once)));
+        self.window = Some(self.window.map_or((now, now), |(first, _)| (first.min(now), now)));
+        self.at_once = true;
     }
 
     pub fn turn_started(&mut self, turn_id: &str) {
@@ -92,6 +96,9 @@ impl TurnSchedule {
     /// When the next delivery is due, if one is.
     pub fn due(&self) -> Option<Instant> {
         match self.window {
+            Some((first, _)) if self.at_once && self.turn.is_none() && !self.delivering && !self.stopping => {
+                Some(first)
+            }
             Some((first, last)) if self.turn.is_none() && !self.delivering && !self.stopping => {
                 Some((last + self.quiet).min(first + self.cap))
             }
@@ -104,6 +111,7 @@ impl TurnSchedule {
         match self.due() {
             Some(due) if due <= now => {
                 self.window = None;
+                self.at_once = false;
                 self.delivering = true;
                 Some(Delivery { continuity: self.continuity_owed })
             }
@@ -193,6 +201,28 @@ mod tests {
         assert_eq!(s.turn(), None);
         let due = s.due().unwrap_or(at(t0, 99_999));
         assert!(due <= at(t0, 10_000), "due at once after the turn: {due:?}");
+    }
+
+    #[test]
+    fn doorbells_during_and_after_a_turn_do_not_hold_back_what_its_end_made_due() {
+        let t0 = Instant::now();
+        let mut s = TurnSchedule::new(QUIET, CAP);
+        s.turn_started("t1");
+        // A steady stream, one doorbell every 15 ms, during the turn and after it.
+        for ms in (0..=1000).step_by(15) {
+            s.hint(at(t0, ms));
+        }
+        s.turn_ended(at(t0, 1000));
+        for ms in (1015..=1100).step_by(15) {
+            s.hint(at(t0, ms));
+        }
+        let due = s.due().unwrap_or(at(t0, 99_999));
+        assert!(due <= at(t0, 1000), "a backlog waits for neither the quiet window nor the cap: {due:?}");
+        assert!(s.start_delivery(at(t0, 1100)).is_some());
+        // The next window is a normal one again.
+        s.delivered(true, false, at(t0, 1150));
+        s.hint(at(t0, 1200));
+        assert_eq!(s.due(), Some(at(t0, 3200)));
     }
 
     #[test]

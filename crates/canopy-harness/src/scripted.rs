@@ -68,6 +68,7 @@ impl Codec for ScriptedCodec {
             topic: context.topic.clone(),
             kind: Some(context.kind.clone()),
             seq: context.seq,
+            redelivered: context.redelivered,
         };
         match mode {
             SendMode::NextTurn => line(&Input::Prompt { id: input_id.to_owned(), text: text.to_owned(), meta }),

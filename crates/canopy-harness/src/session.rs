@@ -105,6 +105,8 @@ pub struct InputContext {
     pub topic: Option<String>,
     /// The newest message's sequence number, when the input carries messages.
     pub seq: Option<u64>,
+    /// The input carries a message an earlier session was handed and never confirmed.
+    pub redelivered: bool,
 }
 
 /// One subagent definition for a harness's own subagents.

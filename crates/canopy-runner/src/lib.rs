@@ -14,3 +14,10 @@ mod session;
 pub mod wiring;
 
 pub use runner::{RunnerError, RunnerHandle, RunnerOptions, RunnerSettings, RunnerToken, spawn};
+
+/// The longest a runner waits for the daemon's answer to a call of its own (sync, pull,
+/// acknowledgement, reports), never more than `[daemon] request_timeout`. The daemon answers
+/// these in milliseconds; a reply lost with a NATS server or a daemon that died is noticed
+/// after this and the call is retried, instead of holding deliveries for the full request
+/// timeout. Tool calls keep the request timeout: a merge's check may take long.
+const LIVE_CALL: std::time::Duration = std::time::Duration::from_secs(2);

@@ -167,8 +167,12 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         .serve(&options.api.subjects.runner_interrupt(&id), id.as_str())
         .await
         .map_err(|e| RunnerError::Subscribe(e.to_string()))?;
-    let (reports, reporter) =
-        crate::reporter::spawn(options.api.clone(), options.token.clone(), id.clone(), options.settings.report_queue);
+    let (reports, reporter) = crate::reporter::spawn(
+        options.api.with_timeout(crate::LIVE_CALL),
+        options.token.clone(),
+        id.clone(),
+        options.settings.report_queue,
+    );
     let stop = CancellationToken::new();
     let mcp_url = endpoint.url.clone();
     let actor = RunnerActor {
@@ -265,6 +269,7 @@ impl RunnerActor {
             .iter()
             .map(|(agent, slot)| RunningSession { agent: agent.clone(), incarnation: slot.incarnation })
             .collect();
+        let api = self.options.api.with_timeout(crate::LIVE_CALL);
         let request = RunnersSyncRequest {
             runner_id: self.id.clone(),
             boot: self.boot.clone(),
@@ -274,7 +279,7 @@ impl RunnerActor {
             running,
         };
         let assigned: RunnersSyncResponse =
-            match self.options.api.send::<method::RunnersSync>(&self.options.token.get(), &request).await {
+            match api.send::<method::RunnersSync>(&self.options.token.get(), &request).await {
                 Ok(response) => response,
                 Err(CallError::Refused(e)) => {
                     tracing::error!(error = %e, "the daemon refused this runner's sync");

@@ -392,7 +392,7 @@ fn render(messages: &[Message], heading: &str, redelivered: &[Seq]) -> String {
 }
 
 /// Where the input came from, for the harness (the scripted one matches rules on it).
-fn context_of(kind: &str, messages: &[Message]) -> InputContext {
+fn context_of(kind: &str, messages: &[Message], redelivered: &[Seq]) -> InputContext {
     let last = messages.last();
     InputContext {
         kind: kind.to_owned(),
@@ -400,6 +400,7 @@ fn context_of(kind: &str, messages: &[Message]) -> InputContext {
         channel: last.map(|m| m.channel.to_string()),
         topic: last.map(|m| m.topic.to_string()),
         seq: last.map(|m| m.seq.get()),
+        redelivered: messages.iter().any(|m| redelivered.contains(&m.seq)),
     }
 }
 
@@ -441,7 +442,7 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         Reporter { agent: assignment.agent.clone(), incarnation: assignment.incarnation, model, tx: reports };
     let settings = &options.settings;
     let mailbox = Mailbox {
-        api: options.api.clone(),
+        api: options.api.with_timeout(crate::LIVE_CALL),
         token: options.token.clone(),
         runner_id,
         agent: assignment.agent.clone(),
@@ -598,12 +599,13 @@ async fn run(context: SessionContext, mut stop: oneshot::Receiver<()>, mut comma
         first.push_str("\n\n");
         first.push_str(&render(&waiting, "Messages that arrived while you were offline:", &redelivered));
     }
-    let context = match &assignment.run {
+    let mut context = match &assignment.run {
         Some(run) => {
             InputContext { kind: "start".into(), sender: Some(run.manager.clone()), ..InputContext::default() }
         }
-        None => context_of("start", &[]),
+        None => context_of("start", &[], &[]),
     };
+    context.redelivered = waiting.iter().any(|m| redelivered.contains(&m.seq));
     // A run reports once: its last words when its first turn ends.
     let mut last_text = String::new();
     let mut run_reported = false;
@@ -797,7 +799,7 @@ async fn deliver(
                 text = format!("{block}\n\n{text}");
                 continuity = true;
             }
-            let context = context_of("message", &fresh);
+            let context = context_of("message", &fresh, &pending.redelivered);
             let input_id = format!("deliver-{}", fresh.last().map_or(0, |m| m.seq.get()));
             match session.send(&input_id, &text, &context, SendMode::NextTurn).await {
                 Ok(SendOutcome::Started { .. }) => {
@@ -836,7 +838,7 @@ async fn steer(session: Arc<Session>, turn_id: String, message: Message, seen: &
         SteerCheck::Steer => {}
     }
     let text = render(std::slice::from_ref(&message), "A message for you arrived while you were working:", &[]);
-    let context = context_of("message", std::slice::from_ref(&message));
+    let context = context_of("message", std::slice::from_ref(&message), &[]);
     let written_at_us = canopy_sys::unix_us();
     match session.send(&format!("steer-{seq}"), &text, &context, SendMode::Steer { turn_id }).await {
         // Taken for the turn; `SteerInjected` follows at its next step boundary.

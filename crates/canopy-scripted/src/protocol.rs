@@ -25,6 +25,10 @@ pub struct InputMeta {
     /// The newest delivered message's sequence number, when the input carries messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+    /// True when the input carries a message an earlier session was handed and never
+    /// confirmed (its fence says `redelivered`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redelivered: bool,
 }
 
 /// Host -> harness.

@@ -63,6 +63,8 @@ pub struct Match {
     pub topic: Option<String>,
     /// Whether the input arrived as a steer (true) or a prompt (false).
     pub steer: Option<bool>,
+    /// Whether the input carries a message an earlier session was handed (`InputMeta::redelivered`).
+    pub redelivered: Option<bool>,
 }
 
 /// One step of a rule.
@@ -198,6 +200,7 @@ impl Match {
             && equal(&self.channel, &meta.channel)
             && equal(&self.topic, &meta.topic)
             && self.steer.is_none_or(|want| want == steer)
+            && self.redelivered.is_none_or(|want| want == meta.redelivered)
     }
 }
 
@@ -373,12 +376,16 @@ impl Checker<'_> {
                     DeValue::Boolean(steer) => matcher.steer = Some(*steer),
                     _ => return Err(self.error(value.span(), "`match.steer` must be a boolean")),
                 },
+                "redelivered" => match value.get_ref() {
+                    DeValue::Boolean(again) => matcher.redelivered = Some(*again),
+                    _ => return Err(self.error(value.span(), "`match.redelivered` must be a boolean")),
+                },
                 other => {
                     return Err(self.error(
                         key.span(),
                         format!(
-                            "unknown key `{other}` in match (expected kind, text_contains, sender, channel, topic \
-                             or steer)"
+                            "unknown key `{other}` in match (expected kind, text_contains, sender, channel, topic, \
+                             steer or redelivered)"
                         ),
                     ));
                 }
@@ -924,6 +931,7 @@ actions = [{ say = "anything" }]
             topic: Some("plans".into()),
             kind: Some("message".into()),
             seq: None,
+            redelivered: false,
         };
         assert_eq!(said("hi", &alice, false), "alice in plans");
         let bob = InputMeta { sender: Some("bob".into()), ..alice.clone() };
@@ -932,6 +940,28 @@ actions = [{ say = "anything" }]
         // A rule asking for a kind does not match an input without one.
         assert_eq!(said("hi", &InputMeta::default(), true), "anything");
         assert_eq!(ok("").find_rule("hi", &alice, false), None);
+    }
+
+    #[test]
+    fn a_rule_can_match_a_redelivery() {
+        let script = ok(r#"
+[[rule]]
+match = { redelivered = true }
+actions = [{ say = "seen before?" }]
+[[rule]]
+match = { kind = "message" }
+actions = [{ say = "new" }]
+"#);
+        let fresh = InputMeta { kind: Some("message".into()), ..InputMeta::default() };
+        let again = InputMeta { redelivered: true, ..fresh.clone() };
+        let first = |meta: &InputMeta| match &script.find_rule("x", meta, false).unwrap().actions[0] {
+            Action::Say { text } => text.clone(),
+            other => panic!("unexpected action {other:?}"),
+        };
+        assert_eq!(first(&again), "seen before?");
+        assert_eq!(first(&fresh), "new");
+        let refused = parse(Path::new("s.toml"), "[[rule]]\nmatch = { redelivered = \"yes\" }\nactions = []\n");
+        assert!(refused.unwrap_err().to_string().contains("`match.redelivered` must be a boolean"));
     }
 
     #[test]

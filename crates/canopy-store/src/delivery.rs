@@ -157,7 +157,12 @@ pub fn offer(conn: &Db<'_>, agent_id: i64, incarnation: Incarnation, seqs: &[Seq
             .and_then(|mut s| s.query_row(params![agent_id, seq.get() as i64], |r| r.get(0)).optional())
             .map_err(sql("reading an offer"))?;
         match earlier {
-            Some(i) if i != incarnation.get() as i64 => again.push(*seq),
+            Some(i) if i != incarnation.get() as i64 => {
+                conn.prepare_cached("INSERT OR IGNORE INTO redeliveries (agent_id, seq) VALUES (?1, ?2)")
+                    .and_then(|mut s| s.execute(params![agent_id, seq.get() as i64]))
+                    .map_err(sql("recording a redelivery"))?;
+                again.push(*seq);
+            }
             Some(_) => {}
             None => {
                 conn.prepare_cached("INSERT INTO offers (agent_id, seq, incarnation) VALUES (?1, ?2, ?3)")

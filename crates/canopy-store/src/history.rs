@@ -69,7 +69,7 @@ pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> R
     let before = query.before;
 
     // Received means delivered into the agent's context: at or behind its cursor, or steered.
-    let messages: Vec<(i64, Message, bool)> = conn
+    let messages: Vec<(i64, Message, bool, bool)> = conn
         .prepare_cached(&format!(
             "{select} WHERE (m.sender_id IN (SELECT value FROM json_each(?1)) OR EXISTS (SELECT 1 FROM subscriptions sub \
              WHERE sub.account_id IN (SELECT value FROM json_each(?1)) AND sub.channel_id = m.channel_id \
@@ -77,14 +77,20 @@ pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> R
              AND d.seq = m.seq AND d.state = 'injected')))) \
              AND (?2 IS NULL OR instr(lower(m.body), lower(?2)) > 0) \
              AND (m.created_at, 0, m.seq) < (?3, ?4, ?5) ORDER BY m.seq DESC LIMIT ?6",
-            select = MESSAGE_SELECT.replacen("SELECT ", "SELECT m.created_at, m.sender_id IN (SELECT value FROM json_each(?1)), ", 1)
+            select = MESSAGE_SELECT.replacen(
+                "SELECT ",
+                "SELECT m.created_at, m.sender_id IN (SELECT value FROM json_each(?1)), EXISTS (SELECT 1 FROM \
+                 redeliveries r WHERE r.agent_id IN (SELECT value FROM json_each(?1)) AND r.seq = m.seq), ",
+                1
+            )
         ))
         .and_then(|mut s| {
             s.query_map(params![owners_json, text, before.at_ms, before.source, before.id, fetch], |r| {
                 let at: i64 = r.get(0)?;
                 let sent: bool = r.get(1)?;
-                let message = message_from_row_offset(r, 2)?;
-                Ok((at, message, sent))
+                let redelivered: bool = r.get(2)?;
+                let message = message_from_row_offset(r, 3)?;
+                Ok((at, message, sent, redelivered))
             })?
             .collect()
         })
@@ -92,10 +98,10 @@ pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> R
 
     let mut items: Vec<(HistoryCursor, HistoryItem)> = messages
         .into_iter()
-        .map(|(at, mut message, sent)| {
+        .map(|(at, mut message, sent, redelivered)| {
             let key = HistoryCursor { at_ms: at, source: 0, id: message.seq.get() as i64 };
             message.body = excerpt(&message.body, text, EXCERPT_CHARS);
-            (key, HistoryItem::Message { message, sent })
+            (key, HistoryItem::Message { message, sent, redelivered })
         })
         .collect();
 

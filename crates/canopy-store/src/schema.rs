@@ -331,6 +331,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (agent_id, seq)
     ) WITHOUT ROWID;
     "#,
+    // Redeliveries: a message handed to a later session after an earlier one was handed it
+    // and ended unconfirmed. Kept after confirmation, so `history_search` can say so.
+    r#"
+    CREATE TABLE redeliveries (
+        agent_id     INTEGER NOT NULL REFERENCES accounts(id),
+        seq          INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, seq)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

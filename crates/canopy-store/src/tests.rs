@@ -389,7 +389,7 @@ async fn history_search_finds_a_message_by_query_and_pages_back_with_its_cursor(
         .unwrap();
     assert_eq!(found.items.len(), 1, "{found:?}");
     assert!(
-        matches!(&found.items[0], HistoryItem::Message { message, sent: true } if message.body.contains("rotation"))
+        matches!(&found.items[0], HistoryItem::Message { message, sent: true, .. } if message.body.contains("rotation"))
     );
 
     // Paging: 25 sent messages, 10 at a time, newest first, no repeats, then the end.
@@ -1065,4 +1065,19 @@ async fn a_message_handed_to_an_earlier_session_and_never_confirmed_is_a_redeliv
     store.write(move |c| ops::acknowledge(c, agent, &[seq])).await.unwrap();
     let after = store.write(move |c| ops::offer(c, agent, Incarnation(3), &[seq])).await.unwrap();
     assert!(after.is_empty(), "a confirmed message leaves no offer behind");
+    // Its history keeps saying so after the confirmation.
+    use canopy_core::continuity::{HistoryCursor, HistoryItem};
+    let page = store
+        .read(|c| ops::history_search(c, &self::agent("ci-manager"), &query(None, HistoryCursor::NEWEST, 10, false)))
+        .await
+        .unwrap();
+    let marked: Vec<(u64, bool)> = page
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            HistoryItem::Message { message, redelivered, .. } => Some((message.seq.get(), *redelivered)),
+            HistoryItem::ToolEvent { .. } => None,
+        })
+        .collect();
+    assert!(marked.contains(&(seq.get(), true)), "history_search marks the redelivery: {marked:?}");
 }

@@ -113,10 +113,16 @@ fn fenced(method: Method, value: &Value) -> Option<String> {
 fn history(value: &Value) -> Option<String> {
     let page: HistorySearchResponse = serde_json::from_value(value.clone()).ok()?;
     let mut messages = Vec::new();
+    let mut again = Vec::new();
     let mut tools = Vec::new();
     for item in page.items.into_iter().rev() {
         match item {
-            HistoryItem::Message { message, .. } => messages.push(message),
+            HistoryItem::Message { message, redelivered, .. } => {
+                if redelivered {
+                    again.push(message.seq);
+                }
+                messages.push(message);
+            }
             HistoryItem::ToolEvent { at, incarnation, name, status, preview, .. } => {
                 tools.push(format!("- {at} session {incarnation}: {name} {status}: {}", preview.replace('\n', " ")));
             }
@@ -125,7 +131,7 @@ fn history(value: &Value) -> Option<String> {
     let mut text = if messages.is_empty() {
         "No messages matched.".to_owned()
     } else {
-        canopy_core::render::render_fenced(&messages, "Earlier messages (oldest first, excerpts):", &[], || {
+        canopy_core::render::render_fenced(&messages, "Earlier messages (oldest first, excerpts):", &again, || {
             canopy_sys::random_hex(8).unwrap_or_else(|_| format!("{:x}", std::process::id()))
         })
     };
