@@ -184,19 +184,14 @@ fn a_three_server_cluster_loses_nothing_when_each_server_is_killed_mid_load() {
             for worker in WORKERS {
                 let last = format!("after n{} restarted", victim + 1);
                 crate::assert_eventually!(
-                    inputs_containing(&env, worker, &last).len() >= 1 + reach.len() / 3,
-                    "{worker} did not get the marker after n{} restarted: {}\n{}\n{}\n{}",
+                    inputs_containing(&env, worker, &last).len() > reach.len() / 3,
+                    "{worker} did not get the marker after n{} restarted: {}\n{}\n{}",
                     victim + 1,
                     env.roster_entry(worker),
-                    tail(&env.dir.path().join(format!("{}.log", super::text_of(&env.roster_entry(worker)["runner"])))),
                     env.ok(&["watch", worker, "--no-follow", "--tail", "30"]),
-                    crate::delivery::transcript(&env, worker)
-                        .iter()
-                        .rev()
-                        .take(12)
-                        .map(|l| l.to_string().chars().take(300).collect::<String>())
-                        .collect::<Vec<_>>()
-                        .join("\n")
+                    log_tail(
+                        &env.dir.path().join(format!("{}.log", super::text_of(&env.roster_entry(worker)["runner"])))
+                    )
                 );
             }
             reach.push(at.elapsed());
@@ -236,9 +231,9 @@ fn a_three_server_cluster_loses_nothing_when_each_server_is_killed_mid_load() {
     );
 }
 
-fn tail(text_or_path: impl AsRef<std::ffi::OsStr>) -> String {
-    let path = Path::new(text_or_path.as_ref());
-    let text = std::fs::read_to_string(path).unwrap_or_else(|_| text_or_path.as_ref().to_string_lossy().into_owned());
+/// The last lines of a log file, for a failure message.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(60)..].join("\n")
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }

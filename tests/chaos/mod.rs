@@ -148,7 +148,7 @@ fn start_posters(
                 while !stop.load(Ordering::Relaxed) {
                     let worker = &workers[(poster + i) % workers.len()];
                     let key = format!("p{poster}-{i}");
-                    let mention = if i % 5 == 0 { format!("@{worker} ") } else { String::new() };
+                    let mention = if i.is_multiple_of(5) { format!("@{worker} ") } else { String::new() };
                     let slow = if i % 7 == 3 { " SLOW" } else { "" };
                     let request = PostRequest {
                         channel: format!("home-{worker}"),

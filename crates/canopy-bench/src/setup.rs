@@ -280,16 +280,7 @@ impl Sandbox {
     pub async fn fake_sessions(&self, capacity: u32) -> Result<Vec<RunningSession>, String> {
         let mut running: Vec<RunningSession> = Vec::new();
         loop {
-            let request = RunnersSyncRequest {
-                runner_id: fake_runner(),
-                boot: String::new(),
-                name: "benchmark stand-in".into(),
-                mcp_url: "http://127.0.0.1:1/mcp".into(),
-                capacity,
-                running: running.clone(),
-            };
-            let response: RunnersSyncResponse =
-                self.api.send::<method::RunnersSync>(&self.runner_token, &request).await.map_err(|e| e.to_string())?;
+            let response = self.fake_sync(capacity, running.clone()).await?;
             running = response.keep;
             running.extend(
                 response.start.into_iter().map(|s| RunningSession { agent: s.agent, incarnation: s.incarnation }),
@@ -298,6 +289,45 @@ impl Sandbox {
                 return Ok(running);
             }
         }
+    }
+
+    /// Like `fake_sessions` once every real runner has expired, keeping what it was given:
+    /// each started session with its token, and a heartbeat task that syncs the stand-in
+    /// runner every 300 ms so they stay live until it is aborted.
+    pub async fn fake_sessions_kept(
+        &self,
+        capacity: u32,
+    ) -> Result<(Vec<SessionAssignment>, tokio::task::JoinHandle<()>), String> {
+        tokio::time::sleep(self.config.runner.runner_ttl + Duration::from_millis(300)).await;
+        let mut running: Vec<RunningSession> = Vec::new();
+        let mut started = Vec::new();
+        loop {
+            let response = self.fake_sync(capacity, running.clone()).await?;
+            running = response.keep;
+            running.extend(
+                response.start.iter().map(|s| RunningSession { agent: s.agent.clone(), incarnation: s.incarnation }),
+            );
+            started.extend(response.start);
+            if !response.more {
+                break;
+            }
+        }
+        let (api, token) = (self.api.clone(), self.runner_token.clone());
+        let heartbeat = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let request = fake_sync_request(capacity, running.clone());
+                if let Ok(response) = api.send::<method::RunnersSync>(&token, &request).await {
+                    running = response.keep;
+                }
+            }
+        });
+        Ok((started, heartbeat))
+    }
+
+    async fn fake_sync(&self, capacity: u32, running: Vec<RunningSession>) -> Result<RunnersSyncResponse, String> {
+        let request = fake_sync_request(capacity, running);
+        self.api.send::<method::RunnersSync>(&self.runner_token, &request).await.map_err(|e| e.to_string())
     }
 
     /// Reports a model turn's usage for a stand-in runner's session, as its runner would.
@@ -404,6 +434,18 @@ impl Sandbox {
             }
         }
         Ok(started.elapsed())
+    }
+}
+
+/// The stand-in runner's sync: it claims `running` and takes up to `capacity` sessions.
+fn fake_sync_request(capacity: u32, running: Vec<RunningSession>) -> RunnersSyncRequest {
+    RunnersSyncRequest {
+        runner_id: fake_runner(),
+        boot: String::new(),
+        name: "benchmark stand-in".into(),
+        mcp_url: "http://127.0.0.1:1/mcp".into(),
+        capacity,
+        running,
     }
 }
 

@@ -210,6 +210,10 @@ pub enum Command {
         /// Smaller counts (about half a minute).
         #[arg(long)]
         quick: bool,
+        /// Exit 1 when a guarded figure's ratio to its baseline is past its floor (the
+        /// regression guard `.ci/run` runs; floors in docs/benchmarks.md).
+        #[arg(long)]
+        check: bool,
     },
 }
 

@@ -32,7 +32,7 @@ pub async fn run(cli: Cli) -> u8 {
         }
         Command::Runner(args) => runner(&dir, json, &args).await,
         Command::Mcp(args) => mcp(json, &args).await,
-        Command::Bench { quick } => bench(json, quick).await,
+        Command::Bench { quick, check } => bench(json, quick, check).await,
         Command::Completions { shell } => crate::completions::script(shell),
         Command::Man => crate::completions::man(),
         Command::Complete { what } => crate::completions::candidates(&dir, what).await,
@@ -1191,7 +1191,7 @@ fn nats_config(dir: &DataDir, json: bool) -> u8 {
 }
 
 /// Runs the benchmark and prints each figure beside its baseline.
-async fn bench(json: bool, quick: bool) -> u8 {
+async fn bench(json: bool, quick: bool, check: bool) -> u8 {
     match canopy_bench::run(canopy_bench::Options { quick }).await {
         Ok(figures) => {
             if json {
@@ -1199,7 +1199,11 @@ async fn bench(json: bool, quick: bool) -> u8 {
             } else {
                 print!("{}", canopy_bench::table(&figures));
             }
-            0
+            let failed = if check { canopy_bench::check::check(&figures) } else { Vec::new() };
+            for line in &failed {
+                eprintln!("canopy bench --check: {line}");
+            }
+            u8::from(!failed.is_empty())
         }
         Err(e) => fail(json, &CallError::Unreachable(format!("benchmark failed: {e}"))),
     }

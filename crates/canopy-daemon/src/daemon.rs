@@ -293,6 +293,8 @@ async fn serve(
 ) {
     let permits = Arc::new(Semaphore::new(api.config.daemon.max_in_flight));
     let inboxes = format!("_INBOX.{}.", api.workspace_id);
+    // One shared handle: a request's task takes a reference count, not a copy of every field.
+    let api = Arc::new(api);
     loop {
         let incoming = tokio::select! {
             () = stop.cancelled() => return,

@@ -156,11 +156,24 @@ impl Api {
         let ack_only = spec.ack_only;
         let poster = caller.clone();
         // A post the policy forbids is refused only once its audit record has committed.
-        let posted = self.store.write(move |conn| ops::post_audited(conn, &poster, &spec)).await??;
+        // Whom it reaches is read in the same writer job, after the insert: one trip to the
+        // store per post instead of a second one to the read pool after the commit.
+        let (posted, reach) = self
+            .store
+            .write(move |conn| {
+                let posted = ops::post_audited(conn, &poster, &spec)?;
+                let reach = match &posted {
+                    Ok(p) if !p.duplicate => Some(ops::reach(conn, p.channel_id, p.sender_id, &p.message.mentions)?),
+                    _ => None,
+                };
+                Ok((posted, reach))
+            })
+            .await?;
+        let posted = posted?;
         let committed_us = canopy_sys::unix_us();
         // The message is committed; a lost event only delays followers, who resync.
         self.publish_messages(vec![posted.message.clone()]).await;
-        if posted.duplicate {
+        let Some(reach) = reach.filter(|_| !posted.duplicate) else {
             return Ok(PostResponse {
                 message: posted.message,
                 duplicate: true,
@@ -168,9 +181,7 @@ impl Api {
                 counts: OutcomeCounts::default(),
                 unknown_mentions: Vec::new(),
             });
-        }
-        let (channel_id, sender_id, mentions) = (posted.channel_id, posted.sender_id, posted.message.mentions.clone());
-        let reach = self.store.read(move |conn| ops::reach(conn, channel_id, sender_id, &mentions)).await?;
+        };
         let quiet = posted.quiet.as_deref();
         let (outcomes, counts) = self.deliver(&caller, &posted.message, &reach, ack_only, quiet, committed_us).await;
         self.reply_decision(&caller, &posted.message).await;

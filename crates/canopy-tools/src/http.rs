@@ -2,7 +2,8 @@
 //!
 //! A request without a bearer token, or with one the `TokenCheck` does not know, gets a
 //! 401 before MCP parses it; a known token is passed to the tool calls, which present it
-//! to the daemon. One listener serves every session of a runner.
+//! to the daemon. One listener serves every session of a runner. `serve_fixed` is the same
+//! front answering a fixed body, the raw baseline of `canopy bench`'s MCP figure.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -58,14 +59,53 @@ pub async fn serve<S>(tools: S, check: TokenCheck) -> std::io::Result<HttpEndpoi
 where
     S: rmcp::ServerHandler + Clone + Send + Sync + 'static,
 {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-    let addr = listener.local_addr()?;
     let stop = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .with_allowed_hosts(["127.0.0.1", "localhost"])
         .with_sse_keep_alive(None);
     let mcp = StreamableHttpService::new(move || Ok(tools.clone()), LocalSessionManager::default().into(), config);
+    listen(stop, check, move |request| {
+        let mut mcp = mcp.clone();
+        async move {
+            match mcp.call(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        }
+    })
+    .await
+}
+
+/// The same front as `serve` (listener, `TCP_NODELAY`, bearer check, HTTP/1.1 keep-alive)
+/// answering every authorized request with `answer` once its body is read: the raw baseline
+/// `canopy bench` measures an MCP tool call against. Serves nothing else.
+pub async fn serve_fixed(
+    answer: Bytes,
+    content_type: &'static str,
+    check: TokenCheck,
+) -> std::io::Result<HttpEndpoint> {
+    listen(CancellationToken::new(), check, move |request: http::Request<Incoming>| {
+        let answer = answer.clone();
+        async move {
+            let _ = request.into_body().collect().await;
+            let mut response = http::Response::new(Full::new(answer).boxed());
+            response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+            response
+        }
+    })
+    .await
+}
+
+/// The accept loop every endpoint shares: each connection is HTTP/1.1 with `TCP_NODELAY`, and
+/// a request without a known bearer token gets a 401 before `handle` sees it.
+async fn listen<H, F>(stop: CancellationToken, check: TokenCheck, handle: H) -> std::io::Result<HttpEndpoint>
+where
+    H: Fn(http::Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = http::Response<BoxBody<Bytes, Infallible>>> + Send + 'static,
+{
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
     let accept_stop = stop.clone();
     tokio::spawn(async move {
         loop {
@@ -85,19 +125,16 @@ where
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::debug!(error = %e, "TCP_NODELAY on an MCP connection");
             }
-            let mcp = mcp.clone();
-            let check = check.clone();
-            let conn_stop = accept_stop.clone();
+            let (handle, check, conn_stop) = (handle.clone(), check.clone(), accept_stop.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
-                    let mut mcp = mcp.clone();
-                    let check = check.clone();
+                    let known = bearer(request.headers()).is_some_and(|token| check(token));
+                    let answer = known.then(|| handle(request));
                     async move {
-                        let known = bearer(request.headers()).is_some_and(|token| check(token));
-                        if !known {
-                            return Ok::<_, Infallible>(unauthorized());
-                        }
-                        mcp.call(request).await
+                        Ok::<_, Infallible>(match answer {
+                            Some(answer) => answer.await,
+                            None => unauthorized(),
+                        })
                     }
                 });
                 let connection =

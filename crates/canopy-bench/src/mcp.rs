@@ -1,0 +1,257 @@
+//! The MCP tool call as a harness makes it: HTTP/1.1 JSON-RPC on a kept-alive connection
+//! (`initialize`, `notifications/initialized`, then `tools/call`), each caller with its own
+//! session token and connection, against Canopy's tools endpoint (`canopy_tools::http::serve`,
+//! the runner's), beside a raw HTTP echo on the same front (`serve_fixed`: listener,
+//! `TCP_NODELAY`, bearer check, hyper) answering the same bytes. At 1, 16 and 64 callers,
+//! rounds alternating, medians.
+//!
+//! The client is plain hyper, written to the MCP specification rather than with Canopy's
+//! own MCP client, so the figure is what any harness sees. Does not start a runner: the
+//! sessions belong to the benchmark's stand-in runner, which keeps them alive by syncing.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use canopy_proto::api::*;
+use canopy_proto::method;
+use canopy_tools::http::{HttpEndpoint, TokenCheck};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+
+use crate::{Figure, Sandbox, percentile};
+
+const CALLERS: [usize; 3] = [1, 16, 64];
+const ROUNDS: usize = 3;
+
+/// One caller's connection and MCP session.
+struct Caller {
+    send: SendRequest<Full<Bytes>>,
+    token: String,
+    /// Its agent's home channel, whose topics it lists.
+    home: String,
+    session: Option<String>,
+    id: u64,
+}
+
+impl Caller {
+    async fn connect(endpoint: &HttpEndpoint, (token, home): &(String, String)) -> Result<Caller, String> {
+        let stream = tokio::net::TcpStream::connect(endpoint.addr).await.map_err(|e| format!("connecting: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (send, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("handshake: {e}"))?;
+        tokio::spawn(connection);
+        Ok(Caller { send, token: token.clone(), home: home.clone(), session: None, id: 0 })
+    }
+
+    /// One JSON-RPC POST; the response's status, session header and whole body.
+    async fn post(&mut self, body: &serde_json::Value) -> Result<(u16, Option<String>, Bytes), String> {
+        self.send.ready().await.map_err(|e| format!("connection: {e}"))?;
+        let mut request = http::Request::post(canopy_tools::http::MCP_PATH)
+            .header(http::header::HOST, "127.0.0.1")
+            .header(http::header::AUTHORIZATION, format!("Bearer {}", self.token))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18");
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        let request = request.body(Full::new(Bytes::from(body.to_string()))).map_err(|e| e.to_string())?;
+        let response = self.send.send_request(request).await.map_err(|e| format!("request: {e}"))?;
+        let status = response.status().as_u16();
+        let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let body = response.into_body().collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
+        Ok((status, session, body))
+    }
+
+    async fn initialize(&mut self) -> Result<(), String> {
+        let init = serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "canopy-bench", "version": "0" } },
+        });
+        let (status, session, _) = self.post(&init).await?;
+        if status != 200 {
+            return Err(format!("initialize answered {status}"));
+        }
+        self.session = session;
+        let (status, _, _) =
+            self.post(&serde_json::json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).await?;
+        if status != 202 && status != 200 {
+            return Err(format!("notifications/initialized answered {status}"));
+        }
+        Ok(())
+    }
+
+    /// One `tools/call` of `comms_list_topics` on its home channel; the body as it came.
+    async fn call(&mut self) -> Result<Bytes, String> {
+        self.id += 1;
+        let call = serde_json::json!({
+            "jsonrpc": "2.0", "id": self.id, "method": "tools/call",
+            "params": { "name": "comms_list_topics", "arguments": { "channel": self.home } },
+        });
+        let (status, _, body) = self.post(&call).await?;
+        if status != 200 {
+            return Err(format!("tools/call answered {status}: {}", String::from_utf8_lossy(&body)));
+        }
+        Ok(body)
+    }
+}
+
+/// Latencies of `callers` concurrent callers, each calling for `length`; calls per second.
+async fn phase(callers: &mut [Caller], length: Duration) -> Result<(Vec<Duration>, f64), String> {
+    let started = Instant::now();
+    let deadline = started + length;
+    let tasks: Vec<_> = callers
+        .iter_mut()
+        .map(|caller| async move {
+            let mut times = Vec::new();
+            while Instant::now() < deadline {
+                let at = Instant::now();
+                caller.call().await?;
+                times.push(at.elapsed());
+            }
+            Ok::<_, String>(times)
+        })
+        .collect();
+    let mut all = Vec::new();
+    for times in futures_util::future::join_all(tasks).await {
+        all.extend(times?);
+    }
+    let rate = all.len() as f64 / started.elapsed().as_secs_f64();
+    all.sort();
+    Ok((all, rate))
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The MCP figures: p50 of a tool call against the echo at each caller count, and whether
+/// throughput holds from 16 to 64 callers.
+pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String> {
+    let most = CALLERS[CALLERS.len() - 1];
+    let homes = bench.create_agents("mcp-caller", most, false).await?;
+    let handles: HashSet<String> = homes.iter().map(|h| h.trim_start_matches("home-").to_owned()).collect();
+    let (sessions, heartbeat) = bench.fake_sessions_kept(100_000).await?;
+    let tokens: Vec<(String, String)> = sessions
+        .iter()
+        .filter(|s| handles.contains(&s.agent))
+        .map(|s| (s.token.clone(), format!("home-{}", s.agent)))
+        .collect();
+    if tokens.len() < most {
+        heartbeat.abort();
+        return Err(format!("only {} of {most} callers got a session", tokens.len()));
+    }
+    let known: Arc<HashSet<String>> = Arc::new(tokens.iter().map(|(token, _)| token.clone()).collect());
+    let check: TokenCheck = {
+        let known = known.clone();
+        Arc::new(move |token| known.contains(token))
+    };
+    let tools = canopy_tools::CanopyTools::new(bench.api.clone(), canopy_tools::TokenSource::Header);
+    let mcp = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
+
+    // The echo answers what a real call answers, with the same content type.
+    let mut probe = Caller::connect(&mcp, &tokens[0]).await?;
+    probe.initialize().await?;
+    let answer = probe.call().await?;
+    if !String::from_utf8_lossy(&answer).contains("\"isError\":false") {
+        heartbeat.abort();
+        return Err(format!("the probe call failed: {}", String::from_utf8_lossy(&answer)));
+    }
+    let content_type = if answer.starts_with(b"data:") || answer.starts_with(b"id:") || answer.starts_with(b"event:") {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let echo = canopy_tools::http::serve_fixed(answer.clone(), content_type, check).await.map_err(|e| e.to_string())?;
+
+    let length = if quick { Duration::from_millis(700) } else { Duration::from_secs(3) };
+    // The same call straight to the API over NATS (what the tool makes of it), one caller.
+    let mut api_times = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < length {
+        let (token, home) = &tokens[0];
+        let at = Instant::now();
+        bench
+            .api
+            .send::<method::TopicsList>(token, &TopicsListRequest { channel: home.clone() })
+            .await
+            .map_err(|e| format!("the API call: {e}"))?;
+        api_times.push(at.elapsed());
+    }
+    api_times.sort();
+    let api_p50 = percentile(&api_times, 0.5).as_secs_f64() * 1e6;
+    let mut figures = Vec::new();
+    let mut rates = Vec::new();
+    for n in CALLERS {
+        let mut tool_callers = Vec::with_capacity(n);
+        let mut echo_callers = Vec::with_capacity(n);
+        for token in &tokens[..n] {
+            let mut caller = Caller::connect(&mcp, token).await?;
+            caller.initialize().await?;
+            tool_callers.push(caller);
+            let mut caller = Caller::connect(&echo, token).await?;
+            caller.session = Some("echo".into());
+            echo_callers.push(caller);
+        }
+        // Warm both, then alternate rounds.
+        phase(&mut tool_callers, Duration::from_millis(100)).await?;
+        phase(&mut echo_callers, Duration::from_millis(100)).await?;
+        let (mut tool_p50, mut tool_p99, mut tool_rate) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut echo_p50, mut echo_p99, mut echo_rate) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let (times, rate) = phase(&mut echo_callers, length).await?;
+            echo_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
+            echo_p99.push(percentile(&times, 0.99).as_secs_f64() * 1e6);
+            echo_rate.push(rate);
+            let (times, rate) = phase(&mut tool_callers, length).await?;
+            tool_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
+            tool_p99.push(percentile(&times, 0.99).as_secs_f64() * 1e6);
+            tool_rate.push(rate);
+        }
+        let (value, baseline) = (median(tool_p50), median(echo_p50));
+        let ratio = value / baseline;
+        let rate = median(tool_rate);
+        rates.push(rate);
+        figures.push(Figure {
+            figure: format!("MCP tool call p50, {n} concurrent caller{}", if n == 1 { "" } else { "s" }),
+            value,
+            unit: "us".into(),
+            baseline,
+            baseline_name: "raw HTTP echo on the same front, same bytes, p50 (us)".into(),
+            ratio,
+            target: "<= 3x baseline p50".into(),
+            met: ratio <= 3.0,
+            note: format!(
+                "comms_list_topics over HTTP/1.1 keep-alive, each caller its own session; {rate:.0} calls/s (echo {:.0}/s), p99 {:.0} us (echo {:.0} us); the same call to the API over NATS alone, one caller: p50 {api_p50:.0} us; {ROUNDS} alternating rounds, medians",
+                median(echo_rate),
+                median(tool_p99),
+                median(echo_p99)
+            ),
+        });
+    }
+    let (at16, at64) = (rates[1], rates[2]);
+    figures.push(Figure {
+        figure: "MCP throughput from 16 to 64 callers".into(),
+        value: at64,
+        unit: "calls/s".into(),
+        baseline: at16,
+        baseline_name: "calls/s at 16 callers".into(),
+        ratio: at64 / at16,
+        target: ">= 0.9x baseline (rises or holds with concurrency)".into(),
+        met: at64 / at16 >= 0.9,
+        note: "the same runs as the tool call figures".into(),
+    });
+    heartbeat.abort();
+    // Their sessions expire with the stand-in runner's silence; stopping them keeps them out
+    // of the figures that follow.
+    for home in &homes {
+        let stop = AgentsStartStopRequest { handle: home.trim_start_matches("home-").to_owned() };
+        bench.api.send::<method::AgentsStop>(&bench.operator, &stop).await.map_err(|e| e.to_string())?;
+    }
+    drop((mcp, echo));
+    Ok(figures)
+}
