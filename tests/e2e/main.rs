@@ -36,6 +36,7 @@ mod omp;
 mod operator;
 mod pi;
 mod prompts;
+mod real_clients;
 mod reliability;
 mod sessions;
 mod tail;

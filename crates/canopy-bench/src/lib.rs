@@ -12,6 +12,7 @@
 
 pub mod check;
 pub mod checkout;
+pub mod large;
 pub mod mcp;
 pub mod prompt;
 pub mod restart;
@@ -33,6 +34,9 @@ pub use setup::Sandbox;
 pub struct Options {
     /// Smaller counts, for CI and a first look (about half a minute).
     pub quick: bool,
+    /// Only the history figures (`large.rs`): 0, 1,000,000 and 10,000,000 messages (with
+    /// `quick`, 0 and 100,000).
+    pub large: bool,
 }
 
 /// One measured figure beside its baseline.
@@ -54,6 +58,9 @@ pub struct Figure {
 
 /// Runs every figure.
 pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
+    if options.large {
+        return large::figures(options.quick).await;
+    }
     let bench = Sandbox::for_bench().await?;
     let mut figures = Vec::new();
     eprintln!("bench: post throughput...");
@@ -114,6 +121,15 @@ async fn post_throughput(bench: &Sandbox, options: Options) -> Result<Figure, St
 
 /// `total` posts from one poster per channel of `homes`, concurrently; posts per second.
 async fn post_burst(bench: &Sandbox, homes: &[String], total: usize) -> Result<f64, String> {
+    post_burst_timed(bench, homes, total).await.map(|(rate, _)| rate)
+}
+
+/// `post_burst`, with every post's round trip, sorted.
+pub(crate) async fn post_burst_timed(
+    bench: &Sandbox,
+    homes: &[String],
+    total: usize,
+) -> Result<(f64, Vec<Duration>), String> {
     let posters = homes.len();
     let started = Instant::now();
     let tasks: Vec<_> = (0..posters)
@@ -122,6 +138,7 @@ async fn post_burst(bench: &Sandbox, homes: &[String], total: usize) -> Result<f
             let token = bench.operator.clone();
             let channel = homes[i].clone();
             tokio::spawn(async move {
+                let mut times = Vec::with_capacity(total / posters);
                 for n in 0..total / posters {
                     let request = PostRequest {
                         channel: channel.clone(),
@@ -132,16 +149,21 @@ async fn post_burst(bench: &Sandbox, homes: &[String], total: usize) -> Result<f
                         ack_only: false,
                         wake: false,
                     };
+                    let at = Instant::now();
                     api.send::<method::MessagesPost>(&token, &request).await.map_err(|e| format!("posting: {e}"))?;
+                    times.push(at.elapsed());
                 }
-                Ok::<_, String>(())
+                Ok::<_, String>(times)
             })
         })
         .collect();
+    let mut times = Vec::with_capacity(total);
     for task in tasks {
-        task.await.map_err(|e| e.to_string())??;
+        times.extend(task.await.map_err(|e| e.to_string())??);
     }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    let rate = times.len() as f64 / started.elapsed().as_secs_f64();
+    times.sort();
+    Ok((rate, times))
 }
 
 /// The budget check's cost on the post path: the post burst of `post_throughput` while a

@@ -81,11 +81,14 @@ impl Sandbox {
         let report = canopy_daemon::init(&data, &options).await.map_err(|e| e.to_string())?;
         // The in-process runner's and the stand-in runner's credentials, before the daemon reads them.
         let workspace_id = report.workspace.id.clone();
-        let credential = |id: canopy_core::RunnerId| {
-            canopy_daemon::credentials::add_runner(&data, &workspace_id, &id).map_err(|e| e.to_string())
-        };
-        let bench_runner = credential(canopy_core::RunnerId::from_trusted(BENCH_RUNNER.to_owned()))?;
-        let fake_credential = credential(fake_runner())?;
+        for id in [BENCH_RUNNER, FAKE_RUNNER] {
+            canopy_daemon::credentials::add_runner(
+                &data,
+                &workspace_id,
+                &canopy_core::RunnerId::from_trusted(id.to_owned()),
+            )
+            .map_err(|e| e.to_string())?;
+        }
         let mut text = std::fs::read_to_string(data.config()).map_err(|e| e.to_string())?;
         for (from, to) in edits {
             text = text.replacen(from, to, 1);
@@ -94,8 +97,6 @@ impl Sandbox {
         for (name, text) in files {
             std::fs::write(data.root().join(name), text).map_err(|e| format!("writing {name}: {e}"))?;
         }
-        let config = Config::load(&data.config()).map_err(|e| e.to_string())?;
-
         let nats = ManagedNats::start(NatsServerConfig {
             bin: find_nats_server().map_err(|e| e.to_string())?,
             dir: dir.path().join("nats"),
@@ -105,6 +106,22 @@ impl Sandbox {
         })
         .await
         .map_err(|e| e.to_string())?;
+        Sandbox::launch(dir, data, nats).await
+    }
+
+    /// Starts the daemon again on a stopped sandbox's workspace and server (after its
+    /// database was filled, say).
+    pub async fn resume(stopped: Stopped) -> Result<Sandbox, String> {
+        Sandbox::launch(stopped._dir, stopped.data, stopped.nats).await
+    }
+
+    /// The daemon in this process on an initialised workspace, and the benchmark's clients.
+    async fn launch(dir: tempfile::TempDir, data: DataDir, nats: ManagedNats) -> Result<Sandbox, String> {
+        let config = Config::load(&data.config()).map_err(|e| e.to_string())?;
+        let credential = |id: &str| -> Result<canopy_config::RunnerCredential, String> {
+            canopy_config::credentials::read(&data.runner_credential(id)).map_err(|e| e.to_string())
+        };
+        let (bench_runner, fake_credential) = (credential(BENCH_RUNNER)?, credential(FAKE_RUNNER)?);
         let (stop, stopped) = oneshot::channel::<()>();
         let daemon_options = canopy_daemon::DaemonOptions {
             dir: data.clone(),
@@ -118,7 +135,7 @@ impl Sandbox {
         let daemon = tokio::spawn(canopy_daemon::run(daemon_options, async move {
             let _ = stopped.await;
         }));
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(120);
         let info = loop {
             if let Ok(info) = canopy_config::read_connection_info(&data) {
                 break info;
@@ -132,14 +149,22 @@ impl Sandbox {
         let login = Login { read: None, inbox: Some(subjects.inbox(canopy_proto::Party::Operator)) };
         let bus = Bus::connect(nats.url(), &login, "canopy-bench", false).await.map_err(|e| e.to_string())?;
         let api = ApiClient::new(bus, subjects, Duration::from_secs(30));
-        let read = |path: std::path::PathBuf| {
-            std::fs::read_to_string(&path).map(|t| t.trim().to_owned()).map_err(|e| format!("{}: {e}", path.display()))
-        };
+        let operator = std::fs::read_to_string(data.operator_token())
+            .map(|t| t.trim().to_owned())
+            .map_err(|e| format!("{}: {e}", data.operator_token().display()))?;
+        // A resumed workspace may still hold the previous daemon's `daemon.json`: wait for
+        // this one to answer.
+        while api.send::<method::Whoami>(&operator, &WhoamiRequest {}).await.is_err() {
+            if Instant::now() > deadline {
+                return Err("the daemon did not answer".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let raw = Store::open(&dir.path().join("raw.db"), 4096).map_err(|e| e.to_string())?;
         canopy_store::bench::prepare(&raw).await.map_err(|e| e.to_string())?;
         let reader = Store::open(&data.db(), 16).map_err(|e| e.to_string())?;
         Ok(Sandbox {
-            operator: read(data.operator_token())?,
+            operator,
             runner_token: fake_credential.token,
             bench_runner,
             api,

@@ -210,6 +210,11 @@ pub enum Command {
         /// Smaller counts (about half a minute).
         #[arg(long)]
         quick: bool,
+        /// Only the history figures: post throughput and p99, history_search and
+        /// comms_list_messages with 0, 1,000,000 and 10,000,000 messages (minutes; with
+        /// --quick, 0 and 100,000).
+        #[arg(long)]
+        large: bool,
         /// Exit 1 when a guarded figure's ratio to its baseline is past its floor (the
         /// regression guard `.ci/run` runs; floors in docs/benchmarks.md).
         #[arg(long)]

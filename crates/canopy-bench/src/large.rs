@@ -1,0 +1,161 @@
+//! `canopy bench --large`: whether the post path and the reads an agent makes stay flat as
+//! history grows. For 0, 1,000,000 and 10,000,000 messages of history (spread over the
+//! posters' and the reader's home channels, written straight into the stopped workspace,
+//! every cursor at the end), a fresh workspace measures: post throughput and p99 with 64
+//! posters beside the raw commit baseline of the same run, and the p99 of `history_search`
+//! and `comms_list_messages` pages read as an agent with a live session. Each size's figures
+//! are then compared with the empty workspace's.
+
+use std::time::Instant;
+
+use canopy_proto::api::*;
+use canopy_proto::method;
+
+use crate::{Figure, Sandbox, percentile, post_burst_timed};
+
+const POSTERS: usize = 64;
+
+/// What one history size measured.
+struct Measured {
+    messages: u64,
+    rate: f64,
+    raw: f64,
+    post_p99_us: f64,
+    search_p99_us: f64,
+    read_p99_us: f64,
+}
+
+/// p99 of `samples` calls of `call`, in microseconds.
+async fn p99_of<F, Fut>(samples: usize, mut call: F) -> Result<f64, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let at = Instant::now();
+        call().await?;
+        times.push(at.elapsed());
+    }
+    times.sort();
+    Ok(percentile(&times, 0.99).as_secs_f64() * 1e6)
+}
+
+async fn measure(history: usize, quick: bool) -> Result<Measured, String> {
+    let mut bench = Sandbox::for_bench().await?;
+    let homes = bench.create_agents("poster-target", POSTERS, true).await?;
+    let reader_home = bench.create_agents("reader", 1, false).await?.remove(0);
+    let reader = reader_home.trim_start_matches("home-").to_owned();
+    let mut messages = 0;
+    if history > 0 {
+        // Every agent has a home channel: the history is spread over all of them.
+        let channels = bench.agent_count().await?;
+        let stopped = bench.stop_daemon().await;
+        let db = stopped.data.db();
+        let per_channel = history.div_ceil(channels);
+        eprintln!("bench: writing {history} messages of history...");
+        messages = tokio::task::spawn_blocking(move || canopy_store::bench::fill_history(&db, channels, per_channel))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        bench = Sandbox::resume(stopped).await?;
+    }
+    let total = if quick { 3_200 } else { 32_000 };
+    let raw = bench.raw_commit_throughput(POSTERS, total).await?;
+    let (rate, times) = post_burst_timed(&bench, &homes, total).await?;
+    let post_p99_us = percentile(&times, 0.99).as_secs_f64() * 1e6;
+
+    let (sessions, heartbeat) = bench.fake_sessions_kept(100_000).await?;
+    let token = sessions.iter().find(|s| s.agent == reader).map(|s| s.token.clone());
+    let Some(token) = token else {
+        heartbeat.abort();
+        return Err(format!("{reader} got no session"));
+    };
+    let samples = if quick { 100 } else { 500 };
+    let api = bench.api.clone();
+    let search = p99_of(samples, || {
+        let (api, token) = (api.clone(), token.clone());
+        async move {
+            let request = HistorySearchRequest {
+                query: Some("message".into()),
+                before: None,
+                limit: Some(10),
+                include_tool_events: false,
+            };
+            api.send::<method::HistorySearch>(&token, &request).await.map(|_| ()).map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    let read = p99_of(samples, || {
+        let (api, token, channel) = (api.clone(), token.clone(), reader_home.clone());
+        async move {
+            let request = ReadRequest {
+                channel,
+                topic: None,
+                after: canopy_core::Seq::default(),
+                limit: Some(50),
+                unread: false,
+                newest: true,
+            };
+            api.send::<method::MessagesRead>(&token, &request).await.map(|_| ()).map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    heartbeat.abort();
+    bench.stop().await;
+    Ok(Measured { messages, rate, raw, post_p99_us, search_p99_us: search?, read_p99_us: read? })
+}
+
+/// The history figures: each size against the empty workspace, and the reads' p99 targets.
+pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
+    let sizes: &[usize] = if quick { &[0, 100_000] } else { &[0, 1_000_000, 10_000_000] };
+    let mut measured = Vec::new();
+    for &size in sizes {
+        eprintln!("bench: history of {size} messages...");
+        measured.push(measure(size, quick).await?);
+    }
+    let empty = &measured[0];
+    let mut figures = Vec::new();
+    for m in &measured {
+        let label = format!("{} messages of history", m.messages);
+        figures.push(Figure {
+            figure: format!("post throughput with {label} (relative to its raw commit baseline)"),
+            value: m.rate / m.raw,
+            unit: "x raw".into(),
+            baseline: empty.rate / empty.raw,
+            baseline_name: "the same ratio in an empty workspace".into(),
+            ratio: (m.rate / m.raw) / (empty.rate / empty.raw),
+            target: ">= 0.9x baseline (flat as history grows)".into(),
+            met: (m.rate / m.raw) >= 0.9 * (empty.rate / empty.raw),
+            note: format!("{:.0} posts/s against {:.0} raw commits/s in the same run", m.rate, m.raw),
+        });
+        figures.push(Figure {
+            figure: format!("post p99 with {label}"),
+            value: m.post_p99_us,
+            unit: "us".into(),
+            baseline: empty.post_p99_us,
+            baseline_name: "post p99 in an empty workspace (us)".into(),
+            ratio: m.post_p99_us / empty.post_p99_us,
+            target: "<= 1.11x baseline (0.9x the speed)".into(),
+            met: m.post_p99_us <= empty.post_p99_us / 0.9,
+            note: format!("{POSTERS} posters"),
+        });
+        for (what, p99, base) in [
+            ("history_search page (10, a query matching every message)", m.search_p99_us, empty.search_p99_us),
+            ("comms_list_messages page (newest 50)", m.read_p99_us, empty.read_p99_us),
+        ] {
+            figures.push(Figure {
+                figure: format!("{what} p99 with {label}"),
+                value: p99,
+                unit: "us".into(),
+                baseline: base,
+                baseline_name: "the same read in an empty workspace, p99 (us)".into(),
+                ratio: p99 / base,
+                target: "< 10 ms".into(),
+                met: p99 < 10_000.0,
+                note: "as an agent with a live session, over NATS".into(),
+            });
+        }
+    }
+    Ok(figures)
+}
