@@ -4,7 +4,8 @@
 //! every cursor at the end), a fresh workspace measures: post throughput and p99 with 64
 //! posters beside the raw commit baseline of the same run, and the p99 of `history_search`
 //! and `comms_list_messages` pages read as an agent with a live session. Each size's figures
-//! are then compared with the empty workspace's.
+//! are then compared with the empty workspace's. Last, post throughput and p99 by number of
+//! posters (1, 16, 64, 256), each beside the raw baseline at the same concurrency.
 
 use std::time::Instant;
 
@@ -21,7 +22,8 @@ struct Measured {
     rate: f64,
     raw: f64,
     post_p99_us: f64,
-    search_p99_us: f64,
+    found_p99_us: f64,
+    missed_p99_us: f64,
     read_p99_us: f64,
 }
 
@@ -73,19 +75,25 @@ async fn measure(history: usize, quick: bool) -> Result<Measured, String> {
     };
     let samples = if quick { 100 } else { 500 };
     let api = bench.api.clone();
-    let search = p99_of(samples, || {
+    let search = |query: &'static str| {
         let (api, token) = (api.clone(), token.clone());
-        async move {
-            let request = HistorySearchRequest {
-                query: Some("message".into()),
-                before: None,
-                limit: Some(10),
-                include_tool_events: false,
-            };
-            api.send::<method::HistorySearch>(&token, &request).await.map(|_| ()).map_err(|e| e.to_string())
-        }
-    })
-    .await;
+        p99_of(samples, move || {
+            let (api, token) = (api.clone(), token.clone());
+            async move {
+                let request = HistorySearchRequest {
+                    query: Some(query.into()),
+                    before: None,
+                    limit: Some(10),
+                    include_tool_events: false,
+                };
+                api.send::<method::HistorySearch>(&token, &request).await.map(|_| ()).map_err(|e| e.to_string())
+            }
+        })
+    };
+    // The history written for the reader is its own posts of `x`s: one query finds a page at
+    // once, the other walks all of the reader's own history (and only that).
+    let found = search("xxx").await;
+    let missed = search("no such words").await;
     let read = p99_of(samples, || {
         let (api, token, channel) = (api.clone(), token.clone(), reader_home.clone());
         async move {
@@ -103,10 +111,43 @@ async fn measure(history: usize, quick: bool) -> Result<Measured, String> {
     .await;
     heartbeat.abort();
     bench.stop().await;
-    Ok(Measured { messages, rate, raw, post_p99_us, search_p99_us: search?, read_p99_us: read? })
+    Ok(Measured { messages, rate, raw, post_p99_us, found_p99_us: found?, missed_p99_us: missed?, read_p99_us: read? })
 }
 
-/// The history figures: each size against the empty workspace, and the reads' p99 targets.
+/// Post throughput and p99 with 1, 16, 64 and 256 posters (each its own channel with one
+/// offline recipient) in an empty workspace, each beside the raw commit baseline at the same
+/// concurrency in the same run.
+async fn posters(quick: bool) -> Result<Vec<Figure>, String> {
+    let bench = Sandbox::for_bench().await?;
+    let homes = bench.create_agents("poster-target", 256, true).await?;
+    let per_poster = if quick { 25 } else { 250 };
+    let mut figures = Vec::new();
+    for n in [1, 16, 64, 256] {
+        let total = n * per_poster;
+        let raw = bench.raw_commit_throughput(n, total).await?;
+        let (rate, times) = post_burst_timed(&bench, &homes[..n], total).await?;
+        figures.push(Figure {
+            figure: format!("post throughput, {n} concurrent poster{}", if n == 1 { "" } else { "s" }),
+            value: rate,
+            unit: "posts/s".into(),
+            baseline: raw,
+            baseline_name: format!("raw NATS request + SQLite commit + reply, {n} concurrent (req/s)"),
+            ratio: rate / raw,
+            target: "(reported: the scaling table)".into(),
+            met: true,
+            note: format!(
+                "{total} posts; p50 {:.0} us, p99 {:.0} us",
+                percentile(&times, 0.5).as_secs_f64() * 1e6,
+                percentile(&times, 0.99).as_secs_f64() * 1e6
+            ),
+        });
+    }
+    bench.stop().await;
+    Ok(figures)
+}
+
+/// The history figures: each size against the empty workspace, and the reads' p99 targets;
+/// then throughput by number of posters.
 pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
     let sizes: &[usize] = if quick { &[0, 100_000] } else { &[0, 1_000_000, 10_000_000] };
     let mut measured = Vec::new();
@@ -141,7 +182,12 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
             note: format!("{POSTERS} posters"),
         });
         for (what, p99, base) in [
-            ("history_search page (10, a query matching every message)", m.search_p99_us, empty.search_p99_us),
+            ("history_search page (10, a query its newest messages match)", m.found_p99_us, empty.found_p99_us),
+            (
+                "history_search page (a query nothing matches: all of its own history)",
+                m.missed_p99_us,
+                empty.missed_p99_us,
+            ),
             ("comms_list_messages page (newest 50)", m.read_p99_us, empty.read_p99_us),
         ] {
             figures.push(Figure {
@@ -157,5 +203,7 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
             });
         }
     }
+    eprintln!("bench: posters 1, 16, 64, 256...");
+    figures.extend(posters(quick).await?);
     Ok(figures)
 }

@@ -69,32 +69,63 @@ pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> R
     let before = query.before;
 
     // Received means delivered into the agent's context: at or behind its cursor, or steered.
-    let messages: Vec<(i64, Message, bool, bool)> = conn
+    // Each of the owners' channels is walked newest first on its own index, then the messages
+    // they sent (anywhere) on the sender index, and the pages are merged: the cost follows
+    // the caller's own channels, never the size of the workspace's history.
+    let channels: Vec<(i64, i64, i64)> = conn
+        .prepare_cached(
+            "SELECT account_id, channel_id, cursor FROM subscriptions WHERE account_id IN (SELECT value FROM json_each(?1))",
+        )
+        .and_then(|mut s| s.query_map(params![owners_json], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
+        .map_err(sql("listing the channels of a history"))?;
+    let columns = |select: &str| {
+        select.replacen(
+            "SELECT ",
+            "SELECT m.created_at, m.sender_id IN (SELECT value FROM json_each(?1)), EXISTS (SELECT 1 FROM \
+             redeliveries r WHERE r.agent_id IN (SELECT value FROM json_each(?1)) AND r.seq = m.seq), ",
+            1,
+        )
+    };
+    let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<(i64, Message, bool, bool)> {
+        Ok((r.get(0)?, message_from_row_offset(r, 3)?, r.get(1)?, r.get(2)?))
+    };
+    let mut messages: Vec<(i64, Message, bool, bool)> = Vec::new();
+    let mut received = conn
         .prepare_cached(&format!(
-            "{select} WHERE (m.sender_id IN (SELECT value FROM json_each(?1)) OR EXISTS (SELECT 1 FROM subscriptions sub \
-             WHERE sub.account_id IN (SELECT value FROM json_each(?1)) AND sub.channel_id = m.channel_id \
-             AND (m.seq <= sub.cursor OR EXISTS (SELECT 1 FROM deliveries d WHERE d.agent_id = sub.account_id \
-             AND d.seq = m.seq AND d.state = 'injected')))) \
-             AND (?2 IS NULL OR instr(lower(m.body), lower(?2)) > 0) \
-             AND (m.created_at, 0, m.seq) < (?3, ?4, ?5) ORDER BY m.seq DESC LIMIT ?6",
-            select = MESSAGE_SELECT.replacen(
-                "SELECT ",
-                "SELECT m.created_at, m.sender_id IN (SELECT value FROM json_each(?1)), EXISTS (SELECT 1 FROM \
-                 redeliveries r WHERE r.agent_id IN (SELECT value FROM json_each(?1)) AND r.seq = m.seq), ",
-                1
-            )
+            "{select} WHERE m.channel_id = ?2 AND (m.seq <= ?3 OR EXISTS (SELECT 1 FROM deliveries d \
+             WHERE d.agent_id = ?4 AND d.seq = m.seq AND d.state = 'injected')) \
+             AND (?5 IS NULL OR instr(lower(m.body), lower(?5)) > 0) \
+             AND (m.created_at, 0, m.seq) < (?6, ?7, ?8) ORDER BY m.seq DESC LIMIT ?9",
+            select = columns(MESSAGE_SELECT)
         ))
-        .and_then(|mut s| {
-            s.query_map(params![owners_json, text, before.at_ms, before.source, before.id, fetch], |r| {
-                let at: i64 = r.get(0)?;
-                let sent: bool = r.get(1)?;
-                let redelivered: bool = r.get(2)?;
-                let message = message_from_row_offset(r, 3)?;
-                Ok((at, message, sent, redelivered))
-            })?
-            .collect()
-        })
         .map_err(sql("searching message history"))?;
+    for (owner, channel, cursor) in &channels {
+        let page = received
+            .query_map(
+                params![owners_json, channel, cursor, owner, text, before.at_ms, before.source, before.id, fetch],
+                row,
+            )
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(sql("searching message history"))?;
+        messages.extend(page);
+    }
+    let mut sent = conn
+        .prepare_cached(&format!(
+            "{select} WHERE m.sender_id = ?2 AND (?3 IS NULL OR instr(lower(m.body), lower(?3)) > 0) \
+             AND (m.created_at, 0, m.seq) < (?4, ?5, ?6) ORDER BY m.seq DESC LIMIT ?7",
+            select = columns(MESSAGE_SELECT)
+        ))
+        .map_err(sql("searching sent history"))?;
+    for owner in &owners {
+        let page = sent
+            .query_map(params![owners_json, owner, text, before.at_ms, before.source, before.id, fetch], row)
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(sql("searching sent history"))?;
+        messages.extend(page);
+    }
+    messages.sort_by_key(|(at, m, _, _)| std::cmp::Reverse((*at, m.seq)));
+    messages.dedup_by_key(|(_, m, _, _)| m.seq);
+    messages.truncate(fetch as usize);
 
     let mut items: Vec<(HistoryCursor, HistoryItem)> = messages
         .into_iter()
