@@ -7,13 +7,13 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use canopy_bus::{ApiClient, Bus, Login};
 use canopy_proto::api::PostRequest;
 
-use super::{Ledger, WORKER, check_deliveries, check_posts_exactly_once, figure, scale, settle_all};
+use super::{Ledger, WORKER, figure, scale, settle_all};
 use crate::delivery::{QUICK, inputs_containing};
 use crate::env::{Guarded, TestEnv};
 
@@ -198,21 +198,8 @@ fn a_three_server_cluster_loses_nothing_when_each_server_is_killed_mid_load() {
             eprintln!("chaos cluster: n{} back, markers in {:?}", victim + 1, at.elapsed());
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        env.rt.block_on(task).unwrap();
-    }
-    settle_all(&env, &WORKERS);
-    let channels: Vec<String> = WORKERS.iter().map(|w| format!("home-{w}")).collect();
-    check_posts_exactly_once(&env, &api, &ledger, &channels);
-    let (mut once, mut marked) = (0, 0);
-    for worker in WORKERS {
-        let d = check_deliveries(&env, worker, &ledger);
-        assert!(d.missing.is_empty(), "{worker} never received {:?}", d.missing);
-        assert!(d.unmarked_repeats.is_empty(), "{worker}: repeats not marked redelivered: {:?}", d.unmarked_repeats);
-        once += d.once;
-        marked += d.redelivered_marked;
-    }
+    super::stop_load(&env, &stop, tasks);
+    let checked = super::check_load(&env, &api, &ledger, &WORKERS, &super::homes(&WORKERS));
     let (p50, max) = super::p50_max(&mut reach);
     figure(
         SCENARIO,
@@ -221,14 +208,7 @@ fn a_three_server_cluster_loses_nothing_when_each_server_is_killed_mid_load() {
             reach.len()
         ),
     );
-    figure(
-        SCENARIO,
-        format!(
-            "{} posts acknowledged ({} attempts), 0 lost, 0 twice; deliveries {once} once, {marked} marked redelivered",
-            ledger.acked().len(),
-            ledger.attempts.load(Ordering::Relaxed)
-        ),
-    );
+    super::load_figure(SCENARIO, &ledger, &checked);
 }
 
 /// The last lines of a log file, for a failure message.

@@ -137,10 +137,7 @@ fn a_full_disk_refuses_posts_as_unavailable_stores_none_of_them_and_recovers() {
         crate::assert_eventually!(ledger.acked().len() > acked + 4, "posting never resumed after space returned");
         recoveries.push(at.elapsed());
     }
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        env.rt.block_on(task).unwrap();
-    }
+    super::stop_load(&env, &stop, tasks);
     let stored = check_posts_exactly_once(&env, &api, &ledger, &["announcements".to_owned()]);
     // The daemon restarts cleanly on the same files.
     env.kill_daemon();

@@ -14,7 +14,7 @@ use canopy_core::{ErrorCode, SpawnState};
 use canopy_proto::api::{AuditListRequest, PostRequest, RunsListRequest, SpawnDecideRequest, SpawnListRequest};
 use canopy_proto::method;
 
-use super::{Ledger, WORKER, api, check_deliveries, check_posts_exactly_once, figure, scale, seed, settle_all};
+use super::{Ledger, WORKER, api, figure, scale, seed, settle_all};
 use crate::env::TestEnv;
 
 /// A Manager that asks for a child named by the topic of `ASK-SPAWN`, and briefs a run on
@@ -136,10 +136,7 @@ fn kill_9_at_random_points_under_load_loses_and_repeats_nothing() {
         env.start_daemon();
         ready.push(at.elapsed());
     }
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        env.rt.block_on(task).unwrap();
-    }
+    super::stop_load(&env, &stop, tasks);
     let load_time = started.elapsed();
 
     // Quiet: every agent idle with nothing pending, every request decided, every run over.
@@ -166,23 +163,9 @@ fn kill_9_at_random_points_under_load_loses_and_repeats_nothing() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    // Posts: exactly once, at the acknowledged sequence.
-    let channels: Vec<String> = WORKERS.iter().chain(["lead"].iter()).map(|w| format!("home-{w}")).collect();
-    let stored = check_posts_exactly_once(&env, &api, &ledger, &channels);
-
-    // Deliveries: every post reached its worker, any repeat marked `redelivered`.
-    let (mut once, mut marked) = (0, 0);
-    for worker in WORKERS {
-        let d = check_deliveries(&env, worker, &ledger);
-        assert!(d.missing.is_empty(), "{worker} never received {:?}", d.missing);
-        assert!(
-            d.unmarked_repeats.is_empty(),
-            "{worker} received repeats not marked redelivered: {:?}",
-            d.unmarked_repeats
-        );
-        once += d.once;
-        marked += d.redelivered_marked;
-    }
+    // Posts exactly once at their sequence; every post reached its worker, repeats marked.
+    let channels = super::homes(&[&WORKERS[..], &["lead"]].concat());
+    let checked = super::check_load(&env, &api, &ledger, &WORKERS, &channels);
 
     // Decisions: each request decided once, in the audit log once, and each spawned child
     // exists once under its Manager.
@@ -239,19 +222,7 @@ fn kill_9_at_random_points_under_load_loses_and_repeats_nothing() {
             load_time.as_secs_f64()
         ),
     );
-    figure(
-        SCENARIO,
-        format!(
-            "{} posts acknowledged ({} attempts, {} answered as duplicates of a committed retry), {stored} stored, 0 lost, 0 twice",
-            ledger.acked().len(),
-            ledger.attempts.load(Ordering::Relaxed),
-            ledger.duplicates.load(Ordering::Relaxed)
-        ),
-    );
-    figure(
-        SCENARIO,
-        format!("deliveries to workers: {once} once, {marked} again marked redelivered, 0 unmarked repeats, 0 missing"),
-    );
+    super::load_figure(SCENARIO, &ledger, &checked);
     figure(
         SCENARIO,
         format!(

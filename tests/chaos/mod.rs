@@ -269,6 +269,59 @@ fn check_deliveries(env: &TestEnv, agent: &str, ledger: &Ledger) -> Deliveries {
     out
 }
 
+/// Stops the load and waits for every task of it to finish its last retry.
+fn stop_load(env: &TestEnv, stop: &AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        env.rt.block_on(task).unwrap();
+    }
+}
+
+/// What the load checks found: posts stored, deliveries once, repeats marked `redelivered`.
+struct Checked {
+    stored: usize,
+    once: u64,
+    marked: u64,
+}
+
+/// The exactly-once checks of a load on `workers` (once they have settled): every
+/// acknowledged post stored once at its sequence in `channels`, every post to a worker
+/// delivered, every repeat marked.
+fn check_load(env: &TestEnv, api: &ApiClient, ledger: &Ledger, workers: &[&str], channels: &[String]) -> Checked {
+    settle_all(env, workers);
+    let stored = check_posts_exactly_once(env, api, ledger, channels);
+    let (mut once, mut marked) = (0, 0);
+    for worker in workers {
+        let d = check_deliveries(env, worker, ledger);
+        assert!(d.missing.is_empty(), "{worker} never received {:?}", d.missing);
+        assert!(d.unmarked_repeats.is_empty(), "{worker}: repeats not marked redelivered: {:?}", d.unmarked_repeats);
+        once += d.once;
+        marked += d.redelivered_marked;
+    }
+    Checked { stored, once, marked }
+}
+
+/// The home channels of `agents`.
+fn homes(agents: &[&str]) -> Vec<String> {
+    agents.iter().map(|a| format!("home-{a}")).collect()
+}
+
+/// The figure line every load scenario prints.
+fn load_figure(scenario: &str, ledger: &Ledger, checked: &Checked) {
+    figure(
+        scenario,
+        format!(
+            "{} posts acknowledged ({} attempts, {} answered as duplicates of a committed retry), {} stored, 0 lost, 0 twice; deliveries {} once, {} again marked redelivered, 0 unmarked repeats, 0 missing",
+            ledger.acked().len(),
+            ledger.attempts.load(Ordering::Relaxed),
+            ledger.duplicates.load(Ordering::Relaxed),
+            checked.stored,
+            checked.once,
+            checked.marked
+        ),
+    );
+}
+
 /// Waits until every agent is idle with nothing pending (see `TestEnv::settled`), with a
 /// longer patience than the default: a loaded machine after many restarts is slow.
 fn settle_all(env: &TestEnv, agents: &[&str]) {

@@ -3,35 +3,16 @@
 //! runner killed while its sessions run.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use canopy_core::fuzz::Rng;
 
-use super::{Ledger, WORKER, api, check_deliveries, check_posts_exactly_once, figure, scale, seed, settle_all};
+use super::{Ledger, WORKER, api, figure, scale, seed, settle_all};
 use crate::delivery::{QUICK, inputs_containing};
 use crate::env::{TestEnv, read_pid, signal, wait_timeout};
 
 const WORKERS: [&str; 3] = ["w1", "w2", "w3"];
-
-fn home_channels() -> Vec<String> {
-    WORKERS.iter().map(|w| format!("home-{w}")).collect()
-}
-
-/// Checks what the posters were told against what is stored and what the workers received;
-/// returns (delivered once, repeats marked redelivered).
-fn check_all(env: &TestEnv, api: &canopy_bus::ApiClient, ledger: &Ledger) -> (u64, u64) {
-    check_posts_exactly_once(env, api, ledger, &home_channels());
-    let (mut once, mut marked) = (0, 0);
-    for worker in WORKERS {
-        let d = check_deliveries(env, worker, ledger);
-        assert!(d.missing.is_empty(), "{worker} never received {:?}", d.missing);
-        assert!(d.unmarked_repeats.is_empty(), "{worker}: repeats not marked redelivered: {:?}", d.unmarked_repeats);
-        once += d.once;
-        marked += d.redelivered_marked;
-    }
-    (once, marked)
-}
 
 /// Posts a marker to every worker (retrying while the daemon is not yet back on NATS) and
 /// returns how long the slowest took to reach its harness.
@@ -79,22 +60,11 @@ fn nats_server_killed_mid_load_loses_nothing() {
         );
         back.push(at.elapsed());
     }
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        env.rt.block_on(task).unwrap();
-    }
-    settle_all(&env, &WORKERS);
-    let (once, marked) = check_all(&env, &api, &ledger);
+    super::stop_load(&env, &stop, tasks);
+    let checked = super::check_load(&env, &api, &ledger, &WORKERS, &super::homes(&WORKERS));
     let (p50, max) = super::p50_max(&mut back);
     figure(SCENARIO, format!("{kills} kills; posting resumed p50 {p50:.0} ms, max {max:.0} ms after each"));
-    figure(
-        SCENARIO,
-        format!(
-            "{} posts acknowledged ({} attempts), 0 lost, 0 twice; deliveries {once} once, {marked} marked redelivered",
-            ledger.acked().len(),
-            ledger.attempts.load(Ordering::Relaxed)
-        ),
-    );
+    super::load_figure(SCENARIO, &ledger, &checked);
 }
 
 /// Starts `canopy daemon` with its own NATS server and returns its URL.
@@ -189,19 +159,9 @@ fn a_runner_killed_with_sessions_running_loses_no_delivery() {
         runner = env.spawn_registered_runner(env.command(&["runner", "--id", "second"]), &format!("second-{k}"));
         back.push(at.elapsed());
     }
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        env.rt.block_on(task).unwrap();
-    }
-    settle_all(&env, &WORKERS);
-    let (once, marked) = check_all(&env, &api, &ledger);
+    super::stop_load(&env, &stop, tasks);
+    let checked = super::check_load(&env, &api, &ledger, &WORKERS, &super::homes(&WORKERS));
     let (p50, max) = super::p50_max(&mut back);
     figure(SCENARIO, format!("{kills} runner kills; registered again p50 {p50:.0} ms, max {max:.0} ms"));
-    figure(
-        SCENARIO,
-        format!(
-            "{} posts acknowledged, 0 lost; deliveries {once} once, {marked} again marked redelivered, 0 unmarked, 0 missing",
-            ledger.acked().len()
-        ),
-    );
+    super::load_figure(SCENARIO, &ledger, &checked);
 }
