@@ -3,8 +3,8 @@
 //! every figure that does not, and the CLI exits non-zero.
 //!
 //! The floors are set for `.ci/run`'s run (`--quick`, a debug build, a loaded two-core
-//! machine), with headroom under what that run measures so noise does not fail it, and far
-//! enough from the targets that a real regression does. `docs/benchmarks.md` lists them
+//! machine) and hold for a release run too, with headroom under what both measure so noise
+//! does not fail them, and far enough from them that a real regression does. `docs/benchmarks.md` lists them
 //! beside the figures they were set from. Owns the floors only; the figures are measured
 //! elsewhere.
 
@@ -48,11 +48,12 @@ const GUARDS: &[(&str, Guard)] = &[
     ("post throughput with the budget check", Guard::AtLeast(0.8)),
     // 1.1-2.1; the DESIGN target is 5x.
     ("post-to-steer latency p99", Guard::AtMost(5.0)),
-    // 6.2-7.9 in a debug build; the 40 ms delayed-ACK floor this guards against is ~100x.
-    ("MCP tool call p50, 1 concurrent", Guard::AtMost(15.0)),
-    // 10-12.
-    ("MCP tool call p50, 16 concurrent", Guard::AtMost(25.0)),
-    ("MCP tool call p50, 64 concurrent", Guard::AtMost(25.0)),
+    // 6.2-7.9 in a debug build, 12-29 in release (its echo is faster, so the ratio is
+    // noisier); the 40 ms delayed-ACK floor this guards against is 100x (debug) to 400x.
+    ("MCP tool call p50, 1 concurrent", Guard::AtMost(40.0)),
+    // 10-12 in debug, 15-17 in release.
+    ("MCP tool call p50, 16 concurrent", Guard::AtMost(40.0)),
+    ("MCP tool call p50, 64 concurrent", Guard::AtMost(40.0)),
     // 0.93-1.15: throughput holds past 16 callers.
     ("MCP throughput from 16 to 64", Guard::AtLeast(0.7)),
     // 1.3.
@@ -102,13 +103,13 @@ mod tests {
         let figures = [
             figure("post throughput, durable, 64 concurrent posters, one recipient each", 0.05),
             figure("post-to-steer latency p99", 1.4),
-            figure("MCP tool call p50, 1 concurrent caller", 15.5),
+            figure("MCP tool call p50, 1 concurrent caller", 45.0),
             figure("daemon memory after ready", 1e9),
         ];
         let failed = check(&figures);
         assert_eq!(failed.len(), 2, "{failed:?}");
         assert!(failed[0].starts_with("post throughput") && failed[0].contains(">= 0.1x"), "{failed:?}");
-        assert!(failed[1].starts_with("MCP tool call p50, 1") && failed[1].contains("<= 15x"), "{failed:?}");
+        assert!(failed[1].starts_with("MCP tool call p50, 1") && failed[1].contains("<= 40x"), "{failed:?}");
     }
 
     #[test]
