@@ -635,3 +635,32 @@ fn a_revoked_operator_is_refused_at_once_and_the_last_one_stays() {
     assert_eq!(states, [("ops", "active"), ("second", "revoked")]);
     assert!(env.ok(&["--json", "audit"]).contains("operators.revoke"));
 }
+
+/// A session's token works while its session lives and never after, however often it was
+/// used before (the daemon keeps resolved session tokens only until a session or an account
+/// changes): stopped, restarted as a new incarnation, despawned.
+#[test]
+fn a_session_token_dies_with_its_session_though_it_was_used_a_moment_before() {
+    use serde_json::json;
+    let env = TestEnv::started_with(crate::sessions::FAST);
+    env.create_scripted("lead", IDLE);
+    let first = session_token(&env, "lead");
+    for _ in 0..3 {
+        assert_eq!(call(&env, Method::Whoami, &first, json!({}))["ok"]["account"]["handle"], "lead");
+    }
+    env.json(&["agents", "stop", "lead"]);
+    crate::assert_eventually!(env.roster_entry("lead")["presence"] == "offline", "lead never stopped");
+    let refused = call(&env, Method::Whoami, &first, json!({}));
+    assert_eq!(code(&refused), "forbidden", "a stopped session's token still works: {refused}");
+
+    env.json(&["agents", "start", "lead"]);
+    let pid = env.wait_harness_pid("lead", 2);
+    let second = crate::sessions::process_env(pid)["CANOPY_MCP_TOKEN"].clone();
+    assert_ne!(first, second);
+    assert_eq!(call(&env, Method::Whoami, &second, json!({}))["ok"]["account"]["handle"], "lead");
+    assert_eq!(code(&call(&env, Method::Whoami, &first, json!({}))), "forbidden", "the old incarnation's token works");
+
+    env.ok(&["agents", "despawn", "lead", "--yes"]);
+    let refused = call(&env, Method::Whoami, &second, json!({}));
+    assert_eq!(code(&refused), "forbidden", "a despawned agent's token still works: {refused}");
+}

@@ -39,9 +39,12 @@ pub struct Api {
     /// Wakes between pairs of agents (in memory: a restart forgets recent loops).
     pub loops: std::sync::Arc<canopy_core::delivery::LoopGuard>,
     /// Operator token hash -> caller. Operator tokens never change while the daemon runs,
-    /// so they are resolved once; session tokens are checked against the store every time,
-    /// because they die with their session.
+    /// so they are resolved once.
     pub operators: std::sync::Arc<dashmap::DashMap<String, Caller>>,
+    /// Session token hash -> (caller, the store's credential epoch it was resolved in). A
+    /// session token dies with its session, so an entry holds only while no commit since has
+    /// changed a session or an account (`Store::credential_epoch`).
+    pub session_tokens: std::sync::Arc<dashmap::DashMap<String, (Caller, u64)>>,
     /// Moves at every revocation: a lookup that began before one does not fill the cache.
     pub revocations: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The prompt bundle in use.

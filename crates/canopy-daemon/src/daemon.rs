@@ -159,6 +159,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         data_dir: dir.root().to_owned(),
         loops: Arc::default(),
         operators: Arc::default(),
+        session_tokens: Arc::default(),
         revocations: Arc::default(),
         prompts,
         role_cache: Arc::default(),

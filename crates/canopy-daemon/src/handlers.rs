@@ -56,6 +56,9 @@ macro_rules! dispatch {
     };
 }
 canopy_proto::api_methods!(dispatch);
+
+/// Most session tokens kept resolved at once (a workspace runs far fewer live sessions).
+const SESSION_TOKENS_CACHED: usize = 100_000;
 impl Api {
     /// Handles one request and returns the reply payload.
     pub async fn handle(&self, subject: &str, token: Option<&str>, payload: &[u8]) -> Bytes {
@@ -83,13 +86,29 @@ impl Api {
         if let Some(caller) = cached {
             return Ok(caller);
         }
+        let credentials = self.store.credential_epoch();
+        if let Some(hit) = self.session_tokens.get(&hash)
+            && hit.1 == credentials
+        {
+            return Ok(hit.0.clone());
+        }
         let key = hash.clone();
         let epoch = self.revocations.load(std::sync::atomic::Ordering::SeqCst);
-        let caller = self
-            .store
-            .read(move |conn| ops::resolve_token(conn, &key))
-            .await?
-            .ok_or_else(|| Error::Unauthenticated("the token is not known to this workspace".into()))?;
+        let resolved = self.store.read(move |conn| ops::resolve_token(conn, &key)).await?;
+        let Some(caller) = resolved else {
+            self.session_tokens.remove(&hash);
+            return Err(Error::Unauthenticated("the token is not known to this workspace".into()));
+        };
+        if caller.kind == canopy_core::AccountKind::Agent {
+            // Kept only if no session or account changed while it was read.
+            if self.store.credential_epoch() == credentials {
+                if self.session_tokens.len() >= SESSION_TOKENS_CACHED {
+                    self.session_tokens.clear();
+                }
+                self.session_tokens.insert(hash, (caller.clone(), credentials));
+            }
+            return Ok(caller);
+        }
         if caller.is_operator() {
             self.operators.insert(hash.clone(), caller.clone());
             // A revocation that landed meanwhile may have read the cache before this entry.

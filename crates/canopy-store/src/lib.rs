@@ -56,6 +56,8 @@ pub struct Store {
     writer: writer::WriterHandle,
     readers: Arc<ReadPool>,
     clock: canopy_sys::Clock,
+    /// Moves after every commit that changed or removed a session or account row.
+    credentials: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What one piece of store work sees: the connection it runs on and the moment it runs at,
@@ -97,13 +99,22 @@ impl Store {
     pub fn open_with_clock(path: &Path, queue_capacity: usize, clock: canopy_sys::Clock) -> Result<Store, Error> {
         let conn = open_connection(path, false)?;
         schema::migrate(&conn)?;
-        let writer = writer::spawn(conn, queue_capacity)?;
+        let credentials = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let writer = writer::spawn(conn, queue_capacity, credentials.clone())?;
         let readers = Arc::new(ReadPool {
             path: path.to_owned(),
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(tokio::sync::Semaphore::new(ReadPool::MAX)),
         });
-        Ok(Store { writer, readers, clock })
+        Ok(Store { writer, readers, clock, credentials })
+    }
+
+    /// A number that moves after every commit that changed or removed a row of `sessions` or
+    /// `accounts` (a session ended, an account stopped, despawned or revoked): a token resolved
+    /// while it held one value may be trusted again only while it still holds it. Read it
+    /// before resolving and compare after: a commit in between means the answer may be stale.
+    pub fn credential_epoch(&self) -> u64 {
+        self.credentials.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Runs `work` inside the writer's transaction. The result is returned only after the

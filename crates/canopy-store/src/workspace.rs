@@ -25,11 +25,15 @@ pub struct InitSpec {
 
 /// The workspace, if the store has been initialised.
 pub fn workspace(conn: &Db<'_>) -> Result<Option<Workspace>, Error> {
-    conn.query_row("SELECT id, name, mission, created_at FROM workspace", [], |r| {
-        Ok(Workspace { id: r.get(0)?, name: r.get(1)?, mission: r.get(2)?, created_at: rfc3339(r.get(3)?) })
-    })
-    .optional()
-    .map_err(sql("reading the workspace"))
+    // Read by every `whoami`: a cached statement, not parsed each time.
+    conn.prepare_cached("SELECT id, name, mission, created_at FROM workspace")
+        .and_then(|mut s| {
+            s.query_row([], |r| {
+                Ok(Workspace { id: r.get(0)?, name: r.get(1)?, mission: r.get(2)?, created_at: rfc3339(r.get(3)?) })
+            })
+            .optional()
+        })
+        .map_err(sql("reading the workspace"))
 }
 
 /// Creates the workspace and its starting accounts and channels.

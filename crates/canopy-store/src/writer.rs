@@ -32,11 +32,25 @@ pub(crate) struct WriterHandle {
     thread: std::sync::Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
 }
 
-pub(crate) fn spawn(conn: Connection, capacity: usize) -> Result<WriterHandle, Error> {
+pub(crate) fn spawn(
+    mut conn: Connection,
+    capacity: usize,
+    credentials: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> Result<WriterHandle, Error> {
+    // Any row of `sessions` or `accounts` changed or removed may end a credential: the
+    // batch's commit then moves `credentials` (`Store::credential_epoch`).
+    let touched = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = touched.clone();
+    conn.update_hook(Some(move |action: rusqlite::hooks::Action, _: &str, table: &str, _: i64| {
+        if action != rusqlite::hooks::Action::SQLITE_INSERT && matches!(table, "sessions" | "accounts") {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }))
+    .map_err(|e| Error::Internal(format!("watching credential changes: {e}")))?;
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let thread = std::thread::Builder::new()
         .name("canopy-store-writer".into())
-        .spawn(move || run(conn, rx))
+        .spawn(move || run(conn, rx, &touched, &credentials))
         .map_err(|e| Error::Internal(format!("starting the store writer thread: {e}")))?;
     Ok(WriterHandle { tx, thread: std::sync::Arc::new(std::sync::Mutex::new(Some(thread))) })
 }
@@ -73,7 +87,12 @@ impl WriterHandle {
     }
 }
 
-fn run(mut conn: Connection, mut rx: mpsc::Receiver<Job>) {
+fn run(
+    mut conn: Connection,
+    mut rx: mpsc::Receiver<Job>,
+    touched: &std::sync::atomic::AtomicBool,
+    credentials: &std::sync::atomic::AtomicU64,
+) {
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
     while !stopping {
@@ -92,6 +111,11 @@ fn run(mut conn: Connection, mut rx: mpsc::Receiver<Job>) {
             }
         }
         let (commit, finishes) = run_batch(&mut conn, &mut batch);
+        // After the commit (or its failure): a lookup that began before it cannot be cached
+        // as current (see `Store::credential_epoch`).
+        if touched.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            credentials.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         for finish in finishes {
             finish(commit.clone());
         }
