@@ -181,6 +181,8 @@ fn a_three_server_cluster_loses_nothing_when_each_server_is_killed_mid_load() {
                 };
                 env.rt.block_on(super::post_until_acked(&api, &token, request, &ledger));
             }
+            let posted = at.elapsed();
+            let mut arrived = Vec::new();
             for worker in WORKERS {
                 let last = format!("after n{} restarted", victim + 1);
                 crate::assert_eventually!(
@@ -193,9 +195,14 @@ fn a_three_server_cluster_loses_nothing_when_each_server_is_killed_mid_load() {
                         &env.dir.path().join(format!("{}.log", super::text_of(&env.roster_entry(worker)["runner"])))
                     )
                 );
+                arrived.push((worker, super::text_of(&env.roster_entry(worker)["runner"]), at.elapsed()));
             }
             reach.push(at.elapsed());
-            eprintln!("chaos cluster: n{} back, markers in {:?}", victim + 1, at.elapsed());
+            eprintln!(
+                "chaos cluster: n{} back: markers acknowledged after {posted:?}, in every worker after {:?} ({arrived:?})",
+                victim + 1,
+                at.elapsed()
+            );
         }
     }
     super::stop_load(&env, &stop, tasks);
