@@ -157,11 +157,12 @@ fn kill_9_at_random_points_under_load_loses_and_repeats_nothing() {
             .unwrap()
             .runs
     };
-    let patience = Instant::now() + Duration::from_secs(90);
-    while runs().iter().any(|r| r.status == "running") {
-        assert!(Instant::now() < patience, "runs never ended: {:?}", runs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    crate::assert_eventually!(
+        within = Duration::from_secs(90),
+        !runs().iter().any(|r| r.status == "running"),
+        "runs never ended: {:?}",
+        runs()
+    );
 
     // Posts exactly once at their sequence; every post reached its worker, repeats marked.
     let channels = super::homes(&[&WORKERS[..], &["lead"]].concat());

@@ -326,15 +326,15 @@ fn load_figure(scenario: &str, ledger: &Ledger, checked: &Checked) {
 /// longer patience than the default: a loaded machine after many restarts is slow.
 fn settle_all(env: &TestEnv, agents: &[&str]) {
     for agent in agents {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let entry = env.roster_entry(agent);
-            if entry["presence"] == "idle" && entry["pending"] == 0 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{agent} never settled: {entry}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        crate::assert_eventually!(
+            within = Duration::from_secs(120),
+            {
+                let entry = env.roster_entry(agent);
+                entry["presence"] == "idle" && entry["pending"] == 0
+            },
+            "{agent} never settled: {}",
+            env.roster_entry(agent)
+        );
     }
 }
 

@@ -15,9 +15,18 @@ use serde_json::Value;
 
 pub const CANOPY: &str = env!("CARGO_BIN_EXE_canopy-under-test");
 
-/// Retries an expression until it is true, failing after the patience runs out.
+/// Retries an expression until it is true, failing after the patience runs out (30 s, or
+/// `within = <Duration>` first for work that is slow on purpose).
 #[macro_export]
 macro_rules! assert_eventually {
+    (within = $patience:expr, $cond:expr, $($msg:tt)+) => {{
+        let deadline = std::time::Instant::now() + $patience;
+        loop {
+            if $cond { break; }
+            assert!(std::time::Instant::now() < deadline, $($msg)+);
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+    }};
     ($cond:expr, $($msg:tt)+) => {{
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {

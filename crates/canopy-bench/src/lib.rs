@@ -175,7 +175,7 @@ async fn budget_check(bench: &Sandbox, options: Options) -> Result<Figure, Strin
     let homes = bench.create_agents("budget-target", 64, true).await?;
     for home in &homes {
         let handle = home.strip_prefix("home-").unwrap_or(home).to_owned();
-        let request = set(handle, Some(1000.0), None, false);
+        let request = budget_request(handle, Some(1000.0), None, false);
         let _: AgentsBudgetResponse =
             bench.api.send::<method::AgentsBudget>(&bench.operator, &request).await.map_err(|e| e.to_string())?;
     }
@@ -336,7 +336,7 @@ async fn broadcast(bench: &Sandbox, agents: usize) -> Result<Figure, String> {
 const BUDGET_ROUNDS: usize = 3;
 
 /// A daily budget request for `handle`.
-fn set(handle: String, usd: Option<f64>, tokens: Option<u64>, clear: bool) -> AgentsBudgetRequest {
+fn budget_request(handle: String, usd: Option<f64>, tokens: Option<u64>, clear: bool) -> AgentsBudgetRequest {
     AgentsBudgetRequest { handle, usd, tokens, period: Some("1day".into()), subtree: false, clear }
 }
 
@@ -350,11 +350,11 @@ async fn budget_rounds(
 ) -> Result<(f64, f64), String> {
     let (mut with, mut without) = (Vec::new(), Vec::new());
     for _ in 0..BUDGET_ROUNDS {
-        let clear = set(spent.agent.clone(), None, None, true);
+        let clear = budget_request(spent.agent.clone(), None, None, true);
         let _: AgentsBudgetResponse =
             bench.api.send::<method::AgentsBudget>(&bench.operator, &clear).await.map_err(|e| e.to_string())?;
         without.push(post_burst(bench, homes, total).await?);
-        let hold = set(spent.agent.clone(), None, Some(1), false);
+        let hold = budget_request(spent.agent.clone(), None, Some(1), false);
         let _: AgentsBudgetResponse =
             bench.api.send::<method::AgentsBudget>(&bench.operator, &hold).await.map_err(|e| e.to_string())?;
         bench.fake_usage(spent, 10).await?;

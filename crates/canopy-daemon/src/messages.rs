@@ -173,7 +173,8 @@ impl Api {
         let committed_us = canopy_sys::unix_us();
         // The message is committed; a lost event only delays followers, who resync.
         self.publish_messages(vec![posted.message.clone()]).await;
-        let Some(reach) = reach.filter(|_| !posted.duplicate) else {
+        // A duplicate reaches no one again (its job read no recipients).
+        let Some(reach) = reach else {
             return Ok(PostResponse {
                 message: posted.message,
                 duplicate: true,
