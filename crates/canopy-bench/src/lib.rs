@@ -37,6 +37,36 @@ pub struct Options {
     /// Only the history figures (`large.rs`): 0, 1,000,000 and 10,000,000 messages (with
     /// `quick`, 0 and 100,000).
     pub large: bool,
+    /// Which groups of figures to measure (all by default).
+    pub only: Parts,
+}
+
+/// The groups of figures `canopy bench --only` selects, by name.
+pub const PARTS: &[&str] = &["post", "steer", "mcp", "broadcast", "budget", "restart", "prompt", "sandbox", "checkout"];
+
+/// A set of `PARTS`, as bits in their order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts(u16);
+
+impl Parts {
+    pub const ALL: Parts = Parts(u16::MAX);
+
+    /// The parts named, or an error naming the unknown one and the known ones.
+    pub fn parse<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Parts, String> {
+        let mut bits = 0;
+        for name in names {
+            let index = PARTS
+                .iter()
+                .position(|p| *p == name)
+                .ok_or_else(|| format!("no figure group {name:?} (known: {})", PARTS.join(", ")))?;
+            bits |= 1 << index;
+        }
+        Ok(if bits == 0 { Parts::ALL } else { Parts(bits) })
+    }
+
+    pub fn has(self, name: &str) -> bool {
+        PARTS.iter().position(|p| *p == name).is_some_and(|i| self.0 & (1 << i) != 0)
+    }
 }
 
 /// One measured figure beside its baseline.
@@ -62,28 +92,45 @@ pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
         return large::figures(options.quick).await;
     }
     let bench = Sandbox::for_bench().await?;
+    let only = options.only;
     let mut figures = Vec::new();
-    eprintln!("bench: post throughput...");
-    figures.push(post_throughput(&bench, options).await?);
-    eprintln!("bench: post-to-steer latency...");
-    figures.extend(steer_latency(&bench, options).await?);
-    eprintln!("bench: MCP tool calls and the raw HTTP echo...");
-    figures.extend(mcp::figures(&bench, options.quick).await?);
+    if only.has("post") {
+        eprintln!("bench: post throughput...");
+        figures.push(post_throughput(&bench, options).await?);
+    }
+    if only.has("steer") {
+        eprintln!("bench: post-to-steer latency...");
+        figures.extend(steer_latency(&bench, options).await?);
+    }
+    if only.has("mcp") {
+        eprintln!("bench: MCP tool calls and the raw HTTP echo...");
+        figures.extend(mcp::figures(&bench, options.quick).await?);
+    }
     let sizes: &[usize] = if options.quick { &[1_000] } else { &[1_000, 10_000] };
-    for &agents in sizes {
+    for &agents in sizes.iter().filter(|_| only.has("broadcast")) {
         eprintln!("bench: broadcast to {agents} agents...");
         figures.push(broadcast(&bench, agents).await?);
     }
-    eprintln!("bench: the budget check on the post path...");
-    figures.push(budget_check(&bench, options).await?);
-    eprintln!("bench: restart with history...");
-    figures.extend(restart::figures(bench, options.quick).await?);
-    eprintln!("bench: prompt render...");
-    figures.extend(prompt::figures(&canopy_daemon::prompts::catalog(), options.quick)?);
-    eprintln!("bench: session start, confined and unconfined...");
-    figures.extend(sandbox::figures(options.quick).await?);
-    eprintln!("bench: checkouts...");
-    figures.extend(checkout::figures(options.quick).await?);
+    if only.has("budget") {
+        eprintln!("bench: the budget check on the post path...");
+        figures.push(budget_check(&bench, options).await?);
+    }
+    if only.has("restart") {
+        eprintln!("bench: restart with history...");
+        figures.extend(restart::figures(bench, options.quick).await?);
+    }
+    if only.has("prompt") {
+        eprintln!("bench: prompt render...");
+        figures.extend(prompt::figures(&canopy_daemon::prompts::catalog(), options.quick)?);
+    }
+    if only.has("sandbox") {
+        eprintln!("bench: session start, confined and unconfined...");
+        figures.extend(sandbox::figures(options.quick).await?);
+    }
+    if only.has("checkout") {
+        eprintln!("bench: checkouts...");
+        figures.extend(checkout::figures(options.quick).await?);
+    }
     Ok(figures)
 }
 

@@ -219,6 +219,10 @@ pub enum Command {
         /// regression guard `.ci/run` runs; floors in docs/benchmarks.md).
         #[arg(long)]
         check: bool,
+        /// Only these groups of figures, comma-separated: post, steer, mcp, broadcast, budget,
+        /// restart, prompt, sandbox, checkout.
+        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(canopy_bench::PARTS))]
+        only: Vec<String>,
     },
 }
 

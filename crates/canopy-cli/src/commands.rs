@@ -32,7 +32,7 @@ pub async fn run(cli: Cli) -> u8 {
         }
         Command::Runner(args) => runner(&dir, json, &args).await,
         Command::Mcp(args) => mcp(json, &args).await,
-        Command::Bench { quick, large, check } => bench(json, quick, large, check).await,
+        Command::Bench { quick, large, check, only } => bench(json, quick, large, check, &only).await,
         Command::Completions { shell } => crate::completions::script(shell),
         Command::Man => crate::completions::man(),
         Command::Complete { what } => crate::completions::candidates(&dir, what).await,
@@ -1191,8 +1191,12 @@ fn nats_config(dir: &DataDir, json: bool) -> u8 {
 }
 
 /// Runs the benchmark and prints each figure beside its baseline.
-async fn bench(json: bool, quick: bool, large: bool, check: bool) -> u8 {
-    match canopy_bench::run(canopy_bench::Options { quick, large }).await {
+async fn bench(json: bool, quick: bool, large: bool, check: bool, only: &[String]) -> u8 {
+    let only = match canopy_bench::Parts::parse(only.iter().map(String::as_str)) {
+        Ok(only) => only,
+        Err(e) => return fail_usage(json, "only", &e),
+    };
+    match canopy_bench::run(canopy_bench::Options { quick, large, only }).await {
         Ok(figures) => {
             if json {
                 output::json(&figures);

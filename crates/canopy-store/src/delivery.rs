@@ -37,16 +37,17 @@ pub struct Reach {
     pub unreachable_mentions: Vec<String>,
 }
 
+/// The recipients of a post: every agent subscribed to the channel but the sender.
+pub(crate) const REACH: &str = "SELECT a.id, a.handle, a.state, COALESCE(p.state, 'offline'), s.runner_id, COALESCE(s.incarnation, 0) \
+     FROM subscriptions sub JOIN accounts a ON a.id = sub.account_id \
+     LEFT JOIN presence p ON p.agent_id = a.id \
+     LEFT JOIN sessions s ON s.agent_id = a.id AND s.ended_at IS NULL \
+     WHERE sub.channel_id = ?1 AND a.kind = 'agent' AND a.id != ?2 ORDER BY a.handle";
+
 /// Every agent subscribed to `channel_id` except the sender, with its live state.
 pub fn reach(conn: &Db<'_>, channel_id: i64, sender_id: i64, mentions: &[Handle]) -> Result<Reach, Error> {
     let recipients: Vec<Recipient> = conn
-        .prepare_cached(
-            "SELECT a.id, a.handle, a.state, COALESCE(p.state, 'offline'), s.runner_id, COALESCE(s.incarnation, 0) \
-             FROM subscriptions sub JOIN accounts a ON a.id = sub.account_id \
-             LEFT JOIN presence p ON p.agent_id = a.id \
-             LEFT JOIN sessions s ON s.agent_id = a.id AND s.ended_at IS NULL \
-             WHERE sub.channel_id = ?1 AND a.kind = 'agent' AND a.id != ?2 ORDER BY a.handle",
-        )
+        .prepare_cached(REACH)
         .and_then(|mut s| {
             s.query_map(params![channel_id, sender_id], |r| {
                 let handle = Handle::from_trusted(r.get(1)?);

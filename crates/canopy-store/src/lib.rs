@@ -206,6 +206,13 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, Error> {
     };
     conn.execute_batch(pragmas).map_err(|e| Error::Unavailable(format!("configuring {}: {e}", path.display())))?;
     conn.set_prepared_statement_cache_capacity(64);
+    // The query planner stability guarantee: a cached statement keeps its plan whatever is
+    // bound to it. Without it, a statement whose terms SQLite compared against a partial
+    // index's condition is marked to re-prepare on every new binding (`sessions_live` made
+    // the recipient query and the channel lookup re-parse and re-plan on every post: a
+    // quarter of the writer's time).
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .map_err(|e| Error::Unavailable(format!("configuring {}: {e}", path.display())))?;
     Ok(conn)
 }
 

@@ -1081,3 +1081,26 @@ async fn a_message_handed_to_an_earlier_session_and_never_confirmed_is_a_redeliv
         .collect();
     assert!(marked.contains(&(seq.get(), true)), "history_search marks the redelivery: {marked:?}");
 }
+
+#[tokio::test]
+async fn cached_statements_are_not_re_prepared_for_each_new_binding() {
+    // The recipient query is compared with `sessions_live`'s partial-index condition; without
+    // the planner stability guarantee SQLite re-parses it whenever a new value is bound.
+    let (_dir, store) = workspace().await;
+    let reprepared = store
+        .write(|conn| {
+            let ids: Vec<i64> = conn
+                .prepare("SELECT id FROM channels")
+                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+                .map_err(crate::sql("listing channels"))?;
+            assert!(ids.len() >= 2, "{ids:?}");
+            for (sender, channel) in ids.iter().enumerate() {
+                ops::reach(conn, *channel, sender as i64, &[])?;
+            }
+            let statement = conn.prepare_cached(crate::delivery::REACH).map_err(crate::sql("preparing"))?;
+            Ok(statement.get_status(rusqlite::StatementStatus::RePrepare))
+        })
+        .await
+        .unwrap();
+    assert_eq!(reprepared, 0, "the recipient query was re-prepared {reprepared} times");
+}
