@@ -11,6 +11,7 @@
 mod accounts;
 mod budgets;
 mod channels;
+mod checkpoint;
 mod delivery;
 mod governance;
 mod history;
@@ -100,7 +101,7 @@ impl Store {
         let conn = open_connection(path, false)?;
         schema::migrate(&conn)?;
         let credentials = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let writer = writer::spawn(conn, queue_capacity, credentials.clone())?;
+        let writer = writer::spawn(conn, path, queue_capacity, credentials.clone())?;
         let readers = Arc::new(ReadPool {
             path: path.to_owned(),
             idle: Mutex::new(Vec::new()),
@@ -191,7 +192,7 @@ impl ReadPool {
     }
 }
 
-fn open_connection(path: &Path, read_only: bool) -> Result<Connection, Error> {
+pub(crate) fn open_connection(path: &Path, read_only: bool) -> Result<Connection, Error> {
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {

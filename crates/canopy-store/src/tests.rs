@@ -1104,3 +1104,22 @@ async fn cached_statements_are_not_re_prepared_for_each_new_binding() {
         .unwrap();
     assert_eq!(reprepared, 0, "the recipient query was re-prepared {reprepared} times");
 }
+
+#[tokio::test]
+async fn committed_pages_reach_the_database_file_without_the_writer_checkpointing() {
+    // 4 MiB in 1,000 commits, below the writer's own checkpoint threshold: only the
+    // checkpointer copies them from the WAL into the database file.
+    let (dir, store) = workspace().await;
+    crate::bench::prepare(&store).await.unwrap();
+    let db = dir.path().join("canopy.db");
+    let before = std::fs::metadata(&db).unwrap().len();
+    for _ in 0..1_000 {
+        crate::bench::insert(&store, vec![7u8; 4096]).await.unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::metadata(&db).unwrap().len() < before + (4 << 20) {
+        assert!(std::time::Instant::now() < deadline, "the database file was not checkpointed within 10 s");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    store.close().await;
+}

@@ -4,6 +4,7 @@
 //! `MAX_BATCH`), runs them in one `IMMEDIATE` transaction with a savepoint each, commits,
 //! and then completes every job with the commit's outcome. A caller therefore never sees a
 //! success that is not on disk. A job that fails or panics rolls back only its savepoint.
+//! Checkpoints are the checkpointer's (`checkpoint.rs`), rung after each commit.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
@@ -13,6 +14,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::MAX_BATCH;
+use crate::checkpoint::{BACKSTOP_PAGES, Checkpointer};
 
 /// Called after the commit with its outcome.
 type Finish = Box<dyn FnOnce(Result<(), Error>) + Send>;
@@ -34,9 +36,14 @@ pub(crate) struct WriterHandle {
 
 pub(crate) fn spawn(
     mut conn: Connection,
+    path: &std::path::Path,
     capacity: usize,
     credentials: std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<WriterHandle, Error> {
+    // Checkpoints run on their own thread; this connection does one only as a backstop.
+    conn.pragma_update(None, "wal_autocheckpoint", BACKSTOP_PAGES)
+        .map_err(|e| Error::Unavailable(format!("configuring {}: {e}", path.display())))?;
+    let checkpointer = Checkpointer::spawn(path)?;
     // Any row of `sessions` or `accounts` changed or removed may end a credential: the
     // batch's commit then moves `credentials` (`Store::credential_epoch`).
     let touched = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -50,7 +57,7 @@ pub(crate) fn spawn(
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let thread = std::thread::Builder::new()
         .name("canopy-store-writer".into())
-        .spawn(move || run(conn, rx, &touched, &credentials))
+        .spawn(move || run(conn, rx, &touched, &credentials, checkpointer))
         .map_err(|e| Error::Internal(format!("starting the store writer thread: {e}")))?;
     Ok(WriterHandle { tx, thread: std::sync::Arc::new(std::sync::Mutex::new(Some(thread))) })
 }
@@ -92,6 +99,7 @@ fn run(
     mut rx: mpsc::Receiver<Job>,
     touched: &std::sync::atomic::AtomicBool,
     credentials: &std::sync::atomic::AtomicU64,
+    mut checkpointer: Checkpointer,
 ) {
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
@@ -111,6 +119,7 @@ fn run(
             }
         }
         let (commit, finishes) = run_batch(&mut conn, &mut batch);
+        checkpointer.ring();
         // After the commit (or its failure): a lookup that began before it cannot be cached
         // as current (see `Store::credential_epoch`).
         if touched.swap(false, std::sync::atomic::Ordering::SeqCst) {
@@ -122,6 +131,7 @@ fn run(
     }
     // Refuse what arrives from now on: dropping the receiver fails further sends.
     drop(rx);
+    checkpointer.stop();
     if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
         tracing::debug!(error = %e, "checkpointing the WAL at shutdown");
     }
