@@ -37,35 +37,29 @@ pub struct Reach {
     pub unreachable_mentions: Vec<String>,
 }
 
-/// The recipients of a post: every agent subscribed to the channel but the sender.
+/// Every agent subscribed to a channel, with its live state.
 pub(crate) const REACH: &str = "SELECT a.id, a.handle, a.state, COALESCE(p.state, 'offline'), s.runner_id, COALESCE(s.incarnation, 0) \
      FROM subscriptions sub JOIN accounts a ON a.id = sub.account_id \
      LEFT JOIN presence p ON p.agent_id = a.id \
      LEFT JOIN sessions s ON s.agent_id = a.id AND s.ended_at IS NULL \
-     WHERE sub.channel_id = ?1 AND a.kind = 'agent' AND a.id != ?2 ORDER BY a.handle";
+     WHERE sub.channel_id = ?1 AND a.kind = 'agent' ORDER BY a.handle";
 
 /// Every agent subscribed to `channel_id` except the sender, with its live state.
 pub fn reach(conn: &Db<'_>, channel_id: i64, sender_id: i64, mentions: &[Handle]) -> Result<Reach, Error> {
-    let recipients: Vec<Recipient> = conn
-        .prepare_cached(REACH)
-        .and_then(|mut s| {
-            s.query_map(params![channel_id, sender_id], |r| {
-                let handle = Handle::from_trusted(r.get(1)?);
-                Ok(Recipient {
-                    agent_id: r.get(0)?,
-                    mentioned: mentions.contains(&handle),
-                    handle,
-                    state: parse_enum(r, 2, AccountState::parse)?,
-                    presence: parse_enum(r, 3, Presence::parse)?,
-                    runner: r.get::<_, Option<String>>(4)?.map(RunnerId::from_trusted),
-                    incarnation: Incarnation(r.get::<_, i64>(5)? as u64),
-                })
-            })?
-            .collect()
-        })
-        .map_err(sql("finding a message's recipients"))?;
+    let subscribers = match conn.memo {
+        Some(memo) => memo.recipients(channel_id, || subscribers(conn, channel_id))?,
+        None => subscribers(conn, channel_id)?,
+    };
     // A despawned agent is told nothing, unless it is named (then the sender hears why not).
-    let recipients = recipients.into_iter().filter(|r| r.state != AccountState::Despawned || r.mentioned).collect();
+    let recipients = subscribers
+        .into_iter()
+        .filter(|r| r.agent_id != sender_id)
+        .map(|mut r| {
+            r.mentioned = mentions.contains(&r.handle);
+            r
+        })
+        .filter(|r| r.state != AccountState::Despawned || r.mentioned)
+        .collect();
     let mut reach = Reach { recipients, ..Reach::default() };
     for mention in mentions {
         if reach.recipients.iter().any(|r| &r.handle == mention) {
@@ -82,6 +76,26 @@ pub fn reach(conn: &Db<'_>, channel_id: i64, sender_id: i64, mentions: &[Handle]
         }
     }
     Ok(reach)
+}
+
+/// `REACH`, read.
+fn subscribers(conn: &Db<'_>, channel_id: i64) -> Result<Vec<Recipient>, Error> {
+    conn.prepare_cached(REACH)
+        .and_then(|mut s| {
+            s.query_map(params![channel_id], |r| {
+                Ok(Recipient {
+                    agent_id: r.get(0)?,
+                    handle: Handle::from_trusted(r.get(1)?),
+                    state: parse_enum(r, 2, AccountState::parse)?,
+                    presence: parse_enum(r, 3, Presence::parse)?,
+                    runner: r.get::<_, Option<String>>(4)?.map(RunnerId::from_trusted),
+                    incarnation: Incarnation(r.get::<_, i64>(5)? as u64),
+                    mentioned: false,
+                })
+            })?
+            .collect()
+        })
+        .map_err(sql("finding a message's recipients"))
 }
 
 /// What an agent has pending, oldest first.

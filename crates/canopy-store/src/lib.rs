@@ -15,6 +15,7 @@ mod checkpoint;
 mod delivery;
 mod governance;
 mod history;
+mod memo;
 mod messages;
 mod repos;
 mod runs;
@@ -68,6 +69,8 @@ pub struct Store {
 pub struct Db<'a> {
     conn: &'a Connection,
     now_ms: i64,
+    /// The writer's memo (`memo.rs`); read connections have none.
+    memo: Option<&'a memo::Memo>,
 }
 
 impl Db<'_> {
@@ -126,7 +129,7 @@ impl Store {
         F: FnOnce(&Db<'_>) -> Result<T, Error> + Send + 'static,
     {
         let clock = self.clock.clone();
-        self.writer.write(move |conn| work(&Db { conn, now_ms: clock.now_ms() })).await
+        self.writer.write(move |conn, memo| work(&Db { conn, now_ms: clock.now_ms(), memo: Some(memo) })).await
     }
 
     /// The clock this store stamps time with.
@@ -150,7 +153,7 @@ impl Store {
             .await
             .map_err(|_| Error::Unavailable("the store is shut down".into()))?;
         tokio::task::spawn_blocking(move || {
-            let result = readers.with(|conn| query(&Db { conn, now_ms: clock.now_ms() }));
+            let result = readers.with(|conn| query(&Db { conn, now_ms: clock.now_ms(), memo: None }));
             drop(permit);
             result
         })

@@ -1098,6 +1098,7 @@ async fn cached_statements_are_not_re_prepared_for_each_new_binding() {
                 ops::reach(conn, *channel, sender as i64, &[])?;
             }
             let statement = conn.prepare_cached(crate::delivery::REACH).map_err(crate::sql("preparing"))?;
+            assert_eq!(statement.get_status(rusqlite::StatementStatus::Run), ids.len() as i32, "the memo answered");
             Ok(statement.get_status(rusqlite::StatementStatus::RePrepare))
         })
         .await
@@ -1122,4 +1123,64 @@ async fn committed_pages_reach_the_database_file_without_the_writer_checkpointin
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     store.close().await;
+}
+
+#[tokio::test]
+async fn the_writers_memo_follows_every_change_and_forgets_what_rolled_back() {
+    let (_dir, store) = workspace().await;
+    let spec = ChannelSpec {
+        name: ChannelName::parse("lane").unwrap(),
+        kind: canopy_core::ChannelKind::General,
+        post_policy: PostPolicy::Open,
+        posters: vec![],
+        wake: None,
+    };
+    store.write(move |c| ops::create_channel(c, Some(&operator()), &spec)).await.unwrap();
+    let lane = || ChannelName::parse("lane").unwrap();
+    // Whom a post to #lane reaches, asked on the writer (where the memo answers).
+    let reached = || {
+        let store = store.clone();
+        async move {
+            store
+                .write(|c| {
+                    let id = c
+                        .query_row("SELECT id FROM channels WHERE name = 'lane'", [], |r| r.get(0))
+                        .map_err(crate::sql("finding #lane"))?;
+                    let reach = ops::reach(c, id, -1, &[])?;
+                    Ok(reach.recipients.iter().map(|r| r.handle.to_string()).collect::<Vec<_>>())
+                })
+                .await
+                .unwrap()
+        }
+    };
+    assert!(reached().await.is_empty());
+    store.write(move |c| ops::subscribe_self(c, &agent("ci-manager"), &lane())).await.unwrap();
+    assert_eq!(reached().await, ["ci-manager"]);
+    store.write(move |c| ops::subscribe_self(c, &agent("docs-manager"), &lane())).await.unwrap();
+    assert_eq!(reached().await, ["ci-manager", "docs-manager"]);
+    store.write(move |c| ops::unsubscribe_self(c, &agent("ci-manager"), &lane())).await.unwrap();
+    assert_eq!(reached().await, ["docs-manager"]);
+
+    // A job that joins, reads whom #lane reaches (filling the memo), then fails: rolled back,
+    // and so is what it remembered.
+    let failed = store
+        .write(move |c| {
+            ops::subscribe_self(c, &agent("ci-manager"), &lane())?;
+            let id = c
+                .query_row("SELECT id FROM channels WHERE name = 'lane'", [], |r| r.get(0))
+                .map_err(crate::sql("finding #lane"))?;
+            assert_eq!(ops::reach(c, id, -1, &[])?.recipients.len(), 2);
+            Err::<(), _>(canopy_core::Error::Internal("on purpose".into()))
+        })
+        .await;
+    assert!(failed.is_err());
+    assert_eq!(reached().await, ["docs-manager"]);
+
+    // A post's sender and channel are remembered too: leaving the channel is seen at the
+    // next post, which the post policy now refuses.
+    let posted = store.write(|c| ops::post(c, &agent("docs-manager"), &post_spec("lane", "t", "x"))).await;
+    assert!(posted.is_ok(), "{posted:?}");
+    store.write(move |c| ops::unsubscribe_self(c, &agent("docs-manager"), &lane())).await.unwrap();
+    let refused = store.write(|c| ops::post(c, &agent("docs-manager"), &post_spec("lane", "t", "x"))).await;
+    assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
 }

@@ -107,6 +107,13 @@ fn channel_row(conn: &Db<'_>, name: &str) -> Result<Option<(i64, Channel)>, Erro
 
 /// A channel's id and the parts of its view that decide who may post (no counts).
 pub(crate) fn channel_for_post(conn: &Db<'_>, name: &str) -> Result<(i64, Channel), Error> {
+    match conn.memo {
+        Some(memo) => memo.channel(name, || read_channel_for_post(conn, name)),
+        None => read_channel_for_post(conn, name),
+    }
+}
+
+fn read_channel_for_post(conn: &Db<'_>, name: &str) -> Result<(i64, Channel), Error> {
     let Some((id, mut channel)) = channel_row(conn, name)? else {
         return Err(channel_not_found(conn, "channel", name)?);
     };
@@ -156,6 +163,13 @@ pub(crate) struct AccountRef {
 }
 
 pub(crate) fn account_ref(conn: &Db<'_>, handle: &str) -> Result<Option<AccountRef>, Error> {
+    match conn.memo {
+        Some(memo) => memo.account(handle, || read_account_ref(conn, handle)),
+        None => read_account_ref(conn, handle),
+    }
+}
+
+fn read_account_ref(conn: &Db<'_>, handle: &str) -> Result<Option<AccountRef>, Error> {
     conn.prepare_cached("SELECT id, handle, kind, role, state, parent_id FROM accounts WHERE handle = ?1")
         .and_then(|mut s| s.query_row(params![handle], account_ref_from_row).optional())
         .map_err(sql("reading an account"))

@@ -4,7 +4,8 @@
 //! `MAX_BATCH`), runs them in one `IMMEDIATE` transaction with a savepoint each, commits,
 //! and then completes every job with the commit's outcome. A caller therefore never sees a
 //! success that is not on disk. A job that fails or panics rolls back only its savepoint.
-//! Checkpoints are the checkpointer's (`checkpoint.rs`), rung after each commit.
+//! Checkpoints are the checkpointer's (`checkpoint.rs`), rung after each commit; the rows
+//! posts read are remembered between jobs (`memo.rs`), kept coherent by the update hook.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
@@ -15,11 +16,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::MAX_BATCH;
 use crate::checkpoint::{BACKSTOP_PAGES, Checkpointer};
+use crate::memo::{self, Memo};
 
 /// Called after the commit with its outcome.
 type Finish = Box<dyn FnOnce(Result<(), Error>) + Send>;
 /// Runs inside the transaction; says whether it succeeded and how to answer the caller.
-type Work = Box<dyn FnOnce(&Connection) -> (bool, Finish) + Send>;
+type Work = Box<dyn FnOnce(&Connection, &Memo) -> (bool, Finish) + Send>;
 
 enum Job {
     Write(Work),
@@ -48,16 +50,24 @@ pub(crate) fn spawn(
     // batch's commit then moves `credentials` (`Store::credential_epoch`).
     let touched = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = touched.clone();
+    // Any change to a table the memo reads from marks that part stale (`memo.rs`).
+    let memo = Memo::default();
+    let stale = memo.stale_flags();
     conn.update_hook(Some(move |action: rusqlite::hooks::Action, _: &str, table: &str, _: i64| {
         if action != rusqlite::hooks::Action::SQLITE_INSERT && matches!(table, "sessions" | "accounts") {
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
         }
+        let parts = memo::parts_read_from(table);
+        if parts != 0 {
+            stale.fetch_or(parts, std::sync::atomic::Ordering::SeqCst);
+        }
     }))
     .map_err(|e| Error::Internal(format!("watching credential changes: {e}")))?;
+    memo::watch(&conn, &memo).map_err(|e| Error::Internal(format!("watching the writer's memo: {e}")))?;
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let thread = std::thread::Builder::new()
         .name("canopy-store-writer".into())
-        .spawn(move || run(conn, rx, &touched, &credentials, checkpointer))
+        .spawn(move || run(conn, rx, &touched, &credentials, checkpointer, &memo))
         .map_err(|e| Error::Internal(format!("starting the store writer thread: {e}")))?;
     Ok(WriterHandle { tx, thread: std::sync::Arc::new(std::sync::Mutex::new(Some(thread))) })
 }
@@ -66,11 +76,11 @@ impl WriterHandle {
     pub(crate) async fn write<T, F>(&self, work: F) -> Result<T, Error>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, Error> + Send + 'static,
+        F: FnOnce(&Connection, &Memo) -> Result<T, Error> + Send + 'static,
     {
         let (done_tx, done_rx) = oneshot::channel();
-        let job = Job::Write(Box::new(move |conn| {
-            let result = work(conn);
+        let job = Job::Write(Box::new(move |conn, memo| {
+            let result = work(conn, memo);
             let ok = result.is_ok();
             let finish: Finish = Box::new(move |commit| {
                 // The caller may have gone away (timeout); the write stands regardless.
@@ -100,6 +110,7 @@ fn run(
     touched: &std::sync::atomic::AtomicBool,
     credentials: &std::sync::atomic::AtomicU64,
     mut checkpointer: Checkpointer,
+    memo: &Memo,
 ) {
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
@@ -118,7 +129,10 @@ fn run(
                 Err(_) => break,
             }
         }
-        let (commit, finishes) = run_batch(&mut conn, &mut batch);
+        let (commit, finishes) = run_batch(&mut conn, &mut batch, memo);
+        if commit.is_err() {
+            memo.forget();
+        }
         checkpointer.ring();
         // After the commit (or its failure): a lookup that began before it cannot be cached
         // as current (see `Store::credential_epoch`).
@@ -138,7 +152,7 @@ fn run(
     tracing::debug!("store writer stopped");
 }
 
-fn run_batch(conn: &mut Connection, batch: &mut Vec<Work>) -> (Result<(), Error>, Vec<Finish>) {
+fn run_batch(conn: &mut Connection, batch: &mut Vec<Work>, memo: &Memo) -> (Result<(), Error>, Vec<Finish>) {
     let mut finishes = Vec::with_capacity(batch.len());
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
@@ -155,19 +169,21 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Work>) -> (Result<(), Error>
             tracing::error!(error = %e, "could not open a savepoint; refusing the write");
             continue;
         }
-        match catch_unwind(AssertUnwindSafe(|| job(&tx))) {
+        match catch_unwind(AssertUnwindSafe(|| job(&tx, memo))) {
             Ok((true, finish)) => {
                 let _ = run("RELEASE job");
                 finishes.push(finish);
             }
             Ok((false, finish)) => {
                 let _ = rollback();
+                memo.forget();
                 finishes.push(finish);
             }
             Err(_) => {
                 // The job's finish was dropped with it, so its caller gets `Internal`.
                 tracing::error!("a store write panicked; its changes were rolled back");
                 let _ = rollback();
+                memo.forget();
             }
         }
     }
