@@ -20,7 +20,32 @@ use crate::context::Api;
 /// Longest `history_search` query, in bytes.
 pub const MAX_QUERY_BYTES: usize = 500;
 
+/// Most messages one text-index job adds: a few milliseconds of the writer's time.
+const INDEX_BATCH: usize = 500;
+/// How often the text index looks for messages once it has caught up.
+const INDEX_EVERY: Duration = Duration::from_millis(250);
+
 impl Api {
+    /// Fills `history_search`'s text index behind the post path, forever: a batch at a time
+    /// through the writer, resting after each at least as long as it took (so catching up on
+    /// a large history never takes more than half the writer), and `INDEX_EVERY` once it has
+    /// caught up. A failure is logged and retried; the search reads what is not indexed yet
+    /// from the history, so a lagging index is slower, never wrong.
+    pub(crate) async fn fill_text_index(&self) {
+        loop {
+            let started = tokio::time::Instant::now();
+            let rest = match self.store.write(|c| ops::index_text(c, INDEX_BATCH)).await {
+                Ok(added) if added == INDEX_BATCH => started.elapsed().max(Duration::from_millis(5)),
+                Ok(_) => INDEX_EVERY,
+                Err(e) => {
+                    tracing::warn!(error = %e, "indexing message text failed; retrying");
+                    INDEX_EVERY * 4
+                }
+            };
+            tokio::time::sleep(rest).await;
+        }
+    }
+
     pub(crate) async fn history_search(
         &self,
         caller: Caller,

@@ -259,9 +259,15 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         }
     });
 
+    let text_index = tokio::spawn({
+        let api = api.clone();
+        async move { api.fill_text_index().await }
+    });
+
     shutdown.await;
     tracing::info!("canopy daemon stopping");
     stall_check.abort();
+    text_index.abort();
     if let Some((_, stop)) = web {
         stop().await;
     }

@@ -4,7 +4,9 @@
 //! Whose history a caller may read is decided in one place, `history_owners`: today the
 //! caller's own account (every incarnation of its sessions); subagent runs join there when
 //! they exist. Results are redacted, bounded excerpts (`canopy_core::continuity`), never
-//! whole tool outputs. Does not build the block's text (that is `continuity_block`) and
+//! whole tool outputs. A search text of three characters or more is looked up in the
+//! trigram index `message_text`, which `index_text` fills behind the post path; what is newer
+//! than the index is read from the channels' own indexes. Does not build the block's text (that is `continuity_block`) and
 //! does not decide when a block is owed.
 
 use canopy_core::acl::Caller;
@@ -90,19 +92,65 @@ pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> R
         Ok((r.get(0)?, message_from_row_offset(r, 3)?, r.get(1)?, r.get(2)?))
     };
     let mut messages: Vec<(i64, Message, bool, bool)> = Vec::new();
+    // A query of three characters or more is answered from the text index up to where it
+    // has been filled: its matches newest first, each kept if it is the caller's. The walks
+    // below then cover only what is newer than the index.
+    let indexed = match text.filter(|t| t.chars().count() >= 3) {
+        Some(text) => {
+            let indexed = indexed_through(conn)?;
+            let phrase = trigrams(text);
+            let mut found = conn
+                .prepare_cached(&format!(
+                    "{select} WHERE message_text MATCH ?2 AND x.rowid <= ?3 \
+                     AND instr(lower(m.body), lower(?4)) > 0 AND (m.created_at, 0, m.seq) < (?5, ?6, ?7) \
+                     AND (m.sender_id IN (SELECT value FROM json_each(?1)) OR EXISTS (SELECT 1 FROM subscriptions sub \
+                     WHERE sub.account_id IN (SELECT value FROM json_each(?1)) AND sub.channel_id = m.channel_id \
+                     AND (m.seq <= sub.cursor OR EXISTS (SELECT 1 FROM deliveries d WHERE d.agent_id = sub.account_id \
+                     AND d.seq = m.seq AND d.state = 'injected')))) \
+                     ORDER BY x.rowid DESC LIMIT ?8",
+                    select = columns(MESSAGE_SELECT).replacen(
+                        "FROM messages m",
+                        "FROM message_text x CROSS JOIN messages m ON m.seq = x.rowid",
+                        1
+                    )
+                ))
+                .map_err(sql("searching the text index"))?;
+            let page = found
+                .query_map(
+                    params![owners_json, phrase, indexed, text, before.at_ms, before.source, before.id, fetch],
+                    row,
+                )
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(sql("searching the text index"))?;
+            messages.extend(page);
+            indexed
+        }
+        None => 0,
+    };
     let mut received = conn
         .prepare_cached(&format!(
             "{select} WHERE m.channel_id = ?2 AND (m.seq <= ?3 OR EXISTS (SELECT 1 FROM deliveries d \
              WHERE d.agent_id = ?4 AND d.seq = m.seq AND d.state = 'injected')) \
              AND (?5 IS NULL OR instr(lower(m.body), lower(?5)) > 0) \
-             AND (m.created_at, 0, m.seq) < (?6, ?7, ?8) ORDER BY m.seq DESC LIMIT ?9",
+             AND (m.created_at, 0, m.seq) < (?6, ?7, ?8) AND m.seq > ?10 ORDER BY m.seq DESC LIMIT ?9",
             select = columns(MESSAGE_SELECT)
         ))
         .map_err(sql("searching message history"))?;
     for (owner, channel, cursor) in &channels {
         let page = received
             .query_map(
-                params![owners_json, channel, cursor, owner, text, before.at_ms, before.source, before.id, fetch],
+                params![
+                    owners_json,
+                    channel,
+                    cursor,
+                    owner,
+                    text,
+                    before.at_ms,
+                    before.source,
+                    before.id,
+                    fetch,
+                    indexed
+                ],
                 row,
             )
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
@@ -112,13 +160,13 @@ pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> R
     let mut sent = conn
         .prepare_cached(&format!(
             "{select} WHERE m.sender_id = ?2 AND (?3 IS NULL OR instr(lower(m.body), lower(?3)) > 0) \
-             AND (m.created_at, 0, m.seq) < (?4, ?5, ?6) ORDER BY m.seq DESC LIMIT ?7",
+             AND (m.created_at, 0, m.seq) < (?4, ?5, ?6) AND m.seq > ?8 ORDER BY m.seq DESC LIMIT ?7",
             select = columns(MESSAGE_SELECT)
         ))
         .map_err(sql("searching sent history"))?;
     for owner in &owners {
         let page = sent
-            .query_map(params![owners_json, owner, text, before.at_ms, before.source, before.id, fetch], row)
+            .query_map(params![owners_json, owner, text, before.at_ms, before.source, before.id, fetch, indexed], row)
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(sql("searching sent history"))?;
         messages.extend(page);
@@ -182,6 +230,53 @@ pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> R
     items.truncate(query.limit as usize);
     let next_before = if more { items.last().map(|(key, _)| *key) } else { None };
     Ok(HistoryPage { items: items.into_iter().map(|(_, item)| item).collect(), next_before })
+}
+
+/// Most trigrams of a query looked up in the index (spread over it); the text check that
+/// follows keeps the answer exact whatever is left out.
+const MAX_TRIGRAMS: usize = 12;
+
+/// A text index query for the messages holding every trigram of `text` (each quoted, so
+/// nothing in it is query syntax).
+fn trigrams(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let all: Vec<String> = chars.windows(3).map(|w| w.iter().collect::<String>()).collect();
+    let step = all.len().div_ceil(MAX_TRIGRAMS).max(1);
+    let mut picked: Vec<&String> = all.iter().step_by(step).collect();
+    if let Some(last) = all.last()
+        && picked.last() != Some(&last)
+    {
+        picked.push(last);
+    }
+    picked.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" AND ")
+}
+
+/// How far the text index has been filled: every message up to this sequence is in it.
+fn indexed_through(conn: &Db<'_>) -> Result<i64, Error> {
+    conn.prepare_cached("SELECT indexed_through FROM text_index WHERE id = 1")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .map_err(sql("reading how far the text index reaches"))
+}
+
+/// Adds the next messages after the text index's end to it, at most `max` (a writer job the
+/// daemon repeats behind the post path); how many it added.
+pub fn index_text(conn: &Db<'_>, max: usize) -> Result<usize, Error> {
+    let from = indexed_through(conn)?;
+    let through: Option<i64> = conn
+        .prepare_cached("SELECT MAX(seq) FROM (SELECT seq FROM messages WHERE seq > ?1 ORDER BY seq LIMIT ?2)")
+        .and_then(|mut s| s.query_row(params![from, max as i64], |r| r.get(0)))
+        .map_err(sql("finding messages to index"))?;
+    let Some(through) = through else { return Ok(0) };
+    let added = conn
+        .prepare_cached(
+            "INSERT INTO message_text (rowid, body) SELECT seq, body FROM messages WHERE seq > ?1 AND seq <= ?2",
+        )
+        .and_then(|mut s| s.execute(params![from, through]))
+        .map_err(sql("indexing message text"))?;
+    conn.prepare_cached("UPDATE text_index SET indexed_through = ?1 WHERE id = 1")
+        .and_then(|mut s| s.execute(params![through]))
+        .map_err(sql("recording how far the text index reaches"))?;
+    Ok(added)
 }
 
 /// Most pins the block lists; it shows fewer when they do not fit.

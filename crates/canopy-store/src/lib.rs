@@ -260,7 +260,7 @@ pub mod ops {
     pub use crate::governance::{
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unpin, unsubscribe_self,
     };
-    pub use crate::history::{continuity_facts, history_owners, history_search};
+    pub use crate::history::{continuity_facts, history_owners, history_search, index_text};
     pub use crate::messages::{post, post_audited, read_channel, sync};
     pub use crate::repos::{
         add_repo, checkout, checkouts, close_run_checkout, decide_merge, finish_merge, list_merges, list_repos,
@@ -315,8 +315,8 @@ pub mod bench {
 
     /// Fills a stopped workspace's database with history for the restart figure: `per_channel`
     /// messages in each of the first `channels` agents' home channels (posted by the agent
-    /// under one topic), with every subscriber's cursor at the end, as a workspace whose
-    /// history has all been delivered looks. Opens its own connection: the daemon must not
+    /// under one topic), with every subscriber's cursor at the end and the text index filled,
+    /// as a workspace whose history has all been delivered and indexed looks. Opens its own connection: the daemon must not
     /// be running. Returns the messages written.
     pub fn fill_history(db: &std::path::Path, channels: usize, per_channel: usize) -> Result<u64, Error> {
         let mut conn = rusqlite::Connection::open(db).map_err(sql("opening the database"))?;
@@ -365,6 +365,13 @@ pub mod bench {
             }
             tx.commit().map_err(sql("committing a fill"))?;
         }
+        // Indexed, as a workspace whose text index has caught up (`history::index_text`).
+        conn.execute_batch(
+            "BEGIN; INSERT INTO message_text (rowid, body) SELECT seq, body FROM messages \
+             WHERE seq > (SELECT indexed_through FROM text_index WHERE id = 1); \
+             UPDATE text_index SET indexed_through = (SELECT COALESCE(MAX(seq), 0) FROM messages) WHERE id = 1; COMMIT;",
+        )
+        .map_err(sql("indexing the filled history"))?;
         conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").map_err(sql("checkpointing"))?;
         Ok(written)
     }

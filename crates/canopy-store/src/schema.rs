@@ -340,6 +340,19 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (agent_id, seq)
     ) WITHOUT ROWID;
     "#,
+    // The text index of `history_search`: which messages hold each trigram of their body (a
+    // substring query of three characters or more finds its candidates without reading the
+    // history; no positions are kept, the candidates are checked against the text). An
+    // external-content table over `messages` (no second copy of the text), filled behind the
+    // post path in batches up to `indexed_through` (`history::index_text`).
+    r#"
+    CREATE VIRTUAL TABLE message_text USING fts5(body, content = 'messages', content_rowid = 'seq', tokenize = 'trigram', detail = 'none');
+    CREATE TABLE text_index (
+        id               INTEGER PRIMARY KEY CHECK (id = 1),
+        indexed_through  INTEGER NOT NULL
+    );
+    INSERT INTO text_index (id, indexed_through) VALUES (1, 0);
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -1184,3 +1184,71 @@ async fn the_writers_memo_follows_every_change_and_forgets_what_rolled_back() {
     let refused = store.write(|c| ops::post(c, &agent("docs-manager"), &post_spec("lane", "t", "x"))).await;
     assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::Forbidden));
 }
+
+#[tokio::test]
+async fn history_search_answers_the_same_from_the_text_index_and_from_the_history() {
+    use canopy_core::continuity::{HistoryCursor, HistoryItem};
+    let (_dir, store) = live_workspace().await;
+    for i in 0..30 {
+        let body = match i {
+            3 | 25 => format!("the \"Rotation\" plan, part {i}"),
+            _ => format!("routine note {i}"),
+        };
+        store
+            .write(move |c| ops::post(c, &agent("ci-manager"), &post_spec("home-ci-manager", "notes", &body)))
+            .await
+            .unwrap();
+    }
+    // Not ci-manager's: must never be found by it, indexed or not.
+    store
+        .write(|c| ops::post(c, &agent("docs-manager"), &post_spec("home-docs-manager", "n", "rotation elsewhere")))
+        .await
+        .unwrap();
+    // Every page of a search, newest first.
+    let search = |text: &'static str, limit: u32| {
+        let store = store.clone();
+        async move {
+            let mut seen = Vec::new();
+            let mut before = HistoryCursor::NEWEST;
+            loop {
+                let page = store
+                    .read(move |c| {
+                        ops::history_search(c, &agent("ci-manager"), &query(Some(text), before, limit, false))
+                    })
+                    .await
+                    .unwrap();
+                for item in &page.items {
+                    if let HistoryItem::Message { message, .. } = item {
+                        seen.push((message.seq, message.body.clone()));
+                    }
+                }
+                match page.next_before {
+                    Some(next) => before = next,
+                    None => return seen,
+                }
+            }
+        }
+    };
+    let queries = [("rotation", 10), ("\"rotation\"", 10), ("note", 4), ("nothing matches this", 10), ("25", 10)];
+    let mut unindexed = Vec::new();
+    for (text, limit) in queries {
+        unindexed.push(search(text, limit).await);
+    }
+    assert_eq!(unindexed[0].len(), 2, "{:?}", unindexed[0]);
+    assert_eq!(unindexed[1].len(), 2, "a quoted query is text, not syntax: {:?}", unindexed[1]);
+    assert_eq!(unindexed[2].len(), 28);
+    assert!(unindexed[3].is_empty());
+    assert_eq!(unindexed[4].len(), 1, "too short for the index: {:?}", unindexed[4]);
+
+    // Index part of the history (the searches then span the index and what is newer), then
+    // all of it: the answers do not change.
+    let added = store.write(|c| ops::index_text(c, 20)).await.unwrap();
+    assert_eq!(added, 20);
+    for (i, (text, limit)) in queries.iter().enumerate() {
+        assert_eq!(search(text, *limit).await, unindexed[i], "{text:?}, part indexed");
+    }
+    while store.write(|c| ops::index_text(c, 7)).await.unwrap() > 0 {}
+    for (i, (text, limit)) in queries.iter().enumerate() {
+        assert_eq!(search(text, *limit).await, unindexed[i], "{text:?}, all indexed");
+    }
+}
