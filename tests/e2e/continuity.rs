@@ -285,3 +285,28 @@ fn usage_without_a_reported_cost_is_priced_from_pricing_and_marked_computed() {
     assert_eq!(priced["totals"]["reports_with_computed_cost"], 0, "{priced}");
     assert!(env.ok(&["usage"]).contains("(computed)"));
 }
+
+#[test]
+fn the_daemon_fills_the_text_index_behind_the_posts() {
+    let env = TestEnv::started();
+    let mut last = 0;
+    for i in 0..30 {
+        let posted = env.json(&[
+            "post",
+            "--channel",
+            "announcements",
+            "--topic",
+            "news",
+            "--create-topic",
+            &format!("note {i}"),
+        ]);
+        last = posted["message"]["seq"].as_i64().unwrap();
+    }
+    // Read beside the running daemon, as any reader of the WAL database may.
+    let db = canopy_config::DataDir::new(env.data_dir()).db();
+    let indexed = || -> i64 {
+        let conn = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        conn.query_row("SELECT indexed_through FROM text_index", [], |r| r.get(0)).unwrap()
+    };
+    crate::assert_eventually!(indexed() >= last, "the text index never reached seq {last}");
+}

@@ -21,18 +21,28 @@ use crate::context::Api;
 pub const MAX_QUERY_BYTES: usize = 500;
 
 /// Most messages one text-index job adds: a few milliseconds of the writer's time.
-const INDEX_BATCH: usize = 500;
-/// How often the text index looks for messages once it has caught up.
+const INDEX_BATCH: usize = 200;
+/// How often the text index looks for messages once it has caught up, or while the writer
+/// has posts queued.
 const INDEX_EVERY: Duration = Duration::from_millis(250);
+/// Longest the text index gives way to a busy writer before it takes its batch anyway.
+const INDEX_YIELDS_AT_MOST: Duration = Duration::from_secs(5);
 
 impl Api {
     /// Fills `history_search`'s text index behind the post path, forever: a batch at a time
-    /// through the writer, resting after each at least as long as it took (so catching up on
-    /// a large history never takes more than half the writer), and `INDEX_EVERY` once it has
-    /// caught up. A failure is logged and retried; the search reads what is not indexed yet
-    /// from the history, so a lagging index is slower, never wrong.
+    /// through the writer, only while no other write is queued (or after giving way for
+    /// `INDEX_YIELDS_AT_MOST`), resting after each batch at least as long as it took, and
+    /// `INDEX_EVERY` once it has caught up. A failure is logged and retried; the search reads
+    /// what is not indexed yet from the history, so a lagging index is slower, never wrong.
     pub(crate) async fn fill_text_index(&self) {
+        let mut waited_since = None;
         loop {
+            let waited = *waited_since.get_or_insert_with(tokio::time::Instant::now);
+            if self.store.writes_waiting() > 0 && waited.elapsed() < INDEX_YIELDS_AT_MOST {
+                tokio::time::sleep(INDEX_EVERY).await;
+                continue;
+            }
+            waited_since = None;
             let started = tokio::time::Instant::now();
             let rest = match self.store.write(|c| ops::index_text(c, INDEX_BATCH)).await {
                 Ok(added) if added == INDEX_BATCH => started.elapsed().max(Duration::from_millis(5)),

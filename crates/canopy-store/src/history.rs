@@ -5,8 +5,9 @@
 //! caller's own account (every incarnation of its sessions); subagent runs join there when
 //! they exist. Results are redacted, bounded excerpts (`canopy_core::continuity`), never
 //! whole tool outputs. A search text of three characters or more is looked up in the
-//! trigram index `message_text`, which `index_text` fills behind the post path; what is newer
-//! than the index is read from the channels' own indexes. Does not build the block's text (that is `continuity_block`) and
+//! trigram index `message_text`, which `index_text` fills behind the post path: when it
+//! matches few messages, only those are read, and what is newer than the index is read from
+//! the channels' own indexes; a text too common for that walks the caller's history. Does not build the block's text (that is `continuity_block`) and
 //! does not decide when a block is owed.
 
 use canopy_core::acl::Caller;
@@ -92,41 +93,34 @@ pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> R
         Ok((r.get(0)?, message_from_row_offset(r, 3)?, r.get(1)?, r.get(2)?))
     };
     let mut messages: Vec<(i64, Message, bool, bool)> = Vec::new();
-    // A query of three characters or more is answered from the text index up to where it
-    // has been filled: its matches newest first, each kept if it is the caller's. The walks
-    // below then cover only what is newer than the index.
-    let indexed = match text.filter(|t| t.chars().count() >= 3) {
-        Some(text) => {
-            let indexed = indexed_through(conn)?;
-            let phrase = trigrams(text);
+    // A query of three characters or more is looked up in the text index first: when it
+    // matches few messages of the workspace, those are the candidates (each kept if it is
+    // the caller's and holds the text), and the walks below cover only what is newer than the
+    // index. A query too common for that walks the caller's history as it would unindexed.
+    let mut indexed = 0;
+    if let Some(text) = text.filter(|t| t.chars().count() >= 3) {
+        let through = indexed_through(conn)?;
+        if let Some(candidates) = candidates(conn, text, through)? {
             let mut found = conn
                 .prepare_cached(&format!(
-                    "{select} WHERE message_text MATCH ?2 AND x.rowid <= ?3 \
-                     AND instr(lower(m.body), lower(?4)) > 0 AND (m.created_at, 0, m.seq) < (?5, ?6, ?7) \
+                    "{select} WHERE m.seq IN (SELECT value FROM json_each(?2)) \
+                     AND instr(lower(m.body), lower(?3)) > 0 AND (m.created_at, 0, m.seq) < (?4, ?5, ?6) \
                      AND (m.sender_id IN (SELECT value FROM json_each(?1)) OR EXISTS (SELECT 1 FROM subscriptions sub \
                      WHERE sub.account_id IN (SELECT value FROM json_each(?1)) AND sub.channel_id = m.channel_id \
                      AND (m.seq <= sub.cursor OR EXISTS (SELECT 1 FROM deliveries d WHERE d.agent_id = sub.account_id \
                      AND d.seq = m.seq AND d.state = 'injected')))) \
-                     ORDER BY x.rowid DESC LIMIT ?8",
-                    select = columns(MESSAGE_SELECT).replacen(
-                        "FROM messages m",
-                        "FROM message_text x CROSS JOIN messages m ON m.seq = x.rowid",
-                        1
-                    )
+                     ORDER BY m.seq DESC LIMIT ?7",
+                    select = columns(MESSAGE_SELECT)
                 ))
-                .map_err(sql("searching the text index"))?;
+                .map_err(sql("searching the text index's candidates"))?;
             let page = found
-                .query_map(
-                    params![owners_json, phrase, indexed, text, before.at_ms, before.source, before.id, fetch],
-                    row,
-                )
+                .query_map(params![owners_json, candidates, text, before.at_ms, before.source, before.id, fetch], row)
                 .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(sql("searching the text index"))?;
+                .map_err(sql("searching the text index's candidates"))?;
             messages.extend(page);
-            indexed
+            indexed = through;
         }
-        None => 0,
-    };
+    }
     let mut received = conn
         .prepare_cached(&format!(
             "{select} WHERE m.channel_id = ?2 AND (m.seq <= ?3 OR EXISTS (SELECT 1 FROM deliveries d \
@@ -249,6 +243,27 @@ fn trigrams(text: &str) -> String {
         picked.push(last);
     }
     picked.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect::<Vec<_>>().join(" AND ")
+}
+
+/// Most messages of the workspace a query may match in the text index for them to be its
+/// candidates; past this, the caller's own history is walked instead.
+const MAX_CANDIDATES: usize = 2_000;
+
+/// The messages up to `through` holding `text`'s trigrams, as a JSON array of sequences, or
+/// `None` when there are more than `MAX_CANDIDATES` of them.
+fn candidates(conn: &Db<'_>, text: &str, through: i64) -> Result<Option<String>, Error> {
+    let seqs: Vec<i64> = conn
+        .prepare_cached(
+            "SELECT rowid FROM message_text WHERE message_text MATCH ?1 AND rowid <= ?2 ORDER BY rowid DESC LIMIT ?3",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![trigrams(text), through, MAX_CANDIDATES as i64 + 1], |r| r.get(0))?.collect()
+        })
+        .map_err(sql("looking a query up in the text index"))?;
+    if seqs.len() > MAX_CANDIDATES {
+        return Ok(None);
+    }
+    serde_json::to_string(&seqs).map(Some).map_err(|e| Error::Internal(format!("encoding candidates: {e}")))
 }
 
 /// How far the text index has been filled: every message up to this sequence is in it.

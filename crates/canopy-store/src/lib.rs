@@ -132,6 +132,12 @@ impl Store {
         self.writer.write(move |conn, memo| work(&Db { conn, now_ms: clock.now_ms(), memo: Some(memo) })).await
     }
 
+    /// Writes queued behind the one running: how busy the writer is, for work that should
+    /// wait its turn (the text index).
+    pub fn writes_waiting(&self) -> usize {
+        self.writer.waiting()
+    }
+
     /// The clock this store stamps time with.
     pub fn clock(&self) -> &canopy_sys::Clock {
         &self.clock

@@ -1251,4 +1251,18 @@ async fn history_search_answers_the_same_from_the_text_index_and_from_the_histor
     for (i, (text, limit)) in queries.iter().enumerate() {
         assert_eq!(search(text, *limit).await, unindexed[i], "{text:?}, all indexed");
     }
+
+    // A text common elsewhere in the workspace (more than the index's candidates) walks the
+    // caller's history instead, with the same answer.
+    store
+        .write(|c| {
+            for _ in 0..2_001 {
+                ops::post(c, &agent("docs-manager"), &post_spec("home-docs-manager", "n", "rotation elsewhere"))?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    while store.write(|c| ops::index_text(c, 1_000)).await.unwrap() > 0 {}
+    assert_eq!(search("rotation", 10).await, unindexed[0], "a common text");
 }

@@ -94,6 +94,11 @@ impl WriterHandle {
             .map_err(|_| Error::Internal("the store write was abandoned (a bug: see the daemon log)".into()))?
     }
 
+    /// Jobs queued and not yet taken by the writer.
+    pub(crate) fn waiting(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
     pub(crate) async fn close(self) {
         let WriterHandle { tx, thread } = self;
         let _ = tx.send(Job::Stop).await;
