@@ -105,7 +105,7 @@ fn channel_row(conn: &Db<'_>, name: &str) -> Result<Option<(i64, Channel)>, Erro
     .map_err(sql("reading a channel"))
 }
 
-/// A channel's id and the parts of its view that decide who may post (no counts).
+/// A channel's id and the parts of its view that decide who may post or read (no counts).
 pub(crate) fn channel_for_post(conn: &Db<'_>, name: &str) -> Result<(i64, Channel), Error> {
     match conn.memo {
         Some(memo) => memo.channel(name, || read_channel_for_post(conn, name)),

@@ -63,7 +63,12 @@ where
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .with_allowed_hosts(["127.0.0.1", "localhost"])
-        .with_sse_keep_alive(None);
+        .with_sse_keep_alive(None)
+        // Stateless, answering in plain JSON: no session worker between a request and its
+        // tool call, and no event stream to frame (the tools send no notifications). The bearer
+        // token, not an MCP session, says who calls. `docs/decisions.md`, Performance.
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
     let mcp = StreamableHttpService::new(move || Ok(tools.clone()), LocalSessionManager::default().into(), config);
     listen(stop, check, move |request| {
         let mut mcp = mcp.clone();
