@@ -4,8 +4,9 @@
 //! every cursor at the end), a fresh workspace measures: post throughput and p99 with 64
 //! posters beside the raw commit baseline of the same run, and the p99 of `history_search`
 //! and `comms_list_messages` pages read as an agent with a live session. Each size's figures
-//! are then compared with the empty workspace's. Last, post throughput and p99 by number of
-//! posters (1, 16, 64, 256), each beside the raw baseline at the same concurrency.
+//! are then compared with the empty workspace's. Then post throughput and p99 by number of
+//! posters (1, 16, 64, 256), each beside the raw baseline at the same concurrency; last,
+//! restart, memory and the roster with 1,000, 10,000 and 100,000 agents.
 
 use std::time::Instant;
 
@@ -205,5 +206,49 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
     }
     eprintln!("bench: posters 1, 16, 64, 256...");
     figures.extend(posters(quick).await?);
+    figures.extend(agents(quick).await?);
+    Ok(figures)
+}
+
+/// Restart, memory and the roster with 1,000, 10,000 and 100,000 agents (with `quick`, the
+/// first two): each a fresh workspace whose agents are added while it is stopped, through the
+/// store operation behind `agents.create`; then `canopy daemon` runs as its own process.
+/// Each size beside the smallest.
+async fn agents(quick: bool) -> Result<Vec<Figure>, String> {
+    let sizes: &[usize] = if quick { &[1_000, 10_000] } else { &[1_000, 10_000, 100_000] };
+    let mut measured = Vec::new();
+    for &size in sizes {
+        eprintln!("bench: {size} agents...");
+        let stopped = Sandbox::for_bench().await?.stop_daemon().await;
+        let db = stopped.data.db();
+        canopy_store::bench::fill_agents(&db, "agent", size).await.map_err(|e| e.to_string())?;
+        let restarted = crate::restart::restart_process(&stopped).await?;
+        stopped.nats.shutdown().await;
+        measured.push((size, restarted));
+    }
+    let (base_size, base) = &measured[0];
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let mut figures = Vec::new();
+    for (size, r) in &measured {
+        let work = *size as f64 / *base_size as f64;
+        let note = format!("{} agents in the roster; {work:.0}x the agents of the baseline", r.agents);
+        for (what, value, baseline, unit) in [
+            ("daemon restart to ready", ms(r.ready), ms(base.ready), "ms"),
+            ("daemon memory after ready and a full roster", r.rss, base.rss, "MiB RSS"),
+            ("the full roster, first after ready", ms(r.roster), ms(base.roster), "ms"),
+        ] {
+            figures.push(Figure {
+                figure: format!("{what} with {size} agents"),
+                value,
+                unit: unit.into(),
+                baseline,
+                baseline_name: format!("the same with {base_size} agents"),
+                ratio: value / baseline.max(0.001),
+                target: "(reported: the scaling table)".into(),
+                met: true,
+                note: note.clone(),
+            });
+        }
+    }
     Ok(figures)
 }

@@ -112,13 +112,22 @@ fn coordination_channel(conn: &Db<'_>, manager_id: i64) -> Result<i64, Error> {
 
 /// The direct (two-party) channel between two agents, created on first use.
 fn direct_between(conn: &Db<'_>, a: i64, b: i64) -> Result<i64, Error> {
+    // Walk from whichever of the two posts in fewer channels (a new agent, not the Supervisor
+    // with a direct channel to each of its thousands of children): the CROSS JOIN keeps that
+    // order whatever the planner guesses.
+    let channels_of = |id: i64| -> Result<i64, Error> {
+        conn.prepare_cached("SELECT COUNT(*) FROM (SELECT 1 FROM channel_posters WHERE account_id = ?1 LIMIT 256)")
+            .and_then(|mut s| s.query_row(params![id], |r| r.get(0)))
+            .map_err(sql("counting an account's channels"))
+    };
+    let (few, many) = if channels_of(a)? <= channels_of(b)? { (a, b) } else { (b, a) };
     let existing: Option<i64> = conn
         .prepare_cached(
-            "SELECT c.id FROM channel_posters a JOIN channel_posters b ON b.channel_id = a.channel_id \
+            "SELECT c.id FROM channel_posters a CROSS JOIN channel_posters b ON b.channel_id = a.channel_id \
              JOIN channels c ON c.id = a.channel_id \
              WHERE a.account_id = ?1 AND b.account_id = ?2 AND c.kind = 'direct' LIMIT 1",
         )
-        .and_then(|mut s| s.query_row(params![a, b], |r| r.get(0)).optional())
+        .and_then(|mut s| s.query_row(params![few, many], |r| r.get(0)).optional())
         .map_err(sql("finding a direct channel"))?;
     if let Some(id) = existing {
         return Ok(id);

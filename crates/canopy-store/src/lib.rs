@@ -382,6 +382,49 @@ pub mod bench {
         Ok(written)
     }
 
+    /// Adds `count` agents `<prefix>-<i>` (managers under the Supervisor, each with its home
+    /// channel, no harness, so nothing places them) through `create_agent`, the operation
+    /// behind `agents.create`, 500 to a transaction. Opens its own store: the daemon must not
+    /// be running.
+    pub async fn fill_agents(db: &std::path::Path, prefix: &str, count: usize) -> Result<(), Error> {
+        use canopy_core::acl::Caller;
+        use canopy_core::{AccountKind, Handle, RoleName};
+        let store = Store::open(db, 16)?;
+        let operator: String = store
+            .read(|c| {
+                c.query_row("SELECT handle FROM accounts WHERE kind = 'operator' ORDER BY id LIMIT 1", [], |r| r.get(0))
+                    .map_err(sql("finding the operator"))
+            })
+            .await?;
+        let caller = Caller { handle: Handle::from_trusted(operator), kind: AccountKind::Operator };
+        let role = RoleName::parse("manager").map_err(|e| Error::Internal(format!("the manager role: {e}")))?;
+        for start in (0..count).step_by(500) {
+            let specs = (start..(start + 500).min(count))
+                .map(|i| {
+                    let handle = Handle::parse(&format!("{prefix}-{i}"))
+                        .map_err(|e| Error::Internal(format!("an agent's handle: {e}")))?;
+                    Ok(crate::AgentSpec {
+                        display_name: handle.to_string(),
+                        handle,
+                        role: role.clone(),
+                        parent: None,
+                        charter: String::new(),
+                        harness: String::new(),
+                        script: None,
+                        persona: None,
+                        repo: None,
+                    })
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            let caller = caller.clone();
+            store
+                .write(move |c| specs.iter().try_for_each(|spec| crate::ops::create_agent(c, &caller, spec).map(drop)))
+                .await?;
+        }
+        store.close().await;
+        Ok(())
+    }
+
     /// Rows in every table Canopy writes, for "rows written per broadcast".
     pub async fn row_count(store: &Store) -> Result<u64, Error> {
         store

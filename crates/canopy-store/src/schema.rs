@@ -353,6 +353,12 @@ const MIGRATIONS: &[&str] = &[
     );
     INSERT INTO text_index (id, indexed_through) VALUES (1, 0);
     "#,
+    // Creating an agent finds the operators and the broadcast channels by kind: without these
+    // each creation read every account and every channel (quadratic at 100,000 agents).
+    r#"
+    CREATE INDEX accounts_kind ON accounts(kind);
+    CREATE INDEX channels_kind ON channels(kind);
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

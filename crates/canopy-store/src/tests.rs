@@ -1266,3 +1266,34 @@ async fn history_search_answers_the_same_from_the_text_index_and_from_the_histor
     while store.write(|c| ops::index_text(c, 1_000)).await.unwrap() > 0 {}
     assert_eq!(search("rotation", 10).await, unindexed[0], "a common text");
 }
+
+#[tokio::test]
+async fn creating_an_agent_reads_no_table_whole() {
+    // What `create_agent` looks up on every creation, planned: each must search an index, or
+    // creating the 100,000th agent reads 100,000 rows of each table.
+    let (_dir, store) = workspace().await;
+    let plans = store
+        .read(|c| {
+            let lookups = [
+                "SELECT id FROM accounts WHERE kind = 'operator'",
+                "SELECT id FROM channels WHERE kind = 'broadcast'",
+                "SELECT c.id FROM channel_posters a CROSS JOIN channel_posters b ON b.channel_id = a.channel_id \
+                 JOIN channels c ON c.id = a.channel_id \
+                 WHERE a.account_id = 1 AND b.account_id = 2 AND c.kind = 'direct' LIMIT 1",
+            ];
+            lookups
+                .iter()
+                .map(|q| {
+                    c.prepare(&format!("EXPLAIN QUERY PLAN {q}"))
+                        .and_then(|mut s| s.query_map([], |r| r.get::<_, String>(3))?.collect::<Result<Vec<_>, _>>())
+                        .map(|steps| steps.join("; "))
+                        .map_err(crate::sql("planning"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .unwrap();
+    for plan in &plans {
+        assert!(!plan.contains("SCAN"), "a lookup reads a whole table: {plan}");
+    }
+}
