@@ -146,8 +146,7 @@ pub(crate) async fn restart_process(stopped: &Stopped) -> Result<Restarted, Stri
     let rss_ready = rss_mib(pid).unwrap_or(0.0);
     // Serve the whole roster and agent list once, as an operator's first look would.
     let asked = Instant::now();
-    let roster: RosterResponse =
-        api.send::<method::Roster>(&stopped.operator, &RosterRequest::default()).await.map_err(|e| e.to_string())?;
+    let roster = api.roster_all(&stopped.operator, RosterRequest::default()).await.map_err(|e| e.to_string())?;
     let roster_took = asked.elapsed();
     let _: AgentsListResponse =
         api.send::<method::AgentsList>(&stopped.operator, &AgentsListRequest {}).await.map_err(|e| e.to_string())?;

@@ -264,11 +264,9 @@ impl Sandbox {
         self.api.send::<method::AgentsCreate>(&self.operator, &request).await.map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let roster: RosterResponse = self
-                .api
-                .send::<method::Roster>(&self.operator, &RosterRequest::default())
-                .await
-                .map_err(|e| e.to_string())?;
+            let request = RosterRequest { handles: vec![handle.to_owned()], ..RosterRequest::default() };
+            let roster: RosterResponse =
+                self.api.send::<method::Roster>(&self.operator, &request).await.map_err(|e| e.to_string())?;
             if roster.agents.iter().any(|a| a.handle.as_str() == handle && a.presence == canopy_core::Presence::Working)
             {
                 return Ok(());

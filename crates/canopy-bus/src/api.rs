@@ -50,6 +50,24 @@ impl ApiClient {
         self.call(M::METHOD, token, request).await
     }
 
+    /// The whole roster `request` selects, every page of it (`after` the last handle of each
+    /// while the daemon says `more`): one page is at most `MAX_OPERATOR_ROSTER_PAGE` entries.
+    pub async fn roster_all(
+        &self,
+        token: &str,
+        mut request: canopy_proto::api::RosterRequest,
+    ) -> Result<canopy_proto::api::RosterResponse, CallError> {
+        let mut all = Vec::new();
+        loop {
+            let page = self.send::<canopy_proto::method::Roster>(token, &request).await?;
+            request.after = page.agents.last().map(|a| a.handle.to_string());
+            all.extend(page.agents);
+            if page.more == 0 || request.after.is_none() {
+                return Ok(canopy_proto::api::RosterResponse { agents: all, more: 0 });
+            }
+        }
+    }
+
     /// Calls a method chosen at run time with a JSON request (the tool server's calls, whose
     /// arguments are already checked against the method's request type).
     pub async fn call_json(&self, method: Method, token: &str, request: &Value) -> Result<Value, CallError> {

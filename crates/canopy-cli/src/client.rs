@@ -8,6 +8,7 @@ use canopy_bus::{ApiClient, Bus, Login};
 use canopy_config::credentials::read_login;
 use canopy_config::{Config, ConnectionInfo, DataDir, read_connection_info};
 use canopy_proto::Subjects;
+use canopy_proto::api::{RosterRequest, RosterResponse};
 use canopy_proto::{ApiMethod, Party};
 
 /// A connected operator client.
@@ -84,6 +85,11 @@ impl Client {
     /// Calls one API method as the operator.
     pub async fn send<M: ApiMethod>(&self, request: &M::Request) -> Result<M::Response, CallError> {
         self.api.send::<M>(&self.token, request).await
+    }
+
+    /// Every agent's roster line, page by page.
+    pub async fn roster(&self) -> Result<RosterResponse, CallError> {
+        self.api.roster_all(&self.token, RosterRequest::default()).await
     }
 }
 

@@ -341,10 +341,10 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         Command::Status => status(dir, client, json).await,
         Command::Roster => {
             waiting_banner(client, json).await;
-            call::<method::Roster>(client, json, &RosterRequest::default(), |r: &RosterResponse| {
-                output::roster(&r.agents)
+            client.roster().await.map(|roster| match json {
+                true => output::json(&roster),
+                false => output::roster(&roster.agents),
             })
-            .await
         }
         Command::Watch(args) => watch(Follower::new(dir, owned), json, args).await,
         Command::Agents(AgentsCommand::List) => {
@@ -746,7 +746,7 @@ async fn catch_up(client: &Client, json: bool, channel: Option<&str>, last: &mut
 async fn status(dir: &DataDir, client: &Client, json: bool) -> Result<(), CallError> {
     let daemon = crate::client::connection_info(dir)?;
     let whoami: WhoamiResponse = client.send::<method::Whoami>(&WhoamiRequest {}).await?;
-    let roster: RosterResponse = client.send::<method::Roster>(&RosterRequest::default()).await?;
+    let roster = client.roster().await?;
     let pending = SpawnListRequest { state: Some(canopy_core::SpawnState::Pending) };
     let spawns = client.send::<method::SpawnList>(&pending).await?.requests;
     let merges = MergesListRequest { state: Some(canopy_core::MergeState::Pending) };

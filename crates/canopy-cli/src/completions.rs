@@ -74,7 +74,7 @@ fn write_stdout(bytes: &[u8]) -> u8 {
 pub async fn candidates(dir: &DataDir, what: CompleteWhat) -> u8 {
     let Ok(client) = Client::connect(dir).await else { return 0 };
     let names: Vec<String> = match what {
-        CompleteWhat::Handles => match client.send::<method::Roster>(&RosterRequest::default()).await {
+        CompleteWhat::Handles => match client.roster().await {
             Ok(r) => r.agents.into_iter().map(|a| a.handle.to_string()).collect(),
             Err(_) => Vec::new(),
         },

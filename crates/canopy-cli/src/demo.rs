@@ -134,7 +134,8 @@ impl Demo {
     }
 
     async fn presence(&self, handle: &str) -> Option<canopy_core::Presence> {
-        let roster: RosterResponse = self.send::<method::Roster>(&RosterRequest::default()).await.ok()?;
+        let request = RosterRequest { handles: vec![handle.to_owned()], ..RosterRequest::default() };
+        let roster: RosterResponse = self.send::<method::Roster>(&request).await.ok()?;
         roster.agents.into_iter().find(|a| a.handle.as_str() == handle).map(|a| a.presence)
     }
 

@@ -94,9 +94,9 @@ impl Api {
     pub(crate) async fn roster(&self, caller: Caller, req: RosterRequest) -> Result<RosterResponse, Error> {
         let limit = match (req.limit, caller.is_operator()) {
             (Some(0), _) => return Err(Error::invalid("limit", "must be at least 1")),
-            (Some(n), true) => n as usize,
+            (Some(n), true) => n.min(MAX_OPERATOR_ROSTER_PAGE) as usize,
             (Some(n), false) => n.min(MAX_ROSTER_PAGE) as usize,
-            (None, true) => usize::MAX,
+            (None, true) => MAX_OPERATOR_ROSTER_PAGE as usize,
             (None, false) => MAX_ROSTER_PAGE as usize,
         };
         if req.handles.len() > MAX_ROSTER_PAGE as usize {

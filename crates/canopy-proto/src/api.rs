@@ -331,6 +331,9 @@ pub struct SetActivityRequest {
 
 /// Most roster entries one page holds for an agent (operators get every agent by default).
 pub const MAX_ROSTER_PAGE: u32 = 200;
+/// Most roster entries in an operator's page: a page stays well inside a NATS message (about
+/// 300 bytes an entry against the 4 MB the private server allows). Clients page with `after`.
+pub const MAX_OPERATOR_ROSTER_PAGE: u32 = 5_000;
 
 /// `roster`: agents' live state, ordered by handle, optionally filtered.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -345,7 +348,8 @@ pub struct RosterRequest {
     /// Only agents whose handle comes after this one (the next page).
     #[serde(default)]
     pub after: Option<String>,
-    /// At most this many (agents: default and at most 200; operators: every one by default).
+    /// At most this many (agents: default and at most 200; operators: default and at most
+    /// 5,000, `ApiClient::roster_all` pages through every one).
     #[serde(default)]
     pub limit: Option<u32>,
 }
