@@ -149,16 +149,16 @@ async fn posters(quick: bool) -> Result<Vec<Figure>, String> {
 
 /// The history figures: each size against the empty workspace, and the reads' p99 targets;
 /// then throughput by number of posters.
-pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
+pub async fn figures(quick: bool, only: crate::Parts) -> Result<Vec<Figure>, String> {
     let sizes: &[usize] = if quick { &[0, 100_000] } else { &[0, 1_000_000, 10_000_000] };
     let mut measured = Vec::new();
-    for &size in sizes {
+    let mut figures = Vec::new();
+    for &size in sizes.iter().filter(|_| only.has("history")) {
         eprintln!("bench: history of {size} messages...");
         measured.push(measure(size, quick).await?);
     }
-    let empty = &measured[0];
-    let mut figures = Vec::new();
     for m in &measured {
+        let empty = &measured[0];
         let label = format!("{} messages of history", m.messages);
         figures.push(Figure {
             figure: format!("post throughput with {label} (relative to its raw commit baseline)"),
@@ -204,9 +204,13 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
             });
         }
     }
-    eprintln!("bench: posters 1, 16, 64, 256...");
-    figures.extend(posters(quick).await?);
-    figures.extend(agents(quick).await?);
+    if only.has("posters") {
+        eprintln!("bench: posters 1, 16, 64, 256...");
+        figures.extend(posters(quick).await?);
+    }
+    if only.has("agents") {
+        figures.extend(agents(quick).await?);
+    }
     Ok(figures)
 }
 

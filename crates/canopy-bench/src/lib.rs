@@ -43,7 +43,21 @@ pub struct Options {
 }
 
 /// The groups of figures `canopy bench --only` selects, by name.
-pub const PARTS: &[&str] = &["post", "steer", "mcp", "broadcast", "budget", "restart", "prompt", "sandbox", "checkout"];
+/// The last three are `--large`'s.
+pub const PARTS: &[&str] = &[
+    "post",
+    "steer",
+    "mcp",
+    "broadcast",
+    "budget",
+    "restart",
+    "prompt",
+    "sandbox",
+    "checkout",
+    "history",
+    "posters",
+    "agents",
+];
 
 /// A set of `PARTS`, as bits in their order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +104,7 @@ pub struct Figure {
 /// Runs every figure.
 pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
     if options.large {
-        return large::figures(options.quick).await;
+        return large::figures(options.quick, options.only).await;
     }
     let bench = Sandbox::for_bench().await?;
     let only = options.only;

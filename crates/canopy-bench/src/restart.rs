@@ -148,8 +148,7 @@ pub(crate) async fn restart_process(stopped: &Stopped) -> Result<Restarted, Stri
     let asked = Instant::now();
     let roster = api.roster_all(&stopped.operator, RosterRequest::default()).await.map_err(|e| e.to_string())?;
     let roster_took = asked.elapsed();
-    let _: AgentsListResponse =
-        api.send::<method::AgentsList>(&stopped.operator, &AgentsListRequest {}).await.map_err(|e| e.to_string())?;
+    let _: AgentsListResponse = api.agents_all(&stopped.operator).await.map_err(|e| e.to_string())?;
     let rss = rss_mib(pid).unwrap_or(0.0).max(rss_ready);
     let _ = child.start_kill();
     let _ = child.wait().await;

@@ -237,11 +237,7 @@ impl Sandbox {
     }
 
     pub async fn agent_count(&self) -> Result<usize, String> {
-        let list: AgentsListResponse = self
-            .api
-            .send::<method::AgentsList>(&self.operator, &AgentsListRequest {})
-            .await
-            .map_err(|e| e.to_string())?;
+        let list = self.api.agents_all(&self.operator).await.map_err(|e| e.to_string())?;
         Ok(list.agents.len())
     }
 

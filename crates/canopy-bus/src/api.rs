@@ -51,7 +51,7 @@ impl ApiClient {
     }
 
     /// The whole roster `request` selects, every page of it (`after` the last handle of each
-    /// while the daemon says `more`): one page is at most `MAX_OPERATOR_ROSTER_PAGE` entries.
+    /// while the daemon says `more`): one page is at most `MAX_OPERATOR_PAGE` entries.
     pub async fn roster_all(
         &self,
         token: &str,
@@ -64,6 +64,20 @@ impl ApiClient {
             all.extend(page.agents);
             if page.more == 0 || request.after.is_none() {
                 return Ok(canopy_proto::api::RosterResponse { agents: all, more: 0 });
+            }
+        }
+    }
+
+    /// Every agent account, page by page (`after` the last handle while the daemon says `more`).
+    pub async fn agents_all(&self, token: &str) -> Result<canopy_proto::api::AgentsListResponse, CallError> {
+        let mut request = canopy_proto::api::AgentsListRequest::default();
+        let mut all = Vec::new();
+        loop {
+            let page = self.send::<canopy_proto::method::AgentsList>(token, &request).await?;
+            request.after = page.agents.last().map(|a| a.handle.to_string());
+            all.extend(page.agents);
+            if page.more == 0 || request.after.is_none() {
+                return Ok(canopy_proto::api::AgentsListResponse { agents: all, more: 0 });
             }
         }
     }

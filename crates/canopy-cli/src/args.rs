@@ -220,7 +220,7 @@ pub enum Command {
         #[arg(long)]
         check: bool,
         /// Only these groups of figures, comma-separated: post, steer, mcp, broadcast, budget,
-        /// restart, prompt, sandbox, checkout.
+        /// restart, prompt, sandbox, checkout; with --large: history, posters, agents.
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(canopy_bench::PARTS))]
         only: Vec<String>,
     },

@@ -8,7 +8,7 @@ use canopy_bus::{ApiClient, Bus, Login};
 use canopy_config::credentials::read_login;
 use canopy_config::{Config, ConnectionInfo, DataDir, read_connection_info};
 use canopy_proto::Subjects;
-use canopy_proto::api::{RosterRequest, RosterResponse};
+use canopy_proto::api::{AgentsListResponse, RosterRequest, RosterResponse};
 use canopy_proto::{ApiMethod, Party};
 
 /// A connected operator client.
@@ -85,6 +85,11 @@ impl Client {
     /// Calls one API method as the operator.
     pub async fn send<M: ApiMethod>(&self, request: &M::Request) -> Result<M::Response, CallError> {
         self.api.send::<M>(&self.token, request).await
+    }
+
+    /// Every agent account, page by page.
+    pub async fn agents(&self) -> Result<AgentsListResponse, CallError> {
+        self.api.agents_all(&self.token).await
     }
 
     /// Every agent's roster line, page by page.

@@ -347,12 +347,10 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
             })
         }
         Command::Watch(args) => watch(Follower::new(dir, owned), json, args).await,
-        Command::Agents(AgentsCommand::List) => {
-            call::<method::AgentsList>(client, json, &AgentsListRequest {}, |r: &AgentsListResponse| {
-                output::agents(&r.agents)
-            })
-            .await
-        }
+        Command::Agents(AgentsCommand::List) => client.agents().await.map(|list| match json {
+            true => output::json(&list),
+            false => output::agents(&list.agents),
+        }),
         Command::Agents(AgentsCommand::Show { handle }) => {
             call::<method::AgentsShow>(client, json, &AgentsShowRequest { handle }, |r: &AgentsShowResponse| {
                 output::account(&r.account);

@@ -293,7 +293,7 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
     demo.post("home-supervisor", "ops", "@supervisor please broadcast").await?;
     demo.wait("the Supervisor's broadcast", |d| d.transcript("supervisor").contains("the Supervisor is broadcasting"))
         .await?;
-    let agents: AgentsListResponse = demo.send::<method::AgentsList>(&AgentsListRequest {}).await?;
+    let agents: AgentsListResponse = demo.send::<method::AgentsList>(&AgentsListRequest::default()).await?;
     let listeners: Vec<String> =
         agents.agents.iter().map(|a| a.handle.to_string()).filter(|h| h != "supervisor").collect();
     say("  - #announcements woke no one: each agent is queued (no wake) until its next turn");

@@ -94,9 +94,9 @@ impl Api {
     pub(crate) async fn roster(&self, caller: Caller, req: RosterRequest) -> Result<RosterResponse, Error> {
         let limit = match (req.limit, caller.is_operator()) {
             (Some(0), _) => return Err(Error::invalid("limit", "must be at least 1")),
-            (Some(n), true) => n.min(MAX_OPERATOR_ROSTER_PAGE) as usize,
+            (Some(n), true) => n.min(MAX_OPERATOR_PAGE) as usize,
             (Some(n), false) => n.min(MAX_ROSTER_PAGE) as usize,
-            (None, true) => MAX_OPERATOR_ROSTER_PAGE as usize,
+            (None, true) => MAX_OPERATOR_PAGE as usize,
             (None, false) => MAX_ROSTER_PAGE as usize,
         };
         if req.handles.len() > MAX_ROSTER_PAGE as usize {
@@ -234,9 +234,21 @@ impl Api {
         Ok(account)
     }
 
-    pub(crate) async fn agents_list(&self, _: Caller, _: AgentsListRequest) -> Result<AgentsListResponse, Error> {
-        let agents = self.store.read(ops::list_agents).await?;
-        Ok(AgentsListResponse { agents })
+    pub(crate) async fn agents_list(&self, _: Caller, req: AgentsListRequest) -> Result<AgentsListResponse, Error> {
+        let limit = match req.limit {
+            Some(0) => return Err(Error::invalid("limit", "must be at least 1")),
+            limit => limit.unwrap_or(MAX_OPERATOR_PAGE).min(MAX_OPERATOR_PAGE) as usize,
+        };
+        let mut agents: Vec<_> = self
+            .store
+            .read(ops::list_agents)
+            .await?
+            .into_iter()
+            .filter(|a| req.after.as_deref().is_none_or(|after| a.handle.as_str() > after))
+            .collect();
+        let more = agents.len().saturating_sub(limit) as u32;
+        agents.truncate(limit);
+        Ok(AgentsListResponse { agents, more })
     }
 
     pub(crate) async fn agents_show(&self, _: Caller, req: AgentsShowRequest) -> Result<AgentsShowResponse, Error> {

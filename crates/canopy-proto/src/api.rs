@@ -91,12 +91,22 @@ pub struct ScriptSource {
 /// `agents.list`: every agent (not operators), ordered by handle.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AgentsListRequest {}
+pub struct AgentsListRequest {
+    /// Only agents whose handle comes after this one (the next page).
+    #[serde(default)]
+    pub after: Option<String>,
+    /// At most this many (default and at most 5,000; `ApiClient::agents_all` pages through).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentsListResponse {
     pub agents: Vec<Account>,
+    /// Agents beyond this page (pass the last handle as `after` for them).
+    #[serde(default)]
+    pub more: u32,
 }
 
 /// `agents.show`: one account with its subscriptions and children.
@@ -331,9 +341,10 @@ pub struct SetActivityRequest {
 
 /// Most roster entries one page holds for an agent (operators get every agent by default).
 pub const MAX_ROSTER_PAGE: u32 = 200;
-/// Most roster entries in an operator's page: a page stays well inside a NATS message (about
-/// 300 bytes an entry against the 4 MB the private server allows). Clients page with `after`.
-pub const MAX_OPERATOR_ROSTER_PAGE: u32 = 5_000;
+/// Most entries in an operator's page of the roster or the agent list: a page stays well
+/// inside a NATS message (a few hundred bytes an entry against the 4 MB the private server
+/// allows). Clients page with `after`.
+pub const MAX_OPERATOR_PAGE: u32 = 5_000;
 
 /// `roster`: agents' live state, ordered by handle, optionally filtered.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
