@@ -109,10 +109,13 @@ impl Api {
             .collect::<Result<std::collections::HashSet<Handle>, Error>>()?;
         let unconfined = self.unconfined();
         let holds = self.budgets.snapshot();
-        let mut matched: Vec<RosterEntry> = self
-            .store
-            .read(ops::roster)
-            .await?
+        // Without a filter the store reads just this page; a filter reads every row after
+        // `after` and pages here.
+        let unfiltered = req.presence.is_none() && handles.is_empty();
+        let after = req.after.clone();
+        let (rows, beyond) =
+            self.store.read(move |c| ops::roster(c, after.as_deref(), unfiltered.then_some(limit))).await?;
+        let mut matched: Vec<RosterEntry> = rows
             .into_iter()
             .map(|mut a| {
                 a.budget = holds.marks.get(a.handle.as_str()).cloned();
@@ -132,7 +135,7 @@ impl Api {
             .filter(|a| handles.is_empty() || handles.contains(&a.handle))
             .filter(|a| req.after.as_deref().is_none_or(|after| a.handle.as_str() > after))
             .collect();
-        let more = matched.len().saturating_sub(limit) as u32;
+        let more = (matched.len().saturating_sub(limit) as u64 + beyond) as u32;
         matched.truncate(limit);
         matched.iter_mut().for_each(|a| a.unconfined = unconfined);
         Ok(RosterResponse { agents: matched, more })

@@ -478,11 +478,26 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
     })
 }
 
-/// Every agent's live state, ordered by handle.
-pub fn roster(conn: &Db<'_>) -> Result<Vec<RosterEntry>, Error> {
-    conn.prepare_cached(&format!("{ROSTER_SELECT} WHERE a.kind = 'agent' AND a.run_of IS NULL ORDER BY a.handle"))
-        .and_then(|mut s| s.query_map([], roster_from_row)?.collect())
-        .map_err(sql("reading the roster"))
+/// Agents' live state, ordered by handle: those after `after`, at most `limit` of them (all
+/// with `None`), and how many more there are. A page reads only its own rows (and counts the
+/// rest on the handle index), so paging through 100,000 agents is linear.
+pub fn roster(conn: &Db<'_>, after: Option<&str>, limit: Option<usize>) -> Result<(Vec<RosterEntry>, u64), Error> {
+    let rows = limit.map_or(-1, |l| l as i64);
+    let entries: Vec<RosterEntry> = conn
+        .prepare_cached(&format!(
+            "{ROSTER_SELECT} WHERE a.kind = 'agent' AND a.run_of IS NULL AND (?1 IS NULL OR a.handle > ?1) \
+             ORDER BY a.handle LIMIT ?2"
+        ))
+        .and_then(|mut s| s.query_map(params![after, rows], roster_from_row)?.collect())
+        .map_err(sql("reading the roster"))?;
+    let Some(last) = entries.last().filter(|_| limit.is_some_and(|l| entries.len() >= l)) else {
+        return Ok((entries, 0));
+    };
+    let more: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM accounts WHERE kind = 'agent' AND run_of IS NULL AND handle > ?1")
+        .and_then(|mut s| s.query_row(params![last.handle.as_str()], |r| r.get(0)))
+        .map_err(sql("counting the rest of the roster"))?;
+    Ok((entries, more as u64))
 }
 
 /// One agent's roster line.
