@@ -42,18 +42,18 @@ impl std::fmt::Display for Guard {
 
 /// The guarded figures, by the start of their name, with their floors.
 const GUARDS: &[(&str, Guard)] = &[
-    // Measured in that run on 2026-12-02: 0.17-0.21 (the target is 0.7, not met yet).
-    ("post throughput, durable", Guard::AtLeast(0.1)),
+    // Measured in that run on 2026-12-02: 0.32 (release: 0.36-0.46; the target is 0.7, not
+    // met yet). Was 0.17-0.21 before the writer's plans, checkpoints and memo.
+    ("post throughput, durable", Guard::AtLeast(0.2)),
     // 0.99-1.06.
     ("post throughput with the budget check", Guard::AtLeast(0.8)),
     // 1.1-2.1; the DESIGN target is 5x.
     ("post-to-steer latency p99", Guard::AtMost(5.0)),
-    // 6.2-7.9 in a debug build, 12-29 in release (its echo is faster, so the ratio is
-    // noisier); the 40 ms delayed-ACK floor this guards against is 100x (debug) to 400x.
-    ("MCP tool call p50, 1 concurrent", Guard::AtMost(40.0)),
-    // 10-12 in debug, 15-17 in release.
-    ("MCP tool call p50, 16 concurrent", Guard::AtMost(40.0)),
-    ("MCP tool call p50, 64 concurrent", Guard::AtMost(40.0)),
+    // 4.9-7.3 in a debug build, 5.4-7.7 in release since the endpoint is stateless (was 12-29);
+    // the 40 ms delayed-ACK floor this also guards against is 100x (debug) to 400x.
+    ("MCP tool call p50, 1 concurrent", Guard::AtMost(15.0)),
+    ("MCP tool call p50, 16 concurrent", Guard::AtMost(15.0)),
+    ("MCP tool call p50, 64 concurrent", Guard::AtMost(15.0)),
     // 0.93-1.15: throughput holds past 16 callers.
     ("MCP throughput from 16 to 64", Guard::AtLeast(0.7)),
     // 1.3.
@@ -108,8 +108,8 @@ mod tests {
         ];
         let failed = check(&figures);
         assert_eq!(failed.len(), 2, "{failed:?}");
-        assert!(failed[0].starts_with("post throughput") && failed[0].contains(">= 0.1x"), "{failed:?}");
-        assert!(failed[1].starts_with("MCP tool call p50, 1") && failed[1].contains("<= 40x"), "{failed:?}");
+        assert!(failed[0].starts_with("post throughput") && failed[0].contains(">= 0.2x"), "{failed:?}");
+        assert!(failed[1].starts_with("MCP tool call p50, 1") && failed[1].contains("<= 15x"), "{failed:?}");
     }
 
     #[test]

@@ -435,8 +435,21 @@ impl Sandbox {
         Ok(rate)
     }
 
-    /// Publishes `count` messages and waits until a subscriber has all of them.
+    /// Publishes `count` messages and waits until a subscriber has all of them. A burst the
+    /// server cut short (core NATS drops for a consumer it finds slow, and the benchmark's
+    /// subscriber shares two cores with everything else) is measured again, at most thrice.
     pub async fn raw_publish_burst(&self, count: usize) -> Result<std::time::Duration, String> {
+        let mut lost = String::new();
+        for _ in 0..3 {
+            match self.raw_publish_burst_once(count).await {
+                Ok(took) => return Ok(took),
+                Err(e) => lost = e,
+            }
+        }
+        Err(lost)
+    }
+
+    async fn raw_publish_burst_once(&self, count: usize) -> Result<std::time::Duration, String> {
         let bus = self.api.bus.clone();
         let mut sub = bus.subscribe("bench.burst").await.map_err(|e| e.to_string())?;
         bus.flush().await.map_err(|e| e.to_string())?;
@@ -447,7 +460,7 @@ impl Sandbox {
         bus.flush().await.map_err(|e| e.to_string())?;
         let mut received = 0;
         while received < count {
-            match tokio::time::timeout(Duration::from_secs(10), sub.next()).await {
+            match tokio::time::timeout(Duration::from_secs(2), sub.next()).await {
                 Ok(Some(_)) => received += 1,
                 _ => return Err(format!("the raw burst lost messages ({received} of {count})")),
             }
