@@ -50,34 +50,56 @@ impl ApiClient {
         self.call(M::METHOD, token, request).await
     }
 
-    /// The whole roster `request` selects, every page of it (`after` the last handle of each
-    /// while the daemon says `more`): one page is at most `MAX_OPERATOR_PAGE` entries.
+    /// The whole roster `request` selects, every page of it: one page is at most
+    /// `MAX_OPERATOR_PAGE` entries.
     pub async fn roster_all(
         &self,
         token: &str,
-        mut request: canopy_proto::api::RosterRequest,
+        request: canopy_proto::api::RosterRequest,
     ) -> Result<canopy_proto::api::RosterResponse, CallError> {
-        let mut all = Vec::new();
-        loop {
-            let page = self.send::<canopy_proto::method::Roster>(token, &request).await?;
-            request.after = page.agents.last().map(|a| a.handle.to_string());
-            all.extend(page.agents);
-            if page.more == 0 || request.after.is_none() {
-                return Ok(canopy_proto::api::RosterResponse { agents: all, more: 0 });
-            }
-        }
+        let agents = self
+            .every_page::<canopy_proto::method::Roster, _>(
+                token,
+                request,
+                |r, after| r.after = after,
+                |page| (page.agents, page.more),
+                |a| a.handle.to_string(),
+            )
+            .await?;
+        Ok(canopy_proto::api::RosterResponse { agents, more: 0 })
     }
 
-    /// Every agent account, page by page (`after` the last handle while the daemon says `more`).
+    /// Every agent account, page by page.
     pub async fn agents_all(&self, token: &str) -> Result<canopy_proto::api::AgentsListResponse, CallError> {
-        let mut request = canopy_proto::api::AgentsListRequest::default();
+        let agents = self
+            .every_page::<canopy_proto::method::AgentsList, _>(
+                token,
+                canopy_proto::api::AgentsListRequest::default(),
+                |r, after| r.after = after,
+                |page| (page.agents, page.more),
+                |a| a.handle.to_string(),
+            )
+            .await?;
+        Ok(canopy_proto::api::AgentsListResponse { agents, more: 0 })
+    }
+
+    /// Calls `M` again `after` the last item's handle while the daemon says there are `more`.
+    async fn every_page<M: ApiMethod, T>(
+        &self,
+        token: &str,
+        mut request: M::Request,
+        set_after: impl Fn(&mut M::Request, Option<String>),
+        items: impl Fn(M::Response) -> (Vec<T>, u32),
+        handle: impl Fn(&T) -> String,
+    ) -> Result<Vec<T>, CallError> {
         let mut all = Vec::new();
         loop {
-            let page = self.send::<canopy_proto::method::AgentsList>(token, &request).await?;
-            request.after = page.agents.last().map(|a| a.handle.to_string());
-            all.extend(page.agents);
-            if page.more == 0 || request.after.is_none() {
-                return Ok(canopy_proto::api::AgentsListResponse { agents: all, more: 0 });
+            let (page, more) = items(self.send::<M>(token, &request).await?);
+            let after = page.last().map(&handle);
+            all.extend(page);
+            match after {
+                Some(after) if more > 0 => set_after(&mut request, Some(after)),
+                _ => return Ok(all),
             }
         }
     }
