@@ -133,7 +133,6 @@ impl Api {
             })
             .filter(|a| req.presence.is_none_or(|p| a.presence == p))
             .filter(|a| handles.is_empty() || handles.contains(&a.handle))
-            .filter(|a| req.after.as_deref().is_none_or(|after| a.handle.as_str() > after))
             .collect();
         let more = (matched.len().saturating_sub(limit) as u64 + beyond) as u32;
         matched.truncate(limit);
@@ -242,16 +241,9 @@ impl Api {
             Some(0) => return Err(Error::invalid("limit", "must be at least 1")),
             limit => limit.unwrap_or(MAX_OPERATOR_PAGE).min(MAX_OPERATOR_PAGE) as usize,
         };
-        let mut agents: Vec<_> = self
-            .store
-            .read(ops::list_agents)
-            .await?
-            .into_iter()
-            .filter(|a| req.after.as_deref().is_none_or(|after| a.handle.as_str() > after))
-            .collect();
-        let more = agents.len().saturating_sub(limit) as u32;
-        agents.truncate(limit);
-        Ok(AgentsListResponse { agents, more })
+        let after = req.after;
+        let (agents, more) = self.store.read(move |c| ops::list_agents(c, after.as_deref(), Some(limit))).await?;
+        Ok(AgentsListResponse { agents, more: more as u32 })
     }
 
     pub(crate) async fn agents_show(&self, _: Caller, req: AgentsShowRequest) -> Result<AgentsShowResponse, Error> {

@@ -77,10 +77,27 @@ pub fn account(conn: &Db<'_>, field: &'static str, handle: &str) -> Result<Accou
 }
 
 /// Every agent, ordered by handle.
-pub fn list_agents(conn: &Db<'_>) -> Result<Vec<Account>, Error> {
-    conn.prepare_cached(&format!("{ACCOUNT_SELECT} WHERE a.kind = 'agent' AND a.run_of IS NULL ORDER BY a.handle"))
-        .and_then(|mut s| s.query_map([], account_from_row)?.collect())
-        .map_err(sql("listing agents"))
+pub fn list_agents(conn: &Db<'_>, after: Option<&str>, limit: Option<usize>) -> Result<(Vec<Account>, u64), Error> {
+    let agents: Vec<Account> = conn
+        .prepare_cached(&format!(
+            "{ACCOUNT_SELECT} WHERE a.kind = 'agent' AND a.run_of IS NULL AND (?1 IS NULL OR a.handle > ?1) \
+             ORDER BY a.handle LIMIT ?2"
+        ))
+        .and_then(|mut s| s.query_map(params![after, limit.map_or(-1, |l| l as i64)], account_from_row)?.collect())
+        .map_err(sql("listing agents"))?;
+    let more = agents_beyond(conn, agents.last().map(|a| a.handle.as_str()), agents.len(), limit)?;
+    Ok((agents, more))
+}
+
+/// How many standing agents come after a page that ended at `last` with `len` of at most
+/// `limit` entries (none when the page was not full): the `more` of the agent list and the
+/// roster, counted on the handle index.
+pub(crate) fn agents_beyond(conn: &Db<'_>, last: Option<&str>, len: usize, limit: Option<usize>) -> Result<u64, Error> {
+    let Some(last) = last.filter(|_| limit.is_some_and(|l| len >= l)) else { return Ok(0) };
+    conn.prepare_cached("SELECT COUNT(*) FROM accounts WHERE kind = 'agent' AND run_of IS NULL AND handle > ?1")
+        .and_then(|mut s| s.query_row(params![last], |r| r.get::<_, i64>(0)))
+        .map(|n| n as u64)
+        .map_err(sql("counting the agents after a page"))
 }
 
 /// The handles of an account's children, ordered.

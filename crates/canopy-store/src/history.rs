@@ -7,8 +7,8 @@
 //! whole tool outputs. A search text of three characters or more is looked up in the
 //! trigram index `message_text`, which `index_text` fills behind the post path: when it
 //! matches few messages, only those are read, and what is newer than the index is read from
-//! the channels' own indexes; a text too common for that walks the caller's history. Does not build the block's text (that is `continuity_block`) and
-//! does not decide when a block is owed.
+//! the channels' own indexes; a text too common for that walks the caller's history. Does not
+//! build the block's text (that is `continuity_block`) and does not decide when a block is owed.
 
 use canopy_core::acl::Caller;
 use canopy_core::continuity::{

@@ -322,8 +322,8 @@ pub mod bench {
     /// Fills a stopped workspace's database with history for the restart figure: `per_channel`
     /// messages in each of the first `channels` agents' home channels (posted by the agent
     /// under one topic), with every subscriber's cursor at the end and the text index filled,
-    /// as a workspace whose history has all been delivered and indexed looks. Opens its own connection: the daemon must not
-    /// be running. Returns the messages written.
+    /// as a workspace whose history has all been delivered and indexed looks. Opens its own
+    /// connection: the daemon must not be running. Returns the messages written.
     pub fn fill_history(db: &std::path::Path, channels: usize, per_channel: usize) -> Result<u64, Error> {
         let mut conn = rusqlite::Connection::open(db).map_err(sql("opening the database"))?;
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
@@ -371,13 +371,10 @@ pub mod bench {
             }
             tx.commit().map_err(sql("committing a fill"))?;
         }
-        // Indexed, as a workspace whose text index has caught up (`history::index_text`).
-        conn.execute_batch(
-            "BEGIN; INSERT INTO message_text (rowid, body) SELECT seq, body FROM messages \
-             WHERE seq > (SELECT indexed_through FROM text_index WHERE id = 1); \
-             UPDATE text_index SET indexed_through = (SELECT COALESCE(MAX(seq), 0) FROM messages) WHERE id = 1; COMMIT;",
-        )
-        .map_err(sql("indexing the filled history"))?;
+        // Indexed, as a workspace whose text index has caught up.
+        let tx = conn.transaction().map_err(sql("starting the fill's indexing"))?;
+        crate::history::index_text(&crate::Db { conn: &tx, now_ms: now, memo: None }, i64::MAX as usize)?;
+        tx.commit().map_err(sql("committing the fill's indexing"))?;
         conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").map_err(sql("checkpointing"))?;
         Ok(written)
     }

@@ -490,14 +490,8 @@ pub fn roster(conn: &Db<'_>, after: Option<&str>, limit: Option<usize>) -> Resul
         ))
         .and_then(|mut s| s.query_map(params![after, rows], roster_from_row)?.collect())
         .map_err(sql("reading the roster"))?;
-    let Some(last) = entries.last().filter(|_| limit.is_some_and(|l| entries.len() >= l)) else {
-        return Ok((entries, 0));
-    };
-    let more: i64 = conn
-        .prepare_cached("SELECT COUNT(*) FROM accounts WHERE kind = 'agent' AND run_of IS NULL AND handle > ?1")
-        .and_then(|mut s| s.query_row(params![last.handle.as_str()], |r| r.get(0)))
-        .map_err(sql("counting the rest of the roster"))?;
-    Ok((entries, more as u64))
+    let more = crate::accounts::agents_beyond(conn, entries.last().map(|e| e.handle.as_str()), entries.len(), limit)?;
+    Ok((entries, more))
 }
 
 /// One agent's roster line.

@@ -722,7 +722,7 @@ async fn a_decision_on_a_decided_request_is_answered_with_its_state() {
         );
     }
     assert_eq!(request_state(&store, id).await, SpawnState::Spawned);
-    let agents = store.read(ops::list_agents).await.unwrap();
+    let (agents, _) = store.read(|c| ops::list_agents(c, None, None)).await.unwrap();
     assert_eq!(agents.iter().filter(|a| a.handle.as_str() == "flaky").count(), 1);
     assert_eq!(audited(&store, "spawn.approve").await, 1);
 }
