@@ -46,6 +46,9 @@ pub struct Sandbox {
     daemon: tokio::task::JoinHandle<Result<(), canopy_daemon::DaemonError>>,
     stop: oneshot::Sender<()>,
     raw: Store,
+    /// The raw store made a workspace for the post's writer job alone: its operator and
+    /// the home channels it posts to (`post_job_throughput`).
+    raw_posts: tokio::sync::OnceCell<(canopy_core::acl::Caller, Vec<canopy_core::ChannelName>)>,
     reader: Store,
     _dir: tempfile::TempDir,
 }
@@ -174,6 +177,7 @@ impl Sandbox {
             daemon,
             stop,
             raw,
+            raw_posts: tokio::sync::OnceCell::new(),
             reader,
             _dir: dir,
         })
@@ -422,6 +426,74 @@ impl Sandbox {
                         bus.request("bench.commit", None, payload(300), Duration::from_secs(10))
                             .await
                             .map_err(|e| e.to_string())?;
+                    }
+                    Ok::<_, String>(())
+                })
+            })
+            .collect();
+        for client in clients {
+            client.await.map_err(|e| e.to_string())??;
+        }
+        let rate = total as f64 / started.elapsed().as_secs_f64();
+        server.abort();
+        Ok(rate)
+    }
+
+    /// NATS requests that each run the writer job of one post (`ops::post_and_reach`, on
+    /// the raw store made a workspace with `concurrency` agents), then reply: the post's
+    /// commit without the daemon's handling around it, one channel per caller.
+    pub async fn post_job_throughput(&self, concurrency: usize, total: usize) -> Result<f64, String> {
+        let (caller, channels) = self
+            .raw_posts
+            .get_or_try_init(|| canopy_store::bench::prepare_posts(&self.raw, concurrency))
+            .await
+            .map_err(|e| e.to_string())?;
+        let specs: std::sync::Arc<Vec<canopy_store::PostSpec>> = std::sync::Arc::new(
+            channels
+                .iter()
+                .enumerate()
+                .map(|(i, channel)| {
+                    Ok(canopy_store::PostSpec {
+                        channel: channel.clone(),
+                        topic: canopy_core::TopicName::parse("bench").map_err(|e| e.to_string())?,
+                        body: crate::poster_body(i),
+                        create_topic: true,
+                        idempotency_key: None,
+                        ack_only: false,
+                        wake: false,
+                    })
+                })
+                .collect::<Result<_, String>>()?,
+        );
+        let bus = self.api.bus.clone();
+        let mut requests = bus.serve("bench.post-job", "bench").await.map_err(|e| e.to_string())?;
+        let (responder, store, caller) = (bus.clone(), self.raw.clone(), caller.clone());
+        let server = tokio::spawn(async move {
+            while let Some(request) = requests.next().await {
+                let (responder, store, caller, specs) =
+                    (responder.clone(), store.clone(), caller.clone(), specs.clone());
+                tokio::spawn(async move {
+                    let channel = std::str::from_utf8(&request.payload).ok().and_then(|s| s.parse::<usize>().ok());
+                    let Some(spec) = channel.and_then(|i| specs.get(i)).cloned() else { return };
+                    if canopy_store::bench::post(&store, caller, spec).await.is_ok()
+                        && let Some(reply) = request.reply
+                    {
+                        let _ = responder.publish(&reply, bytes::Bytes::from_static(b"{}")).await;
+                    }
+                });
+            }
+        });
+        bus.flush().await.map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let clients: Vec<_> = (0..concurrency)
+            .map(|i| {
+                let bus = bus.clone();
+                tokio::spawn(async move {
+                    let channel = bytes::Bytes::from(i.to_string());
+                    for _ in 0..total / concurrency {
+                        bus.request("bench.post-job", None, channel.clone(), Duration::from_secs(10))
+                            .await
+                            .map_err(|e| format!("the post job: {e}"))?;
                     }
                     Ok::<_, String>(())
                 })

@@ -321,7 +321,7 @@ impl Api {
         let by = caller.clone();
         let account = self.store.write(move |conn| ops::revoke_operator(conn, &by, &target)).await?;
         self.revocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.operators.retain(|_, cached| cached.handle != handle);
+        self.operators.forget(&handle);
         // Below the API too: operators share one NATS login, so it changes, and the revoked
         // operator's client is closed at the reload (the others log in again from the file).
         self.rotate_operator_login(&caller, handle.as_str()).await?;

@@ -7,6 +7,51 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+/// The operators' resolved tokens (digest and caller). A handful, so they are kept in one
+/// list and compared one by one in constant time, without a hash lookup whose timing
+/// depends on the digest; every request that carries a token reads it.
+#[derive(Default)]
+pub struct OperatorTokens(std::sync::RwLock<Vec<(String, canopy_core::acl::Caller)>>);
+
+impl std::fmt::Debug for OperatorTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = self.0.read().map(|t| t.len()).unwrap_or_default();
+        f.debug_struct("OperatorTokens").field("count", &count).finish_non_exhaustive()
+    }
+}
+
+impl OperatorTokens {
+    /// The operator whose token has this digest.
+    pub fn find(&self, digest: &str) -> Option<canopy_core::acl::Caller> {
+        let tokens = self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut found = None;
+        for (known, caller) in tokens.iter() {
+            if same_digest(known, digest) {
+                found = Some(caller.clone());
+            }
+        }
+        found
+    }
+
+    pub fn insert(&self, digest: String, caller: canopy_core::acl::Caller) {
+        let mut tokens = self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        tokens.retain(|(known, _)| *known != digest);
+        tokens.push((digest, caller));
+    }
+
+    pub fn remove(&self, digest: &str) {
+        self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|(known, _)| known != digest);
+    }
+
+    /// Forgets every token of the operator `handle`.
+    pub fn forget(&self, handle: &canopy_core::Handle) {
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(_, caller)| caller.handle != *handle);
+    }
+}
+
 /// A fresh random token: `cnp_` and 64 hex digits (256 bits).
 pub fn new_token() -> std::io::Result<String> {
     Ok(format!("cnp_{}", random_hex(32)?))

@@ -40,7 +40,7 @@ pub struct Api {
     pub loops: std::sync::Arc<canopy_core::delivery::LoopGuard>,
     /// Operator token hash -> caller. Operator tokens never change while the daemon runs,
     /// so they are resolved once.
-    pub operators: std::sync::Arc<dashmap::DashMap<String, Caller>>,
+    pub operators: std::sync::Arc<crate::auth::OperatorTokens>,
     /// Session token hash -> (caller, the store's credential epoch it was resolved in). A
     /// session token dies with its session, so an entry holds only while no commit since has
     /// changed a session or an account (`Store::credential_epoch`).

@@ -75,15 +75,7 @@ impl Api {
     pub(crate) async fn authenticate(&self, token: Option<&str>) -> Result<Caller, Error> {
         let token = token.ok_or_else(|| Error::Unauthenticated("the request has no Canopy-Token header".into()))?;
         let hash = token_hash(token);
-        // Operators' digests are compared one by one in constant time, without a hash lookup
-        // whose timing depends on the digest (there are a handful of operators).
-        let mut cached = None;
-        for entry in self.operators.iter() {
-            if crate::auth::same_digest(entry.key(), &hash) {
-                cached = Some(entry.value().clone());
-            }
-        }
-        if let Some(caller) = cached {
+        if let Some(caller) = self.operators.find(&hash) {
             return Ok(caller);
         }
         let credentials = self.store.credential_epoch();

@@ -156,19 +156,7 @@ impl Api {
         let ack_only = spec.ack_only;
         let poster = caller.clone();
         // A post the policy forbids is refused only once its audit record has committed.
-        // Whom it reaches is read in the same writer job, after the insert: one trip to the
-        // store per post instead of a second one to the read pool after the commit.
-        let (posted, reach) = self
-            .store
-            .write(move |conn| {
-                let posted = ops::post_audited(conn, &poster, &spec)?;
-                let reach = match &posted {
-                    Ok(p) if !p.duplicate => Some(ops::reach(conn, p.channel_id, p.sender_id, &p.message.mentions)?),
-                    _ => None,
-                };
-                Ok((posted, reach))
-            })
-            .await?;
+        let (posted, reach) = self.store.write(move |conn| ops::post_and_reach(conn, &poster, &spec)).await?;
         let posted = posted?;
         let committed_us = canopy_sys::unix_us();
         // The message is committed; a lost event only delays followers, who resync.

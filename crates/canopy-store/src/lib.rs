@@ -267,7 +267,7 @@ pub mod ops {
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unpin, unsubscribe_self,
     };
     pub use crate::history::{continuity_facts, history_owners, history_search, index_text};
-    pub use crate::messages::{post, post_audited, read_channel, sync};
+    pub use crate::messages::{post, post_and_reach, post_audited, read_channel, sync};
     pub use crate::repos::{
         add_repo, checkout, checkouts, close_run_checkout, decide_merge, finish_merge, list_merges, list_repos,
         load_merge, merge_checked, merge_checked_base, merge_in_topic, merge_notice, merge_number, recover_merges,
@@ -385,15 +385,33 @@ pub mod bench {
     /// be running.
     pub async fn fill_agents(db: &std::path::Path, prefix: &str, count: usize) -> Result<(), Error> {
         use canopy_core::acl::Caller;
-        use canopy_core::{AccountKind, Handle, RoleName};
+        use canopy_core::{AccountKind, Handle};
         let store = Store::open(db, 16)?;
-        let operator: String = store
+        let operator: Result<String, Error> = store
             .read(|c| {
                 c.query_row("SELECT handle FROM accounts WHERE kind = 'operator' ORDER BY id LIMIT 1", [], |r| r.get(0))
                     .map_err(sql("finding the operator"))
             })
-            .await?;
-        let caller = Caller { handle: Handle::from_trusted(operator), kind: AccountKind::Operator };
+            .await;
+        let added = match operator {
+            Ok(operator) => {
+                let caller = Caller { handle: Handle::from_trusted(operator), kind: AccountKind::Operator };
+                add_agents(&store, &caller, prefix, count).await
+            }
+            Err(e) => Err(e),
+        };
+        store.close().await;
+        added
+    }
+
+    /// `fill_agents` on an open store, as `caller` (an operator).
+    async fn add_agents(
+        store: &Store,
+        caller: &canopy_core::acl::Caller,
+        prefix: &str,
+        count: usize,
+    ) -> Result<(), Error> {
+        use canopy_core::{Handle, RoleName};
         let role = RoleName::parse("manager").map_err(|e| Error::Internal(format!("the manager role: {e}")))?;
         for start in (0..count).step_by(500) {
             let specs = (start..(start + 500).min(count))
@@ -418,8 +436,44 @@ pub mod bench {
                 .write(move |c| specs.iter().try_for_each(|spec| crate::ops::create_agent(c, &caller, spec).map(drop)))
                 .await?;
         }
-        store.close().await;
         Ok(())
+    }
+
+    /// Makes `store` a workspace whose operator posts to `count` agents' home channels, for
+    /// the figure of a post's writer job alone (`post`). Returns the operator and the home
+    /// channels.
+    pub async fn prepare_posts(
+        store: &Store,
+        count: usize,
+    ) -> Result<(canopy_core::acl::Caller, Vec<canopy_core::ChannelName>), Error> {
+        use canopy_core::acl::Caller;
+        use canopy_core::{AccountKind, ChannelName, Handle};
+        let operator = Handle::parse("bench-operator").map_err(|e| Error::name("operator", e))?;
+        let spec = crate::InitSpec {
+            workspace_id: "ws-bench".into(),
+            name: "bench".into(),
+            mission: String::new(),
+            operator: crate::OperatorSpec {
+                handle: operator.clone(),
+                display_name: operator.to_string(),
+                token_hash: String::new(),
+            },
+            supervisor_harness: String::new(),
+            supervisor_script: None,
+        };
+        store.write(move |c| crate::ops::init(c, &spec).map(drop)).await?;
+        let caller = Caller { handle: operator, kind: AccountKind::Operator };
+        add_agents(store, &caller, "floor", count).await?;
+        (0..count)
+            .map(|i| ChannelName::parse(&format!("home-floor-{i}")).map_err(|e| Error::name("channel", e)))
+            .collect::<Result<Vec<_>, Error>>()
+            .map(|channels| (caller, channels))
+    }
+
+    /// The writer job of one `messages.post` (`ops::post_and_reach`), without the daemon
+    /// around it.
+    pub async fn post(store: &Store, caller: canopy_core::acl::Caller, spec: crate::PostSpec) -> Result<(), Error> {
+        store.write(move |c| crate::ops::post_and_reach(c, &caller, &spec).map(drop)).await
     }
 
     /// Rows in every table Canopy writes, for "rows written per broadcast".

@@ -149,6 +149,23 @@ pub fn post_audited(conn: &Db<'_>, caller: &Caller, spec: &PostSpec) -> Result<R
     }
 }
 
+/// The writer job behind `messages.post`: the post (or its audited refusal, `post_audited`)
+/// and, for a new message, whom it reaches, read in the same job after the insert: one trip
+/// to the writer per post instead of a second one to a reader after the commit. A retry of
+/// an earlier post (`duplicate`) reaches no one again, so it reads no recipients.
+pub fn post_and_reach(
+    conn: &Db<'_>,
+    caller: &Caller,
+    spec: &PostSpec,
+) -> Result<(Result<Posted, Error>, Option<crate::Reach>), Error> {
+    let posted = post_audited(conn, caller, spec)?;
+    let reach = match &posted {
+        Ok(p) if !p.duplicate => Some(crate::delivery::reach(conn, p.channel_id, p.sender_id, &p.message.mentions)?),
+        _ => None,
+    };
+    Ok((posted, reach))
+}
+
 /// A page of one channel (optionally one topic) after `after`, for a caller who may read it.
 pub fn read_channel(
     conn: &Db<'_>,
