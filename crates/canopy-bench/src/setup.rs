@@ -416,27 +416,9 @@ impl Sandbox {
                 });
             }
         });
-        bus.flush().await.map_err(|e| e.to_string())?;
-        let started = Instant::now();
-        let clients: Vec<_> = (0..concurrency)
-            .map(|_| {
-                let bus = bus.clone();
-                tokio::spawn(async move {
-                    for _ in 0..total / concurrency {
-                        bus.request("bench.commit", None, payload(300), Duration::from_secs(10))
-                            .await
-                            .map_err(|e| e.to_string())?;
-                    }
-                    Ok::<_, String>(())
-                })
-            })
-            .collect();
-        for client in clients {
-            client.await.map_err(|e| e.to_string())??;
-        }
-        let rate = total as f64 / started.elapsed().as_secs_f64();
+        let rate = request_rate(&bus, "bench.commit", concurrency, total, |_| payload(300)).await;
         server.abort();
-        Ok(rate)
+        rate
     }
 
     /// NATS requests that each run the writer job of one post (`ops::post_and_reach`, on
@@ -483,28 +465,10 @@ impl Sandbox {
                 });
             }
         });
-        bus.flush().await.map_err(|e| e.to_string())?;
-        let started = Instant::now();
-        let clients: Vec<_> = (0..concurrency)
-            .map(|i| {
-                let bus = bus.clone();
-                tokio::spawn(async move {
-                    let channel = bytes::Bytes::from(i.to_string());
-                    for _ in 0..total / concurrency {
-                        bus.request("bench.post-job", None, channel.clone(), Duration::from_secs(10))
-                            .await
-                            .map_err(|e| format!("the post job: {e}"))?;
-                    }
-                    Ok::<_, String>(())
-                })
-            })
-            .collect();
-        for client in clients {
-            client.await.map_err(|e| e.to_string())??;
-        }
-        let rate = total as f64 / started.elapsed().as_secs_f64();
+        let rate =
+            request_rate(&bus, "bench.post-job", concurrency, total, |i| bytes::Bytes::from(i.to_string())).await;
         server.abort();
-        Ok(rate)
+        rate
     }
 
     /// Publishes `count` messages and waits until a subscriber has all of them. A burst the
@@ -569,4 +533,34 @@ pub fn operator_git(dir: &std::path::Path, args: &[&str]) -> Result<String, Stri
         true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned()),
         false => Err(format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())),
     }
+}
+
+/// `concurrency` clients sending `total` requests in all to `subject` (client `i` sends
+/// `payload(i)` each time), each waiting for its reply; requests per second.
+async fn request_rate(
+    bus: &Bus,
+    subject: &'static str,
+    concurrency: usize,
+    total: usize,
+    payload: impl Fn(usize) -> bytes::Bytes,
+) -> Result<f64, String> {
+    bus.flush().await.map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let clients: Vec<_> = (0..concurrency)
+        .map(|i| {
+            let (bus, payload) = (bus.clone(), payload(i));
+            tokio::spawn(async move {
+                for _ in 0..total / concurrency {
+                    bus.request(subject, None, payload.clone(), Duration::from_secs(10))
+                        .await
+                        .map_err(|e| format!("{subject}: {e}"))?;
+                }
+                Ok::<_, String>(())
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.map_err(|e| e.to_string())??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
 }
