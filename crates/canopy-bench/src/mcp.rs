@@ -1,9 +1,11 @@
 //! The MCP tool call as a harness makes it: HTTP/1.1 JSON-RPC on a kept-alive connection
 //! (`initialize`, `notifications/initialized`, then `tools/call`), each caller with its own
 //! session token and connection, against Canopy's tools endpoint (`canopy_tools::http::serve`,
-//! the runner's), beside a raw HTTP echo on the same front (`serve_fixed`: listener,
-//! `TCP_NODELAY`, bearer check, hyper) answering the same bytes. At 1, 16 and 64 callers,
-//! rounds alternating, medians.
+//! the runner's, calling the daemon in process as the embedded runner's does), beside a raw
+//! HTTP echo on the same front (`serve_fixed`: listener, `TCP_NODELAY`, bearer check, hyper)
+//! answering the same bytes. At 1, 16 and 64 callers, rounds alternating, medians; one
+//! caller's note breaks the call into its parts (the API in process and over NATS, a raw NATS
+//! round trip, an endpoint calling over NATS as a runner on another machine does).
 //!
 //! The client is plain hyper, written to the MCP specification rather than with Canopy's
 //! own MCP client, so the figure is what any harness sees. Does not start a runner: the
@@ -150,8 +152,13 @@ pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String
         let known = known.clone();
         Arc::new(move |token| known.contains(token))
     };
-    let tools = canopy_tools::CanopyTools::new(bench.api.clone(), canopy_tools::TokenSource::Header);
+    // The endpoint as the embedded runner serves it (the default single-machine mode): its
+    // calls go to the daemon's handler in process.
+    let tools = canopy_tools::CanopyTools::new(bench.in_process.clone(), canopy_tools::TokenSource::Header);
     let mcp = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
+    // And as a runner on another machine serves it: its calls go over NATS.
+    let tools = canopy_tools::CanopyTools::new(bench.api.clone(), canopy_tools::TokenSource::Header);
+    let remote = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
 
     // The echo answers what a real call answers, with the same content type.
     let mut probe = Caller::connect(&mcp, &tokens[0]).await?;
@@ -169,25 +176,31 @@ pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String
     let echo = canopy_tools::http::serve_fixed(answer.clone(), content_type, check).await.map_err(|e| e.to_string())?;
 
     let length = if quick { Duration::from_millis(700) } else { Duration::from_secs(3) };
-    // The same call straight to the API over NATS (what the tool makes of it), one caller.
-    let mut api_times = Vec::new();
-    let started = Instant::now();
-    while started.elapsed() < length {
-        let (token, home) = &tokens[0];
-        let at = Instant::now();
-        bench
-            .api
-            .send::<method::TopicsList>(token, &TopicsListRequest { channel: home.clone() })
-            .await
-            .map_err(|e| format!("the API call: {e}"))?;
-        api_times.push(at.elapsed());
+    // One caller's parts: the same call straight to the API, in process and over NATS (what
+    // the tool makes of it), a raw NATS request round trip (an echo on the bus), and the tool
+    // call through a runner's endpoint whose calls go over NATS.
+    let (token, home) = &tokens[0];
+    let request = TopicsListRequest { channel: home.clone() };
+    let mut api_p50 = Vec::new();
+    for api in [&bench.in_process, &bench.api] {
+        let mut times = Vec::new();
+        let started = Instant::now();
+        while started.elapsed() < length {
+            let at = Instant::now();
+            api.send::<method::TopicsList>(token, &request).await.map_err(|e| format!("the API call: {e}"))?;
+            times.push(at.elapsed());
+        }
+        times.sort();
+        api_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
     }
-    api_times.sort();
-    let api_p50 = percentile(&api_times, 0.5).as_secs_f64() * 1e6;
-    // And a raw NATS request round trip (an echo on the bus): what the tool's hop to the
-    // daemon costs before the daemon does anything.
+    let (local_p50, nats_api_p50) = (api_p50[0], api_p50[1]);
     let nats = bench.raw_round_trips(if quick { 500 } else { 3_000 }).await?;
     let nats_p50 = percentile(&nats, 0.5).as_secs_f64() * 1e6;
+    let mut remote_caller = vec![Caller::connect(&remote, &tokens[0]).await?];
+    remote_caller[0].initialize().await?;
+    phase(&mut remote_caller, Duration::from_millis(100)).await?;
+    let (times, _) = phase(&mut remote_caller, length).await?;
+    let remote_p50 = percentile(&times, 0.5).as_secs_f64() * 1e6;
     let mut figures = Vec::new();
     let mut rates = Vec::new();
     for n in CALLERS {
@@ -223,10 +236,13 @@ pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String
         // One caller: the parts of the call beside the same echo.
         let parts = match n {
             1 => format!(
-                "; one caller's parts: the same call to the API over NATS alone p50 {api_p50:.0} us ({:.1}x the echo), \
-                 a raw NATS request round trip p50 {nats_p50:.0} us ({:.1}x the echo)",
-                api_p50 / baseline,
-                nats_p50 / baseline
+                "; one caller's parts, x the echo: the same call to the API in process {:.1}x ({local_p50:.0} us), \
+                 over NATS {:.1}x ({nats_api_p50:.0} us), a raw NATS request round trip {:.1}x ({nats_p50:.0} us); \
+                 the tool call through an endpoint calling over NATS (a runner elsewhere) {:.1}x ({remote_p50:.0} us)",
+                local_p50 / baseline,
+                nats_api_p50 / baseline,
+                nats_p50 / baseline,
+                remote_p50 / baseline
             ),
             _ => String::new(),
         };
@@ -240,7 +256,7 @@ pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String
             target: "<= 3x baseline p50".into(),
             met: ratio <= 3.0,
             note: format!(
-                "comms_list_topics over HTTP/1.1 keep-alive, each caller its own session; {rate:.0} calls/s (echo {:.0}/s), p99 {:.0} us (echo {:.0} us){parts}; {ROUNDS} alternating rounds, medians",
+                "comms_list_topics over HTTP/1.1 keep-alive, each caller its own session, the endpoint calling the daemon in process (the embedded runner's); {rate:.0} calls/s (echo {:.0}/s), p99 {:.0} us (echo {:.0} us){parts}; {ROUNDS} alternating rounds, medians",
                 median(echo_rate),
                 median(tool_p99),
                 median(echo_p99)
@@ -266,6 +282,6 @@ pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String
         let stop = AgentsStartStopRequest { handle: home.trim_start_matches("home-").to_owned() };
         bench.api.send::<method::AgentsStop>(&bench.operator, &stop).await.map_err(|e| e.to_string())?;
     }
-    drop((mcp, echo));
+    drop((mcp, remote, echo));
     Ok(figures)
 }

@@ -37,6 +37,8 @@ pub struct Stopped {
 
 pub struct Sandbox {
     pub api: ApiClient,
+    /// The same API called in this process, as the embedded runner and the console call it.
+    pub in_process: ApiClient,
     pub operator: String,
     runner_token: String,
     bench_runner: canopy_config::RunnerCredential,
@@ -126,6 +128,7 @@ impl Sandbox {
         };
         let (bench_runner, fake_credential) = (credential(BENCH_RUNNER)?, credential(FAKE_RUNNER)?);
         let (stop, stopped) = oneshot::channel::<()>();
+        let (client, in_process) = oneshot::channel::<ApiClient>();
         let daemon_options = canopy_daemon::DaemonOptions {
             dir: data.clone(),
             git: canopy_runner::wiring::git(&config, data.root()),
@@ -133,6 +136,7 @@ impl Sandbox {
             nats_url: Some(nats.url().to_owned()),
             embedded: Some(Box::new(canopy_runner::wiring::embedded)),
             web: None,
+            client: Some(client),
             check_script: canopy_harness::scripted::check_script,
         };
         let daemon = tokio::spawn(canopy_daemon::run(daemon_options, async move {
@@ -163,10 +167,12 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let in_process = in_process.await.map_err(|_| "the daemon gave no client in this process".to_owned())?;
         let raw = Store::open(&dir.path().join("raw.db"), 4096).map_err(|e| e.to_string())?;
         canopy_store::bench::prepare(&raw).await.map_err(|e| e.to_string())?;
         let reader = Store::open(&data.db(), 16).map_err(|e| e.to_string())?;
         Ok(Sandbox {
+            in_process,
             operator,
             runner_token: fake_credential.token,
             bench_runner,

@@ -1,9 +1,16 @@
 //! A typed client of the daemon's API: one method call is one NATS request carrying the
 //! caller's token, and the reply is decoded into the method's response or its wire error.
+//! A client in the daemon's own process (the embedded runner, the console) may instead hand
+//! the same request bytes to the daemon's handler directly (`LocalApi`): the same subject,
+//! token and payload, the same authentication and decoding, without the two trips through
+//! `nats-server`.
 //!
 //! Used by the CLI (operator token), the runner (runner token) and the native tools
 //! (session tokens). Does not choose tokens: each call names its own.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,17 +32,48 @@ pub enum CallError {
     Unreachable(String),
 }
 
+/// The daemon's request handler, reached in its own process: answers what a NATS request on
+/// `subject` carrying `token` and `payload` would be answered, as the reply's bytes. The
+/// handler must finish a request whose caller stopped waiting, as it does one that came
+/// over NATS.
+pub trait LocalApi: Send + Sync {
+    fn handle(&self, subject: String, token: String, payload: Bytes) -> Pin<Box<dyn Future<Output = Bytes> + Send>>;
+}
+
 /// Calls the daemon's API for one workspace.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ApiClient {
     pub bus: Bus,
     pub subjects: Subjects,
     pub timeout: Duration,
+    /// The daemon's handler in this process, when there is one: calls skip NATS.
+    local: Option<Arc<dyn LocalApi>>,
+}
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClient")
+            .field("subjects", &self.subjects)
+            .field("timeout", &self.timeout)
+            .field("in_process", &self.local.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ApiClient {
     pub fn new(bus: Bus, subjects: Subjects, timeout: Duration) -> ApiClient {
-        ApiClient { bus, subjects, timeout }
+        ApiClient { bus, subjects, timeout, local: None }
+    }
+
+    /// The same client, calling the daemon's handler in this process instead of over NATS
+    /// (its bus stays for what is not a call: subscriptions, doorbells, events).
+    pub fn in_process(self, local: Arc<dyn LocalApi>) -> ApiClient {
+        ApiClient { local: Some(local), ..self }
+    }
+
+    /// Whether calls go to the daemon's handler in this process.
+    pub fn is_in_process(&self) -> bool {
+        self.local.is_some()
     }
 
     /// The same client, waiting at most `timeout` for each reply (never longer than this one
@@ -119,11 +157,24 @@ impl ApiClient {
         let payload =
             serde_json::to_vec(request).map_err(|e| CallError::Unreachable(format!("encoding the request: {e}")))?;
         let subject = self.subjects.api(method);
-        let reply = self
-            .bus
-            .request(&subject, Some(token), Bytes::from(payload), self.timeout)
-            .await
-            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        let reply = match &self.local {
+            Some(local) => {
+                tokio::time::timeout(self.timeout, local.handle(subject, token.to_owned(), Bytes::from(payload)))
+                    .await
+                    .map_err(|_| {
+                        CallError::Unreachable(format!(
+                            "the daemon did not answer {} within {:?}",
+                            method.as_str(),
+                            self.timeout
+                        ))
+                    })?
+            }
+            None => self
+                .bus
+                .request(&subject, Some(token), Bytes::from(payload), self.timeout)
+                .await
+                .map_err(|e| CallError::Unreachable(e.to_string()))?,
+        };
         let reply: Reply<Resp> = serde_json::from_slice(&reply).map_err(|e| {
             CallError::Unreachable(format!("the daemon's reply to {} did not parse: {e}", method.as_str()))
         })?;

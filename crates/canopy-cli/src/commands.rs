@@ -125,6 +125,7 @@ async fn daemon(dir: &DataDir, json: bool, args: &DaemonArgs) -> u8 {
                 nats_url: args.nats_url.clone(),
                 embedded: Some(Box::new(canopy_runner::wiring::embedded)),
                 web: Some(Box::new(canopy_web::start)),
+                client: None,
                 check_script: canopy_harness::scripted::check_script,
             };
             canopy_daemon::run(options, shutdown_signal()).await

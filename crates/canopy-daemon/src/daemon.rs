@@ -64,6 +64,10 @@ pub struct DaemonOptions {
     pub embedded: Option<Embedded>,
     /// The operator console; `None` serves none even when `[web] enabled` is on.
     pub web: Option<Web>,
+    /// Receives, once the API answers, a client that calls this daemon's handler in process
+    /// (`ApiClient::in_process`), for a composition root that runs the daemon in its own
+    /// process and calls it (the benchmark).
+    pub client: Option<tokio::sync::oneshot::Sender<ApiClient>>,
     /// How scripted-harness scripts are checked (roles at start, an agent's own script).
     pub check_script: ScriptCheck,
     /// How git runs, and the sandbox it gets in a checkout a session has written.
@@ -78,6 +82,7 @@ impl std::fmt::Debug for DaemonOptions {
             .field("nats_url", &self.nats_url)
             .field("embedded", &self.embedded.is_some())
             .field("web", &self.web.is_some())
+            .field("client", &self.client.is_some())
             .finish()
     }
 }
@@ -196,21 +201,25 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     // Serve the API in its own task, so it keeps answering while the runner shuts down.
     let serving = CancellationToken::new();
     let tracker = TaskTracker::new();
-    let server = tokio::spawn(serve(api.clone(), requests, serving.clone(), tracker.clone()));
+    // One bound on requests in flight, over NATS or in process.
+    let permits = Arc::new(Semaphore::new(config.daemon.max_in_flight));
+    let shared = Arc::new(api.clone());
+    let server = tokio::spawn(serve(shared.clone(), permits.clone(), requests, serving.clone(), tracker.clone()));
+    // The clients in this process (the embedded runner, the console) call the handler directly.
+    let local: Arc<dyn canopy_bus::api::LocalApi> =
+        Arc::new(InProcess { api: shared, permits, tracker: tracker.clone() });
+    let in_process = ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout).in_process(local);
 
     // The console, when on: a failure to serve it (its port taken) is logged, not fatal, so
     // the agents keep running; `canopy web` then says the daemon serves no console.
     let web = match options.web {
-        Some(start) if config.web.enabled => {
-            let api = ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout);
-            match start(dir.clone(), (*config).clone(), api).await {
-                Ok(started) => Some(started),
-                Err(e) => {
-                    tracing::error!(error = %e, "the operator console could not start; the daemon runs without it");
-                    None
-                }
+        Some(start) if config.web.enabled => match start(dir.clone(), (*config).clone(), in_process.clone()).await {
+            Ok(started) => Some(started),
+            Err(e) => {
+                tracing::error!(error = %e, "the operator console could not start; the daemon runs without it");
+                None
             }
-        }
+        },
         _ => None,
     };
     let info = ConnectionInfo {
@@ -227,11 +236,13 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
 
     let runner = match options.embedded {
         Some(start) if config.runner.embedded => {
-            let api = ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout);
-            Some(start(dir.clone(), (*config).clone(), api).await.map_err(DaemonError::Runner)?)
+            Some(start(dir.clone(), (*config).clone(), in_process.clone()).await.map_err(DaemonError::Runner)?)
         }
         _ => None,
     };
+    if let Some(client) = options.client {
+        let _ = client.send(in_process);
+    }
     let stall_check = tokio::spawn({
         let api = api.clone();
         let every = (config.sessions.stall_after.min(config.runs.timeout) / 4)
@@ -291,17 +302,50 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     Ok(())
 }
 
-/// Answers API requests until `stop`, each in its own task, at most `max_in_flight` at once.
+/// The handler for clients in the daemon's process: each call runs in its own task under the
+/// same bound and tracker as a request over NATS, so it finishes (and shutdown waits for it)
+/// even when its caller stops waiting.
+struct InProcess {
+    api: Arc<Api>,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+}
+
+impl canopy_bus::api::LocalApi for InProcess {
+    fn handle(
+        &self,
+        subject: String,
+        token: String,
+        payload: bytes::Bytes,
+    ) -> Pin<Box<dyn Future<Output = bytes::Bytes> + Send>> {
+        let (api, permits, tracker) = (self.api.clone(), self.permits.clone(), self.tracker.clone());
+        Box::pin(async move {
+            let refused = |error: canopy_core::Error| {
+                crate::context::encode(&canopy_proto::Reply::<()>::Error(canopy_proto::WireError::from(&error)))
+            };
+            let Ok(permit) = permits.acquire_owned().await else {
+                return refused(canopy_core::Error::Unavailable("the daemon is stopping".into()));
+            };
+            let task = tracker.spawn(async move {
+                let answer = api.handle(&subject, Some(&token), &payload).await;
+                drop(permit);
+                answer
+            });
+            task.await
+                .unwrap_or_else(|e| refused(canopy_core::Error::Internal(format!("a request's task failed: {e}"))))
+        })
+    }
+}
+
+/// Answers API requests until `stop`, each in its own task, at most `permits` at once.
 async fn serve(
-    api: Api,
+    api: Arc<Api>,
+    permits: Arc<Semaphore>,
     mut requests: impl futures_util::Stream<Item = canopy_bus::Incoming> + Unpin,
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
-    let permits = Arc::new(Semaphore::new(api.config.daemon.max_in_flight));
     let inboxes = format!("_INBOX.{}.", api.workspace_id);
-    // One shared handle: a request's task takes a reference count, not a copy of every field.
-    let api = Arc::new(api);
     loop {
         let incoming = tokio::select! {
             () = stop.cancelled() => return,
