@@ -157,6 +157,11 @@ pub(crate) fn ok<T: Serialize>(value: T) -> Result<Bytes, Error> {
     Ok(encode(&Reply::Ok(value)))
 }
 
+/// The reply payload refusing a request with `error`.
+pub(crate) fn refusal(error: &Error) -> Bytes {
+    encode(&Reply::<()>::Error(canopy_proto::WireError::from(error)))
+}
+
 /// Serialises a value the daemon built. These types always serialise; the fallback
 /// keeps the daemon answering even if one day one does not.
 pub(crate) fn encode<T: Serialize>(value: &T) -> Bytes {

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{load_or_create, write_private};
-use crate::context::{Api, Secrets};
+use crate::context::{Api, Secrets, refusal};
 use crate::roles::{RoleDefaults, ScriptCheck};
 use canopy_config::{Config, ConfigError};
 use canopy_config::{ConnectionInfo, DataDir};
@@ -320,11 +320,8 @@ impl canopy_bus::api::LocalApi for InProcess {
     ) -> Pin<Box<dyn Future<Output = bytes::Bytes> + Send>> {
         let (api, permits, tracker) = (self.api.clone(), self.permits.clone(), self.tracker.clone());
         Box::pin(async move {
-            let refused = |error: canopy_core::Error| {
-                crate::context::encode(&canopy_proto::Reply::<()>::Error(canopy_proto::WireError::from(&error)))
-            };
             let Ok(permit) = permits.acquire_owned().await else {
-                return refused(canopy_core::Error::Unavailable("the daemon is stopping".into()));
+                return refusal(&canopy_core::Error::Unavailable("the daemon is stopping".into()));
             };
             let task = tracker.spawn(async move {
                 let answer = api.handle(&subject, Some(&token), &payload).await;
@@ -332,7 +329,7 @@ impl canopy_bus::api::LocalApi for InProcess {
                 answer
             });
             task.await
-                .unwrap_or_else(|e| refused(canopy_core::Error::Internal(format!("a request's task failed: {e}"))))
+                .unwrap_or_else(|e| refusal(&canopy_core::Error::Internal(format!("a request's task failed: {e}"))))
         })
     }
 }

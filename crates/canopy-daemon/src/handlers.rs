@@ -11,11 +11,11 @@ use bytes::Bytes;
 use canopy_core::acl::Caller;
 use canopy_core::{Error, RunnerId};
 use canopy_proto::api::*;
-use canopy_proto::{Method, Reply, WireError, decode_request};
+use canopy_proto::{Method, decode_request};
 use canopy_store::ops;
 
 use crate::auth::token_hash;
-use crate::context::{Api, encode, ok};
+use crate::context::{Api, ok, refusal};
 
 /// The dispatch, generated from the method table (`canopy_proto::api_methods!`): a runner
 /// method needs a runner credential; an operator method an operator's token; any other an
@@ -67,7 +67,7 @@ impl Api {
             Ok(bytes) => bytes,
             Err(err) => {
                 tracing::debug!(method, code = %err.code(), error = %err, "request refused");
-                encode(&Reply::<()>::Error(WireError::from(&err)))
+                refusal(&err)
             }
         }
     }

@@ -36,7 +36,7 @@ pub struct Posted {
     pub message: Message,
     /// True when this was a retry of an earlier post with the same key.
     pub duplicate: bool,
-    /// For `delivery::reach`, read after the commit (off the writer's hot path).
+    /// For `delivery::reach`, read in the same writer job after the insert (`post_and_reach`).
     pub channel_id: i64,
     pub sender_id: i64,
     /// Why idle recipients it does not mention are not woken (the channel's wake policy), or
