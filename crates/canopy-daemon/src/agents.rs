@@ -160,13 +160,15 @@ impl Api {
             canopy_core::AccountKind::Agent => self.tools_of(&caller).await?,
             _ => Vec::new(),
         };
-        self.store
+        let (account, workspace) = self
+            .store
             .read(move |conn| {
                 let account = ops::account(conn, "caller", caller.handle.as_str())?;
                 let workspace = ops::workspace(conn)?.ok_or_else(|| Error::Internal("no workspace row".into()))?;
-                Ok(WhoamiResponse { account, workspace, version: env!("CARGO_PKG_VERSION").to_owned(), tools })
+                Ok((account, workspace))
             })
-            .await
+            .await?;
+        Ok(WhoamiResponse { account, workspace, version: env!("CARGO_PKG_VERSION").to_owned(), tools })
     }
 
     pub(crate) async fn agents_create(

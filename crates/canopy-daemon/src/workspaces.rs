@@ -876,8 +876,8 @@ impl Api {
     pub(crate) async fn spawn_repo(&self, caller: &Caller, repo: Option<String>) -> Result<Option<i64>, Error> {
         let handle = caller.handle.to_string();
         self.store
-            .read(move |conn| match repo {
-                Some(name) => Ok(Some(ops::require_repo(conn, "repo", &name)?.id)),
+            .read(move |conn| match &repo {
+                Some(name) => Ok(Some(ops::require_repo(conn, "repo", name)?.id)),
                 None => Ok(ops::checkout(conn, &handle)?.map(|c| c.repo.id)),
             })
             .await

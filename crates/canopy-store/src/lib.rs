@@ -5,7 +5,8 @@
 //! callers send a closure, the thread runs a queue's worth of them in one `IMMEDIATE`
 //! transaction (each in its own savepoint, so one refusal does not undo its neighbours),
 //! commits, and only then answers each caller. Reads run on a small pool of read-only
-//! connections on the blocking thread pool. Does not decide policy: the rules come from
+//! connections, on the calling task when short and on the blocking thread pool when not
+//! (`reads.rs`). Does not decide policy: the rules come from
 //! `canopy-core`, and limits that are configuration come in as arguments.
 
 mod accounts;
@@ -17,6 +18,7 @@ mod governance;
 mod history;
 mod memo;
 mod messages;
+mod reads;
 mod repos;
 mod runs;
 mod schema;
@@ -27,10 +29,11 @@ mod views;
 mod workspace;
 mod writer;
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
 use canopy_core::Error;
+use reads::ReadPool;
 use rusqlite::{Connection, OpenFlags};
 
 pub use accounts::{AgentSpec, OperatorSpec};
@@ -105,11 +108,7 @@ impl Store {
         schema::migrate(&conn)?;
         let credentials = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let writer = writer::spawn(conn, path, queue_capacity, credentials.clone())?;
-        let readers = Arc::new(ReadPool {
-            path: path.to_owned(),
-            idle: Mutex::new(Vec::new()),
-            permits: Arc::new(tokio::sync::Semaphore::new(ReadPool::MAX)),
-        });
+        let readers = Arc::new(ReadPool::new(path.to_owned()));
         Ok(Store { writer, readers, clock, credentials })
     }
 
@@ -143,11 +142,13 @@ impl Store {
         &self.clock
     }
 
-    /// Runs `query` on a read-only connection on the blocking pool.
+    /// Runs `query` on a read-only connection: on the calling task when it finishes within
+    /// `reads::INLINE_BUDGET`, else again from the start on the blocking pool (`reads.rs`).
+    /// `query` may therefore run twice, and must not count on running once.
     pub async fn read<T, F>(&self, query: F) -> Result<T, Error>
     where
         T: Send + 'static,
-        F: FnOnce(&Db<'_>) -> Result<T, Error> + Send + 'static,
+        F: Fn(&Db<'_>) -> Result<T, Error> + Send + 'static,
     {
         let readers = self.readers.clone();
         let clock = self.clock.clone();
@@ -158,6 +159,11 @@ impl Store {
             .acquire_owned()
             .await
             .map_err(|_| Error::Unavailable("the store is shut down".into()))?;
+        let inline = readers
+            .within(reads::INLINE_BUDGET, |conn| query(&Db { conn, now_ms: clock.now_ms(), memo: None }));
+        if let Some(result) = inline {
+            return result;
+        }
         tokio::task::spawn_blocking(move || {
             let result = readers.with(|conn| query(&Db { conn, now_ms: clock.now_ms(), memo: None }));
             drop(permit);
@@ -170,34 +176,6 @@ impl Store {
     /// Stops the writer after the queued writes are done and waits for its thread.
     pub async fn close(self) {
         self.writer.close().await;
-    }
-}
-
-/// Read-only connections, opened on demand and kept for reuse.
-struct ReadPool {
-    path: PathBuf,
-    idle: Mutex<Vec<Connection>>,
-    /// One permit per connection: at most `MAX` reads run at once; others wait their turn.
-    permits: Arc<tokio::sync::Semaphore>,
-}
-
-impl ReadPool {
-    /// Most read connections, and most reads at once.
-    const MAX: usize = 16;
-
-    fn with<T>(&self, query: impl FnOnce(&Connection) -> Result<T, Error>) -> Result<T, Error> {
-        let pooled = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
-        let conn = match pooled {
-            Some(conn) => conn,
-            None => open_connection(&self.path, true)?,
-        };
-        let result = query(&conn);
-        if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < Self::MAX
-        {
-            idle.push(conn);
-        }
-        result
     }
 }
 

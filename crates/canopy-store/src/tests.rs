@@ -1297,3 +1297,50 @@ async fn creating_an_agent_reads_no_table_whole() {
         assert!(!plan.contains("SCAN"), "a lookup reads a whole table: {plan}");
     }
 }
+
+/// A short read runs once, on the calling task; a read past the inline budget is cut short
+/// there and run again, whole, on the blocking pool, and its answer is the full one.
+#[tokio::test(flavor = "current_thread")]
+async fn reads_run_inline_until_the_budget_then_move_to_the_pool() {
+    let (_dir, store) = workspace().await;
+    let caller = std::thread::current().id();
+    let runs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+
+    let seen = runs.clone();
+    let short = store
+        .read(move |conn| {
+            seen.lock().unwrap().push(std::thread::current().id());
+            conn.query_row("SELECT COUNT(*) FROM accounts", [], |r| r.get::<_, i64>(0)).map_err(crate::sql("counting"))
+        })
+        .await
+        .unwrap();
+    assert!(short >= 1);
+    assert_eq!(*runs.lock().unwrap(), vec![caller], "a short read runs once, here");
+
+    runs.lock().unwrap().clear();
+    let seen = runs.clone();
+    // Millions of steps: far past the budget on any machine.
+    let long = store
+        .read(move |conn| {
+            seen.lock().unwrap().push(std::thread::current().id());
+            conn.query_row(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) SELECT SUM(i) FROM n",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(crate::sql("summing"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(long, 3_000_000 * 3_000_001 / 2, "the long read's answer is whole");
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 2, "cut short here, then run again: {runs:?}");
+    assert_eq!(runs[0], caller);
+    assert_ne!(runs[1], caller, "the second run is on the blocking pool");
+
+    // The connection the interrupted read used serves the next read normally.
+    for _ in 0..crate::reads::ReadPool::MAX + 1 {
+        let n = store.read(|conn| conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(crate::sql("one"))).await;
+        assert_eq!(n.unwrap(), 1);
+    }
+}
