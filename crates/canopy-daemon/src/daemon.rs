@@ -302,9 +302,11 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     Ok(())
 }
 
-/// The handler for clients in the daemon's process: each call runs in its own task under the
-/// same bound and tracker as a request over NATS, so it finishes (and shutdown waits for it)
-/// even when its caller stops waiting.
+/// The handler for clients in the daemon's process: each call runs under the same bound and
+/// tracker as a request over NATS, polled by its caller (no task of its own: a spawn wakes
+/// the other worker, which cost more than a short call). A call whose caller stops waiting
+/// is not dropped with it: the rest runs in a task (`FinishOnDrop`), so it finishes, and
+/// shutdown waits for it, as for a request over NATS.
 struct InProcess {
     api: Arc<Api>,
     permits: Arc<Semaphore>,
@@ -318,19 +320,46 @@ impl canopy_bus::api::LocalApi for InProcess {
         token: String,
         payload: bytes::Bytes,
     ) -> Pin<Box<dyn Future<Output = bytes::Bytes> + Send>> {
-        let (api, permits, tracker) = (self.api.clone(), self.permits.clone(), self.tracker.clone());
-        Box::pin(async move {
+        let (api, permits) = (self.api.clone(), self.permits.clone());
+        let call = self.tracker.track_future(async move {
             let Ok(permit) = permits.acquire_owned().await else {
                 return refusal(&canopy_core::Error::Unavailable("the daemon is stopping".into()));
             };
-            let task = tracker.spawn(async move {
-                let answer = api.handle(&subject, Some(&token), &payload).await;
-                drop(permit);
-                answer
-            });
-            task.await
-                .unwrap_or_else(|e| refusal(&canopy_core::Error::Internal(format!("a request's task failed: {e}"))))
-        })
+            let answer = api.handle(&subject, Some(&token), &payload).await;
+            drop(permit);
+            answer
+        });
+        Box::pin(FinishOnDrop(Some(Box::pin(call))))
+    }
+}
+
+/// A call polled in its caller's task; dropped unfinished, it hands the rest to a task of its
+/// own on the current runtime.
+struct FinishOnDrop(Option<Pin<Box<dyn Future<Output = bytes::Bytes> + Send>>>);
+
+impl Future for FinishOnDrop {
+    type Output = bytes::Bytes;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<bytes::Bytes> {
+        let Some(call) = self.0.as_mut() else {
+            return std::task::Poll::Ready(refusal(&canopy_core::Error::Internal(
+                "an in-process call was polled after it finished".into(),
+            )));
+        };
+        let answer = std::task::ready!(call.as_mut().poll(cx));
+        self.0 = None;
+        std::task::Poll::Ready(answer)
+    }
+}
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        if let Some(call) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(call)),
+                Err(_) => tracing::warn!("an in-process call was dropped unfinished outside the runtime"),
+            }
+        }
     }
 }
 
