@@ -159,8 +159,8 @@ impl Store {
             .acquire_owned()
             .await
             .map_err(|_| Error::Unavailable("the store is shut down".into()))?;
-        let inline = readers
-            .within(reads::INLINE_BUDGET, |conn| query(&Db { conn, now_ms: clock.now_ms(), memo: None }));
+        let inline =
+            readers.within(reads::INLINE_BUDGET, |conn| query(&Db { conn, now_ms: clock.now_ms(), memo: None }));
         if let Some(result) = inline {
             return result;
         }

@@ -1340,7 +1340,8 @@ async fn reads_run_inline_until_the_budget_then_move_to_the_pool() {
 
     // The connection the interrupted read used serves the next read normally.
     for _ in 0..crate::reads::ReadPool::MAX + 1 {
-        let n = store.read(|conn| conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(crate::sql("one"))).await;
+        let n =
+            store.read(|conn| conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(crate::sql("one"))).await;
         assert_eq!(n.unwrap(), 1);
     }
 }

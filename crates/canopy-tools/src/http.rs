@@ -2,8 +2,10 @@
 //!
 //! A request without a bearer token, or with one the `TokenCheck` does not know, gets a
 //! 401 before MCP parses it; a known token is passed to the tool calls, which present it
-//! to the daemon. One listener serves every session of a runner. `serve_fixed` is the same
-//! front answering a fixed body, the raw baseline of `canopy bench`'s MCP figure.
+//! to the daemon. One listener serves every session of a runner; a plain `tools/call` takes
+//! the direct path (`direct.rs`), everything else rmcp's streamable-HTTP service.
+//! `serve_fixed` is the same front answering a fixed body, the raw baseline of `canopy
+//! bench`'s MCP figure.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -11,7 +13,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -19,6 +21,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
+
+use crate::CanopyTools;
 
 /// Decides whether a bearer token belongs to a session this endpoint serves.
 pub type TokenCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -53,16 +57,22 @@ pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty()).then(|| token.trim())
 }
 
-/// Binds 127.0.0.1 on a free port and serves the tools until stopped. `tools` is Canopy's
-/// (`CanopyTools`) for a runner, or `probe::NoTools` for `canopy doctor`.
-pub async fn serve<S>(tools: S, check: TokenCheck) -> std::io::Result<HttpEndpoint>
+/// Binds 127.0.0.1 on a free port and serves Canopy's tools until stopped: a plain
+/// `tools/call` by the direct path (`direct.rs`), everything else by rmcp.
+pub async fn serve(tools: CanopyTools, check: TokenCheck) -> std::io::Result<HttpEndpoint> {
+    serve_handler(tools.clone(), Some(tools), check).await
+}
+
+/// Serves `tools` (`probe::NoTools` for `canopy doctor`) over rmcp's streamable HTTP, with
+/// the direct path to `direct` when given.
+pub async fn serve_handler<S>(tools: S, direct: Option<CanopyTools>, check: TokenCheck) -> std::io::Result<HttpEndpoint>
 where
     S: rmcp::ServerHandler + Clone + Send + Sync + 'static,
 {
     let stop = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
-        .with_allowed_hosts(["127.0.0.1", "localhost"])
+        .with_allowed_hosts(crate::direct::ALLOWED_HOSTS)
         .with_sse_keep_alive(None)
         // Stateless, answering in plain JSON: no session worker between a request and its
         // tool call, and no event stream to frame (the tools send no notifications). The bearer
@@ -70,10 +80,29 @@ where
         .with_legacy_session_mode(false)
         .with_json_response(true);
     let mcp = StreamableHttpService::new(move || Ok(tools.clone()), LocalSessionManager::default().into(), config);
-    listen(stop, check, move |request| {
-        let mut mcp = mcp.clone();
+    listen(stop, check, move |request: http::Request<Incoming>| {
+        let (mut mcp, direct) = (mcp.clone(), direct.clone());
         async move {
-            match mcp.call(request).await {
+            let (parts, body) = request.into_parts();
+            let body = match direct {
+                Some(tools) if crate::direct::eligible(&parts) => {
+                    let bytes = match Limited::new(body, crate::direct::MAX_BODY as usize).collect().await {
+                        Ok(collected) => collected.to_bytes(),
+                        Err(e) => return bad_request(&format!("reading the request body: {e}")),
+                    };
+                    if let Some(call) = crate::direct::parse(&bytes) {
+                        let token = bearer(&parts.headers).unwrap_or_default();
+                        let result = tools.call(Some(token), &call.params.name, call.params.arguments).await;
+                        return match crate::direct::encode(call.id, result) {
+                            Ok(answer) => json(Bytes::from(answer)),
+                            Err(e) => internal_error(&format!("encoding a tool result: {e}")),
+                        };
+                    }
+                    Either::Right(Full::new(bytes))
+                }
+                _ => Either::Left(body),
+            };
+            match mcp.call(http::Request::from_parts(parts, body)).await {
                 Ok(response) => response,
                 Err(never) => match never {},
             }
@@ -156,6 +185,29 @@ where
         }
     });
     Ok(HttpEndpoint { addr, url: format!("http://{addr}{MCP_PATH}"), stop })
+}
+
+fn json(body: Bytes) -> http::Response<BoxBody<Bytes, Infallible>> {
+    let mut response = http::Response::new(Full::new(body).boxed());
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}
+
+fn bad_request(reason: &str) -> http::Response<BoxBody<Bytes, Infallible>> {
+    plain(http::StatusCode::BAD_REQUEST, format!("Bad Request: {reason}"))
+}
+
+fn internal_error(reason: &str) -> http::Response<BoxBody<Bytes, Infallible>> {
+    plain(http::StatusCode::INTERNAL_SERVER_ERROR, format!("Internal Server Error: {reason}"))
+}
+
+fn plain(status: http::StatusCode, text: String) -> http::Response<BoxBody<Bytes, Infallible>> {
+    let mut response = http::Response::new(Full::new(Bytes::from(text)).boxed());
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
 }
 
 fn unauthorized() -> http::Response<BoxBody<Bytes, Infallible>> {

@@ -10,6 +10,7 @@
 //! doctor`'s session start check. Does not know sessions or harnesses.
 
 mod catalog;
+mod direct;
 pub mod http;
 pub mod probe;
 mod server;

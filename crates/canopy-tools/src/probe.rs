@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rmcp::ServerHandler;
 use rmcp::model::{ServerCapabilities, ServerConfig};
 
-use crate::http::{HttpEndpoint, serve};
+use crate::http::{HttpEndpoint, serve_handler};
 
 /// An MCP server that offers no tools.
 #[derive(Debug, Clone, Default)]
@@ -27,5 +27,5 @@ impl ServerHandler for NoTools {
 
 /// Serves `NoTools` on a free loopback port, admitting only `token`. Stops when dropped.
 pub async fn serve_probe(token: String) -> std::io::Result<HttpEndpoint> {
-    serve(NoTools, Arc::new(move |presented: &str| presented == token)).await
+    serve_handler(NoTools, None, Arc::new(move |presented: &str| presented == token)).await
 }
