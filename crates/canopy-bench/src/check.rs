@@ -49,11 +49,13 @@ const GUARDS: &[(&str, Guard)] = &[
     ("post throughput with the budget check", Guard::AtLeast(0.8)),
     // 1.1-2.1; the DESIGN target is 5x.
     ("post-to-steer latency p99", Guard::AtMost(5.0)),
-    // 4.9-7.3 in a debug build, 5.4-7.7 in release since the endpoint is stateless (was 12-29);
-    // the 40 ms delayed-ACK floor this also guards against is 100x (debug) to 400x.
-    ("MCP tool call p50, 1 concurrent", Guard::AtMost(15.0)),
-    ("MCP tool call p50, 16 concurrent", Guard::AtMost(15.0)),
-    ("MCP tool call p50, 64 concurrent", Guard::AtMost(15.0)),
+    // Measured 2026-12-03 in that run: 2.0-2.2 at one caller, 3.0-3.4 at 16 and 64 (release:
+    // 1.9-2.2). Before reads ran inline, in-process calls in their caller's task and a plain
+    // tools/call skipped rmcp's per-request service: 3.9-5.6 (debug); the 40 ms delayed-ACK
+    // floor this also guards against is 100x (debug) to 400x.
+    ("MCP tool call p50, 1 concurrent", Guard::AtMost(4.0)),
+    ("MCP tool call p50, 16 concurrent", Guard::AtMost(5.0)),
+    ("MCP tool call p50, 64 concurrent", Guard::AtMost(5.0)),
     // 0.93-1.15: throughput holds past 16 callers.
     ("MCP throughput from 16 to 64", Guard::AtLeast(0.7)),
     // 1.3.
@@ -109,7 +111,7 @@ mod tests {
         let failed = check(&figures);
         assert_eq!(failed.len(), 2, "{failed:?}");
         assert!(failed[0].starts_with("post throughput") && failed[0].contains(">= 0.2x"), "{failed:?}");
-        assert!(failed[1].starts_with("MCP tool call p50, 1") && failed[1].contains("<= 15x"), "{failed:?}");
+        assert!(failed[1].starts_with("MCP tool call p50, 1") && failed[1].contains("<= 4x"), "{failed:?}");
     }
 
     #[test]

@@ -33,6 +33,9 @@ async fn send(endpoint: &HttpEndpoint, head: &[(&str, String)], body: &str) -> (
     (status, content_type, body.to_owned())
 }
 
+/// A request to send to both endpoints: its name, the headers it changes, its body.
+type Case = (&'static str, Vec<(&'static str, String)>, String);
+
 /// The headers a harness sends with a tool call.
 fn plain_head(token: &str, port: u16) -> Vec<(&'static str, String)> {
     vec![
@@ -73,7 +76,7 @@ async fn the_direct_path_answers_every_request_as_rmcp_does() {
     let call =
         |params: Value| json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params }).to_string();
     let topics = json!({ "name": "comms_list_topics", "arguments": { "channel": homes[0] } });
-    let cases: Vec<(&str, Vec<(&str, String)>, String)> = vec![
+    let cases: Vec<Case> = vec![
         ("a plain call", vec![], call(topics.clone())),
         (
             "a string id",
