@@ -115,6 +115,21 @@ async fn the_direct_path_answers_every_request_as_rmcp_does() {
             vec![("accept", "application/json, text/event-stream;q=0".into())],
             call(topics.clone()),
         ),
+        (
+            "a weight in capitals and spaces",
+            vec![("accept", "application/json, text/event-stream;Q = 0".into())],
+            call(topics.clone()),
+        ),
+        (
+            "a quoted parameter",
+            vec![("accept", r#"application/json;p="x,text/event-stream;y""#.into())],
+            call(topics.clone()),
+        ),
+        (
+            "a positive weight",
+            vec![("accept", "application/json;q=0.9, text/event-stream;q=0.5".into())],
+            call(topics.clone()),
+        ),
         ("a foreign host", vec![("host", "example.com".into())], call(topics.clone())),
         ("an origin", vec![("origin", "http://example.com".into())], call(topics.clone())),
         ("a form body", vec![("content-type", "text/plain".into())], call(topics.clone())),

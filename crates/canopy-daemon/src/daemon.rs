@@ -305,8 +305,10 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
 /// The handler for clients in the daemon's process: each call runs under the same bound and
 /// tracker as a request over NATS, polled by its caller (no task of its own: a spawn wakes
 /// the other worker, which cost more than a short call). A call whose caller stops waiting
-/// is not dropped with it: the rest runs in a task (`FinishOnDrop`), so it finishes, and
-/// shutdown waits for it, as for a request over NATS.
+/// once it holds its permit is not dropped with it: the rest runs in a task
+/// (`FinishOnDrop`), so it finishes, and shutdown waits for it, as for a request over NATS;
+/// one dropped while still queued for a permit never runs. A panic in the handler is a
+/// refusal, as it was when each call had a task.
 struct InProcess {
     api: Arc<Api>,
     permits: Arc<Semaphore>,
@@ -321,44 +323,53 @@ impl canopy_bus::api::LocalApi for InProcess {
         payload: bytes::Bytes,
     ) -> Pin<Box<dyn Future<Output = bytes::Bytes> + Send>> {
         let (api, permits) = (self.api.clone(), self.permits.clone());
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let running = started.clone();
         let call = self.tracker.track_future(async move {
             let Ok(permit) = permits.acquire_owned().await else {
                 return refusal(&canopy_core::Error::Unavailable("the daemon is stopping".into()));
             };
-            let answer = api.handle(&subject, Some(&token), &payload).await;
+            running.store(true, std::sync::atomic::Ordering::Relaxed);
+            let answer = std::panic::AssertUnwindSafe(api.handle(&subject, Some(&token), &payload));
+            let answer = futures_util::FutureExt::catch_unwind(answer).await;
             drop(permit);
-            answer
+            answer.unwrap_or_else(|_| refusal(&canopy_core::Error::Internal("a request's handler panicked".into())))
         });
-        Box::pin(FinishOnDrop(Some(Box::pin(call))))
+        Box::pin(FinishOnDrop { call: Some(Box::pin(call)), started })
     }
 }
 
-/// A call polled in its caller's task; dropped unfinished, it hands the rest to a task of its
-/// own on the current runtime.
-struct FinishOnDrop(Option<Pin<Box<dyn Future<Output = bytes::Bytes> + Send>>>);
+/// A call polled in its caller's task; dropped unfinished after it started, it hands the
+/// rest to a task of its own on the current runtime.
+struct FinishOnDrop {
+    call: Option<Pin<Box<dyn Future<Output = bytes::Bytes> + Send>>>,
+    started: Arc<std::sync::atomic::AtomicBool>,
+}
 
 impl Future for FinishOnDrop {
     type Output = bytes::Bytes;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<bytes::Bytes> {
-        let Some(call) = self.0.as_mut() else {
+        let Some(call) = self.call.as_mut() else {
             return std::task::Poll::Ready(refusal(&canopy_core::Error::Internal(
                 "an in-process call was polled after it finished".into(),
             )));
         };
         let answer = std::task::ready!(call.as_mut().poll(cx));
-        self.0 = None;
+        self.call = None;
         std::task::Poll::Ready(answer)
     }
 }
 
 impl Drop for FinishOnDrop {
     fn drop(&mut self) {
-        if let Some(call) = self.0.take() {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn(call)),
-                Err(_) => tracing::warn!("an in-process call was dropped unfinished outside the runtime"),
-            }
+        let Some(call) = self.call.take() else { return };
+        if !self.started.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(call)),
+            Err(_) => tracing::warn!("an in-process call was dropped unfinished outside the runtime"),
         }
     }
 }

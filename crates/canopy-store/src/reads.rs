@@ -8,7 +8,10 @@
 //! interrupted, its answer thrown away whatever it was, and run again from the start on the
 //! blocking pool with no deadline, so a long read (a search, a roster of 100,000 agents)
 //! holds an async worker for at most the budget. Reads change nothing, so running one twice
-//! is safe. Does not decide what a read does or how many run at once (`Store::read`).
+//! is safe. The budget counts SQLite's steps, not waits: a page read from disk, or a wait for
+//! a lock (rare for a reader of a WAL database), holds the worker for as long as it takes; a
+//! new connection is opened only on the pool. Does not decide what a read does or how many
+//! run at once (`Store::read`).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -72,16 +75,14 @@ impl ReadPool {
 
     /// Runs `query` on this thread unless it takes longer than `budget`: then `None`, and
     /// whatever it produced is discarded (an interrupted statement may have been read as an
-    /// empty answer).
+    /// empty answer). Also `None` without running it when no connection is idle: opening one
+    /// (the file, its pragmas, the schema) is the pool's to do, not the caller's.
     pub(crate) fn within<T>(
         &self,
         budget: Duration,
         query: impl FnOnce(&Connection) -> Result<T, Error>,
     ) -> Option<Result<T, Error>> {
-        let pooled = match self.take() {
-            Ok(pooled) => pooled,
-            Err(e) => return Some(Err(e)),
-        };
+        let pooled = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None)?;
         let deadline = now_ns().saturating_add(u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX));
         pooled.deadline.at.store(deadline, Ordering::Relaxed);
         let result = query(&pooled.conn);

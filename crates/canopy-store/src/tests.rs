@@ -1305,6 +1305,17 @@ async fn reads_run_inline_until_the_budget_then_move_to_the_pool() {
     let (_dir, store) = workspace().await;
     let caller = std::thread::current().id();
     let runs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    // The first read opens the pool's first connection, on the blocking pool.
+    let seen = runs.clone();
+    store
+        .read(move |conn| {
+            seen.lock().unwrap().push(std::thread::current().id());
+            conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(crate::sql("one"))
+        })
+        .await
+        .unwrap();
+    assert_ne!(*runs.lock().unwrap(), vec![caller], "a connection is opened on the pool");
+    runs.lock().unwrap().clear();
 
     let seen = runs.clone();
     let short = store

@@ -37,20 +37,16 @@ pub(crate) fn eligible(parts: &http::request::Parts) -> bool {
         ALLOWED_HOSTS.iter().any(|allowed| allowed.eq_ignore_ascii_case(name))
     });
     let media = |value: &str| value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    // A zero weight refuses a type.
-    let refused = |value: &str| {
-        value.split(';').skip(1).any(|param| {
-            param.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()).is_some_and(|q| q <= 0.0)
-        })
-    };
-    let accepts = headers
-        .get_all(http::header::ACCEPT)
+    let accept: Vec<&str> = headers.get_all(http::header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
+    // Weights and quoted parameters are rmcp's to read (`accepted_media_types`): a head with
+    // either is not plain.
+    let weighted = accept
         .iter()
-        .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter(|v| !refused(v))
-        .map(media)
-        .collect::<Vec<_>>();
+        .flat_map(|entry| entry.split(';').skip(1))
+        .any(|param| param.split_once('=').map_or(param, |(name, _)| name).trim().eq_ignore_ascii_case("q"));
+    let plain_accept = !weighted && !accept.iter().any(|v| v.contains('"'));
+    let accepts = accept.iter().flat_map(|v| v.split(',')).map(media).collect::<Vec<_>>();
     let version_known = text("mcp-protocol-version").is_some_and(|version| {
         version < ProtocolVersion::STANDARD_HEADERS.as_str()
             && ProtocolVersion::KNOWN_VERSIONS.iter().any(|known| known.as_str() == version)
@@ -63,6 +59,7 @@ pub(crate) fn eligible(parts: &http::request::Parts) -> bool {
     parts.method == http::Method::POST
         && host_allowed
         && !headers.contains_key(http::header::ORIGIN)
+        && plain_accept
         && accepts.iter().any(|m| m == "application/json")
         && accepts.iter().any(|m| m == "text/event-stream")
         && text("content-type").is_some_and(|v| media(v) == "application/json")
@@ -140,13 +137,16 @@ mod tests {
     fn only_a_plain_head_is_eligible() {
         assert!(eligible(&head(&[])));
         assert!(eligible(&head(&[("host", Some("localhost"))])));
-        assert!(eligible(&head(&[("accept", Some("text/event-stream;q=0.5, application/json"))])));
+        assert!(eligible(&head(&[("accept", Some("Text/Event-Stream, application/json; charset=utf-8"))])));
         for change in [
             ("host", Some("example.com:4100")),
             ("host", None),
             ("origin", Some("http://127.0.0.1")),
             ("accept", Some("application/json")),
             ("accept", Some("application/json, text/event-stream; q=0")),
+            ("accept", Some("application/json, text/event-stream;Q = 0")),
+            ("accept", Some("application/json, text/event-stream;q=0.5")),
+            ("accept", Some(r#"application/json;p="x,text/event-stream;y""#)),
             ("content-type", Some("text/plain")),
             ("mcp-protocol-version", None),
             ("mcp-protocol-version", Some("2026-07-28")),

@@ -88,7 +88,7 @@ where
                 Some(tools) if crate::direct::eligible(&parts) => {
                     let bytes = match Limited::new(body, crate::direct::MAX_BODY as usize).collect().await {
                         Ok(collected) => collected.to_bytes(),
-                        Err(e) => return bad_request(&format!("reading the request body: {e}")),
+                        Err(e) => return unreadable_body(&e.to_string()),
                     };
                     if let Some(call) = crate::direct::parse(&bytes) {
                         let token = bearer(&parts.headers).unwrap_or_default();
@@ -193,8 +193,12 @@ fn json(body: Bytes) -> http::Response<BoxBody<Bytes, Infallible>> {
     response
 }
 
-fn bad_request(reason: &str) -> http::Response<BoxBody<Bytes, Infallible>> {
-    plain(http::StatusCode::BAD_REQUEST, format!("Bad Request: {reason}"))
+/// rmcp's answer to a body it could not read (`expect_json`): the direct path read it first.
+fn unreadable_body(reason: &str) -> http::Response<BoxBody<Bytes, Infallible>> {
+    let mut response =
+        http::Response::new(Full::new(Bytes::from(format!("Failed to read request body: {reason}"))).boxed());
+    *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+    response
 }
 
 fn internal_error(reason: &str) -> http::Response<BoxBody<Bytes, Infallible>> {
