@@ -790,8 +790,12 @@ async fn deliver(
     let mut continuity = false;
     if let Some(pending) = mailbox.pull().await {
         let (again, fresh) = with_seen(&seen, |s| s.reserve(pending.messages));
-        // Injected before (an acknowledgement was lost): acknowledge again, do not repeat.
-        mailbox.ack(again.iter().map(|m| m.seq).collect()).await;
+        // Injected before (a steer whose acknowledgement has not committed yet, or one that
+        // was lost): do not repeat them, and record them as injected rather than moving the
+        // cursor. A cursor moves only with a turn start that wrote every message up to it; a
+        // steered mention acknowledged as a cursor move would carry it past the unread
+        // messages below, and a kill before they are written would lose them.
+        mailbox.acknowledge(again.iter().map(|m| m.seq).collect(), true).await;
         let seqs: Vec<Seq> = fresh.iter().map(|m| m.seq).collect();
         if !fresh.is_empty() && pending.wake {
             let mut text = render(&fresh, "New messages since your last turn:", &pending.redelivered);
