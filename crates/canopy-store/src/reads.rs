@@ -82,7 +82,7 @@ impl ReadPool {
         budget: Duration,
         query: impl FnOnce(&Connection) -> Result<T, Error>,
     ) -> Option<Result<T, Error>> {
-        let pooled = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None)?;
+        let pooled = self.idle()?;
         let deadline = now_ns().saturating_add(u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX));
         pooled.deadline.at.store(deadline, Ordering::Relaxed);
         let result = query(&pooled.conn);
@@ -96,9 +96,14 @@ impl ReadPool {
         (!passed).then_some(result)
     }
 
+    /// An idle connection, if there is one.
+    fn idle(&self) -> Option<Pooled> {
+        self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None)
+    }
+
+    /// An idle connection, or a new one.
     fn take(&self) -> Result<Pooled, Error> {
-        let pooled = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
-        match pooled {
+        match self.idle() {
             Some(pooled) => Ok(pooled),
             None => {
                 let mut conn = crate::open_connection(&self.path, true)?;

@@ -1305,42 +1305,29 @@ async fn reads_run_inline_until_the_budget_then_move_to_the_pool() {
     let (_dir, store) = workspace().await;
     let caller = std::thread::current().id();
     let runs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    // The first read opens the pool's first connection, on the blocking pool.
-    let seen = runs.clone();
-    store
-        .read(move |conn| {
+    // A read of one number that records the thread of every run.
+    let recorded = |sql: &'static str| {
+        let seen = runs.clone();
+        move |conn: &crate::Db<'_>| {
             seen.lock().unwrap().push(std::thread::current().id());
-            conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(crate::sql("one"))
-        })
-        .await
-        .unwrap();
+            conn.query_row(sql, [], |r| r.get::<_, i64>(0)).map_err(crate::sql("reading a number"))
+        }
+    };
+    // The first read opens the pool's first connection, on the blocking pool.
+    store.read(recorded("SELECT 1")).await.unwrap();
     assert_ne!(*runs.lock().unwrap(), vec![caller], "a connection is opened on the pool");
     runs.lock().unwrap().clear();
 
-    let seen = runs.clone();
-    let short = store
-        .read(move |conn| {
-            seen.lock().unwrap().push(std::thread::current().id());
-            conn.query_row("SELECT COUNT(*) FROM accounts", [], |r| r.get::<_, i64>(0)).map_err(crate::sql("counting"))
-        })
-        .await
-        .unwrap();
+    let short = store.read(recorded("SELECT COUNT(*) FROM accounts")).await.unwrap();
     assert!(short >= 1);
     assert_eq!(*runs.lock().unwrap(), vec![caller], "a short read runs once, here");
 
     runs.lock().unwrap().clear();
-    let seen = runs.clone();
     // Millions of steps: far past the budget on any machine.
     let long = store
-        .read(move |conn| {
-            seen.lock().unwrap().push(std::thread::current().id());
-            conn.query_row(
-                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) SELECT SUM(i) FROM n",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map_err(crate::sql("summing"))
-        })
+        .read(recorded(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) SELECT SUM(i) FROM n",
+        ))
         .await
         .unwrap();
     assert_eq!(long, 3_000_000 * 3_000_001 / 2, "the long read's answer is whole");

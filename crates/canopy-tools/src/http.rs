@@ -88,14 +88,22 @@ where
                 Some(tools) if crate::direct::eligible(&parts) => {
                     let bytes = match Limited::new(body, crate::direct::MAX_BODY as usize).collect().await {
                         Ok(collected) => collected.to_bytes(),
-                        Err(e) => return unreadable_body(&e.to_string()),
+                        // rmcp's answer to a body it cannot read (`expect_json`).
+                        Err(e) => {
+                            let text = format!("Failed to read request body: {e}");
+                            return respond(http::StatusCode::INTERNAL_SERVER_ERROR, None, text.into());
+                        }
                     };
                     if let Some(call) = crate::direct::parse(&bytes) {
                         let token = bearer(&parts.headers).unwrap_or_default();
                         let result = tools.call(Some(token), &call.params.name, call.params.arguments).await;
                         return match crate::direct::encode(call.id, result) {
-                            Ok(answer) => json(Bytes::from(answer)),
-                            Err(e) => internal_error(&format!("encoding a tool result: {e}")),
+                            Ok(answer) => respond(http::StatusCode::OK, Some("application/json"), answer.into()),
+                            Err(e) => respond(
+                                http::StatusCode::INTERNAL_SERVER_ERROR,
+                                Some("text/plain; charset=utf-8"),
+                                format!("Internal Server Error: encoding a tool result: {e}").into(),
+                            ),
                         };
                     }
                     Either::Right(Full::new(bytes))
@@ -123,9 +131,7 @@ pub async fn serve_fixed(
         let answer = answer.clone();
         async move {
             let _ = request.into_body().collect().await;
-            let mut response = http::Response::new(Full::new(answer).boxed());
-            response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
-            response
+            respond(http::StatusCode::OK, Some(content_type), answer)
         }
     })
     .await
@@ -187,38 +193,24 @@ where
     Ok(HttpEndpoint { addr, url: format!("http://{addr}{MCP_PATH}"), stop })
 }
 
-fn json(body: Bytes) -> http::Response<BoxBody<Bytes, Infallible>> {
+/// A response with `body` and, when given, its content type.
+fn respond(
+    status: http::StatusCode,
+    content_type: Option<&'static str>,
+    body: Bytes,
+) -> http::Response<BoxBody<Bytes, Infallible>> {
     let mut response = http::Response::new(Full::new(body).boxed());
-    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-    response
-}
-
-/// rmcp's answer to a body it could not read (`expect_json`): the direct path read it first.
-fn unreadable_body(reason: &str) -> http::Response<BoxBody<Bytes, Infallible>> {
-    let mut response =
-        http::Response::new(Full::new(Bytes::from(format!("Failed to read request body: {reason}"))).boxed());
-    *response.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
-    response
-}
-
-fn internal_error(reason: &str) -> http::Response<BoxBody<Bytes, Infallible>> {
-    plain(http::StatusCode::INTERNAL_SERVER_ERROR, format!("Internal Server Error: {reason}"))
-}
-
-fn plain(status: http::StatusCode, text: String) -> http::Response<BoxBody<Bytes, Infallible>> {
-    let mut response = http::Response::new(Full::new(Bytes::from(text)).boxed());
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    if let Some(content_type) = content_type {
+        response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    }
     response
 }
 
 fn unauthorized() -> http::Response<BoxBody<Bytes, Infallible>> {
     let body = r#"{"error":{"code":"forbidden","message":"missing or unknown bearer token"}}"#;
-    let mut response = http::Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());
-    *response.status_mut() = http::StatusCode::UNAUTHORIZED;
-    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    let mut response =
+        respond(http::StatusCode::UNAUTHORIZED, Some("application/json"), Bytes::from_static(body.as_bytes()));
     response.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
     response
 }
