@@ -1,78 +1,44 @@
-//! The agents and tree area: `whoami`, creating, listing, showing and reparenting agents,
-//! starting, stopping and interrupting them, their activity lines, the roster and the tree,
-//! and `canopy watch`'s activity pages. Does not decide spawn requests (`gate`).
+//! The agents area (`Agents`): `whoami`, creating, listing, showing and reparenting agents,
+//! their activity lines, the roster and the tree, and `canopy watch`'s activity pages. Uses
+//! the store, delivery, the prompts area (a role's tools and session defaults), repos (a new
+//! agent's checkout) and budgets (the tree changed; the roster's marks). Does not decide spawn
+//! requests (`gate`) or start and stop sessions (`sessions`).
 
+use std::sync::Arc;
+
+use canopy_config::Config;
 use canopy_core::acl::Caller;
-use canopy_core::{Desired, Error, Handle, Presence, RoleName, RosterEntry};
+use canopy_core::{Error, Handle, Presence, RoleName, RosterEntry};
 use canopy_proto::api::*;
-use canopy_store::{AgentSpec, ops};
+use canopy_store::{AgentSpec, Store, ops};
 
-use crate::context::{Api, MAX_CHARTER, bounded_text, display_name, encode, page_limit};
+use crate::budgets::Budgets;
+use crate::delivery::Delivery;
+use crate::edge::{MAX_CHARTER, bounded_text, display_name, page_limit};
+use crate::prompts::Prompts;
+use crate::repos::Repos;
 
-impl Api {
-    pub(crate) async fn agents_start(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
-        self.set_desired(caller, req, Desired::Running).await
-    }
+/// The agents area. Cheap to clone.
+#[derive(Clone)]
+pub struct Agents {
+    store: Store,
+    delivery: Delivery,
+    prompts: Prompts,
+    repos: Repos,
+    budgets: Budgets,
+    config: Arc<Config>,
+}
 
-    pub(crate) async fn agents_stop(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
-        self.set_desired(caller, req, Desired::Stopped).await
-    }
-
-    pub(crate) async fn set_desired(
-        &self,
-        caller: Caller,
-        req: AgentsStartStopRequest,
-        desired: Desired,
-    ) -> Result<RosterEntry, Error> {
-        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
-        let entry = self.store.write(move |conn| ops::set_desired(conn, &caller, &handle, desired)).await?;
-        self.poke_runners().await;
-        Ok(entry)
-    }
-
-    /// Stops an agent's running turn through the runner hosting its live session. The
-    /// session stays up; messages not yet delivered stay pending, and a steer taken but not
-    /// injected comes back as dropped and goes at the next turn start.
-    pub(crate) async fn agents_interrupt(
-        &self,
-        caller: Caller,
-        req: AgentsInterruptRequest,
-    ) -> Result<AgentsInterruptResponse, Error> {
-        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
-        let name = handle.to_string();
-        let entry = self.store.read(move |conn| ops::roster_entry(conn, &name)).await?;
-        let Some(runner) = entry.runner.clone() else {
-            let reason = entry.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
-            return Err(Error::ConflictOn {
-                field: "handle",
-                reason: format!(
-                    "{handle} has no live session to interrupt (it is {}{reason})",
-                    entry.presence.as_str()
-                ),
-            });
-        };
-        let request = InterruptRequest { agent: handle.to_string(), incarnation: entry.incarnation };
-        let timeout = self.config.delivery.steer_timeout.max(std::time::Duration::from_secs(5));
-        let reply =
-            self.bus.request(&self.subjects.runner_interrupt(&runner), None, encode(&request), timeout).await.map_err(
-                |e| Error::Unavailable(format!("the runner hosting {handle} ({runner}) did not answer ({e})")),
-            )?;
-        let reply: InterruptReply = serde_json::from_slice(&reply)
-            .map_err(|e| Error::Internal(format!("the answer of runner {runner} did not parse: {e}")))?;
-        let detail = match (&reply.turn_id, &reply.reason) {
-            (Some(turn), _) if reply.interrupted => format!("turn {turn} (incarnation {})", entry.incarnation),
-            (_, Some(reason)) => format!("nothing interrupted: {reason}"),
-            _ => "nothing interrupted".to_owned(),
-        };
-        let audited = handle.clone();
-        self.store.write(move |conn| ops::record_interrupt(conn, &caller, &audited, &detail)).await?;
-        Ok(AgentsInterruptResponse {
-            agent: handle.to_string(),
-            incarnation: entry.incarnation,
-            interrupted: reply.interrupted,
-            turn_id: reply.turn_id,
-            reason: reply.reason,
-        })
+impl Agents {
+    pub fn new(
+        store: Store,
+        delivery: Delivery,
+        prompts: Prompts,
+        repos: Repos,
+        budgets: Budgets,
+        config: Arc<Config>,
+    ) -> Self {
+        Agents { store, delivery, prompts, repos, budgets, config }
     }
 
     pub(crate) async fn agents_set_activity(
@@ -108,7 +74,7 @@ impl Api {
             .map(|h| Handle::parse(h).map_err(|e| Error::name("handles", e)))
             .collect::<Result<std::collections::HashSet<Handle>, Error>>()?;
         let unconfined = self.unconfined();
-        let holds = self.budgets.snapshot();
+        let holds = self.budgets.gate().snapshot();
         // Without a filter the store reads just this page; a filter reads every row after
         // `after` and pages here.
         let unfiltered = req.presence.is_none() && handles.is_empty();
@@ -157,7 +123,7 @@ impl Api {
 
     pub(crate) async fn whoami(&self, caller: Caller, _: WhoamiRequest) -> Result<WhoamiResponse, Error> {
         let tools = match caller.kind {
-            canopy_core::AccountKind::Agent => self.tools_of(&caller).await?,
+            canopy_core::AccountKind::Agent => self.prompts.tools_of(&caller).await?,
             _ => Vec::new(),
         };
         let (account, workspace) = self
@@ -200,6 +166,7 @@ impl Api {
         // A delta role is an implementer's: briefed per slice by a Manager, never standing.
         if self
             .prompts
+            .bundles
             .current()
             .bundle()
             .roles
@@ -215,14 +182,14 @@ impl Api {
                 ),
             ));
         }
-        let defaults = self.session_defaults(spec.role.as_str());
+        let defaults = self.prompts.session_defaults(spec.role.as_str());
         let harness = req.harness.unwrap_or(defaults.harness);
         let script = match req.script {
             Some(source) => Some((source.name, source.text)),
             None if harness == "scripted" => defaults.script,
             None => None,
         };
-        let session = crate::roles::check(&harness, script, self.roles.check_script())?;
+        let session = crate::roles::check(&harness, script, self.prompts.roles.check_script())?;
         let repo = match req.repo {
             Some(name) => Some(self.store.read(move |conn| ops::require_repo(conn, "repo", &name)).await?.id),
             None => None,
@@ -231,10 +198,10 @@ impl Api {
         let account = self.store.write(move |conn| ops::create_agent(conn, &caller, &spec)).await?;
         if repo.is_some() {
             // Made before the reply, so the operator hears of a checkout that failed.
-            self.prepare_checkouts().await;
+            self.repos.prepare_checkouts().await;
         }
-        self.tree_changed().await;
-        self.poke_runners().await;
+        self.budgets.tree_changed().await;
+        self.delivery.poke_runners().await;
         Ok(account)
     }
 
@@ -269,7 +236,7 @@ impl Api {
         let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
         let parent = Handle::parse(&req.parent).map_err(|e| Error::name("parent", e))?;
         let account = self.store.write(move |conn| ops::reparent(conn, &caller, &handle, &parent)).await?;
-        self.tree_changed().await;
+        self.budgets.tree_changed().await;
         Ok(account)
     }
 
@@ -289,44 +256,3 @@ impl Api {
     }
 }
 
-/// Operators: more of them, and revocation.
-impl Api {
-    pub(crate) async fn operators_add(
-        &self,
-        _operator: Caller,
-        req: OperatorsAddRequest,
-    ) -> Result<OperatorsAddResponse, Error> {
-        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
-        let display_name = display_name(&req.name.unwrap_or_else(|| handle.to_string()))?;
-        let token = crate::auth::new_token().map_err(|e| Error::Internal(format!("generating a token: {e}")))?;
-        let spec = canopy_store::OperatorSpec { handle, display_name, token_hash: crate::auth::token_hash(&token) };
-        let account = self.store.write(move |conn| ops::create_operator(conn, &spec)).await?;
-        Ok(OperatorsAddResponse { account, token })
-    }
-
-    pub(crate) async fn operators_list(
-        &self,
-        _operator: Caller,
-        _: OperatorsListRequest,
-    ) -> Result<OperatorsListResponse, Error> {
-        Ok(OperatorsListResponse { operators: self.store.read(ops::operators).await? })
-    }
-
-    /// Revokes an operator and drops it from the token cache, so its very next request fails.
-    pub(crate) async fn operators_revoke(
-        &self,
-        caller: Caller,
-        req: OperatorsRevokeRequest,
-    ) -> Result<canopy_core::Account, Error> {
-        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
-        let target = handle.clone();
-        let by = caller.clone();
-        let account = self.store.write(move |conn| ops::revoke_operator(conn, &by, &target)).await?;
-        self.revocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.operators.forget(&handle);
-        // Below the API too: operators share one NATS login, so it changes, and the revoked
-        // operator's client is closed at the reload (the others log in again from the file).
-        self.rotate_operator_login(&caller, handle.as_str()).await?;
-        Ok(account)
-    }
-}

@@ -1,11 +1,128 @@
-//! Bearer tokens: generation, hashing, and the private files that hold them.
+//! Who is calling: `Auth` resolves a request's bearer token to its caller (an operator's, a
+//! live session's, cached until a credential changes) or to its runner; and tokens themselves:
+//! generation, hashing, the private files that hold them.
 //!
-//! The store keeps only a SHA-256 of each token; the token itself lives in a 0600 file
-//! (the operator's) or is handed to a session at start (later issues).
+//! The store keeps only a SHA-256 of each token; the token itself lives in a 0600 file (the
+//! operator's) or is derived for a session at its start. Does not decide what a caller may do
+//! (the method table's access, the per-role tool check in `prompts`, the store's rules).
 
 use std::path::Path;
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use canopy_core::acl::Caller;
+use canopy_core::{Error, RunnerId};
+use canopy_store::{Store, ops};
+use dashmap::DashMap;
 use sha2::{Digest, Sha256};
+
+/// Most session tokens kept resolved at once (a workspace runs far fewer live sessions).
+const SESSION_TOKENS_CACHED: usize = 100_000;
+
+/// The daemon's credentials for runners and sessions.
+pub struct Secrets {
+    /// Runner token hash -> the runner it belongs to (replaced when credentials change).
+    pub runners: RwLock<HashMap<String, RunnerId>>,
+    /// Secret from which session tokens are derived.
+    pub session_secret: String,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets { .. }")
+    }
+}
+
+/// Resolves tokens to callers. Cheap to clone.
+#[derive(Clone)]
+pub struct Auth {
+    store: Store,
+    pub(crate) secrets: Arc<Secrets>,
+    /// Operator token hash -> caller. Operator tokens never change while the daemon runs,
+    /// so they are resolved once.
+    operators: Arc<OperatorTokens>,
+    /// Session token hash -> (caller, the store's credential epoch it was resolved in). A
+    /// session token dies with its session, so an entry holds only while no commit since has
+    /// changed a session or an account (`Store::credential_epoch`).
+    session_tokens: Arc<DashMap<String, (Caller, u64)>>,
+    /// Moves at every revocation: a lookup that began before one does not fill the cache.
+    revocations: Arc<AtomicU64>,
+}
+
+impl Auth {
+    pub fn new(store: Store, secrets: Arc<Secrets>) -> Self {
+        Auth {
+            store,
+            secrets,
+            operators: Arc::default(),
+            session_tokens: Arc::default(),
+            revocations: Arc::default(),
+        }
+    }
+
+    /// The caller a request's token belongs to.
+    pub async fn authenticate(&self, token: Option<&str>) -> Result<Caller, Error> {
+        let token = token.ok_or_else(|| Error::Unauthenticated("the request has no Canopy-Token header".into()))?;
+        let hash = token_hash(token);
+        if let Some(caller) = self.operators.find(&hash) {
+            return Ok(caller);
+        }
+        let credentials = self.store.credential_epoch();
+        if let Some(hit) = self.session_tokens.get(&hash)
+            && hit.1 == credentials
+        {
+            return Ok(hit.0.clone());
+        }
+        let key = hash.clone();
+        let epoch = self.revocations.load(Ordering::SeqCst);
+        let resolved = self.store.read(move |conn| ops::resolve_token(conn, &key)).await?;
+        let Some(caller) = resolved else {
+            self.session_tokens.remove(&hash);
+            return Err(Error::Unauthenticated("the token is not known to this workspace".into()));
+        };
+        if caller.kind == canopy_core::AccountKind::Agent {
+            // Kept only if no session or account changed while it was read.
+            if self.store.credential_epoch() == credentials {
+                if self.session_tokens.len() >= SESSION_TOKENS_CACHED {
+                    self.session_tokens.clear();
+                }
+                self.session_tokens.insert(hash, (caller.clone(), credentials));
+            }
+            return Ok(caller);
+        }
+        if caller.is_operator() {
+            self.operators.insert(hash.clone(), caller.clone());
+            // A revocation that landed meanwhile may have read the cache before this entry.
+            if self.revocations.load(Ordering::SeqCst) != epoch {
+                self.operators.remove(&hash);
+            }
+        }
+        Ok(caller)
+    }
+
+    /// The runner a runner token belongs to.
+    pub fn authenticate_runner(&self, token: Option<&str>) -> Result<RunnerId, Error> {
+        let Some(token) = token else {
+            return Err(Error::Unauthenticated("the request has no Canopy-Token header".into()));
+        };
+        let hash = token_hash(token);
+        let runners = self.secrets.runners.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        runners.get(&hash).cloned().ok_or_else(|| Error::Unauthenticated("this method needs a runner's token".into()))
+    }
+
+    /// Forgets a revoked operator, so its very next request fails.
+    pub fn revoke_operator(&self, handle: &canopy_core::Handle) {
+        self.revocations.fetch_add(1, Ordering::SeqCst);
+        self.operators.forget(handle);
+    }
+
+    /// The token a session of `agent` in `incarnation` is given.
+    pub fn session_token(&self, agent: &str, incarnation: canopy_core::Incarnation) -> String {
+        session_token(&self.secrets.session_secret, agent, incarnation)
+    }
+}
 
 /// The operators' resolved tokens (digest and caller). A handful, so they are kept in one
 /// list and compared one by one in constant time, without a hash lookup whose timing

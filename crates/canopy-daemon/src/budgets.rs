@@ -1,49 +1,32 @@
-//! The budgets area: `agents.budget`, the holds every delivery, pull, session start and run
-//! start consults (`BudgetGate`, a snapshot read from the store after anything that can
-//! change it), renewal on the daemon's timer, role defaults from `[budgets.roles]`, and
-//! delivery of what a hold kept once it lifts.
+//! The budgets area (`Budgets`): `agents.budget`, keeping the holds snapshot (`BudgetGate`)
+//! current, renewal on the daemon's timer, role defaults from `[budgets.roles]`, and delivery
+//! of what a hold kept once it lifts.
 //!
-//! The gate is in memory so the post path pays one hash lookup per recipient; the store is
-//! the truth (spend is charged in the writer as usage is recorded) and the snapshot is
-//! re-read after every charge that crossed a limit, every budget change, every tree change
-//! and every renewal. Does not charge or sum spend (`canopy_store::budgets`) or word
-//! anything (`canopy_core::budget::say`).
+//! The store is the truth (spend is charged in the writer as usage is recorded) and the
+//! snapshot is re-read after every charge that crossed a limit, every budget change, every
+//! tree change and every renewal. Uses the store, delivery and the gate. Does not charge or
+//! sum spend (`canopy_store::budgets`) or word anything (`canopy_core::budget::say`).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use canopy_core::Error;
 use canopy_core::acl::Caller;
 use canopy_core::budget::{Amount, Scope};
 use canopy_proto::api::{AgentsBudgetRequest, AgentsBudgetResponse};
-use canopy_store::{Holds, RoleBudget, ops};
+use canopy_store::{RoleBudget, Store, ops};
 
-use crate::context::Api;
+use crate::delivery::Delivery;
+use crate::holds::BudgetGate;
 
-/// Who is held by a spent budget, and who is near one: the snapshot the daemon checks.
-#[derive(Debug, Default)]
-pub struct BudgetGate {
-    holds: RwLock<Arc<Holds>>,
-}
-
-impl BudgetGate {
-    /// The holds as of the last refresh.
-    pub fn snapshot(&self) -> Arc<Holds> {
-        self.holds.read().map(|h| h.clone()).unwrap_or_default()
-    }
-
-    /// Why `handle` is held, if a spent budget covers it.
-    pub fn hold(&self, handle: &str) -> Option<String> {
-        self.holds.read().ok()?.held.get(handle).cloned()
-    }
-
-    /// Installs new holds; returns who is no longer held.
-    fn replace(&self, holds: Holds) -> Vec<String> {
-        let Ok(mut current) = self.holds.write() else { return Vec::new() };
-        let released = current.held.keys().filter(|h| !holds.held.contains_key(*h)).cloned().collect();
-        *current = Arc::new(holds);
-        released
-    }
+/// The budgets area. Cheap to clone.
+#[derive(Clone)]
+pub struct Budgets {
+    store: Store,
+    delivery: Delivery,
+    gate: Arc<BudgetGate>,
+    /// `[budgets.roles]`, as the store applies it.
+    role_budgets: Arc<Vec<RoleBudget>>,
 }
 
 /// `[budgets.roles]` as the store takes it.
@@ -76,7 +59,16 @@ fn period(text: Option<&str>) -> Result<Option<i64>, Error> {
     }
 }
 
-impl Api {
+impl Budgets {
+    pub fn new(store: Store, delivery: Delivery, gate: Arc<BudgetGate>, config: &canopy_config::Config) -> Self {
+        Budgets { store, delivery, gate, role_budgets: Arc::new(role_budgets(config)) }
+    }
+
+    /// The holds snapshot every delivery and start consults.
+    pub fn gate(&self) -> &BudgetGate {
+        &self.gate
+    }
+
     pub(crate) async fn agents_budget(
         &self,
         caller: Caller,
@@ -110,7 +102,7 @@ impl Api {
 
     /// Reads the holds again; what a lifted hold kept is delivered (its runner rung, and
     /// runners told to sync for sessions that were kept from starting).
-    pub(crate) async fn refresh_budgets(&self) -> Vec<String> {
+    pub async fn refresh_budgets(&self) -> Vec<String> {
         let holds = match self.store.read(ops::holds).await {
             Ok(holds) => holds,
             Err(e) => {
@@ -118,11 +110,11 @@ impl Api {
                 return Vec::new();
             }
         };
-        let released = self.budgets.replace(holds);
+        let released = self.gate.replace(holds);
         if !released.is_empty() {
             tracing::info!(agents = released.len(), "budget holds lifted");
             self.ring_agents(&released).await;
-            self.poke_runners().await;
+            self.delivery.poke_runners().await;
         }
         released
     }
@@ -141,7 +133,7 @@ impl Api {
     /// After the tree changed (an agent, a child or a run is new, or moved): gives agents and
     /// runs of roles with a `[budgets.roles]` default the ones they lack, and reads the holds
     /// again, before any runner is told to start a session.
-    pub(crate) async fn tree_changed(&self) {
+    pub async fn tree_changed(&self) {
         if !self.role_budgets.is_empty() {
             let defaults = self.role_budgets.clone();
             if let Err(e) = self.store.write(move |conn| ops::sync_role_budgets(conn, &defaults)).await {
@@ -151,23 +143,19 @@ impl Api {
         self.refresh_budgets().await;
     }
 
-    /// Refuses to start spending for an agent a spent budget covers.
-    pub(crate) fn require_budget(&self, handle: &str, what: &str) -> Result<(), Error> {
-        match self.budgets.hold(handle) {
-            None => Ok(()),
-            Some(why) => Err(Error::LimitExceeded(format!("no {what} starts for @{handle}: {why}"))),
-        }
-    }
-
     /// Rings the runners of these agents' live sessions.
     async fn ring_agents(&self, handles: &[String]) {
         let names = handles.to_vec();
-        let Ok(entries) = self
+        let entries = self
             .store
             .read(move |conn| Ok(names.iter().filter_map(|h| ops::roster_entry(conn, h).ok()).collect::<Vec<_>>()))
-            .await
-        else {
-            return;
+            .await;
+        let entries = match entries {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the runners of released agents failed; they resync on their timer");
+                return;
+            }
         };
         let mut by_runner: BTreeMap<canopy_core::RunnerId, Vec<String>> = BTreeMap::new();
         for entry in entries {
@@ -175,6 +163,6 @@ impl Api {
                 by_runner.entry(runner).or_default().push(entry.handle.to_string());
             }
         }
-        self.ring(by_runner).await;
+        self.delivery.ring(by_runner).await;
     }
 }

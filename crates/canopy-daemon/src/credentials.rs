@@ -1,207 +1,223 @@
-//! The workspace's NATS logins and runner credentials: created at `init` (and by a start that
-//! finds one missing), added and removed per runner, rotated on request, and turned into the
-//! managed server's users with the permissions `canopy_proto::access` gives each party.
-//!
-//! Every secret is 256 random bits in a 0600 file under `credentials/` (0700), which no
-//! session's sandbox binds. A user's name carries a random suffix that changes at every
-//! rotation, so the server's reload closes every connection made with an old password. Does
-//! not serve the API (`runners_add` and the rest are in `sessions`), or know the file shapes
-//! (`canopy_config::credentials`).
+//! The credentials area (`Credentials`): operators (`operators.*`: more of them, and
+//! revocation, below the API too), runner credentials (`runners.add`, `runners.remove`) and
+//! `credentials.rotate`, each applied to the managed NATS server's users and audited. Uses
+//! the store, `Auth` (the runner tokens, an operator's revocation), the credential files
+//! (`logins`), the managed server and delivery (runners told to sync). Does not resolve a
+//! token to its caller (`auth`).
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use canopy_bus::NatsUser;
-use canopy_config::credentials::{self as files, NatsLogin, RunnerCredential};
-use canopy_config::{DataDir, EMBEDDED_RUNNER};
-use canopy_core::{Error, RunnerId};
-use canopy_proto::{Party, Subjects};
+use canopy_core::acl::Caller;
+use canopy_core::{Error, Handle};
+use canopy_proto::Subjects;
+use canopy_proto::api::*;
+use canopy_store::{Store, ops};
 
-use crate::auth::{random_hex, token_hash, write_private};
+use crate::auth::{self, Auth};
+use crate::delivery::Delivery;
+use crate::edge::display_name;
+use crate::logins;
 
-/// Everything the daemon needs of the credentials.
+/// The credentials area. Cheap to clone.
 #[derive(Clone)]
 pub struct Credentials {
-    pub daemon: NatsLogin,
-    pub operator: NatsLogin,
-    pub runners: Vec<RunnerCredential>,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ids: Vec<&str> = self.runners.iter().map(|r| r.runner_id.as_str()).collect();
-        f.debug_struct("Credentials").field("runners", &ids).finish_non_exhaustive()
-    }
+    store: Store,
+    auth: Auth,
+    delivery: Delivery,
+    subjects: Subjects,
+    data_dir: PathBuf,
+    workspace_id: String,
+    /// The managed NATS server, reloaded when credentials change; `None` for an external one.
+    nats: Option<Arc<canopy_bus::ManagedNats>>,
+    /// One credential change at a time, held until the server has reloaded.
+    lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Credentials {
-    /// The managed server's users: one per party, each with its permissions.
-    pub fn users(&self, subjects: &Subjects) -> Vec<NatsUser> {
-        let user = |login: &NatsLogin, party: Party<'_>| NatsUser {
-            user: login.user.clone(),
-            password: login.password.clone(),
-            permissions: subjects.permissions(party),
-        };
-        let mut users = vec![user(&self.daemon, Party::Daemon), user(&self.operator, Party::Operator)];
-        for runner in &self.runners {
-            // Ids in files were parsed when they were added; a hand-made bad one is skipped.
-            if let Ok(id) = RunnerId::parse(&runner.runner_id) {
-                users.push(user(&runner.nats, Party::Runner(&id)));
+    pub fn new(
+        store: Store,
+        auth: Auth,
+        delivery: Delivery,
+        subjects: Subjects,
+        data_dir: PathBuf,
+        workspace_id: String,
+        nats: Option<Arc<canopy_bus::ManagedNats>>,
+    ) -> Self {
+        Credentials { store, auth, delivery, subjects, data_dir, workspace_id, nats, lock: Arc::default() }
+    }
+}
+
+/// Operators: more of them, and revocation.
+impl Credentials {
+    pub(crate) async fn operators_add(
+        &self,
+        _operator: Caller,
+        req: OperatorsAddRequest,
+    ) -> Result<OperatorsAddResponse, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let display_name = display_name(&req.name.unwrap_or_else(|| handle.to_string()))?;
+        let token = auth::new_token().map_err(|e| Error::Internal(format!("generating a token: {e}")))?;
+        let spec = canopy_store::OperatorSpec { handle, display_name, token_hash: auth::token_hash(&token) };
+        let account = self.store.write(move |conn| ops::create_operator(conn, &spec)).await?;
+        Ok(OperatorsAddResponse { account, token })
+    }
+
+    pub(crate) async fn operators_list(
+        &self,
+        _operator: Caller,
+        _: OperatorsListRequest,
+    ) -> Result<OperatorsListResponse, Error> {
+        Ok(OperatorsListResponse { operators: self.store.read(ops::operators).await? })
+    }
+
+    /// Revokes an operator and drops it from the token cache, so its very next request fails.
+    pub(crate) async fn operators_revoke(
+        &self,
+        caller: Caller,
+        req: OperatorsRevokeRequest,
+    ) -> Result<canopy_core::Account, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let target = handle.clone();
+        let by = caller.clone();
+        let account = self.store.write(move |conn| ops::revoke_operator(conn, &by, &target)).await?;
+        self.auth.revoke_operator(&handle);
+        // Below the API too: operators share one NATS login, so it changes, and the revoked
+        // operator's client is closed at the reload (the others log in again from the file).
+        self.rotate_operator_login(&caller, handle.as_str()).await?;
+        Ok(account)
+    }
+}
+
+/// How long after answering a credential change the NATS server reloads its users.
+const RELOAD_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long a runner token replaced by a rotation is still accepted: a runner re-reads its
+/// credential before each sync, and its calls in between must not be lost.
+const OLD_TOKENS_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runner credentials and rotation. One change at a time (`lock`, held until the server has
+/// reloaded): the files change first, then the token map, the audit record, and, after the
+/// reply, the server's users, read from the files as they are then.
+impl Credentials {
+    pub(crate) async fn runners_add(
+        &self,
+        caller: Caller,
+        req: RunnersAddRequest,
+    ) -> Result<RunnersAddResponse, Error> {
+        let id = canopy_core::RunnerId::parse(&req.id).map_err(|e| Error::name("id", e))?;
+        let guard = self.lock.clone().lock_owned().await;
+        let dir = canopy_config::DataDir::new(&self.data_dir);
+        let credential = logins::add_runner(&dir, &self.workspace_id, &id)?;
+        let applied = self.credentials_changed(guard, &caller, "runners.add", id.as_str(), false).await?;
+        Ok(RunnersAddResponse {
+            path: dir.runner_credential(id.as_str()).display().to_string(),
+            credential: RunnerCredentialWire {
+                workspace_id: credential.workspace_id,
+                runner_id: id,
+                nats_user: credential.nats.user,
+                nats_password: credential.nats.password,
+                token: credential.token,
+            },
+            applied: applied.applied,
+        })
+    }
+
+    /// Revokes a runner: its credential, its connection (at the reload), its live sessions.
+    pub(crate) async fn runners_remove(
+        &self,
+        caller: Caller,
+        req: RunnersRemoveRequest,
+    ) -> Result<CredentialsChangedResponse, Error> {
+        let id = canopy_core::RunnerId::parse(&req.id).map_err(|e| Error::name("id", e))?;
+        let guard = self.lock.clone().lock_owned().await;
+        logins::remove_runner(&canopy_config::DataDir::new(&self.data_dir), &id)?;
+        let changed = self.credentials_changed(guard, &caller, "runners.remove", id.as_str(), false).await?;
+        let ended = self.store.write(move |conn| ops::forget_runner(conn, &id)).await?;
+        if ended > 0 {
+            self.delivery.poke_runners().await;
+        }
+        Ok(changed)
+    }
+
+    pub(crate) async fn credentials_rotate(
+        &self,
+        caller: Caller,
+        _req: CredentialsRotateRequest,
+    ) -> Result<CredentialsChangedResponse, Error> {
+        let guard = self.lock.clone().lock_owned().await;
+        // Whatever the rotation managed to write is applied, even when it stopped partway:
+        // the server must accept the passwords the files now hold.
+        let rotated = logins::rotate(&canopy_config::DataDir::new(&self.data_dir), &self.workspace_id);
+        let changed = self.credentials_changed(guard, &caller, "credentials.rotate", "all", true).await?;
+        rotated.map(|_| changed)
+    }
+
+    /// A new NATS login for operator clients (a revoked operator keeps no way in below the
+    /// API), applied like any credential change.
+    pub(crate) async fn rotate_operator_login(&self, caller: &Caller, revoked: &str) -> Result<(), Error> {
+        let guard = self.lock.clone().lock_owned().await;
+        logins::rotate_operator(&canopy_config::DataDir::new(&self.data_dir))?;
+        self.credentials_changed(guard, caller, "credentials.rotate_operator", revoked, false).await.map(|_| ())
+    }
+
+    /// Applies the credential files as they now are: the runner tokens (with `keep_old`, the
+    /// replaced ones stay valid for `OLD_TOKENS_FOR`), the audit log, and the managed server's
+    /// users (a reload after the reply, which closes the connections of renamed users, the
+    /// caller's and the daemon's own included; they log in again from their files).
+    async fn credentials_changed(
+        &self,
+        guard: tokio::sync::OwnedMutexGuard<()>,
+        caller: &Caller,
+        action: &'static str,
+        target: &str,
+        keep_old: bool,
+    ) -> Result<CredentialsChangedResponse, Error> {
+        let dir = canopy_config::DataDir::new(&self.data_dir);
+        let now = logins::load(&dir)?;
+        if let Ok(mut tokens) = self.auth.secrets.runners.write() {
+            let fresh = now.runner_tokens();
+            if keep_old {
+                // The old tokens stay beside the new ones for a while, then go.
+                let secrets = self.auth.secrets.clone();
+                let current = fresh.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(OLD_TOKENS_FOR).await;
+                    if let Ok(mut tokens) = secrets.runners.write() {
+                        tokens.retain(|hash, _| current.contains_key(hash));
+                    }
+                });
+            } else {
+                tokens.clear();
             }
+            tokens.extend(fresh);
         }
-        users
-    }
-
-    /// Runner token hash -> runner id.
-    pub fn runner_tokens(&self) -> HashMap<String, RunnerId> {
-        self.runners.iter().filter_map(|r| Some((token_hash(&r.token), RunnerId::parse(&r.runner_id).ok()?))).collect()
-    }
-
-    /// The user names, for a reply.
-    pub fn user_names(&self) -> Vec<String> {
-        let mut names = vec![self.daemon.user.clone(), self.operator.user.clone()];
-        names.extend(self.runners.iter().map(|r| r.nats.user.clone()));
-        names
-    }
-}
-
-fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
-    move |e| Error::Internal(format!("{what}: {e}"))
-}
-
-fn invalid(e: files::CredentialError) -> Error {
-    Error::Internal(e.to_string())
-}
-
-fn login(role: &str) -> Result<NatsLogin, Error> {
-    let suffix = random_hex(4).map_err(io("generating a NATS user name".into()))?;
-    let password = random_hex(32).map_err(io("generating a NATS password".into()))?;
-    Ok(NatsLogin { user: format!("{role}-{suffix}"), password })
-}
-
-fn runner_credential(workspace_id: &str, id: &RunnerId) -> Result<RunnerCredential, Error> {
-    let token = format!("cnr_{}", random_hex(32).map_err(io("generating a runner token".into()))?);
-    Ok(RunnerCredential {
-        workspace_id: workspace_id.to_owned(),
-        runner_id: id.to_string(),
-        nats: login(&format!("runner-{id}"))?,
-        token,
-    })
-}
-
-fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Error> {
-    write_private(path, &files::to_text(value)).map_err(io(format!("writing {}", path.display())))
-}
-
-fn private_dir(path: &Path) -> Result<(), Error> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(path).map_err(io(format!("creating {}", path.display())))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
-        .map_err(io(format!("restricting {}", path.display())))
-}
-
-/// Creates whichever credential is missing (the daemon's and the operators' logins, the
-/// embedded runner's credential) and returns them all.
-pub fn ensure(dir: &DataDir, workspace_id: &str) -> Result<Credentials, Error> {
-    private_dir(&dir.credentials())?;
-    private_dir(&dir.runner_credentials())?;
-    for (path, role) in [(dir.daemon_login(), "daemon"), (dir.operator_login(), "operator")] {
-        if !path.exists() {
-            write_json(&path, &login(role)?)?;
-        }
-    }
-    let embedded = dir.runner_credential(EMBEDDED_RUNNER);
-    if !embedded.exists() {
-        let id = RunnerId::from_trusted(EMBEDDED_RUNNER.to_owned());
-        write_json(&embedded, &runner_credential(workspace_id, &id)?)?;
-    }
-    load(dir)
-}
-
-/// Reads every credential.
-pub fn load(dir: &DataDir) -> Result<Credentials, Error> {
-    Ok(Credentials {
-        daemon: files::read(&dir.daemon_login()).map_err(invalid)?,
-        operator: files::read(&dir.operator_login()).map_err(invalid)?,
-        runners: files::runners(dir).map_err(invalid)?,
-    })
-}
-
-/// A new runner's credential, written to its file. Refuses an id that has one.
-pub fn add_runner(dir: &DataDir, workspace_id: &str, id: &RunnerId) -> Result<RunnerCredential, Error> {
-    let path = dir.runner_credential(id.as_str());
-    if path.exists() {
-        return Err(Error::AlreadyExists { field: "id", what: format!("a credential for runner {id}") });
-    }
-    let credential = runner_credential(workspace_id, id)?;
-    write_json(&path, &credential)?;
-    Ok(credential)
-}
-
-/// Deletes a runner's credential. The embedded runner's cannot go (rotate it instead).
-pub fn remove_runner(dir: &DataDir, id: &RunnerId) -> Result<(), Error> {
-    if id.as_str() == EMBEDDED_RUNNER {
-        return Err(Error::invalid("id", "the embedded runner's credential stays; rotate it instead"));
-    }
-    let path = dir.runner_credential(id.as_str());
-    match std::fs::remove_file(&path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(Error::NotFound { field: "id", what: format!("a credential for runner {id}") })
-        }
-        Err(e) => Err(io(format!("removing {}", path.display()))(e)),
-    }
-}
-
-/// A new login for operator clients (after a revocation).
-pub fn rotate_operator(dir: &DataDir) -> Result<(), Error> {
-    write_json(&dir.operator_login(), &login("operator")?)
-}
-
-/// New logins and tokens for everyone, every file rewritten.
-pub fn rotate(dir: &DataDir, workspace_id: &str) -> Result<Credentials, Error> {
-    let old = load(dir)?;
-    write_json(&dir.daemon_login(), &login("daemon")?)?;
-    write_json(&dir.operator_login(), &login("operator")?)?;
-    for runner in &old.runners {
-        let id = RunnerId::from_trusted(runner.runner_id.clone());
-        write_json(&dir.runner_credential(id.as_str()), &runner_credential(workspace_id, &id)?)?;
-    }
-    load(dir)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
-    use super::*;
-
-    #[test]
-    fn credentials_are_private_complete_and_rotate_to_new_users() {
-        use std::os::unix::fs::PermissionsExt;
-        let root = tempfile::tempdir().unwrap();
-        let dir = DataDir::new(root.path());
-        let first = ensure(&dir, "ws-1").unwrap();
-        assert_eq!(first.runners.len(), 1, "the embedded runner has a credential");
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(&dir.credentials()), 0o700);
-        assert_eq!(mode(&dir.daemon_login()), 0o600);
-        assert_eq!(mode(&dir.runner_credential(EMBEDDED_RUNNER)), 0o600);
-        let again = ensure(&dir, "ws-1").unwrap();
-        assert_eq!(again.daemon.password, first.daemon.password, "ensure keeps what exists");
-
-        let id = RunnerId::parse("build-box").unwrap();
-        add_runner(&dir, "ws-1", &id).unwrap();
-        assert!(add_runner(&dir, "ws-1", &id).is_err(), "an id gets one credential");
-        assert_eq!(load(&dir).unwrap().runner_tokens().len(), 2);
-
-        let rotated = rotate(&dir, "ws-1").unwrap();
-        assert_ne!(rotated.daemon.user, first.daemon.user, "a rotation renames the users");
-        assert_ne!(rotated.daemon.password, first.daemon.password);
-        let old_tokens = load(&dir).unwrap().runner_tokens();
-        assert!(!old_tokens.contains_key(&token_hash(&first.runners[0].token)));
-
-        remove_runner(&dir, &id).unwrap();
-        assert!(remove_runner(&dir, &RunnerId::parse(EMBEDDED_RUNNER).unwrap()).is_err());
-        assert_eq!(load(&dir).unwrap().runners.len(), 1);
+        let applied = match &self.nats {
+            Some(nats) => {
+                let (nats, subjects) = (nats.clone(), self.subjects.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(RELOAD_AFTER).await;
+                    // The files as they are now; the lock keeps the next change out until then.
+                    match logins::load(&dir) {
+                        Ok(now) => {
+                            if let Err(e) = nats.reload(&now.users(&subjects)) {
+                                tracing::error!(error = %e, "reloading the NATS server's users failed");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "reading the credentials to reload the NATS server failed")
+                        }
+                    }
+                    drop(guard);
+                });
+                true
+            }
+            None => false,
+        };
+        let (caller, target, detail) =
+            (caller.clone(), target.to_owned(), if applied { "applied" } else { "install canopy nats-config" });
+        self.store.write(move |conn| ops::record_act(conn, &caller, action, &target, detail)).await?;
+        tracing::info!(action, applied, "credentials changed");
+        Ok(CredentialsChangedResponse { users: now.user_names(), applied })
     }
 }

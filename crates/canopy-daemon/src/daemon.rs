@@ -1,8 +1,10 @@
 //! The daemon's lifecycle: lock the directory, start (or join) NATS, serve the API, stop.
 //!
-//! Start-up order is the dependency order: configuration, the directory lock, the store,
-//! NATS, the API subscription, and only then `daemon.json`, so a CLI that finds that file
-//! finds a daemon that answers. Shutdown runs it backwards: stop taking requests, let
+//! Start-up is a list of named stages in dependency order: the directory lock, the store
+//! (`open_store`), NATS and the API subscription (`connect`), the areas (`build_api`), what a
+//! stopped daemon left (`recover`), serving (`Served`), the console, `daemon.json` and the
+//! embedded runner (`Clients`: a CLI that finds `daemon.json` finds a daemon that answers),
+//! and the timers (`background`). Shutdown runs it backwards: stop taking requests, let
 //! in-flight ones finish within the grace period, close the store (its writer drains its
 //! queue), drain NATS, stop the managed server, remove `daemon.json`.
 
@@ -15,15 +17,15 @@ use canopy_bus::{ApiClient, Bus, Login, ManagedNats, NatsServerConfig, find_nats
 use canopy_config::credentials::read_login;
 use canopy_proto::{Party, Subjects};
 use canopy_store::Store;
-use futures_util::StreamExt;
 
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{load_or_create, write_private};
-use crate::context::{Api, Secrets, refusal};
+use crate::api::{Api, Parts};
+use crate::auth::{Secrets, load_or_create, write_private};
 use crate::roles::{RoleDefaults, ScriptCheck};
+use crate::serve::{InProcess, serve};
 use canopy_config::{Config, ConfigError};
 use canopy_config::{ConnectionInfo, DataDir};
 
@@ -107,25 +109,83 @@ pub enum DaemonError {
     Runner(String),
 }
 
-/// Runs the daemon until `shutdown` resolves.
+/// Runs the daemon until `shutdown` resolves: its stages in dependency order, then backwards.
 pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
-    let dir = options.dir.clone();
-    tokio::pin!(shutdown);
-    let config = Arc::new(options.config);
+    let DaemonOptions { dir, config, nats_url, embedded, web, client, check_script, git } = options;
+    let config = Arc::new(config);
     if !dir.db().exists() {
         return Err(DaemonError::NoWorkspace { dir: dir.root().display().to_string() });
     }
     let _lock = lock(&dir)?;
+    let (store, workspace) = open_store(&dir, &config).await?;
+    let link = connect(&dir, &config, &workspace, nats_url).await?;
+    let api = build_api(&dir, &config, &store, &link, &workspace, check_script, git)?;
+    recover(&dir, &api, &store).await?;
+    let Link { nats, url, bus, requests, subjects, .. } = link;
+    let served = Served::start(api.clone(), &config, requests, &bus, &subjects);
+    let clients = Clients::start(&dir, &config, &served.in_process, web, embedded, &workspace, &url).await?;
+    if let Some(client) = client
+        && client.send(served.in_process.clone()).is_err()
+    {
+        tracing::debug!("the composition root stopped waiting for its in-process client");
+    }
+    let background = background(&api, &config);
+
+    shutdown.await;
+    tracing::info!("canopy daemon stopping");
+    for task in background {
+        task.abort();
+    }
+    clients.stop().await;
+    served.stop(config.daemon.shutdown_grace).await;
+    drop(api);
+    if let Err(e) = std::fs::remove_file(dir.daemon_json()) {
+        tracing::warn!(error = %e, path = %dir.daemon_json().display(), "removing the connection file failed");
+    }
+    store.close().await;
+    bus.drain().await;
+    if let Some(nats) = nats {
+        nats.shutdown().await;
+    }
+    tracing::info!("canopy daemon stopped");
+    Ok(())
+}
+
+/// Opens the store and reads the workspace row.
+async fn open_store(dir: &DataDir, config: &Config) -> Result<(Store, canopy_core::Workspace), DaemonError> {
     let store = Store::open(&dir.db(), config.daemon.store_queue)?;
     let workspace = store
         .read(canopy_store::ops::workspace)
         .await?
         .ok_or_else(|| DaemonError::NoWorkspace { dir: dir.root().display().to_string() })?;
+    Ok((store, workspace))
+}
 
+/// The daemon's NATS: the managed server (or the given one), its connection, the API
+/// subscription.
+struct Link {
+    nats: Option<Arc<ManagedNats>>,
+    url: String,
+    bus: Bus,
+    requests: Requests,
+    subjects: Subjects,
+    credentials: crate::logins::Credentials,
+}
+
+/// The API subscription's requests.
+type Requests = std::pin::Pin<Box<dyn futures_util::Stream<Item = canopy_bus::Incoming> + Send>>;
+
+/// Starts (or joins) NATS and subscribes to the API.
+async fn connect(
+    dir: &DataDir,
+    config: &Config,
+    workspace: &canopy_core::Workspace,
+    nats_url: Option<String>,
+) -> Result<Link, DaemonError> {
     let subjects = Subjects::new(&workspace.id);
-    let credentials = crate::credentials::ensure(&dir, &workspace.id)?;
-    let (nats, url) = match &options.nats_url {
-        Some(url) => (None, url.clone()),
+    let credentials = crate::logins::ensure(dir, &workspace.id)?;
+    let (nats, url) = match nats_url {
+        Some(url) => (None, url),
         None => {
             let nats = ManagedNats::start(NatsServerConfig {
                 bin: find_nats_server()?,
@@ -142,46 +202,53 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let login_file = dir.daemon_login();
     let login = Login::reading(move || read_login(&login_file), Some(subjects.inbox(Party::Daemon)));
     let bus = Bus::connect(&url, &login, "canopy-daemon", true).await?;
-    let requests = bus.serve(&subjects.api_wildcard(), API_QUEUE).await?;
+    let requests: Requests = Box::pin(bus.serve(&subjects.api_wildcard(), API_QUEUE).await?);
     bus.flush().await?;
+    Ok(Link { nats, url, bus, requests, subjects, credentials })
+}
 
+/// Builds the areas from the configuration, the bundle, the role defaults and the secrets.
+fn build_api(
+    dir: &DataDir,
+    config: &Arc<Config>,
+    store: &Store,
+    link: &Link,
+    workspace: &canopy_core::Workspace,
+    check_script: ScriptCheck,
+    git: canopy_workspace::Git,
+) -> Result<Api, DaemonError> {
     let secrets = Arc::new(Secrets {
-        runners: std::sync::RwLock::new(credentials.runner_tokens()),
+        runners: std::sync::RwLock::new(link.credentials.runner_tokens()),
         session_secret: secret(&dir.session_secret(), "")?,
     });
-    let roles = Arc::new(RoleDefaults::resolve(&config, &dir.config(), dir.root(), options.check_script)?);
+    let roles = Arc::new(RoleDefaults::resolve(config, &dir.config(), dir.root(), check_script)?);
     for (key, why) in &roles.warnings {
         tracing::warn!(key = %key, "{why}");
     }
-    let prompts = Arc::new(crate::prompts::Prompts::open(&config, &dir.config(), dir.root())?);
-    let api = Api {
+    let bundles = Arc::new(crate::bundle::Bundles::open(config, &dir.config(), dir.root())?);
+    Ok(Api::build(Parts {
         store: store.clone(),
-        bus: bus.clone(),
-        subjects: subjects.clone(),
+        wire: Arc::new(link.bus.clone()),
+        subjects: link.subjects.clone(),
         config: config.clone(),
         roles,
+        bundles,
         secrets,
         data_dir: dir.root().to_owned(),
-        loops: Arc::default(),
-        operators: Arc::default(),
-        session_tokens: Arc::default(),
-        revocations: Arc::default(),
-        prompts,
-        role_cache: Arc::default(),
-        nats: nats.clone(),
-        credentials_lock: Arc::default(),
+        nats: link.nats.clone(),
+        git: Arc::new(git),
         workspace_id: workspace.id.clone(),
-        git: Arc::new(options.git.clone()),
-        repo_locks: Arc::default(),
-        finishing: Arc::default(),
-        preparing: Arc::default(),
-        budgets: Arc::default(),
-        role_budgets: Arc::new(crate::budgets::role_budgets(&config)),
-    };
-    api.register_configured_repos()
+    }))
+}
+
+/// What a stopped daemon left: configured repositories registered, half-done merges and
+/// checkouts picked up, the previous embedded runner's sessions ended, budgets read.
+async fn recover(dir: &DataDir, api: &Api, store: &Store) -> Result<(), DaemonError> {
+    api.repos
+        .register_configured_repos()
         .await
         .map_err(|(key, e)| DaemonError::Config(ConfigError { path: dir.config(), key, message: e.to_string() }))?;
-    api.recover_workspaces().await;
+    api.repos.recover_workspaces().await;
     // The embedded runner of an earlier daemon process died with it: its sessions end now,
     // not when its heartbeat expires, so nothing is shown or routed to a dead runner.
     let embedded = canopy_core::RunnerId::from_trusted(canopy_config::EMBEDDED_RUNNER.to_owned());
@@ -195,224 +262,148 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         Ok(ended) => tracing::info!(ended, "ended the previous embedded runner's sessions"),
         Err(e) => tracing::warn!(error = %e, "ending the previous embedded runner's sessions failed"),
     }
-    api.tree_changed().await;
-    api.check_budgets().await;
+    api.budgets.tree_changed().await;
+    api.budgets.check_budgets().await;
+    Ok(())
+}
 
-    // Serve the API in its own task, so it keeps answering while the runner shuts down.
-    let serving = CancellationToken::new();
-    let tracker = TaskTracker::new();
-    // One bound on requests in flight, over NATS or in process.
-    let permits = Arc::new(Semaphore::new(config.daemon.max_in_flight));
-    let shared = Arc::new(api.clone());
-    let server = tokio::spawn(serve(shared.clone(), permits.clone(), requests, serving.clone(), tracker.clone()));
-    // The clients in this process (the embedded runner, the console) call the handler directly.
-    let local: Arc<dyn canopy_bus::api::LocalApi> =
-        Arc::new(InProcess { api: shared, permits, tracker: tracker.clone() });
-    let in_process = ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout).in_process(local);
+/// The API being served: over NATS in its own task (so it keeps answering while the runner
+/// shuts down), and in process for the clients in this process.
+struct Served {
+    server: tokio::task::JoinHandle<()>,
+    serving: CancellationToken,
+    tracker: TaskTracker,
+    in_process: ApiClient,
+}
 
-    // The console, when on: a failure to serve it (its port taken) is logged, not fatal, so
-    // the agents keep running; `canopy web` then says the daemon serves no console.
-    let web = match options.web {
-        Some(start) if config.web.enabled => match start(dir.clone(), (*config).clone(), in_process.clone()).await {
-            Ok(started) => Some(started),
-            Err(e) => {
-                tracing::error!(error = %e, "the operator console could not start; the daemon runs without it");
-                None
-            }
-        },
-        _ => None,
-    };
-    let info = ConnectionInfo {
-        workspace_id: workspace.id.clone(),
-        nats_url: url.clone(),
-        pid: std::process::id(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        web_url: web.as_ref().map(|(url, _)| url.clone()),
-    };
-    let info_text = serde_json::to_string_pretty(&info).unwrap_or_default();
-    write_private(&dir.daemon_json(), &info_text)
-        .map_err(|source| DaemonError::Io { what: format!("writing {}", dir.daemon_json().display()), source })?;
-    tracing::info!(workspace = %workspace.id, nats = %url, dir = %dir.root().display(), "canopy daemon ready");
-
-    let runner = match options.embedded {
-        Some(start) if config.runner.embedded => {
-            Some(start(dir.clone(), (*config).clone(), in_process.clone()).await.map_err(DaemonError::Runner)?)
-        }
-        _ => None,
-    };
-    if let Some(client) = options.client {
-        let _ = client.send(in_process);
+impl Served {
+    fn start(
+        api: Api,
+        config: &Config,
+        requests: Requests,
+        bus: &Bus,
+        subjects: &Subjects,
+    ) -> Served {
+        let serving = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        // One bound on requests in flight, over NATS or in process.
+        let permits = Arc::new(Semaphore::new(config.daemon.max_in_flight));
+        let shared = Arc::new(api);
+        let wire: Arc<dyn crate::wire::Wire> = Arc::new(bus.clone());
+        let server =
+            tokio::spawn(serve(wire, shared.clone(), permits.clone(), requests, serving.clone(), tracker.clone()));
+        // The clients in this process (the embedded runner, the console) call the handler directly.
+        let local: Arc<dyn canopy_bus::api::LocalApi> =
+            Arc::new(InProcess { api: shared, permits, tracker: tracker.clone() });
+        let in_process =
+            ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout).in_process(local);
+        Served { server, serving, tracker, in_process }
     }
-    let stall_check = tokio::spawn({
+
+    /// Stops taking requests and lets those in flight finish within `grace`.
+    async fn stop(self, grace: Duration) {
+        self.serving.cancel();
+        if let Err(e) = self.server.await {
+            tracing::warn!(error = %e, "the API's request loop ended abnormally");
+        }
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
+            tracing::warn!(?grace, "in-flight requests did not finish within the grace period");
+        }
+    }
+}
+
+/// What the daemon hosts once its API answers: the console and the embedded runner, and
+/// `daemon.json` written between them (so a CLI that finds it finds a daemon that answers).
+struct Clients {
+    web: Option<StopEmbedded>,
+    runner: Option<StopEmbedded>,
+}
+
+impl Clients {
+    async fn start(
+        dir: &DataDir,
+        config: &Arc<Config>,
+        in_process: &ApiClient,
+        web: Option<Web>,
+        embedded: Option<Embedded>,
+        workspace: &canopy_core::Workspace,
+        url: &str,
+    ) -> Result<Clients, DaemonError> {
+        // The console, when on: a failure to serve it (its port taken) is logged, not fatal, so
+        // the agents keep running; `canopy web` then says the daemon serves no console.
+        let web = match web {
+            Some(start) if config.web.enabled => match start(dir.clone(), (**config).clone(), in_process.clone()).await {
+                Ok(started) => Some(started),
+                Err(e) => {
+                    tracing::error!(error = %e, "the operator console could not start; the daemon runs without it");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let info = ConnectionInfo {
+            workspace_id: workspace.id.clone(),
+            nats_url: url.to_owned(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            web_url: web.as_ref().map(|(url, _)| url.clone()),
+        };
+        let info_text = serde_json::to_string_pretty(&info)
+            .map_err(|e| DaemonError::Io { what: "encoding daemon.json".into(), source: std::io::Error::other(e) })?;
+        write_private(&dir.daemon_json(), &info_text)
+            .map_err(|source| DaemonError::Io { what: format!("writing {}", dir.daemon_json().display()), source })?;
+        tracing::info!(workspace = %workspace.id, nats = %url, dir = %dir.root().display(), "canopy daemon ready");
+        let runner = match embedded {
+            Some(start) if config.runner.embedded => Some(
+                start(dir.clone(), (**config).clone(), in_process.clone()).await.map_err(DaemonError::Runner)?,
+            ),
+            _ => None,
+        };
+        Ok(Clients { web: web.map(|(_, stop)| stop), runner })
+    }
+
+    async fn stop(self) {
+        if let Some(stop) = self.web {
+            stop().await;
+        }
+        if let Some(stop) = self.runner {
+            stop().await;
+        }
+    }
+}
+
+/// The daemon's own timers: the periodic checks, and the text index filled behind posts.
+fn background(api: &Api, config: &Config) -> Vec<tokio::task::JoinHandle<()>> {
+    let every = (config.sessions.stall_after.min(config.runs.timeout) / 4)
+        .clamp(Duration::from_millis(200), Duration::from_secs(30));
+    let prune_every = config.retention.interval;
+    let checks = tokio::spawn({
         let api = api.clone();
-        let every = (config.sessions.stall_after.min(config.runs.timeout) / 4)
-            .clamp(Duration::from_millis(200), Duration::from_secs(30));
-        let prune_every = config.retention.interval;
         async move {
             let mut tick = tokio::time::interval(every);
             let mut last_prune: Option<tokio::time::Instant> = None;
             loop {
                 tick.tick().await;
-                api.check_stalled().await;
-                api.check_runners().await;
-                api.check_mailboxes().await;
-                api.check_requests().await;
-                api.check_budgets().await;
-                if let Err(e) = api.expire_runs().await {
+                api.sessions.check_stalled().await;
+                api.sessions.check_runners().await;
+                api.sessions.check_mailboxes().await;
+                api.gate.check_requests().await;
+                api.budgets.check_budgets().await;
+                if let Err(e) = api.runs.expire().await {
                     tracing::warn!(error = %e, "checking subagent run deadlines failed");
                 }
                 if last_prune.is_none_or(|at| at.elapsed() >= prune_every) {
                     last_prune = Some(tokio::time::Instant::now());
-                    api.prune_records().await;
-                    api.prune_checkouts().await;
+                    api.history.prune_records().await;
+                    api.repos.prune_checkouts().await;
                 }
             }
         }
     });
-
-    let text_index = tokio::spawn({
-        let api = api.clone();
-        async move { api.fill_text_index().await }
-    });
-
-    shutdown.await;
-    tracing::info!("canopy daemon stopping");
-    stall_check.abort();
-    text_index.abort();
-    if let Some((_, stop)) = web {
-        stop().await;
-    }
-    if let Some(stop) = runner {
-        stop().await;
-    }
-    serving.cancel();
-    let _ = server.await;
-    tracker.close();
-    if tokio::time::timeout(config.daemon.shutdown_grace, tracker.wait()).await.is_err() {
-        tracing::warn!(grace = ?config.daemon.shutdown_grace, "in-flight requests did not finish within the grace period");
-    }
-    drop(api);
-    let _ = std::fs::remove_file(dir.daemon_json());
-    store.close().await;
-    bus.drain().await;
-    if let Some(nats) = nats {
-        nats.shutdown().await;
-    }
-    tracing::info!("canopy daemon stopped");
-    Ok(())
-}
-
-/// The handler for clients in the daemon's process: each call runs under the same bound and
-/// tracker as a request over NATS, polled by its caller (no task of its own: a spawn wakes
-/// the other worker, which cost more than a short call). A call whose caller stops waiting
-/// once it holds its permit is not dropped with it: the rest runs in a task
-/// (`FinishOnDrop`), so it finishes, and shutdown waits for it, as for a request over NATS;
-/// one dropped while still queued for a permit never runs. A panic in the handler is a
-/// refusal, as it was when each call had a task.
-struct InProcess {
-    api: Arc<Api>,
-    permits: Arc<Semaphore>,
-    tracker: TaskTracker,
-}
-
-impl canopy_bus::api::LocalApi for InProcess {
-    fn handle(
-        &self,
-        subject: String,
-        token: String,
-        payload: bytes::Bytes,
-    ) -> Pin<Box<dyn Future<Output = bytes::Bytes> + Send>> {
-        let (api, permits) = (self.api.clone(), self.permits.clone());
-        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let running = started.clone();
-        let call = self.tracker.track_future(async move {
-            let Ok(permit) = permits.acquire_owned().await else {
-                return refusal(&canopy_core::Error::Unavailable("the daemon is stopping".into()));
-            };
-            running.store(true, std::sync::atomic::Ordering::Relaxed);
-            let answer = std::panic::AssertUnwindSafe(api.handle(&subject, Some(&token), &payload));
-            let answer = futures_util::FutureExt::catch_unwind(answer).await;
-            drop(permit);
-            answer.unwrap_or_else(|_| refusal(&canopy_core::Error::Internal("a request's handler panicked".into())))
-        });
-        Box::pin(FinishOnDrop { call: Some(Box::pin(call)), started })
-    }
-}
-
-/// A call polled in its caller's task; dropped unfinished after it started, it hands the
-/// rest to a task of its own on the current runtime.
-struct FinishOnDrop {
-    call: Option<Pin<Box<dyn Future<Output = bytes::Bytes> + Send>>>,
-    started: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Future for FinishOnDrop {
-    type Output = bytes::Bytes;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<bytes::Bytes> {
-        let Some(call) = self.call.as_mut() else {
-            return std::task::Poll::Ready(refusal(&canopy_core::Error::Internal(
-                "an in-process call was polled after it finished".into(),
-            )));
-        };
-        let answer = std::task::ready!(call.as_mut().poll(cx));
-        self.call = None;
-        std::task::Poll::Ready(answer)
-    }
-}
-
-impl Drop for FinishOnDrop {
-    fn drop(&mut self) {
-        let Some(call) = self.call.take() else { return };
-        if !self.started.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(call)),
-            Err(_) => tracing::warn!("an in-process call was dropped unfinished outside the runtime"),
-        }
-    }
-}
-
-/// Answers API requests until `stop`, each in its own task, at most `permits` at once.
-async fn serve(
-    api: Arc<Api>,
-    permits: Arc<Semaphore>,
-    mut requests: impl futures_util::Stream<Item = canopy_bus::Incoming> + Unpin,
-    stop: CancellationToken,
-    tracker: TaskTracker,
-) {
-    let inboxes = format!("_INBOX.{}.", api.workspace_id);
-    loop {
-        let incoming = tokio::select! {
-            () = stop.cancelled() => return,
-            incoming = requests.next() => incoming,
-        };
-        let Some(incoming) = incoming else {
-            tracing::error!("the API subscription ended");
-            return;
-        };
-        let Some(reply) = incoming.reply.clone() else {
-            tracing::debug!(subject = %incoming.subject, "ignoring an API message without a reply subject");
-            continue;
-        };
-        // The daemon may publish anywhere in the workspace: it answers only on an inbox, never
-        // on a subject a caller chose (a runner's doorbell, an event).
-        if !reply.starts_with(&inboxes) {
-            tracing::debug!(%reply, "ignoring an API request whose reply subject is no inbox");
-            continue;
-        }
-        // Waiting here leaves further requests in NATS, bounded by its buffers.
-        let Ok(permit) = permits.clone().acquire_owned().await else { return };
-        let api = api.clone();
-        tracker.spawn(async move {
-            let answer = api.handle(&incoming.subject, incoming.token.as_deref(), &incoming.payload).await;
-            if let Err(e) = api.bus.publish(&reply, answer).await {
-                tracing::warn!(error = %e, "sending a reply failed");
-            }
-            drop(permit);
-        });
-    }
+    let history = api.history.clone();
+    let text_index = tokio::spawn(async move { history.fill_text_index().await });
+    vec![checks, text_index]
 }
 
 fn secret(path: &std::path::Path, prefix: &str) -> Result<String, DaemonError> {
@@ -434,8 +425,12 @@ fn lock(dir: &DataDir) -> Result<std::fs::File, DaemonError> {
         Ok(()) => {
             use std::io::{Seek, Write};
             let mut file = file;
-            let _ =
-                file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()));
+            // The pid is a courtesy for `Locked`'s message; the lock itself is what counts.
+            if let Err(e) =
+                file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()))
+            {
+                tracing::debug!(error = %e, path = %path.display(), "writing the daemon's pid into its lock failed");
+            }
             Ok(file)
         }
         Err(std::fs::TryLockError::WouldBlock) => Err(DaemonError::Locked {

@@ -1,70 +1,185 @@
-//! Delivery at post time, carried out: each recipient's route (decided by the pure planner,
-//! `canopy_core::delivery`), steers, doorbells, held wakes and loop notices, and the
-//! runner-facing pull and acknowledgement.
+//! `Delivery`: a committed message carried to its recipients. Each recipient's route comes
+//! from the pure planner (`canopy_core::delivery::plan`); this service carries it out: steers,
+//! doorbells, held wakes, loop notices, and the events followers catch up from. It is the one
+//! path of Canopy's own notices too (`deliver_notices`), so they ring like any post.
 //!
-//! A post is committed first; only then is anyone told. An @mentioned recipient in the
-//! middle of a turn is steered through its runner (request/reply with a deadline): the
-//! outcome is `steered` once the harness took it for that turn, and the runner records the
-//! injection when the harness reports it at the next step boundary; a steer it cannot take
-//! falls back to turn-start delivery and says so. Everyone else gets a doorbell on its runner's subject:
-//! idle recipients are woken (after the runner's quiet window), busy ones get the message
-//! at their next turn start, offline ones at their next session start. Doorbells are hints:
-//! runners pull pending messages from the store and acknowledge what the harness accepted.
-//! Canopy's own notices take the same path (`deliver_notices`), so they ring like any post.
+//! A post is committed first; only then is anyone told. An @mentioned recipient in the middle
+//! of a turn is steered through its runner (request/reply with a deadline): the outcome is
+//! `steered` once the harness took it for that turn, and the runner records the injection
+//! when the harness reports it; a steer it cannot take falls back to turn-start delivery and
+//! says so. Everyone else gets a doorbell on its runner's subject: idle recipients are woken
+//! (after the runner's quiet window), busy ones get the message at their next turn start,
+//! offline ones at their next session start. Doorbells are hints: runners pull what is
+//! pending (`sessions`). Nothing here recurses: a delivery that raises a notice (the loop
+//! guard's) returns it, and `deliver_notices` works through a queue.
+//!
+//! Uses the store only through `DeliveryStore` and NATS only through `Wire`, so its tests run
+//! with doubles of both. Does not post, pull or acknowledge (`messages`, `sessions`).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
-use canopy_core::Error;
+use canopy_config::Config;
 use canopy_core::acl::Caller;
-use canopy_core::delivery::{LoopLimits, PlanRecipient, RecipientFacts, plan};
+use canopy_core::delivery::{LoopGuard, LoopLimits, PlanRecipient, RecipientFacts, plan};
+use canopy_core::{ChannelName, Error, Message, RunnerId, Seq};
+use canopy_proto::Subjects;
 use canopy_proto::api::*;
-use canopy_store::{Reach, Recipient, ops};
+use canopy_store::{Reach, Recipient, Store, ops};
+use futures_util::future::BoxFuture;
 
-use crate::context::{Api, encode};
+use crate::edge::encode;
+use crate::holds::BudgetGate;
+use crate::wire::Wire;
 
-pub use canopy_core::delivery::LoopGuard;
+/// Most notices one call to `deliver_notices` carries (a notice's delivery can raise another,
+/// the loop guard's; this bounds the chain even if a rule ever let one raise itself).
+const MAX_NOTICE_CHAIN: usize = 10_000;
 
-impl Api {
+/// What delivery reads and writes in the store.
+pub trait DeliveryStore: Send + Sync + 'static {
+    /// Whom a notice in `channel` reaches (Canopy's system account is the sender).
+    fn notice_reach(&self, channel: ChannelName) -> BoxFuture<'_, Result<Reach, Error>>;
+    /// Records that these agents' wakes for message `seq` were held (the loop guard, a budget).
+    fn record_held(&self, agents: Vec<i64>, seq: Seq) -> BoxFuture<'_, Result<(), Error>>;
+    /// Commits the loop guard's notice to both agents of a pair; returns the notices.
+    fn loop_notices(&self, from: String, to: i64, body: String) -> BoxFuture<'_, Result<Vec<Message>, Error>>;
+}
+
+impl DeliveryStore for Store {
+    fn notice_reach(&self, channel: ChannelName) -> BoxFuture<'_, Result<Reach, Error>> {
+        Box::pin(self.read(move |conn| {
+            let (channel_id, sender) = ops::channel_and_system(conn, &channel)?;
+            ops::reach(conn, channel_id, sender, &[])
+        }))
+    }
+
+    fn record_held(&self, agents: Vec<i64>, seq: Seq) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.write(move |conn| agents.iter().try_for_each(|agent| ops::record_held(conn, *agent, seq))))
+    }
+
+    fn loop_notices(&self, from: String, to: i64, body: String) -> BoxFuture<'_, Result<Vec<Message>, Error>> {
+        Box::pin(self.write(move |conn| {
+            let from_id = ops::agent_id(conn, &from)?;
+            Ok(vec![ops::notice(conn, from_id, &body)?, ops::notice(conn, to, &body)?])
+        }))
+    }
+}
+
+/// Carries committed messages to their recipients. Cheap to clone.
+#[derive(Clone)]
+pub struct Delivery {
+    store: Arc<dyn DeliveryStore>,
+    wire: Arc<dyn Wire>,
+    subjects: Subjects,
+    config: Arc<Config>,
+    /// Wakes between pairs of agents (in memory: a restart forgets recent loops).
+    loops: Arc<LoopGuard>,
+    holds: Arc<BudgetGate>,
+}
+
+/// One committed post to carry out.
+#[derive(Debug, Clone, Copy)]
+pub struct Post<'a> {
+    pub sender: &'a Caller,
+    pub message: &'a Message,
+    pub reach: &'a Reach,
+    pub ack_only: bool,
+    /// The channel's quiet window, if it has one (a wake waits it out).
+    pub quiet: Option<&'a str>,
+    pub committed_us: u64,
+}
+
+impl Delivery {
+    pub fn new(
+        store: Arc<dyn DeliveryStore>,
+        wire: Arc<dyn Wire>,
+        subjects: Subjects,
+        config: Arc<Config>,
+        holds: Arc<BudgetGate>,
+    ) -> Self {
+        Delivery { store, wire, subjects, config, loops: Arc::default(), holds }
+    }
+
+    /// Delivers a committed post (`plan`, then steers, held wakes, loop notices, doorbells),
+    /// then the notices it raised.
+    pub async fn deliver(&self, post: Post<'_>) -> (Vec<RecipientOutcome>, OutcomeCounts) {
+        let (outcomes, counts, raised) = self.carry_out(post).await;
+        self.deliver_notices(raised).await;
+        (outcomes, counts)
+    }
+
     /// The one path for Canopy's own notices (gate, loop guard, mailbox, stall, crash, run
     /// reports): each is already committed; its event is published and its recipients are
-    /// reached and rung like any post's.
-    pub(crate) async fn deliver_notices(&self, notices: Vec<canopy_core::Message>) {
-        for message in notices {
-            self.publish_messages(vec![message.clone()]).await;
-            let channel = message.channel.clone();
-            let reach = self
-                .store
-                .read(move |conn| {
-                    let (channel_id, sender) = ops::channel_and_system(conn, &channel)?;
-                    ops::reach(conn, channel_id, sender, &[])
-                })
-                .await;
-            if let Ok(reach) = reach {
-                let system = Caller {
-                    handle: canopy_core::Handle::from_trusted("canopy".into()),
-                    kind: canopy_core::AccountKind::System,
-                };
-                let now = canopy_sys::unix_us();
-                // Boxed: a delivery can itself post a notice (the loop guard's), which comes back here.
-                Box::pin(self.deliver(&system, &message, &reach, false, None, now)).await;
+    /// reached and rung like any post's. A notice raised on the way joins the queue.
+    pub async fn deliver_notices(&self, notices: Vec<Message>) {
+        let system = Caller {
+            handle: canopy_core::Handle::from_trusted("canopy".into()),
+            kind: canopy_core::AccountKind::System,
+        };
+        let mut queue: VecDeque<Message> = notices.into();
+        let mut carried = 0;
+        while let Some(message) = queue.pop_front() {
+            carried += 1;
+            if carried > MAX_NOTICE_CHAIN {
+                tracing::error!(left = queue.len() + 1, "a chain of notices passed its bound; the rest wait for a turn");
+                return;
+            }
+            self.publish_messages(std::slice::from_ref(&message)).await;
+            let reach = match self.store.notice_reach(message.channel.clone()).await {
+                Ok(reach) => reach,
+                Err(e) => {
+                    tracing::warn!(error = %e, seq = %message.seq, "reading a notice's recipients failed; they read it at their next turn");
+                    continue;
+                }
+            };
+            let post = Post {
+                sender: &system,
+                message: &message,
+                reach: &reach,
+                ack_only: false,
+                quiet: None,
+                committed_us: canopy_sys::unix_us(),
+            };
+            let (_, _, raised) = self.carry_out(post).await;
+            queue.extend(raised);
+        }
+    }
+
+    /// Publishes the events of committed messages (followers' doorbells). This alone reaches
+    /// no agent. A failed publish is logged: followers catch up from their cursors.
+    pub async fn publish_messages(&self, messages: &[Message]) {
+        for message in messages {
+            let subject = self.subjects.message_event(message.channel.as_str());
+            if let Err(e) = self.wire.publish(&subject, encode(&MessageEvent { message: message.clone() })).await {
+                tracing::warn!(error = %e, seq = %message.seq, "publishing a message event failed");
             }
         }
     }
 
-    /// Plans (`canopy_core::delivery::plan`) and carries out every recipient's delivery for
-    /// a committed post: steers concurrently, each bounded by the steer timeout; then held
-    /// wakes, loop notices and doorbells.
-    pub(crate) async fn deliver(
-        &self,
-        caller: &Caller,
-        message: &canopy_core::Message,
-        reach: &Reach,
-        ack_only: bool,
-        quiet: Option<&str>,
-        committed_us: u64,
-    ) -> (Vec<RecipientOutcome>, OutcomeCounts) {
-        let holds = self.budgets.snapshot();
+    /// Rings each runner for its agents: they pull what is pending. A hint: a doorbell that
+    /// is not sent is made up by the runner's resync timer.
+    pub async fn ring(&self, doorbells: BTreeMap<RunnerId, Vec<String>>) {
+        for (runner, agents) in doorbells {
+            let subject = self.subjects.runner_deliver(&runner);
+            if let Err(e) = self.wire.publish(&subject, encode(&DeliverDoorbell { agents })).await {
+                tracing::debug!(error = %e, "a delivery doorbell was not sent; the runner resyncs on its timer");
+            }
+        }
+    }
+
+    /// Rings the runners' doorbell so they sync now rather than at their next tick.
+    pub async fn poke_runners(&self) {
+        if let Err(e) = self.wire.publish(&self.subjects.runner_poke(), bytes::Bytes::new()).await {
+            tracing::debug!(error = %e, "poking runners failed; they sync on their timer");
+        }
+    }
+
+    /// Plans and carries out one post; returns the outcomes and the notices it raised.
+    async fn carry_out(&self, post: Post<'_>) -> (Vec<RecipientOutcome>, OutcomeCounts, Vec<Message>) {
+        let Post { sender, message, reach, ack_only, quiet, committed_us } = post;
+        let holds = self.holds.snapshot();
         let recipients: Vec<PlanRecipient<'_>> = reach
             .recipients
             .iter()
@@ -84,8 +199,8 @@ impl Api {
             .collect();
         let delivery = &self.config.delivery;
         let limits = LoopLimits { wakes: delivery.loop_wakes, window: delivery.loop_window };
-        let sender = (caller.handle.as_str(), caller.kind);
-        let mut plan = plan(sender, &recipients, ack_only, quiet, &self.loops, limits, Instant::now());
+        let from = (sender.handle.as_str(), sender.kind);
+        let mut plan = plan(from, &recipients, ack_only, quiet, &self.loops, limits, Instant::now());
         for handle in &reach.unreachable_mentions {
             plan.refuse(handle, format!("not subscribed to #{}", message.channel));
         }
@@ -109,52 +224,39 @@ impl Api {
 
         if !plan.held.is_empty() {
             let held: Vec<i64> = plan.held.iter().map(|i| reach.recipients[*i].agent_id).collect();
-            let seq = message.seq;
-            if let Err(e) = self
-                .store
-                .write(move |conn| held.iter().try_for_each(|agent| ops::record_held(conn, *agent, seq)))
-                .await
-            {
-                tracing::warn!(error = %e, "recording held wakes failed");
+            if let Err(e) = self.store.record_held(held, message.seq).await {
+                tracing::warn!(error = %e, seq = %message.seq, "recording held wakes failed");
             }
         }
+        let mut raised = Vec::new();
         for index in std::mem::take(&mut plan.loop_notices) {
-            self.tell_loop(caller.handle.as_str(), &reach.recipients[index]).await;
+            raised.extend(self.loop_notice(sender.handle.as_str(), &reach.recipients[index]).await);
         }
         self.ring(std::mem::take(&mut plan.doorbells)).await;
         let mentioned: HashSet<&str> =
             reach.recipients.iter().filter(|r| r.mentioned).map(|r| r.handle.as_str()).collect();
-        plan.finish(&mentioned)
-    }
-
-    /// Rings each runner for its agents: they pull what is pending. A hint: a doorbell that
-    /// is not sent is made up by the runner's resync timer.
-    pub(crate) async fn ring(&self, doorbells: std::collections::BTreeMap<canopy_core::RunnerId, Vec<String>>) {
-        for (runner, agents) in doorbells {
-            let subject = self.subjects.runner_deliver(&runner);
-            if let Err(e) = self.bus.publish(&subject, encode(&DeliverDoorbell { agents })).await {
-                tracing::debug!(error = %e, "a delivery doorbell was not sent; the runner resyncs on its timer");
-            }
-        }
+        let (outcomes, counts) = plan.finish(&mentioned);
+        (outcomes, counts, raised)
     }
 
     /// Asks the recipient's runner to inject the message into its running turn.
     async fn steer(
         &self,
         recipient: &Recipient,
-        runner: &canopy_core::RunnerId,
-        message: &canopy_core::Message,
+        runner: &RunnerId,
+        message: &Message,
     ) -> Result<(String, Option<u64>), String> {
+        let timeout = self.config.delivery.steer_timeout;
         let request = SteerRequest {
             agent: recipient.handle.to_string(),
             incarnation: recipient.incarnation,
             message: message.clone(),
-            not_after_ms: canopy_sys::unix_us() / 1000 + self.config.delivery.steer_timeout.as_millis() as u64,
+            not_after_ms: canopy_sys::unix_us() / 1000 + timeout.as_millis() as u64,
         };
         let subject = self.subjects.runner_steer(runner);
         let reply = self
-            .bus
-            .request(&subject, None, encode(&request), self.config.delivery.steer_timeout)
+            .wire
+            .request(&subject, encode(&request), timeout)
             .await
             .map_err(|e| format!("its runner did not answer ({e})"))?;
         let reply: SteerReply =
@@ -166,110 +268,23 @@ impl Api {
         Ok((reply.turn_id.unwrap_or_default(), reply.written_at_us))
     }
 
-    async fn tell_loop(&self, from: &str, to: &Recipient) {
+    /// The loop guard's notice to both agents of a pair, committed; delivered by the caller.
+    async fn loop_notice(&self, from: &str, to: &Recipient) -> Vec<Message> {
         let body = format!(
             "Loop guard: @{from} and @{} keep waking each other without an operator in between. \
              Further wakes between them are held; their messages wait for a turn that starts for another \
              reason. Post to either of them to reset the guard.",
             to.handle
         );
-        let (from, to_id) = (from.to_owned(), to.agent_id);
-        let result = self
-            .store
-            .write(move |conn| {
-                let from_id = ops::agent_id(conn, &from)?;
-                Ok(vec![ops::notice(conn, from_id, &body)?, ops::notice(conn, to_id, &body)?])
-            })
-            .await;
-        match result {
-            Ok(messages) => self.deliver_notices(messages).await,
-            Err(e) => tracing::warn!(error = %e, "telling the operator about a loop failed"),
-        }
-    }
-
-    pub(crate) async fn deliveries_pull(
-        &self,
-        runner: canopy_core::RunnerId,
-        req: DeliveriesPullRequest,
-    ) -> Result<DeliveriesPullResponse, Error> {
-        crate::context::as_runner(&runner, &req.runner_id)?;
-        let limit = req.limit.unwrap_or(self.config.delivery.batch).clamp(1, MAX_READ_LIMIT);
-        // Under a spent budget nothing is handed over, so no turn starts; it stays pending.
-        if self.budgets.hold(&req.agent).is_some() {
-            return Ok(DeliveriesPullResponse { messages: Vec::new(), wake: false, total: 0, redelivered: Vec::new() });
-        }
-        let incarnation = req.incarnation;
-        let (agent, pending) = self
-            .store
-            .read(move |conn| {
-                let agent = ops::live_agent(conn, &req.agent, req.incarnation, &req.runner_id)?;
-                Ok((agent, ops::pending(conn, agent, limit)?))
-            })
-            .await?;
-        // What is handed out is recorded (a write only when there is something), so a later
-        // session knows what an earlier one may have seen (`redelivered`).
-        let seqs: Vec<canopy_core::Seq> = pending.messages.iter().map(|m| m.seq).collect();
-        let redelivered = match seqs.is_empty() {
-            true => Vec::new(),
-            false => self.store.write(move |conn| ops::offer(conn, agent, incarnation, &seqs)).await?,
-        };
-        Ok(DeliveriesPullResponse { messages: pending.messages, wake: pending.wake, total: pending.total, redelivered })
-    }
-
-    pub(crate) async fn deliveries_ack(
-        &self,
-        runner: canopy_core::RunnerId,
-        req: DeliveriesAckRequest,
-    ) -> Result<DeliveriesAckResponse, Error> {
-        crate::context::as_runner(&runner, &req.runner_id)?;
-        if req.seqs.len() > MAX_READ_LIMIT as usize {
-            return Err(Error::invalid("seqs", format!("at most {MAX_READ_LIMIT} per acknowledgement")));
-        }
-        let moved = self
-            .store
-            .write(move |conn| {
-                let agent = ops::live_agent(conn, &req.agent, req.incarnation, &req.runner_id)?;
-                if req.steered {
-                    req.seqs.iter().try_for_each(|seq| ops::record_injected(conn, agent, *seq))?;
-                    return Ok(0);
-                }
-                ops::acknowledge(conn, agent, &req.seqs)
-            })
-            .await?;
-        Ok(DeliveriesAckResponse { moved })
-    }
-
-    /// Tells the operator about agents whose pending messages passed the cap.
-    pub async fn check_mailboxes(&self) {
-        let cap = self.config.delivery.max_pending;
-        let batch = self.config.delivery.batch;
-        let retention = self.config.delivery.retention;
-        let result = self
-            .store
-            .write(move |conn| {
-                let mut notices = Vec::new();
-                let cutoff = conn.now_ms() - retention.as_millis() as i64;
-                for (agent_id, handle, missed) in ops::expire(conn, cutoff)? {
-                    let body = format!(
-                        "@{handle} never received {missed} messages older than the retention period ({}); \
-                         they expired undelivered. They are still in their channels' history.",
-                        humantime::format_duration(retention)
-                    );
-                    notices.push(ops::notice(conn, agent_id, &body)?);
-                }
-                for (agent_id, handle, pending) in ops::overflowing(conn, cap)? {
-                    let body = format!(
-                        "@{handle} has {pending} messages waiting, more than the cap of {cap}. Nothing is dropped; \
-                         its next turns take them {batch} at a time. `canopy roster` shows the count."
-                    );
-                    notices.push(ops::notice(conn, agent_id, &body)?);
-                }
-                Ok(notices)
-            })
-            .await;
-        match result {
-            Ok(notices) => self.deliver_notices(notices).await,
-            Err(e) => tracing::warn!(error = %e, "checking mailboxes failed"),
+        match self.store.loop_notices(from.to_owned(), to.agent_id, body).await {
+            Ok(messages) => messages,
+            Err(e) => {
+                tracing::warn!(error = %e, "telling the operator about a loop failed");
+                Vec::new()
+            }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

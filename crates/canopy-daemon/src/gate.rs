@@ -1,5 +1,7 @@
-//! The spawn-approval gate's handlers: requests, decisions (by command or by an operator's
-//! reply in the request's topic), cancellation, expiry, despawn and the audit log.
+//! The spawn gate (`Gate`): requests, decisions (by command or by an operator's reply in the
+//! request's topic, `SpawnReplies`), cancellation, expiry, despawn and the audit log. Uses the
+//! store, delivery, the role defaults, repos (a child's repository and checkout), budgets (the
+//! tree changed) and the notifier.
 //!
 //! Only an operator's credential decides. An agent's attempt (the API, the tool, or posting
 //! `approve` in the topic) is refused, audited, and told to the operators in the requester's
@@ -7,17 +9,67 @@
 //! only in the request's own topic of its requester's home channel; an operator's reply that
 //! reads as an answer but decides nothing is answered in its topic, never left unanswered.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use canopy_core::acl::Caller;
 use canopy_core::gate::Reply;
 use canopy_core::{Error, Handle, Message, RoleName, SpawnRequest};
 use canopy_proto::api::*;
-use canopy_store::{SpawnPolicy, SpawnSpec, ops, parse_request_id};
+use canopy_config::Config;
+use canopy_store::{SpawnPolicy, SpawnSpec, Store, ops, parse_request_id};
+use futures_util::future::BoxFuture;
 
-use crate::context::{Api, MAX_CHARTER, MAX_IDEMPOTENCY_KEY};
+use crate::budgets::Budgets;
+use crate::delivery::Delivery;
+use crate::edge::{MAX_CHARTER, idempotency_key};
+use crate::notify::Notifier;
+use crate::replies::ReplyHandler;
+use crate::repos::Repos;
+use crate::roles::RoleDefaults;
 
-impl Api {
+/// The spawn gate. Cheap to clone.
+#[derive(Clone)]
+pub struct Gate {
+    store: Store,
+    delivery: Delivery,
+    roles: Arc<RoleDefaults>,
+    repos: Repos,
+    budgets: Budgets,
+    notifier: Notifier,
+    config: Arc<Config>,
+}
+
+/// The gate's reading of a reply in a `spawn: <handle>` topic.
+pub struct SpawnReplies(pub Gate);
+
+impl ReplyHandler for SpawnReplies {
+    fn name(&self) -> &'static str {
+        "spawn gate"
+    }
+
+    fn claims(&self, message: &Message) -> bool {
+        message.topic.as_str().starts_with("spawn: ")
+    }
+
+    fn react<'a>(&'a self, poster: &'a Caller, message: &'a Message) -> BoxFuture<'a, ()> {
+        Box::pin(self.0.reply_decision(poster, message))
+    }
+}
+
+impl Gate {
+    pub fn new(
+        store: Store,
+        delivery: Delivery,
+        roles: Arc<RoleDefaults>,
+        repos: Repos,
+        budgets: Budgets,
+        notifier: Notifier,
+        config: Arc<Config>,
+    ) -> Self {
+        Gate { store, delivery, roles, repos, budgets, notifier, config }
+    }
+
     fn policy(&self) -> SpawnPolicy {
         let p = &self.config.policy;
         SpawnPolicy {
@@ -39,11 +91,7 @@ impl Api {
                 Ok(value)
             }
         };
-        if let Some(key) = &req.idempotency_key
-            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || !key.bytes().all(|b| b.is_ascii_graphic()))
-        {
-            return Err(Error::invalid("idempotency_key", "must be 1 to 128 printable ASCII characters"));
-        }
+        idempotency_key(req.idempotency_key.as_deref())?;
         let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
         handle.check_function_name("handle", &self.config.policy.forbidden_handle_words)?;
         let spec = SpawnSpec {
@@ -53,16 +101,16 @@ impl Api {
             charter: text("charter", req.charter, MAX_CHARTER)?,
             reason: text("reason", req.reason, 4096)?,
             idempotency_key: req.idempotency_key,
-            repo: self.spawn_repo(&caller, req.repo).await?,
+            repo: self.repos.spawn_repo(&caller, req.repo).await?,
             budget: canopy_core::budget::Amount { usd: req.budget_usd, tokens: req.budget_tokens },
         };
         let policy = self.policy();
         let (request, notice) = self.store.write(move |conn| ops::request_spawn(conn, &caller, &spec, &policy)).await?;
         // A repeated idempotency key returns the stored request and posts nothing new.
         if notice.is_some() {
-            self.notify("spawn_request", &request);
+            self.notifier.notify("spawn_request", &request);
         }
-        self.deliver_notices(notice.into_iter().collect()).await;
+        self.delivery.deliver_notices(notice.into_iter().collect()).await;
         Ok(request)
     }
 
@@ -89,10 +137,10 @@ impl Api {
                 ops::decide_spawn(conn, &caller, id, approve, note, (defaults.harness, defaults.script))
             })
             .await?;
-        self.deliver_notices(decided.notices).await;
-        self.prepare_checkouts().await;
-        self.tree_changed().await;
-        self.poke_runners().await;
+        self.delivery.deliver_notices(decided.notices).await;
+        self.repos.prepare_checkouts().await;
+        self.budgets.tree_changed().await;
+        self.delivery.poke_runners().await;
         match decided.refused {
             Some(error) => Err(error),
             None => Ok(decided.request),
@@ -102,7 +150,7 @@ impl Api {
     pub(crate) async fn spawn_cancel(&self, caller: Caller, req: SpawnCancelRequest) -> Result<SpawnRequest, Error> {
         let id = parse_request_id(&req.id)?;
         let (request, notice) = self.store.write(move |conn| ops::cancel_spawn(conn, &caller, id)).await?;
-        self.deliver_notices(vec![notice]).await;
+        self.delivery.deliver_notices(vec![notice]).await;
         Ok(request)
     }
 
@@ -117,9 +165,21 @@ impl Api {
         req: AgentsDespawnRequest,
     ) -> Result<AgentsDespawnResponse, Error> {
         let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
-        let (despawned, notice) = self.store.write(move |conn| ops::despawn(conn, &caller, &handle)).await?;
-        self.deliver_notices(notice.into_iter().collect()).await;
-        self.poke_runners().await;
+        let (who, target) = (caller.clone(), handle.clone());
+        let (despawned, notice) = match self.store.write(move |conn| ops::despawn(conn, &who, &target)).await {
+            Ok(done) => done,
+            Err(Error::Forbidden { action, reason }) => {
+                // Refused, and recorded: an attempt on an agent outside one's subtree is audited.
+                let (target, why) = (handle.to_string(), reason.clone());
+                self.store
+                    .write(move |conn| ops::record_act(conn, &caller, "agents.despawn.refused", &target, &why))
+                    .await?;
+                return Err(Error::Forbidden { action, reason });
+            }
+            Err(e) => return Err(e),
+        };
+        self.delivery.deliver_notices(notice.into_iter().collect()).await;
+        self.delivery.poke_runners().await;
         Ok(AgentsDespawnResponse { despawned: despawned.into_iter().map(|h| h.to_string()).collect() })
     }
 
@@ -143,10 +203,7 @@ impl Api {
     /// It decides only in the request's own topic of its requester's home channel, and only
     /// an operator's does; an agent's is refused and audited. An operator's reply that does
     /// not decide is answered in the topic, saying why (see `ops::answer_reply`).
-    pub(crate) async fn reply_decision(&self, caller: &Caller, message: &Message) {
-        if !message.topic.as_str().starts_with("spawn: ") {
-            return;
-        }
+    async fn reply_decision(&self, caller: &Caller, message: &Message) {
         let Some(reply) = Reply::parse(&message.body) else { return };
         if reply == Reply::Unclear && !caller.is_operator() {
             return;
@@ -165,11 +222,11 @@ impl Api {
             .await;
         match answered {
             Ok(answered) => {
-                self.deliver_notices(answered.notices).await;
+                self.delivery.deliver_notices(answered.notices).await;
                 if answered.decided {
-                    self.prepare_checkouts().await;
-                    self.tree_changed().await;
-                    self.poke_runners().await;
+                    self.repos.prepare_checkouts().await;
+                    self.budgets.tree_changed().await;
+                    self.delivery.poke_runners().await;
                 }
             }
             Err(e) => tracing::warn!(error = %e, seq = %message.seq, "answering a reply in a spawn topic failed"),
@@ -179,7 +236,7 @@ impl Api {
     /// Expires unanswered requests and tells their requesters.
     pub async fn check_requests(&self) {
         match self.store.write(ops::expire_spawns).await {
-            Ok(notices) => self.deliver_notices(notices).await,
+            Ok(notices) => self.delivery.deliver_notices(notices).await,
             Err(e) => tracing::warn!(error = %e, "expiring spawn requests failed"),
         }
     }

@@ -86,7 +86,7 @@ pub async fn init(dir: &DataDir, options: &InitOptions) -> Result<InitReport, Er
 
     write_private(&dir.operator_token(), &format!("{token}\n"))
         .map_err(io(format!("writing {}", dir.operator_token().display())))?;
-    crate::credentials::ensure(dir, &workspace.id)?;
+    crate::logins::ensure(dir, &workspace.id)?;
     load_or_create(&dir.session_secret(), "").map_err(io(format!("writing {}", dir.session_secret().display())))?;
     if !dir.config().exists() {
         std::fs::write(dir.config(), DEFAULT_TOML).map_err(io(format!("writing {}", dir.config().display())))?;

@@ -1,15 +1,34 @@
-//! The channels and messages area: channels, subscriptions, direct channels, topics, the
+//! The messages area (`Messages`): channels, subscriptions, direct channels, topics, the
 //! board, and posting, reading and syncing messages. A post is committed, published, then
-//! delivered (`delivery`) and read for a spawn decision (`gate`).
+//! delivered (`Delivery`) and handed to the registered reply handlers (`Replies`: the gates'
+//! readings of an operator's answer). Uses the store, delivery and the replies; knows no gate.
 
 use canopy_core::acl::Caller;
 use canopy_core::{ChannelKind, ChannelName, Error, Handle, PostPolicy, TopicName};
 use canopy_proto::api::*;
-use canopy_store::{ChannelSpec, PostSpec, ops};
+use std::sync::Arc;
 
-use crate::context::{Api, MAX_IDEMPOTENCY_KEY, page_limit};
+use canopy_config::Config;
+use canopy_store::{ChannelSpec, PostSpec, Store, ops};
 
-impl Api {
+use crate::delivery::{Delivery, Post};
+use crate::edge::{idempotency_key, page_limit};
+use crate::replies::Replies;
+
+/// The messages area. Cheap to clone.
+#[derive(Clone)]
+pub struct Messages {
+    store: Store,
+    delivery: Delivery,
+    replies: Replies,
+    config: Arc<Config>,
+}
+
+impl Messages {
+    pub fn new(store: Store, delivery: Delivery, replies: Replies, config: Arc<Config>) -> Self {
+        Messages { store, delivery, replies, config }
+    }
+
     pub(crate) async fn channels_subscribe(
         &self,
         caller: Caller,
@@ -26,7 +45,7 @@ impl Api {
         self.subscribe(caller, req, false).await
     }
 
-    pub(crate) async fn subscribe(
+    async fn subscribe(
         &self,
         caller: Caller,
         req: ChannelRequest,
@@ -136,14 +155,7 @@ impl Api {
         if req.body.len() > max {
             return Err(Error::TooLarge { field: "body", len: req.body.len(), max });
         }
-        if let Some(key) = &req.idempotency_key
-            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || !key.bytes().all(|b| b.is_ascii_graphic()))
-        {
-            return Err(Error::invalid(
-                "idempotency_key",
-                format!("must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"),
-            ));
-        }
+        idempotency_key(req.idempotency_key.as_deref())?;
         let spec = PostSpec {
             channel: ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?,
             topic: TopicName::parse(&req.topic).map_err(|e| Error::name("topic", e))?,
@@ -160,7 +172,7 @@ impl Api {
         let posted = posted?;
         let committed_us = canopy_sys::unix_us();
         // The message is committed; a lost event only delays followers, who resync.
-        self.publish_messages(vec![posted.message.clone()]).await;
+        self.delivery.publish_messages(std::slice::from_ref(&posted.message)).await;
         // A duplicate reaches no one again (its job read no recipients).
         let Some(reach) = reach else {
             return Ok(PostResponse {
@@ -171,10 +183,16 @@ impl Api {
                 unknown_mentions: Vec::new(),
             });
         };
-        let quiet = posted.quiet.as_deref();
-        let (outcomes, counts) = self.deliver(&caller, &posted.message, &reach, ack_only, quiet, committed_us).await;
-        self.reply_decision(&caller, &posted.message).await;
-        self.merge_reply(&caller, &posted.message).await;
+        let post = Post {
+            sender: &caller,
+            message: &posted.message,
+            reach: &reach,
+            ack_only,
+            quiet: posted.quiet.as_deref(),
+            committed_us,
+        };
+        let (outcomes, counts) = self.delivery.deliver(post).await;
+        self.replies.react(&caller, &posted.message).await;
         Ok(PostResponse {
             unknown_mentions: reach.unknown_mentions,
             message: posted.message,

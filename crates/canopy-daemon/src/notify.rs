@@ -10,7 +10,10 @@ use std::process::Stdio;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::context::Api;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use canopy_config::Config;
 
 /// What the command reads on stdin.
 #[derive(Serialize)]
@@ -20,17 +23,35 @@ struct Notice<'a, T: Serialize> {
     request: &'a T,
 }
 
-impl Api {
+/// Runs `[notify] command` for requests that start waiting for the operator.
+#[derive(Clone)]
+pub struct Notifier {
+    config: Arc<Config>,
+    /// The command's working directory (the data directory).
+    dir: PathBuf,
+}
+
+impl Notifier {
+    pub fn new(config: Arc<Config>, dir: PathBuf) -> Self {
+        Notifier { config, dir }
+    }
+
     /// Starts the notify command for `request`, if one is configured; returns at once.
-    pub(crate) fn notify<T: Serialize>(&self, kind: &str, request: &T) {
+    pub fn notify<T: Serialize>(&self, kind: &str, request: &T) {
         let command = self.config.notify.command.trim().to_owned();
         if command.is_empty() {
             return;
         }
-        let Ok(mut input) = serde_json::to_vec(&Notice { kind, request }) else { return };
+        let mut input = match serde_json::to_vec(&Notice { kind, request }) {
+            Ok(input) => input,
+            Err(e) => {
+                tracing::warn!(error = %e, kind, "the [notify] command's input did not encode; it is not run");
+                return;
+            }
+        };
         input.push(b'\n');
         let timeout = self.config.notify.timeout;
-        let dir = self.data_dir.clone();
+        let dir = self.dir.clone();
         tokio::spawn(async move {
             let mut child = match tokio::process::Command::new("sh")
                 .arg("-c")
@@ -49,15 +70,19 @@ impl Api {
                 }
             };
             if let Some(mut stdin) = child.stdin.take() {
-                // A command that does not read its stdin is fine.
-                let _ = stdin.write_all(&input).await;
+                // A command that does not read its stdin is fine: a closed pipe is not its failure.
+                if let Err(e) = stdin.write_all(&input).await {
+                    tracing::debug!(error = %e, %command, "the [notify] command did not read its input");
+                }
             }
             match tokio::time::timeout(timeout, child.wait()).await {
                 Ok(Ok(status)) if status.success() => {}
                 Ok(Ok(status)) => tracing::warn!(%status, %command, "the [notify] command failed"),
                 Ok(Err(e)) => tracing::warn!(error = %e, %command, "waiting for the [notify] command failed"),
                 Err(_) => {
-                    let _ = child.kill().await;
+                    if let Err(e) = child.kill().await {
+                        tracing::warn!(error = %e, %command, "killing the [notify] command failed");
+                    }
                     tracing::warn!(?timeout, %command, "the [notify] command ran past [notify] timeout and was killed");
                 }
             }

@@ -1,304 +1,402 @@
-//! The daemon's view of the prompt bundle: which bundle, kept current, and the facts a
-//! session's prompt is rendered from.
+//! The prompts area (`Prompts`): `prompts.render`, `prompts.skill`, `prompts.rule`, the
+//! rendering a runner sync needs, what a session's harness is asked for, and the per-role
+//! tool check every agent call passes (a refusal is audited).
 //!
-//! The bundle is `[prompts] bundle` (a directory) or the copy built into the binary. A
-//! directory is re-read when a file in it changes (checked by size and mtime when a prompt
-//! is rendered, never on the per-call tool check), so edits take effect at each session's next start; an edit that breaks the
-//! bundle is logged and the last good bundle stays in use. The daemon refuses to start on a
-//! bundle that does not load or fails the lint. Rendering itself is `canopy_prompt`'s; tool
-//! enforcement per role is here too (`allowed_tools`), so the prompt and the daemon agree
-//! on what a session may call.
+//! The rendering is `canopy_prompt`'s and the facts are `bundle`'s. Uses the store, the
+//! bundle, the role defaults and `RunEnds` (a run whose session was lost is ended, not
+//! started). Does not start or list runs (`runs`).
+
+use canopy_core::acl::Caller;
+use canopy_core::{AccountKind, Error, Handle, RoleName};
+use canopy_prompt::Rendered;
+use canopy_proto::Method;
+use canopy_proto::api::*;
+use canopy_store::{LiveSession, RunStatus, Store, ops};
+use dashmap::DashMap;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use canopy_core::Error;
-use canopy_prompt::{Bundle, Facts, Renderer};
-use canopy_proto::Method;
+use canopy_config::Config;
+use canopy_prompt::Renderer;
 
-use canopy_config::paths::relative_to_project;
-use canopy_config::{Config, ConfigError};
+use crate::bundle::{self as prompts, Bundles, Identity};
+use crate::roles::RoleDefaults;
+use crate::run_ends::RunEnds;
 
-/// Where the bundle comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BundleSource {
-    Embedded,
-    Dir(PathBuf),
+/// What a session's role allows, cached by handle (an account's role, and a run's definition and
+/// Manager, never change).
+#[derive(Debug, Clone)]
+pub struct RoleOf {
+    pub role: String,
+    /// For a subagent run: its definition.
+    pub definition: Option<String>,
+    /// For a subagent run: its Manager (its activity shows under the Manager too).
+    pub manager: Option<String>,
 }
 
-impl BundleSource {
-    /// The bundle `config` names, relative paths taken from `data_dir`'s parent.
-    pub fn from_config(config: &Config, data_dir: &Path) -> BundleSource {
-        match config.prompts.bundle.trim() {
-            "" => BundleSource::Embedded,
-            path => BundleSource::Dir(relative_to_project(data_dir, path)),
-        }
-    }
-
-    pub fn load(&self) -> Result<Bundle, canopy_prompt::BundleError> {
-        match self {
-            BundleSource::Embedded => Bundle::embedded(),
-            BundleSource::Dir(dir) => Bundle::load(dir),
-        }
-    }
-
-    /// A cheap fingerprint of the directory's files (sizes and mtimes); `None` when embedded.
-    fn fingerprint(&self) -> Option<u64> {
-        let BundleSource::Dir(dir) = self else { return None };
-        let mut acc: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut mix = |v: u64| acc = (acc ^ v).wrapping_mul(0x0100_0000_01b3);
-        fn walk(path: &Path, depth: usize, mix: &mut dyn FnMut(u64)) {
-            let Ok(entries) = std::fs::read_dir(path) else { return };
-            for entry in entries.flatten() {
-                let Ok(meta) = entry.metadata() else { continue };
-                for b in entry.file_name().as_encoded_bytes() {
-                    mix(u64::from(*b));
-                }
-                if meta.is_dir() && depth < 3 {
-                    walk(&entry.path(), depth + 1, mix);
-                } else {
-                    mix(meta.len());
-                    let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-                    mix(mtime.map_or(0, |d| d.as_nanos() as u64));
-                }
-            }
-        }
-        for sub in ["config/prompts", "config/roles", "agents", "skills", "rules"] {
-            walk(&dir.join(sub), 0, &mut mix);
-        }
-        Some(acc)
-    }
-}
-
-/// Every native tool Canopy serves.
-pub fn catalog() -> Vec<&'static str> {
-    Method::tools().map(|(_, tool)| tool.name).collect()
-}
-
-/// What the lint checks prose against: each tool's arguments, every state name the code
-/// has, the channel prefixes. `commands` are the CLI's, when the caller has them.
-pub fn vocabulary(commands: Vec<String>) -> canopy_prompt::Vocabulary {
-    let mut states: Vec<String> = Vec::new();
-    states.extend(canopy_core::Presence::ALL.iter().map(|p| p.as_str().to_owned()));
-    states.extend(canopy_core::SpawnState::ALL.iter().map(|s| s.as_str().to_owned()));
-    states.extend(canopy_core::AccountState::ALL.iter().map(|s| s.as_str().to_owned()));
-    states.extend(["steered", "queued", "woke", "held", "refused"].map(str::to_owned));
-    states.extend(["running", "done", "failed", "timed_out"].map(str::to_owned));
-    canopy_prompt::Vocabulary {
-        arguments: canopy_proto::schema::tool_arguments().into_iter().map(|(t, a)| (t.to_owned(), a)).collect(),
-        states,
-        commands,
-        channel_prefixes: canopy_core::names::RESERVED_CHANNEL_PREFIXES.iter().map(|p| (*p).to_owned()).collect(),
-        settings: settings(),
-    }
-}
-
-/// Every key of the default `canopy.toml`, at any depth.
-fn settings() -> Vec<String> {
-    fn walk(table: &toml::Table, out: &mut Vec<String>) {
-        for (key, value) in table {
-            out.push(key.clone());
-            if let toml::Value::Table(inner) = value {
-                walk(inner, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    if let Ok(table) = canopy_config::config::DEFAULT_TOML.parse::<toml::Table>() {
-        walk(&table, &mut out);
-    }
-    out
-}
-
-/// Loads `source` and runs the lint: what `canopy bundle check` (with the CLI's commands) and
-/// the daemon's start (without) do.
-pub fn check(source: &BundleSource, commands: Vec<String>) -> Result<Renderer, Vec<String>> {
-    let bundle = source.load().map_err(|e| vec![e.to_string()])?;
-    let renderer = Renderer::new(Arc::new(bundle), &catalog());
-    let mut problems: Vec<String> =
-        canopy_prompt::lint_with(&renderer, &vocabulary(commands)).iter().map(ToString::to_string).collect();
-    for role in ["manager", "supervisor"] {
-        if renderer.bundle().role(role).is_none() {
-            problems.push(format!("config/roles/{role}.toml: the bundle needs a {role} role"));
-        }
-    }
-    match problems.is_empty() {
-        true => Ok(renderer),
-        false => Err(problems),
-    }
-}
-
-struct Loaded {
-    renderer: Arc<Renderer>,
-    fingerprint: Option<u64>,
-}
-
-/// The bundle in use, reloaded when its files change.
+/// The prompts area. Cheap to clone.
+#[derive(Clone)]
 pub struct Prompts {
-    source: BundleSource,
-    current: RwLock<Loaded>,
+    store: Store,
+    pub(crate) bundles: Arc<Bundles>,
+    pub(crate) roles: Arc<RoleDefaults>,
+    config: Arc<Config>,
+    data_dir: PathBuf,
+    ends: RunEnds,
+    /// Agent handle -> role (and run definition), for the per-role tool check.
+    role_cache: Arc<DashMap<String, RoleOf>>,
 }
 
-impl std::fmt::Debug for Prompts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prompts").field("source", &self.source).finish_non_exhaustive()
+/// The harness (and script) a new session of `role` runs (see `Prompts::session_defaults`).
+fn session_defaults(roles: &RoleDefaults, renderer: &Renderer, role: &str) -> crate::roles::SessionDefaults {
+    if let Some(configured) = roles.configured(role) {
+        return configured.clone();
+    }
+    match renderer.bundle().roles.get(role).map(|r| r.harness.as_str()) {
+        Some(harness) if !harness.is_empty() && harness != "scripted" => {
+            crate::roles::SessionDefaults { harness: harness.to_owned(), script: None }
+        }
+        _ => roles.for_role(role),
+    }
+}
+
+/// A role's prompt with example identity facts: `prompts.render` with a role, and `canopy
+/// prompt render --role` when no daemon runs (the bundle is local; `workspace` then holds
+/// example facts).
+pub fn render_role(
+    config: &Config,
+    data_dir: &Path,
+    renderer: &Renderer,
+    roles: &RoleDefaults,
+    workspace: &canopy_core::Workspace,
+    role: &str,
+) -> Result<PromptsRenderResponse, Error> {
+    let role = RoleName::parse(role).map_err(|e| Error::name("role", e))?;
+    if !renderer.bundle().roles.contains_key(role.as_str()) {
+        let known: Vec<&str> = renderer.bundle().roles.keys().map(String::as_str).collect();
+        return Err(Error::invalid("role", format!("the bundle has no role {role} (roles: {})", known.join(", "))));
+    }
+    let harness = session_defaults(roles, renderer, role.as_str()).harness;
+    let identity = Identity {
+        handle: format!("example-{role}"),
+        name: String::new(),
+        role: role.to_string(),
+        parent: (!role.is_supervisor()).then(|| "supervisor".to_owned()),
+        home_channel: format!("home-example-{role}"),
+        ..Identity::default()
+    };
+    let facts = prompts::facts(config, data_dir, workspace, &identity, &harness);
+    let rendered = renderer
+        .render(&facts, prompts::owns_default_prompt(&harness))
+        .map_err(|e| Error::invalid("role", e.to_string()))?;
+    Ok(response(rendered, harness, renderer.bundle().source.clone(), None))
+}
+
+fn response(
+    rendered: Rendered,
+    harness: String,
+    bundle: String,
+    session: Option<SessionPrompt>,
+) -> PromptsRenderResponse {
+    PromptsRenderResponse {
+        text: rendered.text,
+        hash: rendered.hash,
+        role: rendered.role,
+        mode: rendered.mode.as_str().to_owned(),
+        delivery: rendered.delivery.as_str().to_owned(),
+        definition: rendered.definition,
+        sections: rendered.sections.iter().map(|s| (*s).to_owned()).collect(),
+        tools: rendered.tools,
+        harness,
+        bundle,
+        session,
     }
 }
 
 impl Prompts {
-    /// Loads and lints the configured bundle; a bad bundle is a configuration error naming
-    /// `prompts.bundle` and the first problem.
-    pub fn open(config: &Config, config_path: &Path, data_dir: &Path) -> Result<Prompts, ConfigError> {
-        let source = BundleSource::from_config(config, data_dir);
-        let fingerprint = source.fingerprint();
-        let renderer = check(&source, Vec::new()).map_err(|problems| ConfigError {
-            path: config_path.to_owned(),
-            key: "prompts.bundle".into(),
-            message: format!("the bundle does not pass `canopy bundle check`: {}", problems.join("; ")),
-        })?;
-        Ok(Prompts { source, current: RwLock::new(Loaded { renderer: Arc::new(renderer), fingerprint }) })
+    pub fn new(
+        store: Store,
+        bundles: Arc<Bundles>,
+        roles: Arc<RoleDefaults>,
+        config: Arc<Config>,
+        data_dir: PathBuf,
+        ends: RunEnds,
+    ) -> Self {
+        Prompts { store, bundles, roles, config, data_dir, ends, role_cache: Arc::default() }
     }
 
-    pub fn source(&self) -> &BundleSource {
-        &self.source
-    }
-
-    /// The renderer in use, without looking at the bundle's files: for the hot paths (the
-    /// per-role tool check on every agent call).
-    pub fn current(&self) -> Arc<Renderer> {
-        self.current.read().unwrap_or_else(|e| e.into_inner()).renderer.clone()
-    }
-
-    /// The renderer, re-reading the bundle first if its files changed: where a prompt is
-    /// rendered or a bundle name is resolved (session placement, `prompts.render`,
-    /// `runs.start`), so edits take effect at the next session start.
-    pub fn refreshed(&self) -> Arc<Renderer> {
-        let fingerprint = self.source.fingerprint();
-        {
-            let current = self.current.read().unwrap_or_else(|e| e.into_inner());
-            if current.fingerprint == fingerprint {
-                return current.renderer.clone();
-            }
+    /// Refuses an agent's call to a tool method its role does not register. Operators pass;
+    /// methods that are no tool keep their own checks (most are operator-only, and the
+    /// spawn gate audits an agent's attempt to decide).
+    pub(crate) async fn check_tool(&self, caller: &Caller, method: Method) -> Result<(), Error> {
+        if caller.kind != AccountKind::Agent {
+            return Ok(());
         }
-        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
-        if current.fingerprint != fingerprint {
-            match check(&self.source, Vec::new()) {
-                Ok(renderer) => {
-                    tracing::info!(bundle = ?self.source, "prompt bundle changed; new sessions use it");
-                    current.renderer = Arc::new(renderer);
+        let Some(tool) = method.tool().map(|t| t.name) else { return Ok(()) };
+        let tools = self.tools_of(caller).await?;
+        let role = self.role_of(caller).await?;
+        if tools.iter().any(|t| t == tool) {
+            return Ok(());
+        }
+        let reason = format!("the tool {tool} is not registered for {} (role {})", caller.handle, role.role);
+        // The refusal is recorded before it is answered: an agent reaching past its role is
+        // something the operator reads in `canopy audit`.
+        let (who, what, why) = (caller.clone(), tool.to_owned(), reason.clone());
+        self.store.write(move |conn| ops::record_act(conn, &who, "tools.refused", &what, &why)).await?;
+        Err(Error::Forbidden { action: tool.to_owned(), reason })
+    }
+
+    /// The native tools registered for an agent's sessions.
+    pub(crate) async fn tools_of(&self, caller: &Caller) -> Result<Vec<String>, Error> {
+        let role = self.role_of(caller).await?;
+        prompts::allowed_tools(&self.bundles.current(), &role.role, role.definition.as_deref())
+    }
+
+    pub(crate) async fn role_of(&self, caller: &Caller) -> Result<RoleOf, Error> {
+        self.role_of_handle(caller.handle.as_str()).await
+    }
+
+    async fn role_of_handle(&self, handle: &str) -> Result<RoleOf, Error> {
+        if let Some(hit) = self.role_cache.get(handle) {
+            return Ok(hit.clone());
+        }
+        let key = handle.to_owned();
+        let role = self
+            .store
+            .read(move |conn| {
+                let account = ops::account(conn, "caller", &key)?;
+                let run = ops::run_of_account(conn, &key)?.map(|(run, _)| run);
+                Ok(RoleOf {
+                    role: account.role.map(|r| r.to_string()).unwrap_or_default(),
+                    definition: run.as_ref().map(|r| r.definition.clone()),
+                    manager: run.map(|r| r.manager.to_string()),
+                })
+            })
+            .await?;
+        self.role_cache.insert(handle.to_owned(), role.clone());
+        Ok(role)
+    }
+
+    /// Renders the prompt of each session about to start; `None` for a run whose session
+    /// was lost or whose definition no longer renders (it is reported failed instead of
+    /// started).
+    pub(crate) async fn render_sessions(&self, fresh: &[LiveSession]) -> Result<Vec<Option<Rendered>>, Error> {
+        if fresh.is_empty() {
+            return Ok(Vec::new());
+        }
+        let renderer = self.bundles.refreshed();
+        let workspace = self
+            .store
+            .read(ops::workspace)
+            .await?
+            .ok_or_else(|| Error::Internal("the workspace row is missing".into()))?;
+        let mut out = Vec::with_capacity(fresh.len());
+        // Runs that will not start: (run id, why).
+        let mut lost: Vec<(i64, String)> = Vec::new();
+        for s in fresh {
+            let identity = Identity {
+                handle: s.agent.to_string(),
+                name: s.display_name.clone(),
+                role: s.role.to_string(),
+                parent: s.parent.clone(),
+                home_channel: s.home_channel.clone(),
+                charter: s.charter.clone(),
+                persona: s.persona.clone(),
+            };
+            let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity, &s.harness);
+            let owns = prompts::owns_default_prompt(&s.harness);
+            let rendered = match &s.run {
+                Some((id, _, _)) if s.incarnation.get() > 1 => {
+                    let why = "Its session was lost (the runner stopped or the process died) before it reported.";
+                    lost.push((*id, why.to_owned()));
+                    None
                 }
-                Err(problems) => tracing::error!(
-                    bundle = ?self.source,
-                    problems = %problems.join("; "),
-                    "the changed prompt bundle is invalid; sessions keep the last good one"
-                ),
+                Some((id, definition, _)) => match renderer.render_run(definition, &facts, owns) {
+                    Ok(rendered) => Some(rendered),
+                    Err(e) => {
+                        lost.push((*id, format!("It could not start: {e}.")));
+                        None
+                    }
+                },
+                None => match renderer.render(&facts, owns) {
+                    Ok(rendered) => Some(rendered),
+                    Err(e) => {
+                        tracing::error!(agent = %s.agent, role = %s.role, error = %e, "no prompt could be rendered");
+                        None
+                    }
+                },
+            };
+            out.push(rendered);
+        }
+        let hashes: Vec<(String, canopy_core::Incarnation, String)> = fresh
+            .iter()
+            .zip(&out)
+            .filter_map(|(s, r)| r.as_ref().map(|r| (s.agent.to_string(), s.incarnation, r.hash.clone())))
+            .collect();
+        self.store.write(move |conn| ops::record_prompt_hashes(conn, &hashes)).await?;
+        for (id, why) in lost {
+            self.ends.finish(id, RunStatus::Failed, why).await?;
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn prompts_render(
+        &self,
+        _operator: Caller,
+        req: PromptsRenderRequest,
+    ) -> Result<PromptsRenderResponse, Error> {
+        let renderer = self.bundles.refreshed();
+        let bundle = renderer.bundle().source.clone();
+        let workspace = self
+            .store
+            .read(ops::workspace)
+            .await?
+            .ok_or_else(|| Error::Internal("the workspace row is missing".into()))?;
+        match (req.agent, req.role) {
+            (Some(agent), None) => {
+                let handle = Handle::parse(&agent).map_err(|e| Error::name("agent", e))?;
+                let (account, (persona, harness), session) = self
+                    .store
+                    .read(move |conn| {
+                        Ok((
+                            ops::account(conn, "agent", handle.as_str())?,
+                            ops::prompt_inputs(conn, handle.as_str())?,
+                            ops::prompt_hash(conn, handle.as_str())?,
+                        ))
+                    })
+                    .await?;
+                if account.kind != AccountKind::Agent {
+                    return Err(Error::invalid(
+                        "agent",
+                        format!("{} is an operator; operators have no prompt", account.handle),
+                    ));
+                }
+                let identity = Identity {
+                    handle: account.handle.to_string(),
+                    name: account.display_name,
+                    role: account.role.map(|r| r.to_string()).unwrap_or_default(),
+                    parent: account.parent.map(|p| p.to_string()),
+                    home_channel: account.home_channel.map(|c| c.to_string()).unwrap_or_default(),
+                    charter: account.charter,
+                    persona,
+                };
+                let facts = prompts::facts(&self.config, &self.data_dir, &workspace, &identity, &harness);
+                let rendered = renderer
+                    .render(&facts, prompts::owns_default_prompt(&harness))
+                    .map_err(|e| Error::invalid("agent", e.to_string()))?;
+                let session = session.map(|(incarnation, hash)| SessionPrompt { incarnation, hash });
+                Ok(response(rendered, harness, bundle, session))
             }
-            current.fingerprint = fingerprint;
-        }
-        current.renderer.clone()
-    }
-}
-
-/// Today's date (UTC), `YYYY-MM-DD`, for the footer.
-pub fn today() -> String {
-    humantime::format_rfc3339(std::time::SystemTime::now()).to_string().chars().take(10).collect()
-}
-
-/// What is known about a session before rendering.
-#[derive(Debug, Clone, Default)]
-pub struct Identity {
-    pub handle: String,
-    pub name: String,
-    pub role: String,
-    pub parent: Option<String>,
-    pub home_channel: String,
-    pub charter: String,
-    pub persona: Option<String>,
-}
-
-/// The renderer's facts for `identity` in this workspace, for a session on `harness`.
-pub fn facts(
-    config: &Config,
-    data_dir: &Path,
-    workspace: &canopy_core::Workspace,
-    identity: &Identity,
-    harness: &str,
-) -> Facts {
-    Facts {
-        handle: identity.handle.clone(),
-        name: identity.name.clone(),
-        role: identity.role.clone(),
-        parent: identity.parent.clone(),
-        home_channel: identity.home_channel.clone(),
-        workspace: workspace.name.clone(),
-        cwd: config.workdir(data_dir, &identity.handle).display().to_string(),
-        date: today(),
-        mission: workspace.mission.clone(),
-        project: config.prompts.project.clone(),
-        goal: identity.charter.clone(),
-        persona: identity.persona.clone(),
-        native_subagents: has_native_subagents(harness),
-    }
-}
-
-/// Whether `harness` has subagents of its own that a role may delegate to (omp's `task`).
-pub fn has_native_subagents(harness: &str) -> bool {
-    canopy_core::harness::HarnessKind::parse(harness).is_some_and(|k| k.native_subagents())
-}
-
-/// Whether `harness` has a default prompt of its own (the delta is then appended to it).
-pub fn owns_default_prompt(harness: &str) -> bool {
-    canopy_core::harness::HarnessKind::parse(harness).is_some_and(|k| k.capabilities().owns_default_prompt)
-}
-
-/// The tools a session of `role` may call (a run of `definition` may be narrower).
-pub fn allowed_tools(renderer: &Renderer, role: &str, definition: Option<&str>) -> Result<Vec<String>, Error> {
-    let bundle = renderer.bundle();
-    let (role, definition) = match definition {
-        Some(d) => {
-            let role = bundle
-                .role_for_definition(d)
-                .ok_or_else(|| Error::invalid("definition", format!("no delta role runs {d:?}")))?;
-            (role, bundle.definitions.get(d))
-        }
-        None => {
-            let role = bundle
-                .role(role)
-                .ok_or_else(|| Error::Internal(format!("the bundle has no role {role:?} and no manager role")))?;
-            let definition = role.definition.as_deref().and_then(|d| bundle.definitions.get(d));
-            (role, definition)
-        }
-    };
-    Ok(renderer.tools_for(role, definition))
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests fail loudly on purpose")]
-
-    use super::*;
-
-    #[test]
-    fn the_shipped_bundle_passes_the_check() {
-        if let Err(problems) = check(&BundleSource::Embedded, Vec::new()) {
-            panic!("the shipped bundle fails `canopy bundle check`:\n{}", problems.join("\n"));
+            (None, Some(role)) => render_role(&self.config, &self.data_dir, &renderer, &self.roles, &workspace, &role),
+            _ => Err(Error::invalid("agent", "pass exactly one of agent or role")),
         }
     }
 
-    #[test]
-    fn the_manager_block0_stays_near_one_screen() {
-        let bundle = Bundle::embedded().unwrap();
-        let words = bundle.blocks["manager"].text.split_whitespace().filter(|w| !w.starts_with("<!--")).count();
-        assert!(words <= 650, "config/prompts/manager/SYSTEM.md has {words} words; keep it near one screen (<= 650)");
-        let delta = bundle.definitions["implementer"].body.text.split_whitespace().count();
-        assert!(delta <= 250, "agents/implementer.md's delta has {delta} words; a delta stays thin");
+    /// `prompts.skill` and `prompts.rule`: a body the caller's prompt lists.
+    pub(crate) async fn prompts_skill(
+        &self,
+        caller: Caller,
+        req: PromptsReadRequest,
+    ) -> Result<PromptsReadResponse, Error> {
+        self.prompts_read(caller, req, true).await
     }
 
-    #[test]
-    fn the_shipped_manager_prompt_has_its_sections_in_order() {
-        let renderer = check(&BundleSource::Embedded, Vec::new()).unwrap();
-        let facts = Facts { role: "manager".into(), handle: "m".into(), goal: "g".into(), ..Facts::default() };
-        let rendered = renderer.render(&facts, false).unwrap();
-        assert_eq!(rendered.sections, ["role", "why_here", "skills", "rules", "footer"]);
+    pub(crate) async fn prompts_rule(
+        &self,
+        caller: Caller,
+        req: PromptsReadRequest,
+    ) -> Result<PromptsReadResponse, Error> {
+        self.prompts_read(caller, req, false).await
+    }
+
+    pub(crate) async fn prompts_read(
+        &self,
+        caller: Caller,
+        req: PromptsReadRequest,
+        skill: bool,
+    ) -> Result<PromptsReadResponse, Error> {
+        let kind = if skill { "skill" } else { "rule" };
+        canopy_prompt::bundle::check_name(&req.name).map_err(|m| Error::invalid("name", m))?;
+        let renderer = self.bundles.current();
+        let bundle = renderer.bundle();
+        let (tools, role) = match caller.kind {
+            AccountKind::Agent => {
+                let role = self.role_of(&caller).await?;
+                let tools = prompts::allowed_tools(&renderer, &role.role, role.definition.as_deref())?;
+                (tools, bundle.role(&role.role).cloned())
+            }
+            _ => (renderer.catalog().to_vec(), None),
+        };
+        let listed = |name: &str| {
+            role.as_ref().is_none_or(|r| r.skills.iter().any(|p| canopy_prompt::bundle::glob_match(p, name)))
+        };
+        let found = match skill {
+            true => bundle.skills.get(&req.name).filter(|s| listed(&s.name)).map(|s| (s.description.clone(), &s.body)),
+            false => bundle.rules.get(&req.name).map(|r| (r.description.clone(), &r.body)),
+        };
+        let Some((description, body)) = found else {
+            let names: Vec<&str> = match skill {
+                true => bundle.skills.keys().filter(|n| listed(n)).map(String::as_str).collect(),
+                false => bundle.rules.keys().map(String::as_str).collect(),
+            };
+            return Err(Error::invalid(
+                "name",
+                format!("no {kind} {:?} is listed for you ({kind}s: {})", req.name, names.join(", ")),
+            ));
+        };
+        Ok(PromptsReadResponse {
+            name: req.name,
+            description,
+            body: canopy_prompt::render::apply_requires(&body.text, &tools).trim().to_owned(),
+        })
+    }
+
+    /// The subagent definitions a session of `role` gets for its harness's own subagents:
+    /// every bundle definition, when the role delegates natively.
+    pub(crate) fn native_subagents(&self, role: &str) -> Vec<SubagentFile> {
+        let renderer = self.bundles.current();
+        let Some(found) = renderer.bundle().roles.get(role).filter(|r| r.delegates_natively()) else {
+            return Vec::new();
+        };
+        let mut tools = renderer.tools_for(found, None);
+        tools.push(canopy_prompt::render::NATIVE_TASK_TOOL.to_owned());
+        renderer
+            .native_definitions(&tools)
+            .into_iter()
+            .map(|(name, description, body)| SubagentFile { name, description, body })
+            .collect()
+    }
+
+    /// The harness (and script) a new session of `role` runs: `[roles.<role>]` in
+    /// `canopy.toml` when it lists the role; else the bundle role's `harness` when it names a
+    /// real harness (which needs no script); else the `manager` defaults.
+    pub(crate) fn session_defaults(&self, role: &str) -> crate::roles::SessionDefaults {
+        session_defaults(&self.roles, &self.bundles.current(), role)
+    }
+
+    /// What the bundle asks of a session's harness: (model, built-in tools). The model is its
+    /// run definition's `model`, else its role's (empty: the harness's configured default);
+    /// the tools are its role's `harness_tools` (a run: its delta role's).
+    pub(crate) fn harness_asks(&self, session: &LiveSession) -> (String, Vec<String>) {
+        let renderer = self.bundles.current();
+        let bundle = renderer.bundle();
+        let definition = session.run.as_ref().and_then(|(_, d, _)| bundle.definitions.get(d));
+        let role = match &session.run {
+            Some((_, d, _)) => bundle.role_for_definition(d),
+            None => bundle.role(session.role.as_str()),
+        };
+        let model =
+            definition.and_then(|d| d.model.clone()).or_else(|| role.map(|r| r.model.clone())).unwrap_or_default();
+        (model, role.map(|r| r.harness_tools.clone()).unwrap_or_default())
+    }
+
+    /// The Manager of a subagent run's account (`None` for any other account), from the
+    /// same cache as the tool check: one store read per run, not per activity item.
+    pub(crate) async fn manager_of_run(&self, handle: &str) -> Option<String> {
+        if !handle.starts_with("run-") {
+            return None;
+        }
+        self.role_of_handle(handle).await.ok()?.manager
     }
 }

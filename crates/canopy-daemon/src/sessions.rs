@@ -1,23 +1,138 @@
-//! The sessions and runners area: a runner's sync (heartbeat, placement, the sessions it
-//! should host) and its session reports (presence, activity, usage, ends, crash loops, with
-//! their notices), and the stall check. Does not deliver messages (`delivery`).
+//! The sessions area (`Sessions`): what runners ask and report. A runner's sync (heartbeat,
+//! placement, the sessions it should host, each with its prompt, checkout and token), its
+//! session reports (presence, activity, usage, ends, crash loops, with their notices), the
+//! pull and acknowledgement of pending messages, an agent's desired state and interrupt, and
+//! the periodic checks (lost runners, stalled sessions, overfull mailboxes).
+//!
+//! Uses the store, `Auth` (session tokens), delivery, the wire (activity events, interrupts),
+//! the prompts area (rendering at placement), repos (a session's checkout) and budgets (a
+//! spent budget starts no session, hands over nothing). Does not carry a post (`delivery`).
 
 use canopy_core::acl::Caller;
 use canopy_core::{Error, Incarnation};
 use canopy_proto::api::*;
 use canopy_store::{Report, RunnerHeartbeat, UsageReport, ops};
 
-use crate::auth::{session_token, token_hash};
-use crate::context::{Api, bounded_text, encode};
-use crate::credentials;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-impl Api {
+use canopy_config::Config;
+use canopy_core::{Desired, Handle, RosterEntry};
+use canopy_proto::Subjects;
+use canopy_store::Store;
+
+use crate::auth::Auth;
+use crate::budgets::Budgets;
+use crate::delivery::Delivery;
+use crate::edge::{as_runner, bounded_text, encode};
+use crate::prompts::Prompts;
+use crate::repos::Repos;
+use crate::wire::Wire;
+
+/// The sessions area. Cheap to clone.
+#[derive(Clone)]
+pub struct Sessions {
+    store: Store,
+    auth: Auth,
+    delivery: Delivery,
+    wire: Arc<dyn Wire>,
+    subjects: Subjects,
+    prompts: Prompts,
+    repos: Repos,
+    budgets: Budgets,
+    config: Arc<Config>,
+    data_dir: PathBuf,
+}
+
+impl Sessions {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Store,
+        auth: Auth,
+        delivery: Delivery,
+        wire: Arc<dyn Wire>,
+        subjects: Subjects,
+        prompts: Prompts,
+        repos: Repos,
+        budgets: Budgets,
+        config: Arc<Config>,
+        data_dir: PathBuf,
+    ) -> Self {
+        Sessions { store, auth, delivery, wire, subjects, prompts, repos, budgets, config, data_dir }
+    }
+
+    pub(crate) async fn agents_start(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
+        self.set_desired(caller, req, Desired::Running).await
+    }
+
+    pub(crate) async fn agents_stop(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
+        self.set_desired(caller, req, Desired::Stopped).await
+    }
+
+    pub(crate) async fn set_desired(
+        &self,
+        caller: Caller,
+        req: AgentsStartStopRequest,
+        desired: Desired,
+    ) -> Result<RosterEntry, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let entry = self.store.write(move |conn| ops::set_desired(conn, &caller, &handle, desired)).await?;
+        self.delivery.poke_runners().await;
+        Ok(entry)
+    }
+
+    /// Stops an agent's running turn through the runner hosting its live session. The
+    /// session stays up; messages not yet delivered stay pending, and a steer taken but not
+    /// injected comes back as dropped and goes at the next turn start.
+    pub(crate) async fn agents_interrupt(
+        &self,
+        caller: Caller,
+        req: AgentsInterruptRequest,
+    ) -> Result<AgentsInterruptResponse, Error> {
+        let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
+        let name = handle.to_string();
+        let entry = self.store.read(move |conn| ops::roster_entry(conn, &name)).await?;
+        let Some(runner) = entry.runner.clone() else {
+            let reason = entry.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+            return Err(Error::ConflictOn {
+                field: "handle",
+                reason: format!(
+                    "{handle} has no live session to interrupt (it is {}{reason})",
+                    entry.presence.as_str()
+                ),
+            });
+        };
+        let request = InterruptRequest { agent: handle.to_string(), incarnation: entry.incarnation };
+        let timeout = self.config.delivery.steer_timeout.max(std::time::Duration::from_secs(5));
+        let reply =
+            self.wire.request(&self.subjects.runner_interrupt(&runner), encode(&request), timeout).await.map_err(
+                |e| Error::Unavailable(format!("the runner hosting {handle} ({runner}) did not answer ({e})")),
+            )?;
+        let reply: InterruptReply = serde_json::from_slice(&reply)
+            .map_err(|e| Error::Internal(format!("the answer of runner {runner} did not parse: {e}")))?;
+        let detail = match (&reply.turn_id, &reply.reason) {
+            (Some(turn), _) if reply.interrupted => format!("turn {turn} (incarnation {})", entry.incarnation),
+            (_, Some(reason)) => format!("nothing interrupted: {reason}"),
+            _ => "nothing interrupted".to_owned(),
+        };
+        let audited = handle.clone();
+        self.store.write(move |conn| ops::record_interrupt(conn, &caller, &audited, &detail)).await?;
+        Ok(AgentsInterruptResponse {
+            agent: handle.to_string(),
+            incarnation: entry.incarnation,
+            interrupted: reply.interrupted,
+            turn_id: reply.turn_id,
+            reason: reply.reason,
+        })
+    }
+
+
     pub(crate) async fn runners_sync(
         &self,
         runner: canopy_core::RunnerId,
         req: RunnersSyncRequest,
     ) -> Result<RunnersSyncResponse, Error> {
-        crate::context::as_runner(&runner, &req.runner_id)?;
+        as_runner(&runner, &req.runner_id)?;
         let running = req.running;
         let beat = RunnerHeartbeat {
             runner_id: req.runner_id,
@@ -28,13 +143,12 @@ impl Api {
             capacity: req.capacity,
             ttl_ms: self.config.runner.runner_ttl.as_millis() as i64,
         };
-        let secrets = self.secrets.clone();
+        let auth = self.auth.clone();
         let live = self
             .store
             .write(move |conn| {
-                let hash_for = |agent: &str, incarnation: Incarnation| {
-                    token_hash(&session_token(&secrets.session_secret, agent, incarnation))
-                };
+                let hash_for =
+                    |agent: &str, incarnation: Incarnation| crate::auth::token_hash(&auth.session_token(agent, incarnation));
                 ops::sync_runner(conn, &beat, &hash_for)
             })
             .await?;
@@ -45,14 +159,14 @@ impl Api {
         let more = fresh.len() > SYNC_START_BATCH;
         if !fresh.is_empty() {
             // Read fresh, not from the last snapshot: a session's start is a model turn.
-            self.refresh_budgets().await;
+            self.budgets.refresh_budgets().await;
         }
         let keep = keep
             .into_iter()
             .map(|s| RunningSession { agent: s.agent.to_string(), incarnation: s.incarnation })
             .collect();
         let fresh: Vec<_> = fresh.into_iter().take(SYNC_START_BATCH).collect();
-        let prompts = self.render_sessions(&fresh).await?;
+        let prompts = self.prompts.render_sessions(&fresh).await?;
         let handles: Vec<String> = fresh.iter().map(|s| s.agent.to_string()).collect();
         let checkouts = match handles.is_empty() {
             true => Vec::new(),
@@ -68,16 +182,16 @@ impl Api {
             .zip(checkouts)
             .filter(|((s, rendered), _)| rendered.is_some() || s.run.is_none())
             // A session's first input is a model turn: none starts under a spent budget.
-            .filter(|((s, _), _)| self.budgets.hold(s.agent.as_str()).is_none())
+            .filter(|((s, _), _)| self.budgets.gate().hold(s.agent.as_str()).is_none())
             // An account whose checkout is not made (yet, or ever) does not start without it.
             .filter(|(_, checkout)| checkout.as_ref().is_none_or(|c| c.state == canopy_store::CheckoutState::Ready))
             .map(|((s, rendered), checkout)| {
                 let checkout = checkout
                     .filter(|c| c.state == canopy_store::CheckoutState::Ready)
-                    .map(|c| self.session_checkout(&c));
-                let (model, harness_tools) = self.harness_asks(&s);
+                    .map(|c| self.repos.session_checkout(&c));
+                let (model, harness_tools) = self.prompts.harness_asks(&s);
                 SessionAssignment {
-                    token: session_token(&self.secrets.session_secret, s.agent.as_str(), s.incarnation),
+                    token: self.auth.session_token(s.agent.as_str(), s.incarnation),
                     prompt_mode: match rendered.as_ref().map(|r| r.delivery) {
                         Some(PromptMode::Append) => PromptMode::Append,
                         _ => PromptMode::Replace,
@@ -89,8 +203,8 @@ impl Api {
                         None => self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
                     },
                     repo_mirror: checkout.map(|(_, mirror)| mirror.display().to_string()),
-                    subagents: match s.run.is_none() && crate::prompts::has_native_subagents(&s.harness) {
-                        true => self.native_subagents(s.role.as_str()),
+                    subagents: match s.run.is_none() && crate::bundle::has_native_subagents(&s.harness) {
+                        true => self.prompts.native_subagents(s.role.as_str()),
                         false => Vec::new(),
                     },
                     model,
@@ -120,7 +234,7 @@ impl Api {
         runner: canopy_core::RunnerId,
         req: SessionsReportRequest,
     ) -> Result<SessionsReportResponse, Error> {
-        crate::context::as_runner(&runner, &req.runner_id)?;
+        as_runner(&runner, &req.runner_id)?;
         if req.reports.len() > 10_000 {
             return Err(Error::invalid("reports", "at most 10000 reports per request"));
         }
@@ -167,18 +281,18 @@ impl Api {
             self.store.write(move |conn| ops::apply_reports(conn, &runner_id, &reports, max, estimate)).await?;
         for item in &applied.activity {
             let event = encode(&ActivityEvent { item: item.clone() });
-            let _ = self.bus.publish(&self.subjects.activity_event(item.agent.as_str()), event.clone()).await;
+            self.publish_activity(item.agent.as_str(), event.clone()).await;
             // A run's activity shows under its Manager too.
-            if let Some(manager) = self.manager_of_run(item.agent.as_str()).await {
-                let _ = self.bus.publish(&self.subjects.activity_event(&manager), event).await;
+            if let Some(manager) = self.prompts.manager_of_run(item.agent.as_str()).await {
+                self.publish_activity(&manager, event).await;
             }
         }
         if applied.budgets_changed {
-            self.refresh_budgets().await;
+            self.budgets.refresh_budgets().await;
         }
-        self.deliver_notices(applied.notices).await;
+        self.delivery.deliver_notices(applied.notices).await;
         if applied.poke {
-            self.poke_runners().await;
+            self.delivery.poke_runners().await;
         }
         Ok(SessionsReportResponse { applied: applied.applied, ignored: applied.ignored })
     }
@@ -191,7 +305,7 @@ impl Api {
             Ok(0) => {}
             Ok(ended) => {
                 tracing::info!(ended, "ended the sessions of runners that stopped syncing");
-                self.poke_runners().await;
+                self.delivery.poke_runners().await;
             }
             Err(e) => tracing::warn!(error = %e, "ending the sessions of lost runners failed"),
         }
@@ -201,141 +315,102 @@ impl Api {
     pub async fn check_stalled(&self) {
         let after = self.config.sessions.stall_after.as_millis() as i64;
         match self.store.write(move |conn| ops::mark_stalled(conn, after)).await {
-            Ok(notices) => self.deliver_notices(notices).await,
+            Ok(notices) => self.delivery.deliver_notices(notices).await,
             Err(e) => tracing::warn!(error = %e, "checking for stalled sessions failed"),
         }
     }
-}
 
-/// How long after answering a credential change the NATS server reloads its users.
-const RELOAD_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// How long a runner token replaced by a rotation is still accepted: a runner re-reads its
-/// credential before each sync, and its calls in between must not be lost.
-const OLD_TOKENS_FOR: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Runner credentials and rotation. One change at a time (`credentials_lock`, held until the
-/// server has reloaded): the files change first, then the token map, the audit record, and,
-/// after the reply, the server's users, read from the files as they are then.
-impl Api {
-    pub(crate) async fn runners_add(
+    pub(crate) async fn deliveries_pull(
         &self,
-        caller: Caller,
-        req: RunnersAddRequest,
-    ) -> Result<RunnersAddResponse, Error> {
-        let id = canopy_core::RunnerId::parse(&req.id).map_err(|e| Error::name("id", e))?;
-        let guard = self.credentials_lock.clone().lock_owned().await;
-        let dir = canopy_config::DataDir::new(&self.data_dir);
-        let credential = credentials::add_runner(&dir, &self.workspace_id, &id)?;
-        let applied = self.credentials_changed(guard, &caller, "runners.add", id.as_str(), false).await?;
-        Ok(RunnersAddResponse {
-            path: dir.runner_credential(id.as_str()).display().to_string(),
-            credential: RunnerCredentialWire {
-                workspace_id: credential.workspace_id,
-                runner_id: id,
-                nats_user: credential.nats.user,
-                nats_password: credential.nats.password,
-                token: credential.token,
-            },
-            applied: applied.applied,
-        })
-    }
-
-    /// Revokes a runner: its credential, its connection (at the reload), its live sessions.
-    pub(crate) async fn runners_remove(
-        &self,
-        caller: Caller,
-        req: RunnersRemoveRequest,
-    ) -> Result<CredentialsChangedResponse, Error> {
-        let id = canopy_core::RunnerId::parse(&req.id).map_err(|e| Error::name("id", e))?;
-        let guard = self.credentials_lock.clone().lock_owned().await;
-        credentials::remove_runner(&canopy_config::DataDir::new(&self.data_dir), &id)?;
-        let changed = self.credentials_changed(guard, &caller, "runners.remove", id.as_str(), false).await?;
-        let ended = self.store.write(move |conn| ops::forget_runner(conn, &id)).await?;
-        if ended > 0 {
-            self.poke_runners().await;
+        runner: canopy_core::RunnerId,
+        req: DeliveriesPullRequest,
+    ) -> Result<DeliveriesPullResponse, Error> {
+        as_runner(&runner, &req.runner_id)?;
+        let limit = req.limit.unwrap_or(self.config.delivery.batch).clamp(1, MAX_READ_LIMIT);
+        // Under a spent budget nothing is handed over, so no turn starts; it stays pending.
+        if self.budgets.gate().hold(&req.agent).is_some() {
+            return Ok(DeliveriesPullResponse { messages: Vec::new(), wake: false, total: 0, redelivered: Vec::new() });
         }
-        Ok(changed)
-    }
-
-    pub(crate) async fn credentials_rotate(
-        &self,
-        caller: Caller,
-        _req: CredentialsRotateRequest,
-    ) -> Result<CredentialsChangedResponse, Error> {
-        let guard = self.credentials_lock.clone().lock_owned().await;
-        // Whatever the rotation managed to write is applied, even when it stopped partway:
-        // the server must accept the passwords the files now hold.
-        let rotated = credentials::rotate(&canopy_config::DataDir::new(&self.data_dir), &self.workspace_id);
-        let changed = self.credentials_changed(guard, &caller, "credentials.rotate", "all", true).await?;
-        rotated.map(|_| changed)
-    }
-
-    /// A new NATS login for operator clients (a revoked operator keeps no way in below the
-    /// API), applied like any credential change.
-    pub(crate) async fn rotate_operator_login(&self, caller: &Caller, revoked: &str) -> Result<(), Error> {
-        let guard = self.credentials_lock.clone().lock_owned().await;
-        credentials::rotate_operator(&canopy_config::DataDir::new(&self.data_dir))?;
-        self.credentials_changed(guard, caller, "credentials.rotate_operator", revoked, false).await.map(|_| ())
-    }
-
-    /// Applies the credential files as they now are: the runner tokens (with `keep_old`, the
-    /// replaced ones stay valid for `OLD_TOKENS_FOR`), the audit log, and the managed server's
-    /// users (a reload after the reply, which closes the connections of renamed users, the
-    /// caller's and the daemon's own included; they log in again from their files).
-    async fn credentials_changed(
-        &self,
-        guard: tokio::sync::OwnedMutexGuard<()>,
-        caller: &Caller,
-        action: &'static str,
-        target: &str,
-        keep_old: bool,
-    ) -> Result<CredentialsChangedResponse, Error> {
-        let dir = canopy_config::DataDir::new(&self.data_dir);
-        let now = credentials::load(&dir)?;
-        if let Ok(mut tokens) = self.secrets.runners.write() {
-            let fresh = now.runner_tokens();
-            if keep_old {
-                // The old tokens stay beside the new ones for a while, then go.
-                let secrets = self.secrets.clone();
-                let current = fresh.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(OLD_TOKENS_FOR).await;
-                    if let Ok(mut tokens) = secrets.runners.write() {
-                        tokens.retain(|hash, _| current.contains_key(hash));
-                    }
-                });
-            } else {
-                tokens.clear();
-            }
-            tokens.extend(fresh);
-        }
-        let applied = match &self.nats {
-            Some(nats) => {
-                let (nats, subjects) = (nats.clone(), self.subjects.clone());
-                tokio::spawn(async move {
-                    tokio::time::sleep(RELOAD_AFTER).await;
-                    // The files as they are now; the lock keeps the next change out until then.
-                    match credentials::load(&dir) {
-                        Ok(now) => {
-                            if let Err(e) = nats.reload(&now.users(&subjects)) {
-                                tracing::error!(error = %e, "reloading the NATS server's users failed");
-                            }
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "reading the credentials to reload the NATS server failed")
-                        }
-                    }
-                    drop(guard);
-                });
-                true
-            }
-            None => false,
+        let incarnation = req.incarnation;
+        let (agent, pending) = self
+            .store
+            .read(move |conn| {
+                let agent = ops::live_agent(conn, &req.agent, req.incarnation, &req.runner_id)?;
+                Ok((agent, ops::pending(conn, agent, limit)?))
+            })
+            .await?;
+        // What is handed out is recorded (a write only when there is something), so a later
+        // session knows what an earlier one may have seen (`redelivered`).
+        let seqs: Vec<canopy_core::Seq> = pending.messages.iter().map(|m| m.seq).collect();
+        let redelivered = match seqs.is_empty() {
+            true => Vec::new(),
+            false => self.store.write(move |conn| ops::offer(conn, agent, incarnation, &seqs)).await?,
         };
-        let (caller, target, detail) =
-            (caller.clone(), target.to_owned(), if applied { "applied" } else { "install canopy nats-config" });
-        self.store.write(move |conn| ops::record_act(conn, &caller, action, &target, detail)).await?;
-        tracing::info!(action, applied, "credentials changed");
-        Ok(CredentialsChangedResponse { users: now.user_names(), applied })
+        Ok(DeliveriesPullResponse { messages: pending.messages, wake: pending.wake, total: pending.total, redelivered })
+    }
+
+    pub(crate) async fn deliveries_ack(
+        &self,
+        runner: canopy_core::RunnerId,
+        req: DeliveriesAckRequest,
+    ) -> Result<DeliveriesAckResponse, Error> {
+        as_runner(&runner, &req.runner_id)?;
+        if req.seqs.len() > MAX_READ_LIMIT as usize {
+            return Err(Error::invalid("seqs", format!("at most {MAX_READ_LIMIT} per acknowledgement")));
+        }
+        let moved = self
+            .store
+            .write(move |conn| {
+                let agent = ops::live_agent(conn, &req.agent, req.incarnation, &req.runner_id)?;
+                if req.steered {
+                    req.seqs.iter().try_for_each(|seq| ops::record_injected(conn, agent, *seq))?;
+                    return Ok(0);
+                }
+                ops::acknowledge(conn, agent, &req.seqs)
+            })
+            .await?;
+        Ok(DeliveriesAckResponse { moved })
+    }
+
+    /// Tells the operator about agents whose pending messages passed the cap.
+    pub async fn check_mailboxes(&self) {
+        let cap = self.config.delivery.max_pending;
+        let batch = self.config.delivery.batch;
+        let retention = self.config.delivery.retention;
+        let result = self
+            .store
+            .write(move |conn| {
+                let mut notices = Vec::new();
+                let cutoff = conn.now_ms() - retention.as_millis() as i64;
+                for (agent_id, handle, missed) in ops::expire(conn, cutoff)? {
+                    let body = format!(
+                        "@{handle} never received {missed} messages older than the retention period ({}); \
+                         they expired undelivered. They are still in their channels' history.",
+                        humantime::format_duration(retention)
+                    );
+                    notices.push(ops::notice(conn, agent_id, &body)?);
+                }
+                for (agent_id, handle, pending) in ops::overflowing(conn, cap)? {
+                    let body = format!(
+                        "@{handle} has {pending} messages waiting, more than the cap of {cap}. Nothing is dropped; \
+                         its next turns take them {batch} at a time. `canopy roster` shows the count."
+                    );
+                    notices.push(ops::notice(conn, agent_id, &body)?);
+                }
+                Ok(notices)
+            })
+            .await;
+        match result {
+            Ok(notices) => self.delivery.deliver_notices(notices).await,
+            Err(e) => tracing::warn!(error = %e, "checking mailboxes failed"),
+        }
+    }
+
+    /// Publishes an activity event for `agent`'s followers (`canopy watch`, the console). A
+    /// lost event is logged: followers read the activity pages.
+    async fn publish_activity(&self, agent: &str, event: bytes::Bytes) {
+        if let Err(e) = self.wire.publish(&self.subjects.activity_event(agent), event).await {
+            tracing::debug!(error = %e, agent, "publishing an activity event failed; followers read the pages");
+        }
     }
 }

@@ -19,7 +19,7 @@ fn pair<Req: JsonSchema, Resp: JsonSchema>(method: Method) -> [(String, Value); 
 
 /// The request and reply schemas of every method in the table.
 macro_rules! method_schemas {
-    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
+    ($(($variant:ident, $area:ident . $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
         fn method_schemas() -> Vec<(String, Value)> {
             let mut out = Vec::new();
             $(out.extend(pair::<$req, $resp>(Method::$variant));)*
@@ -37,7 +37,7 @@ fn properties<T: schemars::JsonSchema>() -> Vec<String> {
 
 /// Each native tool's argument names, from its request type.
 macro_rules! tool_arguments {
-    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
+    ($(($variant:ident, $area:ident . $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
         /// Each native tool's argument names (its request type's fields), by tool name.
         pub fn tool_arguments() -> std::collections::BTreeMap<&'static str, Vec<String>> {
             let mut out = std::collections::BTreeMap::new();

@@ -46,7 +46,7 @@ fn check_as<T: DeserializeOwned + Serialize>(arguments: Value) -> Result<Value, 
 
 /// The tools of the method table: each tool's arguments are its method's request type.
 macro_rules! tool_defs {
-    ($(($variant:ident, $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
+    ($(($variant:ident, $area:ident . $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
         fn tool_defs() -> Vec<ToolDef> {
             let mut out = Vec::new();
             $(

@@ -1,21 +1,30 @@
-//! Continuity and runtime records at the API: `history.search`, `sessions.continuity`,
-//! `usage`, and the background retention pass.
+//! The history area (`History`): `history.search` (and its text index, filled in the
+//! background), `sessions.continuity`, `usage`, and the retention pass. Uses the store and
+//! the data directory's `sessions/`.
 //!
 //! The daemon builds the continuity block because it has the facts (identity, checkpoints,
 //! open spawn requests, pins, subagent runs still out); the runner only asks for it at a
 //! session start and after a reported compaction, and puts it at the head of that input.
 //! Does not hold SQL (the store gathers the facts) or render text (`canopy_core::continuity`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use canopy_core::acl::Caller;
 use canopy_core::continuity::{DEFAULT_HISTORY_LIMIT, HistoryCursor, MAX_HISTORY_LIMIT, continuity_block};
 use canopy_core::{Error, Incarnation};
 use canopy_proto::api::*;
-use canopy_store::{HistoryQuery, PRUNE_BATCH, Pruned, ops};
+use canopy_config::Config;
+use canopy_store::{HistoryQuery, PRUNE_BATCH, Pruned, Store, ops};
 
-use crate::context::Api;
+/// The history area. Cheap to clone.
+#[derive(Clone)]
+pub struct History {
+    store: Store,
+    config: Arc<Config>,
+    data_dir: PathBuf,
+}
 
 /// Longest `history_search` query, in bytes.
 pub const MAX_QUERY_BYTES: usize = 500;
@@ -28,13 +37,17 @@ const INDEX_EVERY: Duration = Duration::from_millis(250);
 /// Longest the text index gives way to a busy writer before it takes its batch anyway.
 const INDEX_YIELDS_AT_MOST: Duration = Duration::from_secs(5);
 
-impl Api {
+impl History {
+    pub fn new(store: Store, config: Arc<Config>, data_dir: PathBuf) -> Self {
+        History { store, config, data_dir }
+    }
+
     /// Fills `history_search`'s text index behind the post path, forever: a batch at a time
     /// through the writer, only while no other write is queued (or after giving way for
     /// `INDEX_YIELDS_AT_MOST`), resting after each batch at least as long as it took, and
     /// `INDEX_EVERY` once it has caught up. A failure is logged and retried; the search reads
     /// what is not indexed yet from the history, so a lagging index is slower, never wrong.
-    pub(crate) async fn fill_text_index(&self) {
+    pub async fn fill_text_index(&self) {
         let mut waited_since = None;
         loop {
             let waited = *waited_since.get_or_insert_with(tokio::time::Instant::now);
@@ -84,7 +97,7 @@ impl Api {
         runner: canopy_core::RunnerId,
         req: SessionsContinuityRequest,
     ) -> Result<SessionsContinuityResponse, Error> {
-        crate::context::as_runner(&runner, &req.runner_id)?;
+        crate::edge::as_runner(&runner, &req.runner_id)?;
         let compaction = req.when == ContinuityWhen::Compaction;
         let mut facts = self
             .store

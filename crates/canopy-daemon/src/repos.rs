@@ -1,14 +1,15 @@
-//! Workspaces' handlers: repositories (`repos.*`), an agent's and a run's checkout (made
+//! The repos area (`Repos`): repositories (`repos.*`), an agent's and a run's checkout (made
 //! while its account is held, then released to run), `workspace.status`, `runs.merge` and
 //! `runs.discard`, a run's branch in its report, the merge gate (`merges.*`: the request,
-//! its check, the decision by command or by an operator's reply in its topic, landing on the
-//! canonical repository), retention and `repos.gc`.
+//! its check, the decision by command or by an operator's reply in its topic (`MergeReplies`),
+//! landing on the canonical repository), retention and `repos.gc`.
 //!
 //! Git runs through `canopy-workspace` (which confines it in any checkout a session has
 //! written); one repository's mirror is changed by one task at a time (`repo_lock`). The
 //! decisions and their records are the store's, the rules core's; this module joins them.
 //! An approval returns at once (`merging`); landing, and a request's check, run as tasks
-//! whose outcome is posted in the requester's home channel.
+//! whose outcome is posted in the requester's home channel. Uses the store, delivery, git,
+//! the notifier and `RunEnds`; does not start runs (`runs`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,7 +22,49 @@ use canopy_proto::api::*;
 use canopy_store::{Checkout, CheckoutState, Landed, MergeCheck, MergeSpec, RepoRow, ops};
 use canopy_workspace::{GitError, MergeOutcome};
 
-use crate::context::Api;
+use canopy_config::Config;
+use canopy_store::Store;
+use dashmap::DashMap;
+use futures_util::future::BoxFuture;
+
+use crate::delivery::Delivery;
+use crate::notify::Notifier;
+use crate::replies::ReplyHandler;
+use crate::run_ends::RunEnds;
+
+/// The repos area. Cheap to clone.
+#[derive(Clone)]
+pub struct Repos {
+    store: Store,
+    delivery: Delivery,
+    notifier: Notifier,
+    ends: RunEnds,
+    config: Arc<Config>,
+    data_dir: PathBuf,
+    /// How git runs (confined in any checkout a session has written).
+    git: Arc<canopy_workspace::Git>,
+    /// One task at a time changes a repository's mirror, by repository name.
+    repo_locks: Arc<DashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One pass at a time makes the checkouts still preparing.
+    preparing: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The merge gate's reading of an operator's reply in a `merge: ...` topic.
+pub struct MergeReplies(pub Repos);
+
+impl ReplyHandler for MergeReplies {
+    fn name(&self) -> &'static str {
+        "merge gate"
+    }
+
+    fn claims(&self, message: &Message) -> bool {
+        message.topic.as_str().starts_with("merge: ")
+    }
+
+    fn react<'a>(&'a self, poster: &'a Caller, message: &'a Message) -> BoxFuture<'a, ()> {
+        Box::pin(self.0.merge_reply(poster, message))
+    }
+}
 
 /// Longest merge request summary, in bytes.
 const MAX_SUMMARY: usize = 8192;
@@ -36,7 +79,30 @@ fn git_error(field: &'static str, e: GitError) -> Error {
     }
 }
 
-impl Api {
+impl Repos {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Store,
+        delivery: Delivery,
+        notifier: Notifier,
+        ends: RunEnds,
+        config: Arc<Config>,
+        data_dir: PathBuf,
+        git: Arc<canopy_workspace::Git>,
+    ) -> Self {
+        Repos {
+            store,
+            delivery,
+            notifier,
+            ends,
+            config,
+            data_dir,
+            git,
+            repo_locks: Arc::default(),
+            preparing: Arc::default(),
+        }
+    }
+
     /// The working directory of an account's checkout.
     pub(crate) fn checkout_dir(&self, handle: &str) -> PathBuf {
         self.data_dir.join("sessions").join(handle).join("work")
@@ -202,11 +268,11 @@ impl Api {
         }
         if let (Some(note), Some((run, _))) = (note, checkout.run.as_ref()) {
             let why = format!("its checkout of {} could not be made: {note}", checkout.repo.name);
-            if let Err(e) = self.finish_run(*run, canopy_store::RunStatus::Failed, why).await {
+            if let Err(e) = self.ends.finish(*run, canopy_store::RunStatus::Failed, why).await {
                 tracing::warn!(run, error = %e, "failing a run without a checkout failed");
             }
         }
-        self.poke_runners().await;
+        self.delivery.poke_runners().await;
     }
 
     /// The caller's ready checkout, or why it has none.
@@ -532,8 +598,8 @@ impl Api {
         let id = ops::merge_number(&request);
         self.git.set_ref(&mirror, &rules::merge_head_ref(id), &head).await.map_err(|e| git_error("caller", e))?;
         drop(held);
-        let api = self.clone();
-        tokio::spawn(async move { api.check_merge(id).await });
+        let repos = self.clone();
+        tokio::spawn(async move { repos.check_merge(id).await });
         Ok(request)
     }
 
@@ -563,8 +629,8 @@ impl Api {
         };
         match self.store.write(move |conn| ops::merge_checked(conn, id, &check)).await {
             Ok((request, notice)) => {
-                self.notify("merge_request", &request);
-                self.deliver_notices(vec![notice]).await
+                self.notifier.notify("merge_request", &request);
+                self.delivery.deliver_notices(vec![notice]).await
             }
             Err(e) => tracing::warn!(id, error = %e, "recording a merge request's check failed"),
         }
@@ -645,13 +711,13 @@ impl Api {
             return Err(Error::invalid("id", format!("merge-{id} does not exist")));
         }
         let decided = self.store.write(move |conn| ops::decide_merge(conn, &caller, id, approve, note)).await?;
-        self.deliver_notices(decided.notices).await;
+        self.delivery.deliver_notices(decided.notices).await;
         if let Some(error) = decided.refused {
             return Err(error);
         }
         if decided.land {
-            let api = self.clone();
-            tokio::spawn(async move { api.land(id).await });
+            let repos = self.clone();
+            tokio::spawn(async move { repos.land(id).await });
         }
         Ok(decided.request)
     }
@@ -712,7 +778,7 @@ impl Api {
         .await;
         let landed = landed.unwrap_or_else(|e: Error| Landed::Refused(e.to_string()));
         match self.store.write(move |conn| ops::finish_merge(conn, id, &landed)).await {
-            Ok((_, notice)) => self.deliver_notices(vec![notice]).await,
+            Ok((_, notice)) => self.delivery.deliver_notices(vec![notice]).await,
             Err(e) => tracing::warn!(id, error = %e, "recording a merge's outcome failed"),
         }
     }
@@ -721,10 +787,7 @@ impl Api {
     /// request's own topic of its requester's home channel, and only an operator's does; an
     /// agent's `approve` is refused and audited. An operator's reply that decides nothing is
     /// answered in the topic.
-    pub(crate) async fn merge_reply(&self, caller: &Caller, message: &Message) {
-        if !message.topic.as_str().starts_with("merge: ") {
-            return;
-        }
+    async fn merge_reply(&self, caller: &Caller, message: &Message) {
         let Some(reply) = Reply::parse(&message.body) else { return };
         let (channel, topic) = (message.channel.to_string(), message.topic.to_string());
         let found = self.store.read(move |conn| ops::merge_in_topic(conn, &channel, &topic)).await;
@@ -743,7 +806,7 @@ impl Api {
         // An agent's refused attempt was already told; an operator's failed decision is answered.
         if let Some(answer) = answer.filter(|_| caller.is_operator()) {
             match self.store.write(move |conn| ops::merge_notice(conn, id, &answer)).await {
-                Ok(notice) => self.deliver_notices(vec![notice]).await,
+                Ok(notice) => self.delivery.deliver_notices(vec![notice]).await,
                 Err(e) => tracing::warn!(id, error = %e, "answering a reply in a merge topic failed"),
             }
         }
@@ -754,10 +817,10 @@ impl Api {
     pub async fn recover_workspaces(&self) {
         match self.store.write(ops::recover_merges).await {
             Ok((notices, checking)) => {
-                self.deliver_notices(notices).await;
+                self.delivery.deliver_notices(notices).await;
                 for id in checking {
-                    let api = self.clone();
-                    tokio::spawn(async move { api.check_merge(id).await });
+                    let repos = self.clone();
+                    tokio::spawn(async move { repos.check_merge(id).await });
                 }
             }
             Err(e) => tracing::warn!(error = %e, "recovering merge requests failed"),

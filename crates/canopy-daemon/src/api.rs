@@ -1,0 +1,224 @@
+//! `Api`: the dispatch table over the daemon's areas, and where they are composed. From a
+//! subject and raw payload to reply bytes, through the dispatch the method table generates
+//! (`canopy_proto::api_methods!`, which names each method's area and handler).
+//!
+//! Every request goes the same way: authenticate the token (`Auth`), check the table's access
+//! and the role's tools, decode the payload strictly as the table's request type, then the
+//! area's handler, which parses names at the edge, checks sizes, calls the store, and tells
+//! after the commit. Nothing here panics on input: every failure is a typed `Error` in the
+//! reply. Holds no handler of its own. `Api::build` makes each service once, lowest first,
+//! each given exactly what it uses, and registers the reply handlers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use canopy_config::Config;
+use canopy_core::Error;
+use canopy_proto::api::*;
+use canopy_proto::{Method, Subjects, decode_request};
+use canopy_store::Store;
+
+use crate::agents::Agents;
+use crate::auth::{Auth, Secrets};
+use crate::budgets::Budgets;
+use crate::bundle::Bundles;
+use crate::credentials::Credentials;
+use crate::delivery::Delivery;
+use crate::edge::{ok, refusal};
+use crate::gate::{Gate, SpawnReplies};
+use crate::history::History;
+use crate::holds::BudgetGate;
+use crate::messages::Messages;
+use crate::notify::Notifier;
+use crate::prompts::Prompts;
+use crate::replies::Replies;
+use crate::repos::{MergeReplies, Repos};
+use crate::roles::RoleDefaults;
+use crate::run_ends::RunEnds;
+use crate::runs::Runs;
+use crate::sessions::Sessions;
+use crate::wire::Wire;
+
+/// The daemon's areas, each built once with what it uses; the dispatch table over them.
+/// Cheap to clone into each request task.
+#[derive(Clone)]
+pub struct Api {
+    subjects: Subjects,
+    pub(crate) auth: Auth,
+    pub(crate) agents: Agents,
+    pub(crate) messages: Messages,
+    pub(crate) sessions: Sessions,
+    pub(crate) gate: Gate,
+    pub(crate) runs: Runs,
+    pub(crate) repos: Repos,
+    pub(crate) prompts: Prompts,
+    pub(crate) history: History,
+    pub(crate) budgets: Budgets,
+    pub(crate) credentials: Credentials,
+    pub(crate) workspace_id: String,
+}
+
+/// What the areas are built from: the daemon's shared parts, made at start.
+pub struct Parts {
+    pub store: Store,
+    pub wire: Arc<dyn Wire>,
+    pub subjects: Subjects,
+    pub config: Arc<Config>,
+    pub roles: Arc<RoleDefaults>,
+    pub bundles: Arc<Bundles>,
+    pub secrets: Arc<Secrets>,
+    /// The data directory (relative script paths, sessions' directories, checkouts).
+    pub data_dir: PathBuf,
+    /// The managed NATS server, reloaded when credentials change; `None` for an external one.
+    pub nats: Option<Arc<canopy_bus::ManagedNats>>,
+    pub git: Arc<canopy_workspace::Git>,
+    pub workspace_id: String,
+}
+
+impl Api {
+    /// Builds every area, lowest first, each with exactly the services it names, and registers
+    /// the reactions to posts (the spawn gate's and the merge gate's replies).
+    pub fn build(parts: Parts) -> Api {
+        let Parts { store, wire, subjects, config, roles, bundles, secrets, data_dir, nats, git, workspace_id } = parts;
+        let holds = Arc::new(BudgetGate::default());
+        let delivery =
+            Delivery::new(Arc::new(store.clone()), wire.clone(), subjects.clone(), config.clone(), holds.clone());
+        let auth = Auth::new(store.clone(), secrets);
+        let notifier = Notifier::new(config.clone(), data_dir.clone());
+        let ends = RunEnds::new(store.clone(), delivery.clone(), config.clone());
+        let budgets = Budgets::new(store.clone(), delivery.clone(), holds, &config);
+        let prompts =
+            Prompts::new(store.clone(), bundles, roles.clone(), config.clone(), data_dir.clone(), ends.clone());
+        let repos = Repos::new(
+            store.clone(),
+            delivery.clone(),
+            notifier.clone(),
+            ends.clone(),
+            config.clone(),
+            data_dir.clone(),
+            git,
+        );
+        let runs = Runs::new(
+            store.clone(),
+            delivery.clone(),
+            prompts.clone(),
+            budgets.clone(),
+            repos.clone(),
+            ends,
+            config.clone(),
+        );
+        let gate = Gate::new(
+            store.clone(),
+            delivery.clone(),
+            roles,
+            repos.clone(),
+            budgets.clone(),
+            notifier,
+            config.clone(),
+        );
+        let agents = Agents::new(
+            store.clone(),
+            delivery.clone(),
+            prompts.clone(),
+            repos.clone(),
+            budgets.clone(),
+            config.clone(),
+        );
+        let sessions = Sessions::new(
+            store.clone(),
+            auth.clone(),
+            delivery.clone(),
+            wire,
+            subjects.clone(),
+            prompts.clone(),
+            repos.clone(),
+            budgets.clone(),
+            config.clone(),
+            data_dir.clone(),
+        );
+        let history = History::new(store.clone(), config.clone(), data_dir.clone());
+        let credentials = Credentials::new(
+            store.clone(),
+            auth.clone(),
+            delivery.clone(),
+            subjects.clone(),
+            data_dir,
+            workspace_id.clone(),
+            nats,
+        );
+        let mut replies = Replies::default();
+        replies.register(Arc::new(SpawnReplies(gate.clone())));
+        replies.register(Arc::new(MergeReplies(repos.clone())));
+        let messages = Messages::new(store, delivery, replies, config);
+        Api {
+            subjects,
+            auth,
+            agents,
+            messages,
+            sessions,
+            gate,
+            runs,
+            repos,
+            prompts,
+            history,
+            budgets,
+            credentials,
+            workspace_id,
+        }
+    }
+}
+
+/// The dispatch, generated from the method table (`canopy_proto::api_methods!`): a runner
+/// method needs a runner credential; an operator method an operator's token; any other an
+/// account's token that passes the per-role tool check. Then the request is decoded as the
+/// table's request type and handed to the handler the table names, whose response must be the
+/// table's response type. The table's access is checked here and nowhere else.
+macro_rules! dispatch {
+    (@call $api:ident, Runner, $area:ident . $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
+        let runner = $api.auth.authenticate_runner($token)?;
+        let request: $req = decode_request($payload)?;
+        let response: $resp = $api.$area.$handler(runner, request).await?;
+        ok(response)
+    }};
+    (@call $api:ident, Operators, $area:ident . $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
+        let caller = $api.auth.authenticate($token).await?;
+        canopy_core::acl::require_operator(&caller, $method.as_str())?;
+        let request: $req = decode_request($payload)?;
+        let response: $resp = $api.$area.$handler(caller, request).await?;
+        ok(response)
+    }};
+    (@call $api:ident, Anyone, $area:ident . $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
+        let caller = $api.auth.authenticate($token).await?;
+        $api.prompts.check_tool(&caller, $method).await?;
+        let request: $req = decode_request($payload)?;
+        let response: $resp = $api.$area.$handler(caller, request).await?;
+        ok(response)
+    }};
+    ($(($variant:ident, $area:ident . $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
+        impl Api {
+            async fn dispatch(&self, method: &str, token: Option<&str>, payload: &[u8]) -> Result<Bytes, Error> {
+                let api = self;
+                let method = Method::parse(method).ok_or_else(|| Error::UnknownMethod { method: method.to_owned() })?;
+                match method {
+                    $(Method::$variant => dispatch!(@call api, $access, $area . $handler, $req, $resp, token, payload, method),)*
+                }
+            }
+        }
+    };
+}
+canopy_proto::api_methods!(dispatch);
+
+impl Api {
+    /// Handles one request and returns the reply payload.
+    pub async fn handle(&self, subject: &str, token: Option<&str>, payload: &[u8]) -> Bytes {
+        let method = self.subjects.api_suffix(subject).unwrap_or(subject);
+        match self.dispatch(method, token, payload).await {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                tracing::debug!(method, code = %err.code(), error = %err, "request refused");
+                refusal(&err)
+            }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The runs area (`Runs`): subagent runs, `runs.start`, `runs.list` (with the harness's own
+//! native subagents, read from their activity) and `runs.finish` (the runner's report, gaining
+//! the run's branch and check before it is recorded, once).
+//!
+//! Uses the store, delivery, the prompts area (definitions, session defaults), budgets (a
+//! spent budget starts no run), repos (a run's checkout and its branch in the report) and
+//! `RunEnds`. Does not merge or discard a run's branch (`repos`).
+
+use std::sync::Arc;
+
+use canopy_config::Config;
+use canopy_core::acl::Caller;
+use canopy_core::{Error, Handle, RoleName};
+use canopy_proto::api::*;
+use canopy_store::{RunSpec, RunStatus, Store, ops, run_topic};
+use dashmap::DashMap;
+
+use crate::budgets::Budgets;
+use crate::delivery::Delivery;
+use crate::prompts::Prompts;
+use crate::repos::Repos;
+use crate::run_ends::RunEnds;
+
+/// The runs area. Cheap to clone.
+#[derive(Clone)]
+pub struct Runs {
+    store: Store,
+    delivery: Delivery,
+    prompts: Prompts,
+    budgets: Budgets,
+    repos: Repos,
+    ends: RunEnds,
+    config: Arc<Config>,
+    /// Runs whose end is being summarised (their checkout read, their check run).
+    finishing: Arc<DashMap<i64, ()>>,
+}
+
+/// The harness's own subagents (omp's `task`) as runs, from their lifecycle activity
+/// (newest first): started, then `done` or `failed` once ended.
+fn native_runs(manager: &str, items: Vec<canopy_core::ActivityItem>, open_only: bool) -> Vec<RunInfo> {
+    let mut runs: Vec<RunInfo> = Vec::new();
+    // Oldest first, so an end finds its start.
+    for item in items.into_iter().rev() {
+        let id = item.detail.get("id").and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+        let payload = item.detail.get("detail").cloned().unwrap_or_default();
+        let agent = payload.get("agent").and_then(|v| v.as_str()).unwrap_or("subagent").to_owned();
+        match item.kind.as_str() {
+            "subagent_started" => runs.push(RunInfo {
+                id: 0,
+                handle: format!("{manager}/{id}"),
+                manager: manager.to_owned(),
+                definition: agent,
+                status: "running".into(),
+                started_at: item.at,
+                ended_at: None,
+                branch: None,
+                native: Some(id),
+            }),
+            _ => {
+                let status = match payload.get("status").and_then(|v| v.as_str()) {
+                    Some("completed") => "done",
+                    _ => "failed",
+                };
+                if let Some(run) =
+                    runs.iter_mut().rev().find(|r| r.native.as_deref() == Some(id.as_str()) && r.ended_at.is_none())
+                {
+                    run.status = status.into();
+                    run.ended_at = Some(item.at);
+                }
+            }
+        }
+    }
+    runs.retain(|r| !open_only || r.ended_at.is_none());
+    runs.reverse();
+    runs
+}
+
+fn run_info(run: canopy_store::Run) -> RunInfo {
+    RunInfo {
+        id: run.id,
+        handle: run.handle.to_string(),
+        manager: run.manager.to_string(),
+        definition: run.definition,
+        status: run.status.as_str().to_owned(),
+        started_at: run.started_at,
+        ended_at: run.ended_at,
+        branch: None,
+        native: None,
+    }
+}
+
+
+impl Runs {
+    pub fn new(
+        store: Store,
+        delivery: Delivery,
+        prompts: Prompts,
+        budgets: Budgets,
+        repos: Repos,
+        ends: RunEnds,
+        config: Arc<Config>,
+    ) -> Self {
+        Runs { store, delivery, prompts, budgets, repos, ends, config, finishing: Arc::default() }
+    }
+
+    /// Stops runs past their deadline (the daemon's periodic checks).
+    pub async fn expire(&self) -> Result<(), Error> {
+        self.ends.expire().await
+    }
+
+    pub(crate) async fn runs_start(&self, caller: Caller, req: RunsStartRequest) -> Result<RunsStartResponse, Error> {
+        canopy_prompt::bundle::check_name(&req.definition).map_err(|m| Error::invalid("definition", m))?;
+        let renderer = self.prompts.bundles.refreshed();
+        let bundle = renderer.bundle();
+        if !bundle.definitions.contains_key(&req.definition) {
+            let known: Vec<&str> = bundle.definitions.keys().map(String::as_str).collect();
+            return Err(Error::invalid(
+                "definition",
+                format!("no subagent definition {:?} (definitions: {})", req.definition, known.join(", ")),
+            ));
+        }
+        let role = bundle
+            .role_for_definition(&req.definition)
+            .ok_or_else(|| Error::invalid("definition", format!("no delta role can run {:?}", req.definition)))?;
+        if req.brief.trim().is_empty() {
+            return Err(Error::invalid(
+                "brief",
+                "must not be empty: say what to do, what done means, and what to report",
+            ));
+        }
+        let max = self.config.runs.max_brief_bytes;
+        if req.brief.len() > max {
+            return Err(Error::TooLarge { field: "brief", len: req.brief.len(), max });
+        }
+        self.budgets.gate().require(caller.handle.as_str(), "subagent run")?;
+        let defaults = self.prompts.session_defaults(&role.id);
+        let checkout = self.repos.run_checkout(&caller, req.repo, req.base).await?;
+        let has_checkout = checkout.is_some();
+        let spec = RunSpec {
+            definition: req.definition,
+            brief: req.brief,
+            role: RoleName::from_trusted(role.id.clone()),
+            harness: defaults.harness,
+            script: defaults.script,
+            max_running: self.config.runs.max_per_manager,
+            timeout_ms: self.config.runs.timeout.as_millis() as i64,
+            checkout,
+        };
+        let home = format!("home-{}", caller.handle);
+        let manager = caller.handle.to_string();
+        let run = self.store.write(move |conn| ops::start_run(conn, &caller, &spec)).await?;
+        if has_checkout {
+            self.repos.prepare_checkouts().await;
+        }
+        self.budgets.tree_changed().await;
+        self.delivery.poke_runners().await;
+        let report_topic = run_topic(run.id).to_string();
+        let mut info = run_info(run);
+        info.branch = has_checkout.then(|| canopy_core::workspace::run_branch(&manager, info.id));
+        Ok(RunsStartResponse { run: info, report_channel: home, report_topic })
+    }
+
+    pub(crate) async fn runs_list(&self, _operator: Caller, req: RunsListRequest) -> Result<RunsListResponse, Error> {
+        let Some(agent) = req.agent else {
+            return Err(Error::invalid("agent", "name the agent whose runs to list"));
+        };
+        let agent = Handle::parse(&agent).map_err(|e| Error::name("agent", e))?.to_string();
+        let open = req.open;
+        let listed = agent.clone();
+        let runs = self.store.read(move |conn| ops::list_runs(conn, &listed, open)).await?;
+        let manager = agent.clone();
+        let (checkouts, native) = self
+            .store
+            .read(move |conn| Ok((ops::run_checkouts(conn, &manager)?, ops::subagent_activity(conn, &manager, 400)?)))
+            .await?;
+        let runs = runs
+            .into_iter()
+            .map(|run| {
+                let branch = checkouts
+                    .iter()
+                    .find(|c| c.run.as_ref().is_some_and(|(id, _)| *id == run.id))
+                    .map(|c| c.branch.clone());
+                RunInfo { branch, ..run_info(run) }
+            })
+            .collect();
+        let mut runs: Vec<RunInfo> = runs;
+        runs.extend(native_runs(&agent, native, open));
+        Ok(RunsListResponse { runs })
+    }
+
+    pub(crate) async fn runs_finish(
+        &self,
+        runner: canopy_core::RunnerId,
+        req: RunsFinishRequest,
+    ) -> Result<RunsFinishResponse, Error> {
+        let status = match req.status.as_str() {
+            "done" => RunStatus::Done,
+            "failed" => RunStatus::Failed,
+            other => return Err(Error::invalid("status", format!("{other:?} is not one of: done, failed"))),
+        };
+        let (agent, incarnation) = (req.agent.clone(), req.incarnation);
+        // Only the runner hosting the run's live session reports its end.
+        let run = self
+            .store
+            .read(move |conn| {
+                ops::live_agent(conn, &agent, incarnation, &runner)?;
+                ops::run_of_account(conn, &agent)
+            })
+            .await?;
+        let Some((run, _)) = run else {
+            return Err(Error::invalid("agent", format!("{} is not a subagent run", req.agent)));
+        };
+        if run.status != RunStatus::Running {
+            return Ok(RunsFinishResponse { recorded: false });
+        }
+        // The report gains the run's branch (and check) first, which can take as long as the
+        // check: the end is recorded by a task, once, and a repeated report is accepted.
+        if self.finishing.insert(run.id, ()).is_some() {
+            return Ok(RunsFinishResponse { recorded: true });
+        }
+        let runs = self.clone();
+        tokio::spawn(async move {
+            let report = runs.repos.run_report_with_branch(run.id, req.report).await;
+            if let Err(e) = runs.ends.finish(run.id, status, report).await {
+                tracing::warn!(run = run.id, error = %e, "recording a run's end failed");
+            }
+            runs.finishing.remove(&run.id);
+        });
+        Ok(RunsFinishResponse { recorded: true })
+    }
+}
