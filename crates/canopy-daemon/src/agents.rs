@@ -256,3 +256,35 @@ impl Agents {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::testing::{Fixture, req};
+
+    #[tokio::test]
+    async fn a_created_manager_knows_itself_and_shows_in_the_roster_and_the_tree() {
+        let fx = Fixture::new().await;
+        let m1 = fx.manager("m1").await;
+        let me = fx.api.agents.whoami(m1.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(me.account.handle.as_str(), "m1");
+        assert!(me.tools.iter().any(|t| t == "comms_post_message"), "{:?}", me.tools);
+        let roster = fx.api.agents.roster(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(roster.agents.iter().any(|a| a.handle.as_str() == "m1"));
+        let tree = fx.api.agents.tree(m1, req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        let drawn = serde_json::to_string(&tree.root).unwrap_or_default();
+        assert!(drawn.contains("\"m1\"") && drawn.contains("supervisor"), "{drawn}");
+        assert!(fx.sent().iter().any(|s| s.ends_with(".runner.poke")), "a new agent pokes the runners");
+    }
+
+    #[tokio::test]
+    async fn a_subagent_role_is_refused_as_a_standing_agent_and_nothing_is_made() {
+        let fx = Fixture::new().await;
+        let create = req(json!({ "handle": "impl1", "name": "impl1", "role": "implementer" }));
+        let refused = fx.api.agents.agents_create(fx.operator.clone(), create).await;
+        assert!(matches!(refused, Err(canopy_core::Error::InvalidArgument { field: "role", .. })), "{refused:?}");
+        let roster = fx.api.agents.roster(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(!roster.agents.iter().any(|a| a.handle.as_str() == "impl1"));
+    }
+}

@@ -166,3 +166,28 @@ impl Budgets {
         self.delivery.ring(by_runner).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::testing::{Fixture, req};
+
+    #[tokio::test]
+    async fn a_budget_is_set_shown_and_cleared_and_a_bad_period_changes_nothing() {
+        let fx = Fixture::new().await;
+        fx.manager("m1").await;
+        let bad = req(json!({ "handle": "m1", "usd": 5.0, "period": "fortnightly-ish" }));
+        let refused = fx.api.budgets.agents_budget(fx.operator.clone(), bad).await;
+        assert!(matches!(refused, Err(canopy_core::Error::InvalidArgument { field: "period", .. })), "{refused:?}");
+        let shown = fx.api.budgets.agents_budget(fx.operator.clone(), req(json!({ "handle": "m1" }))).await;
+        assert!(shown.unwrap_or_else(|e| panic!("{e}")).covering.is_empty());
+        let set = req(json!({ "handle": "m1", "usd": 5.0, "period": "1day" }));
+        let set = fx.api.budgets.agents_budget(fx.operator.clone(), set).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(set.budget.is_some() && set.covering.len() == 1, "{set:?}");
+        assert!(fx.api.budgets.gate().require("m1", "turn").is_ok(), "nothing is spent yet");
+        let clear = req(json!({ "handle": "m1", "clear": true }));
+        let cleared = fx.api.budgets.agents_budget(fx.operator.clone(), clear).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(cleared.covering.is_empty());
+    }
+}

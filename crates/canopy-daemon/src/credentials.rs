@@ -221,3 +221,23 @@ impl Credentials {
         Ok(CredentialsChangedResponse { users: now.user_names(), applied })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::testing::{Fixture, req};
+
+    #[tokio::test]
+    async fn an_added_operators_token_works_until_it_is_revoked() {
+        let fx = Fixture::new().await;
+        let added = fx.api.credentials.operators_add(fx.operator.clone(), req(json!({ "handle": "op2" }))).await;
+        let added = added.unwrap_or_else(|e| panic!("{e}"));
+        let who = fx.api.auth.authenticate(Some(&added.token)).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(who.is_operator() && who.handle.as_str() == "op2");
+        let revoke = req(json!({ "handle": "op2" }));
+        fx.api.credentials.operators_revoke(fx.operator.clone(), revoke).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(fx.api.auth.authenticate(Some(&added.token)).await.is_err(), "its very next request fails");
+        assert!(fx.audited().await.iter().any(|a| a == "operators.revoke"), "{:?}", fx.audited().await);
+    }
+}

@@ -241,3 +241,48 @@ impl Gate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use canopy_core::{Presence, SpawnState};
+
+    use crate::testing::{Fixture, agent, req};
+
+    async fn request_child(fx: &Fixture) -> canopy_core::SpawnRequest {
+        let ask = req(json!({ "handle": "child", "name": "Child", "role": "manager",
+            "charter": "the parser", "reason": "too much work" }));
+        fx.api.gate.spawn_request(agent("m1"), ask).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn an_agents_approve_is_refused_and_audited_and_an_operators_reply_decides() {
+        let fx = Fixture::new().await;
+        fx.manager("m1").await;
+        let request = request_child(&fx).await;
+        let topic = "spawn: child";
+        let reply = |body: &str| req(json!({ "channel": "home-m1", "topic": topic, "body": body }));
+        // The reply handlers are reached through the post, as a session's tool call reaches them.
+        fx.api.messages.messages_post(agent("m1"), reply("approve")).await.unwrap_or_else(|e| panic!("{e}"));
+        let pending = fx.api.gate.spawn_list(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(pending.requests[0].state, SpawnState::Pending, "an agent's approve decides nothing");
+        assert!(fx.audited().await.iter().any(|a| a.contains("refused")), "{:?}", fx.audited().await);
+        fx.api.messages.messages_post(fx.operator.clone(), reply("approve")).await.unwrap_or_else(|e| panic!("{e}"));
+        let decided = fx.api.gate.spawn_list(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        let decided = decided.requests.iter().find(|r| r.id == request.id).map(|r| r.state);
+        assert!(matches!(decided, Some(SpawnState::Approved | SpawnState::Spawned)), "{decided:?}");
+    }
+
+    #[tokio::test]
+    async fn despawning_outside_ones_subtree_is_refused_and_audited() {
+        let fx = Fixture::new().await;
+        fx.manager("m1").await;
+        fx.manager("m2").await;
+        let refused = fx.api.gate.agents_despawn(agent("m1"), req(json!({ "handle": "m2" }))).await;
+        assert!(matches!(refused, Err(canopy_core::Error::Forbidden { .. })), "{refused:?}");
+        assert!(fx.audited().await.iter().any(|a| a == "agents.despawn.refused"), "{:?}", fx.audited().await);
+        let roster = fx.api.agents.roster(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(roster.agents.iter().any(|a| a.handle.as_str() == "m2" && a.presence != Presence::Despawned));
+    }
+}

@@ -298,3 +298,26 @@ mod tests {
         assert!(dir.path().join("live/claude-config").exists() && dir.path().join("live/claude-session").exists());
     }
 }
+
+#[cfg(test)]
+mod area_tests {
+    use serde_json::json;
+
+    use crate::testing::{Fixture, req};
+
+    #[tokio::test]
+    async fn an_agents_own_post_is_found_by_its_words_before_it_is_indexed() {
+        let fx = Fixture::new().await;
+        let m1 = fx.manager("m1").await;
+        let post = req(json!({ "channel": "home-m1", "topic": "plan", "body": "the zebra parser is done",
+            "create_topic": true }));
+        fx.api.messages.messages_post(m1.clone(), post).await.unwrap_or_else(|e| panic!("{e}"));
+        let search = || req(json!({ "query": "zebra" }));
+        let found = fx.api.history.history_search(m1.clone(), search()).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(found.items.len(), 1, "its sender's history holds it, indexed or not");
+        let operator = fx.api.history.history_search(fx.operator.clone(), search()).await;
+        assert!(matches!(operator, Err(canopy_core::Error::InvalidArgument { field: "caller", .. })));
+        let too_long = req(json!({ "query": "x".repeat(super::MAX_QUERY_BYTES + 1) }));
+        assert!(fx.api.history.history_search(m1, too_long).await.is_err());
+    }
+}

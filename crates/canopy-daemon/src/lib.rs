@@ -40,6 +40,8 @@ pub mod run_ends;
 pub mod runs;
 mod serve;
 pub mod sessions;
+#[cfg(test)]
+mod testing;
 pub mod wire;
 
 pub use daemon::{DaemonError, DaemonOptions, Embedded, StopEmbedded, run};

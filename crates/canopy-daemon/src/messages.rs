@@ -251,3 +251,44 @@ fn group_by_topic(messages: Vec<canopy_core::Message>) -> Vec<TopicGroup> {
     }
     groups
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::testing::{Fixture, req};
+
+    #[tokio::test]
+    async fn a_post_is_committed_then_published_and_a_retry_reaches_no_one_again() {
+        let fx = Fixture::new().await;
+        fx.manager("m1").await;
+        let post = || {
+            req(json!({ "channel": "home-m1", "topic": "plan", "body": "start on the parser",
+                "create_topic": true, "idempotency_key": "k1" }))
+        };
+        let first = fx.api.messages.messages_post(fx.operator.clone(), post()).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(!first.duplicate);
+        let events = |fx: &Fixture| fx.sent().iter().filter(|s| s.ends_with(".evt.message.home-m1")).count();
+        assert_eq!(events(&fx), 1);
+        let again = fx.api.messages.messages_post(fx.operator.clone(), post()).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(again.duplicate && again.outcomes.is_empty());
+        assert_eq!(again.message.seq, first.message.seq);
+        let read = req(json!({ "channel": "home-m1" }));
+        let page = fx.api.messages.messages_read(fx.operator.clone(), read).await.unwrap_or_else(|e| panic!("{e}"));
+        let bodies: Vec<&str> = page.groups.iter().flat_map(|g| &g.messages).map(|m| m.body.as_str()).collect();
+        assert!(bodies.contains(&"start on the parser"), "{bodies:?}");
+    }
+
+    #[tokio::test]
+    async fn a_bad_post_is_refused_naming_its_field_and_commits_nothing() {
+        let fx = Fixture::new().await;
+        fx.manager("m1").await;
+        let empty = req(json!({ "channel": "home-m1", "topic": "plan", "body": "  " }));
+        let refused = fx.api.messages.messages_post(fx.operator.clone(), empty).await;
+        assert!(matches!(refused, Err(canopy_core::Error::InvalidArgument { field: "body", .. })), "{refused:?}");
+        let key = req(json!({ "channel": "home-m1", "topic": "plan", "body": "x", "idempotency_key": "has space" }));
+        let refused = fx.api.messages.messages_post(fx.operator.clone(), key).await;
+        assert!(matches!(refused, Err(canopy_core::Error::InvalidArgument { field: "idempotency_key", .. })));
+        assert!(!fx.sent().iter().any(|s| s.contains(".evt.message.")), "{:?}", fx.sent());
+    }
+}

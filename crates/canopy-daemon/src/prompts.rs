@@ -400,3 +400,37 @@ impl Prompts {
         self.role_of_handle(handle).await.ok()?.manager
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use canopy_proto::Method;
+    use serde_json::json;
+
+    use crate::testing::{Fixture, agent, req};
+
+    #[tokio::test]
+    async fn a_run_calling_a_tool_its_role_lacks_is_refused_and_audited() {
+        let fx = Fixture::new().await;
+        let m1 = fx.manager("m1").await;
+        let start = req(json!({ "definition": "implementer", "brief": "fix the parser; report the diff" }));
+        let run = fx.api.runs.runs_start(m1.clone(), start).await.unwrap_or_else(|e| panic!("{e}"));
+        let run = agent(&run.run.handle);
+        let refused = fx.api.prompts.check_tool(&run, Method::SpawnRequest).await;
+        assert!(matches!(refused, Err(canopy_core::Error::Forbidden { .. })), "{refused:?}");
+        assert!(fx.audited().await.iter().any(|a| a == "tools.refused"), "{:?}", fx.audited().await);
+        // Its Manager's role registers every tool; an operator passes.
+        assert!(fx.api.prompts.check_tool(&m1, Method::SpawnRequest).await.is_ok());
+        assert!(fx.api.prompts.check_tool(&fx.operator, Method::SpawnRequest).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_skill_not_listed_for_the_caller_is_refused_naming_the_ones_that_are() {
+        let fx = Fixture::new().await;
+        let m1 = fx.manager("m1").await;
+        let refused = fx.api.prompts.prompts_skill(m1, req(json!({ "name": "no-such-skill" }))).await;
+        match refused {
+            Err(canopy_core::Error::InvalidArgument { field: "name", reason }) => assert!(reason.contains("skills:")),
+            other => panic!("{other:?}"),
+        }
+    }
+}

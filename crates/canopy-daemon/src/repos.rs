@@ -951,3 +951,27 @@ impl Repos {
         (self.checkout_dir(checkout.account.as_str()), self.mirror(&checkout.repo))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::testing::{Fixture, req};
+
+    #[tokio::test]
+    async fn bad_repositories_are_refused_naming_the_field_and_an_agent_without_one_is_told() {
+        let fx = Fixture::new().await;
+        let m1 = fx.manager("m1").await;
+        let bad = fx.api.repos.repos_add(fx.operator.clone(), req(json!({ "name": "../x", "source": "/tmp" }))).await;
+        assert!(matches!(bad, Err(canopy_core::Error::InvalidArgument { field: "name", .. })), "{bad:?}");
+        let flag = fx.api.repos.repos_add(fx.operator.clone(), req(json!({ "name": "app", "source": "-x" }))).await;
+        assert!(matches!(flag, Err(canopy_core::Error::InvalidArgument { field: "source", .. })), "{flag:?}");
+        let status = fx.api.repos.workspace_status(m1, req(json!({}))).await;
+        match status {
+            Err(canopy_core::Error::InvalidArgument { reason, .. }) => assert!(reason.contains("no repository")),
+            other => panic!("{other:?}"),
+        }
+        let listed = fx.api.repos.repos_list(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(listed.repos.is_empty());
+    }
+}

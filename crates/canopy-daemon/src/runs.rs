@@ -229,3 +229,28 @@ impl Runs {
         Ok(RunsFinishResponse { recorded: true })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::testing::{Fixture, req};
+
+    #[tokio::test]
+    async fn a_run_starts_with_its_report_topic_and_bad_briefs_are_refused() {
+        let fx = Fixture::new().await;
+        let m1 = fx.manager("m1").await;
+        let bad = fx.api.runs.runs_start(m1.clone(), req(json!({ "definition": "nope", "brief": "x" }))).await;
+        assert!(matches!(bad, Err(canopy_core::Error::InvalidArgument { field: "definition", .. })), "{bad:?}");
+        let empty = fx.api.runs.runs_start(m1.clone(), req(json!({ "definition": "implementer", "brief": " " }))).await;
+        assert!(matches!(empty, Err(canopy_core::Error::InvalidArgument { field: "brief", .. })), "{empty:?}");
+        let start = req(json!({ "definition": "implementer", "brief": "fix the parser" }));
+        let started = fx.api.runs.runs_start(m1, start).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(started.report_channel, "home-m1");
+        assert!(started.report_topic.contains(&started.run.id.to_string()));
+        let listed = fx.api.runs.runs_list(fx.operator.clone(), req(json!({ "agent": "m1" }))).await;
+        let listed = listed.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(listed.runs.len(), 1);
+        assert_eq!(listed.runs[0].status, "running");
+    }
+}

@@ -414,3 +414,42 @@ impl Sessions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use canopy_core::RunnerId;
+    use serde_json::json;
+
+    use crate::testing::{Fixture, req};
+
+    fn sync(runner: &str) -> canopy_proto::api::RunnersSyncRequest {
+        req(json!({ "runner_id": runner, "boot": "b1", "name": "test runner", "mcp_url": "http://127.0.0.1:1/mcp",
+            "capacity": 10, "running": [] }))
+    }
+
+    #[tokio::test]
+    async fn a_runner_is_given_its_sessions_with_tokens_that_authenticate_and_acts_only_as_itself() {
+        let fx = Fixture::new().await;
+        fx.manager("m1").await;
+        let r1 = RunnerId::from_trusted("r1".into());
+        let other = fx.api.sessions.runners_sync(r1.clone(), sync("r2")).await;
+        assert!(matches!(other, Err(canopy_core::Error::Forbidden { .. })), "{other:?}");
+        let placed = fx.api.sessions.runners_sync(r1, sync("r1")).await.unwrap_or_else(|e| panic!("{e}"));
+        let m1 = placed.start.iter().find(|s| s.agent == "m1").unwrap_or_else(|| panic!("{:?}", placed.start));
+        assert!(!m1.system_prompt.is_empty() && m1.prompt_hash.len() > 8);
+        let who = fx.api.auth.authenticate(Some(&m1.token)).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(who.handle.as_str(), "m1");
+    }
+
+    #[tokio::test]
+    async fn a_stopped_agent_is_not_placed_and_its_runner_is_poked() {
+        let fx = Fixture::new().await;
+        fx.manager("m1").await;
+        fx.api.sessions.agents_stop(fx.operator.clone(), req(json!({ "handle": "m1" }))).await.unwrap_or_else(|e| {
+            panic!("{e}")
+        });
+        let placed = fx.api.sessions.runners_sync(RunnerId::from_trusted("r1".into()), sync("r1")).await;
+        let placed = placed.unwrap_or_else(|e| panic!("{e}"));
+        assert!(!placed.start.iter().any(|s| s.agent == "m1"), "{:?}", placed.start);
+    }
+}
