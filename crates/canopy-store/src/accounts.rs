@@ -15,9 +15,9 @@ use canopy_core::{
 use rusqlite::{OptionalExtension, params};
 
 use crate::channels::{insert_channel, subscribe, subscribe_all};
+use crate::presence::set_presence;
 use crate::schema::audit;
-use crate::sessions::set_presence;
-use crate::views::{ACCOUNT_SELECT, account_from_row, account_ref, require_account};
+use crate::views::{ACCOUNT_SELECT, account_from_row, account_ref, agents_beyond, require_account};
 use crate::{Db, sql};
 
 /// A standing agent to create.
@@ -87,17 +87,6 @@ pub fn list_agents(conn: &Db<'_>, after: Option<&str>, limit: Option<usize>) -> 
         .map_err(sql("listing agents"))?;
     let more = agents_beyond(conn, agents.last().map(|a| a.handle.as_str()), agents.len(), limit)?;
     Ok((agents, more))
-}
-
-/// How many standing agents come after a page that ended at `last` with `len` of at most
-/// `limit` entries (none when the page was not full): the `more` of the agent list and the
-/// roster, counted on the handle index.
-pub(crate) fn agents_beyond(conn: &Db<'_>, last: Option<&str>, len: usize, limit: Option<usize>) -> Result<u64, Error> {
-    let Some(last) = last.filter(|_| limit.is_some_and(|l| len >= l)) else { return Ok(0) };
-    conn.prepare_cached("SELECT COUNT(*) FROM accounts WHERE kind = 'agent' AND run_of IS NULL AND handle > ?1")
-        .and_then(|mut s| s.query_row(params![last], |r| r.get::<_, i64>(0)))
-        .map(|n| n as u64)
-        .map_err(sql("counting the agents after a page"))
 }
 
 /// The handles of an account's children, ordered.

@@ -166,7 +166,7 @@ pub(crate) fn charge(conn: &Db<'_>, agent_id: i64, usd: f64, tokens: i64, out: &
             b.warned = mark;
             let (spent, window) = b.words(now);
             let body = say::warning(&b.owner, b.scope, after, &spent, &window);
-            out.notices.push(crate::sessions::notice(conn, b.notice_to, &body)?);
+            out.notices.push(crate::notices::notice(conn, b.notice_to, &body)?);
         }
         out.changed |= before != after;
         conn.prepare_cached(

@@ -43,15 +43,23 @@ impl Checkpointer {
     /// Says a commit landed; never waits (a ring already pending covers this one).
     pub(crate) fn ring(&self) {
         if let Some(bell) = &self.bell {
-            let _ = bell.try_send(());
+            match bell.try_send(()) {
+                // Full: a ring is already pending, and the pass it starts covers this commit too.
+                Ok(()) | Err(mpsc::TrySendError::Full(())) => {}
+                Err(mpsc::TrySendError::Disconnected(())) => {
+                    tracing::debug!("the checkpointer thread is gone; the writer's backstop checkpoints alone");
+                }
+            }
         }
     }
 
     /// Stops the thread after its current pass and waits for it.
     pub(crate) fn stop(&mut self) {
         self.bell = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::warn!("the store checkpointer thread panicked; SQLite checkpoints at the next open");
         }
     }
 }

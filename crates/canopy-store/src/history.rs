@@ -66,164 +66,250 @@ const TOOL_EVENTS: &[(&str, &str)] =
 /// Messages the caller sent or received and, when asked, its tool events, newest first.
 pub fn history_search(conn: &Db<'_>, caller: &Caller, query: &HistoryQuery) -> Result<HistoryPage, Error> {
     let owners = history_owners(conn, caller)?;
-    let owners_json = serde_json::to_string(&owners).map_err(|e| Error::Internal(format!("encoding owners: {e}")))?;
-    let fetch = i64::from(query.limit) + 1;
-    let text = query.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
-    let before = query.before;
+    let search = Search {
+        owners_json: serde_json::to_string(&owners).map_err(|e| Error::Internal(format!("encoding owners: {e}")))?,
+        text: query.text.as_deref().map(str::trim).filter(|t| !t.is_empty()),
+        before: query.before,
+        fetch: i64::from(query.limit) + 1,
+    };
+    let mut items = message_items(message_hits(conn, &search, &owners)?, &search);
+    if query.include_tool_events {
+        items.extend(tool_events(conn, &search)?);
+    }
+    Ok(page_of(items, query.limit))
+}
 
-    // Received means delivered into the agent's context: at or behind its cursor, or steered.
-    // Each of the owners' channels is walked newest first on its own index, then the messages
-    // they sent (anywhere) on the sender index, and the pages are merged: the cost follows
-    // the caller's own channels, never the size of the workspace's history.
+/// One search's terms, as its statements bind them.
+struct Search<'q> {
+    /// The accounts whose history it is (`history_owners`), as a JSON array for `json_each`.
+    owners_json: String,
+    /// The text to find, trimmed; `None` matches everything.
+    text: Option<&'q str>,
+    /// Only what sorts before this cursor (the previous page's end).
+    before: HistoryCursor,
+    /// Rows each walk reads: one more than the page, to know whether there is more.
+    fetch: i64,
+}
+
+/// A message found: (created at, the message, sent by an owner, redelivered to an owner).
+type Hit = (i64, Message, bool, bool);
+
+/// `select` with the columns `hit_from_row` reads before the message's own.
+fn with_hit_columns(select: &str) -> String {
+    select.replacen(
+        "SELECT ",
+        "SELECT m.created_at, m.sender_id IN (SELECT value FROM json_each(?1)), EXISTS (SELECT 1 FROM \
+         redeliveries r WHERE r.agent_id IN (SELECT value FROM json_each(?1)) AND r.seq = m.seq), ",
+        1,
+    )
+}
+
+fn hit_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Hit> {
+    Ok((r.get(0)?, message_from_row_offset(r, 3)?, r.get(1)?, r.get(2)?))
+}
+
+/// The newest `fetch` messages the owners sent or received that match, newest first.
+///
+/// Received means delivered into the agent's context: at or behind its cursor, or steered.
+/// Each of the owners' channels is walked newest first on its own index, then the messages
+/// they sent (anywhere) on the sender index, and the pages are merged: the cost follows
+/// the caller's own channels, never the size of the workspace's history.
+fn message_hits(conn: &Db<'_>, search: &Search<'_>, owners: &[i64]) -> Result<Vec<Hit>, Error> {
+    let (mut hits, indexed) = indexed_hits(conn, search)?;
+    hits.extend(received_hits(conn, search, indexed)?);
+    hits.extend(sent_hits(conn, search, owners, indexed)?);
+    hits.sort_by_key(|(at, m, _, _)| std::cmp::Reverse((*at, m.seq)));
+    hits.dedup_by_key(|(_, m, _, _)| m.seq);
+    hits.truncate(search.fetch as usize);
+    Ok(hits)
+}
+
+/// A query of three characters or more is looked up in the text index first: when it
+/// matches few messages of the workspace, those are the candidates (each kept if it is the
+/// caller's and holds the text), and the walks that follow cover only what is newer than the
+/// index, the sequence returned beside the hits (0: nothing was looked up). A query too
+/// common for that walks the caller's history as it would unindexed.
+fn indexed_hits(conn: &Db<'_>, search: &Search<'_>) -> Result<(Vec<Hit>, i64), Error> {
+    let Some(text) = search.text.filter(|t| t.chars().count() >= 3) else { return Ok((Vec::new(), 0)) };
+    let through = indexed_through(conn)?;
+    let Some(candidates) = candidates(conn, text, through)? else { return Ok((Vec::new(), 0)) };
+    let before = search.before;
+    let hits = conn
+        .prepare_cached(&format!(
+            "{select} WHERE m.seq IN (SELECT value FROM json_each(?2)) \
+             AND instr(lower(m.body), lower(?3)) > 0 AND (m.created_at, 0, m.seq) < (?4, ?5, ?6) \
+             AND (m.sender_id IN (SELECT value FROM json_each(?1)) OR EXISTS (SELECT 1 FROM subscriptions sub \
+             WHERE sub.account_id IN (SELECT value FROM json_each(?1)) AND sub.channel_id = m.channel_id \
+             AND (m.seq <= sub.cursor OR EXISTS (SELECT 1 FROM deliveries d WHERE d.agent_id = sub.account_id \
+             AND d.seq = m.seq AND d.state = 'injected')))) \
+             ORDER BY m.seq DESC LIMIT ?7",
+            select = with_hit_columns(MESSAGE_SELECT)
+        ))
+        .and_then(|mut s| {
+            s.query_map(
+                params![search.owners_json, candidates, text, before.at_ms, before.source, before.id, search.fetch],
+                hit_from_row,
+            )?
+            .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(sql("searching the text index's candidates"))?;
+    Ok((hits, through))
+}
+
+/// What the owners received in each of their channels after sequence `indexed`.
+fn received_hits(conn: &Db<'_>, search: &Search<'_>, indexed: i64) -> Result<Vec<Hit>, Error> {
     let channels: Vec<(i64, i64, i64)> = conn
         .prepare_cached(
             "SELECT account_id, channel_id, cursor FROM subscriptions WHERE account_id IN (SELECT value FROM json_each(?1))",
         )
-        .and_then(|mut s| s.query_map(params![owners_json], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
+        .and_then(|mut s| {
+            s.query_map(params![search.owners_json], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect()
+        })
         .map_err(sql("listing the channels of a history"))?;
-    let columns = |select: &str| {
-        select.replacen(
-            "SELECT ",
-            "SELECT m.created_at, m.sender_id IN (SELECT value FROM json_each(?1)), EXISTS (SELECT 1 FROM \
-             redeliveries r WHERE r.agent_id IN (SELECT value FROM json_each(?1)) AND r.seq = m.seq), ",
-            1,
-        )
-    };
-    let row = |r: &rusqlite::Row<'_>| -> rusqlite::Result<(i64, Message, bool, bool)> {
-        Ok((r.get(0)?, message_from_row_offset(r, 3)?, r.get(1)?, r.get(2)?))
-    };
-    let mut messages: Vec<(i64, Message, bool, bool)> = Vec::new();
-    // A query of three characters or more is looked up in the text index first: when it
-    // matches few messages of the workspace, those are the candidates (each kept if it is
-    // the caller's and holds the text), and the walks below cover only what is newer than the
-    // index. A query too common for that walks the caller's history as it would unindexed.
-    let mut indexed = 0;
-    if let Some(text) = text.filter(|t| t.chars().count() >= 3) {
-        let through = indexed_through(conn)?;
-        if let Some(candidates) = candidates(conn, text, through)? {
-            let mut found = conn
-                .prepare_cached(&format!(
-                    "{select} WHERE m.seq IN (SELECT value FROM json_each(?2)) \
-                     AND instr(lower(m.body), lower(?3)) > 0 AND (m.created_at, 0, m.seq) < (?4, ?5, ?6) \
-                     AND (m.sender_id IN (SELECT value FROM json_each(?1)) OR EXISTS (SELECT 1 FROM subscriptions sub \
-                     WHERE sub.account_id IN (SELECT value FROM json_each(?1)) AND sub.channel_id = m.channel_id \
-                     AND (m.seq <= sub.cursor OR EXISTS (SELECT 1 FROM deliveries d WHERE d.agent_id = sub.account_id \
-                     AND d.seq = m.seq AND d.state = 'injected')))) \
-                     ORDER BY m.seq DESC LIMIT ?7",
-                    select = columns(MESSAGE_SELECT)
-                ))
-                .map_err(sql("searching the text index's candidates"))?;
-            let page = found
-                .query_map(params![owners_json, candidates, text, before.at_ms, before.source, before.id, fetch], row)
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(sql("searching the text index's candidates"))?;
-            messages.extend(page);
-            indexed = through;
-        }
-    }
     let mut received = conn
         .prepare_cached(&format!(
             "{select} WHERE m.channel_id = ?2 AND (m.seq <= ?3 OR EXISTS (SELECT 1 FROM deliveries d \
              WHERE d.agent_id = ?4 AND d.seq = m.seq AND d.state = 'injected')) \
              AND (?5 IS NULL OR instr(lower(m.body), lower(?5)) > 0) \
              AND (m.created_at, 0, m.seq) < (?6, ?7, ?8) AND m.seq > ?10 ORDER BY m.seq DESC LIMIT ?9",
-            select = columns(MESSAGE_SELECT)
+            select = with_hit_columns(MESSAGE_SELECT)
         ))
         .map_err(sql("searching message history"))?;
+    let before = search.before;
+    let mut hits = Vec::new();
     for (owner, channel, cursor) in &channels {
         let page = received
             .query_map(
                 params![
-                    owners_json,
+                    search.owners_json,
                     channel,
                     cursor,
                     owner,
-                    text,
+                    search.text,
                     before.at_ms,
                     before.source,
                     before.id,
-                    fetch,
+                    search.fetch,
                     indexed
                 ],
-                row,
+                hit_from_row,
             )
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(sql("searching message history"))?;
-        messages.extend(page);
+        hits.extend(page);
     }
+    Ok(hits)
+}
+
+/// What each owner sent, anywhere, after sequence `indexed`.
+fn sent_hits(conn: &Db<'_>, search: &Search<'_>, owners: &[i64], indexed: i64) -> Result<Vec<Hit>, Error> {
     let mut sent = conn
         .prepare_cached(&format!(
             "{select} WHERE m.sender_id = ?2 AND (?3 IS NULL OR instr(lower(m.body), lower(?3)) > 0) \
              AND (m.created_at, 0, m.seq) < (?4, ?5, ?6) AND m.seq > ?8 ORDER BY m.seq DESC LIMIT ?7",
-            select = columns(MESSAGE_SELECT)
+            select = with_hit_columns(MESSAGE_SELECT)
         ))
         .map_err(sql("searching sent history"))?;
-    for owner in &owners {
+    let before = search.before;
+    let mut hits = Vec::new();
+    for owner in owners {
         let page = sent
-            .query_map(params![owners_json, owner, text, before.at_ms, before.source, before.id, fetch, indexed], row)
+            .query_map(
+                params![
+                    search.owners_json,
+                    owner,
+                    search.text,
+                    before.at_ms,
+                    before.source,
+                    before.id,
+                    search.fetch,
+                    indexed
+                ],
+                hit_from_row,
+            )
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(sql("searching sent history"))?;
-        messages.extend(page);
+        hits.extend(page);
     }
-    messages.sort_by_key(|(at, m, _, _)| std::cmp::Reverse((*at, m.seq)));
-    messages.dedup_by_key(|(_, m, _, _)| m.seq);
-    messages.truncate(fetch as usize);
+    Ok(hits)
+}
 
-    let mut items: Vec<(HistoryCursor, HistoryItem)> = messages
-        .into_iter()
+/// The messages found as history items, each body cut to an excerpt around the text.
+fn message_items(hits: Vec<Hit>, search: &Search<'_>) -> Vec<(HistoryCursor, HistoryItem)> {
+    hits.into_iter()
         .map(|(at, mut message, sent, redelivered)| {
             let key = HistoryCursor { at_ms: at, source: 0, id: message.seq.get() as i64 };
-            message.body = excerpt(&message.body, text, EXCERPT_CHARS);
+            message.body = excerpt(&message.body, search.text, EXCERPT_CHARS);
             (key, HistoryItem::Message { message, sent, redelivered })
         })
-        .collect();
+        .collect()
+}
 
-    if query.include_tool_events {
-        let kinds = serde_json::to_string(&TOOL_EVENTS.iter().map(|(k, _)| *k).collect::<Vec<_>>())
-            .map_err(|e| Error::Internal(format!("encoding kinds: {e}")))?;
-        let events: Vec<(i64, i64, u64, String, Option<String>, String)> = conn
-            .prepare_cached(
-                "SELECT id, at, incarnation, kind, turn_id, detail FROM activity \
-                 WHERE agent_id IN (SELECT value FROM json_each(?1)) AND kind IN (SELECT value FROM json_each(?2)) \
-                 AND (?3 IS NULL OR instr(lower(summary || ' ' || detail), lower(?3)) > 0) \
-                 AND (at, 1, id) < (?4, ?5, ?6) ORDER BY id DESC LIMIT ?7",
-            )
-            .and_then(|mut s| {
-                s.query_map(params![owners_json, kinds, text, before.at_ms, before.source, before.id, fetch], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64, r.get(3)?, r.get(4)?, r.get(5)?))
-                })?
-                .collect()
-            })
-            .map_err(sql("searching tool history"))?;
-        for (id, at, incarnation, kind, turn_id, detail) in events {
-            let detail: serde_json::Value = serde_json::from_str(&detail).unwrap_or(serde_json::Value::Null);
-            let name = detail.get("name").and_then(|n| n.as_str()).unwrap_or("tool").to_owned();
-            let shown = match detail.get("output").or_else(|| detail.get("reason")) {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(other) => other.to_string(),
-                None => String::new(),
-            };
-            let status = TOOL_EVENTS.iter().find(|(k, _)| *k == kind).map_or("ok", |(_, s)| s).to_owned();
-            let preview = excerpt(&shown.replace('\n', " "), text, PREVIEW_CHARS);
-            items.push((
-                HistoryCursor { at_ms: at, source: 1, id },
-                HistoryItem::ToolEvent {
-                    at: rfc3339(at),
-                    incarnation: Incarnation(incarnation),
-                    turn_id,
-                    name: canopy_core::redact::redact(&name, 80),
-                    status,
-                    preview,
-                },
-            ));
-        }
+/// The owners' tool events that match, newest first, at most `fetch` of them.
+fn tool_events(conn: &Db<'_>, search: &Search<'_>) -> Result<Vec<(HistoryCursor, HistoryItem)>, Error> {
+    let kinds = serde_json::to_string(&TOOL_EVENTS.iter().map(|(k, _)| *k).collect::<Vec<_>>())
+        .map_err(|e| Error::Internal(format!("encoding kinds: {e}")))?;
+    let before = search.before;
+    let events: Vec<(i64, i64, u64, String, Option<String>, String)> = conn
+        .prepare_cached(
+            "SELECT id, at, incarnation, kind, turn_id, detail FROM activity \
+             WHERE agent_id IN (SELECT value FROM json_each(?1)) AND kind IN (SELECT value FROM json_each(?2)) \
+             AND (?3 IS NULL OR instr(lower(summary || ' ' || detail), lower(?3)) > 0) \
+             AND (at, 1, id) < (?4, ?5, ?6) ORDER BY id DESC LIMIT ?7",
+        )
+        .and_then(|mut s| {
+            s.query_map(
+                params![search.owners_json, kinds, search.text, before.at_ms, before.source, before.id, search.fetch],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64, r.get(3)?, r.get(4)?, r.get(5)?)),
+            )?
+            .collect()
+        })
+        .map_err(sql("searching tool history"))?;
+    Ok(events
+        .into_iter()
+        .map(|(id, at, incarnation, kind, turn_id, detail)| {
+            let item = tool_event_item(at, Incarnation(incarnation), &kind, turn_id, &detail, search.text);
+            (HistoryCursor { at_ms: at, source: 1, id }, item)
+        })
+        .collect())
+}
+
+/// One stored tool event as a history item: its tool's name, status and a preview of its
+/// output (or the reason it did not run).
+fn tool_event_item(
+    at: i64,
+    incarnation: Incarnation,
+    kind: &str,
+    turn_id: Option<String>,
+    detail: &str,
+    text: Option<&str>,
+) -> HistoryItem {
+    let detail: serde_json::Value = serde_json::from_str(detail).unwrap_or(serde_json::Value::Null);
+    let name = detail.get("name").and_then(|n| n.as_str()).unwrap_or("tool").to_owned();
+    let shown = match detail.get("output").or_else(|| detail.get("reason")) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    let status = TOOL_EVENTS.iter().find(|(k, _)| *k == kind).map_or("ok", |(_, s)| s).to_owned();
+    let preview = excerpt(&shown.replace('\n', " "), text, PREVIEW_CHARS);
+    HistoryItem::ToolEvent {
+        at: rfc3339(at),
+        incarnation,
+        turn_id,
+        name: canopy_core::redact::redact(&name, 80),
+        status,
+        preview,
     }
+}
 
+/// The newest `limit` items, and where the next (older) page starts when there is one.
+fn page_of(mut items: Vec<(HistoryCursor, HistoryItem)>, limit: u32) -> HistoryPage {
     items.sort_by_key(|(key, _)| std::cmp::Reverse(*key));
-    let more = items.len() > query.limit as usize;
-    items.truncate(query.limit as usize);
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
     let next_before = if more { items.last().map(|(key, _)| *key) } else { None };
-    Ok(HistoryPage { items: items.into_iter().map(|(_, item)| item).collect(), next_before })
+    HistoryPage { items: items.into_iter().map(|(_, item)| item).collect(), next_before }
 }
 
 /// Most trigrams of a query looked up in the index (spread over it); the text check that

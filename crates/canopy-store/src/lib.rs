@@ -18,6 +18,8 @@ mod governance;
 mod history;
 mod memo;
 mod messages;
+mod notices;
+mod presence;
 mod reads;
 mod repos;
 mod runs;
@@ -42,9 +44,10 @@ pub use channels::ChannelSpec;
 pub use delivery::{Pending, Reach, Recipient};
 pub use history::{HistoryPage, HistoryQuery};
 pub use messages::{Page, PostSpec, Posted};
+pub use notices::SESSION_NOTICE_TOPIC;
 pub use repos::{Checkout, CheckoutState, Landed, MergeCheck, MergeDecided, MergeSpec, NewCheckout, RepoRow};
 pub use runs::{Run, RunSpec, RunStatus, run_topic};
-pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, SESSION_NOTICE_TOPIC};
+pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat};
 pub use spawn::{Answered, Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
 pub use usage::{PRUNE_BATCH, Pruned, UsageReport, UsageView};
 pub use workspace::InitSpec;
@@ -76,17 +79,43 @@ pub struct Db<'a> {
     memo: Option<&'a memo::Memo>,
 }
 
-impl Db<'_> {
+impl<'a> Db<'a> {
     /// Milliseconds since the Unix epoch, as of the start of this work.
     pub fn now_ms(&self) -> i64 {
         self.now_ms
     }
-}
 
-impl std::ops::Deref for Db<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        self.conn
+    // The connection stays inside the store: these forward exactly what the store's own
+    // modules run on it, and none of them is visible to another crate.
+
+    pub(crate) fn prepare_cached(&self, sql: &str) -> rusqlite::Result<rusqlite::CachedStatement<'a>> {
+        self.conn.prepare_cached(sql)
+    }
+
+    pub(crate) fn execute<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.conn.execute(sql, params)
+    }
+
+    pub(crate) fn execute_batch(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.execute_batch(sql)
+    }
+
+    pub(crate) fn query_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.conn.query_row(sql, params, f)
+    }
+
+    pub(crate) fn last_insert_rowid(&self) -> i64 {
+        self.conn.last_insert_rowid()
+    }
+
+    /// An uncached statement, for tests that look at one statement's plan or counters.
+    #[cfg(test)]
+    pub(crate) fn prepare(&self, sql: &str) -> rusqlite::Result<rusqlite::Statement<'a>> {
+        self.conn.prepare(sql)
     }
 }
 
@@ -246,6 +275,7 @@ pub mod ops {
     };
     pub use crate::history::{continuity_facts, history_owners, history_search, index_text};
     pub use crate::messages::{post, post_and_reach, post_audited, read_channel, sync};
+    pub use crate::notices::notice;
     pub use crate::repos::{
         add_repo, checkout, checkouts, close_run_checkout, decide_merge, finish_merge, list_merges, list_repos,
         load_merge, merge_checked, merge_checked_base, merge_in_topic, merge_notice, merge_number, recover_merges,
@@ -253,7 +283,7 @@ pub mod ops {
     };
     pub use crate::runs::{expire_runs, finish_run, list_runs, load as run, run_of_account, start_run};
     pub use crate::sessions::{
-        apply_reports, end_lost_runners, forget_runner, live_agent, mark_stalled, notice, prompt_hash, prompt_inputs,
+        apply_reports, end_lost_runners, forget_runner, live_agent, mark_stalled, prompt_hash, prompt_inputs,
         read_activity, record_act, record_interrupt, record_prompt_hashes, retire_runner, roster, roster_entry,
         set_activity, set_desired, subagent_activity, sync_runner,
     };
@@ -268,217 +298,7 @@ pub mod ops {
 #[cfg(test)]
 mod tests;
 
-/// Raw baselines for `canopy bench`: the cheapest durable write this store can do, so a
-/// benchmark can print Canopy's figures beside what SQLite alone costs on the same machine.
-pub mod bench {
-    use canopy_core::Error;
-
-    use crate::{Store, sql};
-
-    /// Creates the baseline table (idempotent).
-    pub async fn prepare(store: &Store) -> Result<(), Error> {
-        store
-            .write(|c| {
-                c.execute_batch("CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
-                    .map_err(sql("creating the baseline table"))
-            })
-            .await
-    }
-
-    /// Inserts one row through the writer (group commit), as a post would.
-    pub async fn insert(store: &Store, body: Vec<u8>) -> Result<(), Error> {
-        store
-            .write(move |c| {
-                c.prepare_cached("INSERT INTO bench_raw (body) VALUES (?1)")
-                    .and_then(|mut s| s.execute([body]))
-                    .map(|_| ())
-                    .map_err(sql("inserting a baseline row"))
-            })
-            .await
-    }
-
-    /// Fills a stopped workspace's database with history for the restart figure: `per_channel`
-    /// messages in each of the first `channels` agents' home channels (posted by the agent
-    /// under one topic), with every subscriber's cursor at the end and the text index filled,
-    /// as a workspace whose history has all been delivered and indexed looks. Opens its own
-    /// connection: the daemon must not be running. Returns the messages written.
-    pub fn fill_history(db: &std::path::Path, channels: usize, per_channel: usize) -> Result<u64, Error> {
-        let mut conn = rusqlite::Connection::open(db).map_err(sql("opening the database"))?;
-        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
-            .map_err(sql("setting pragmas"))?;
-        let homes: Vec<(i64, i64)> = conn
-            .prepare(
-                "SELECT a.home_channel_id, a.id FROM accounts a WHERE a.kind = 'agent'                  AND a.home_channel_id IS NOT NULL ORDER BY a.id LIMIT ?1",
-            )
-            .and_then(|mut s| s.query_map([channels as i64], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
-            .map_err(sql("listing home channels"))?;
-        let body = "x".repeat(120);
-        let now = canopy_sys::unix_ms();
-        let mut written = 0;
-        for chunk in homes.chunks(50) {
-            let tx = conn.transaction().map_err(sql("starting a fill transaction"))?;
-            for (channel, agent) in chunk {
-                tx.execute(
-                    "INSERT INTO topics (channel_id, name, created_by, created_at, last_activity_at)                      VALUES (?1, 'history', ?2, ?3, ?3)",
-                    rusqlite::params![channel, agent, now],
-                )
-                .map_err(sql("starting a history topic"))?;
-                let topic = tx.last_insert_rowid();
-                {
-                    let mut insert = tx
-                        .prepare_cached(
-                            "INSERT INTO messages (channel_id, topic_id, sender_id, body, created_at)                              VALUES (?1, ?2, ?3, ?4, ?5)",
-                        )
-                        .map_err(sql("preparing the fill"))?;
-                    for _ in 0..per_channel {
-                        insert.execute(rusqlite::params![channel, topic, agent, body, now]).map_err(sql("filling"))?;
-                    }
-                }
-                let last = tx.last_insert_rowid();
-                tx.execute(
-                    "UPDATE topics SET last_seq = ?1, message_count = ?2 WHERE id = ?3",
-                    rusqlite::params![last, per_channel as i64, topic],
-                )
-                .map_err(sql("updating a history topic"))?;
-                tx.execute(
-                    "UPDATE subscriptions SET cursor = ?1 WHERE channel_id = ?2",
-                    rusqlite::params![last, channel],
-                )
-                .map_err(sql("advancing cursors"))?;
-                written += per_channel as u64;
-            }
-            tx.commit().map_err(sql("committing a fill"))?;
-        }
-        // Indexed, as a workspace whose text index has caught up.
-        let tx = conn.transaction().map_err(sql("starting the fill's indexing"))?;
-        crate::history::index_text(&crate::Db { conn: &tx, now_ms: now, memo: None }, i64::MAX as usize)?;
-        tx.commit().map_err(sql("committing the fill's indexing"))?;
-        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").map_err(sql("checkpointing"))?;
-        Ok(written)
-    }
-
-    /// Adds `count` agents `<prefix>-<i>` (managers under the Supervisor, each with its home
-    /// channel, no harness, so nothing places them) through `create_agent`, the operation
-    /// behind `agents.create`, 500 to a transaction. Opens its own store: the daemon must not
-    /// be running.
-    pub async fn fill_agents(db: &std::path::Path, prefix: &str, count: usize) -> Result<(), Error> {
-        use canopy_core::acl::Caller;
-        use canopy_core::{AccountKind, Handle};
-        let store = Store::open(db, 16)?;
-        let operator: Result<String, Error> = store
-            .read(|c| {
-                c.query_row("SELECT handle FROM accounts WHERE kind = 'operator' ORDER BY id LIMIT 1", [], |r| r.get(0))
-                    .map_err(sql("finding the operator"))
-            })
-            .await;
-        let added = match operator {
-            Ok(operator) => {
-                let caller = Caller { handle: Handle::from_trusted(operator), kind: AccountKind::Operator };
-                add_agents(&store, &caller, prefix, count).await
-            }
-            Err(e) => Err(e),
-        };
-        store.close().await;
-        added
-    }
-
-    /// `fill_agents` on an open store, as `caller` (an operator).
-    async fn add_agents(
-        store: &Store,
-        caller: &canopy_core::acl::Caller,
-        prefix: &str,
-        count: usize,
-    ) -> Result<(), Error> {
-        use canopy_core::{Handle, RoleName};
-        let role = RoleName::parse("manager").map_err(|e| Error::Internal(format!("the manager role: {e}")))?;
-        for start in (0..count).step_by(500) {
-            let specs = (start..(start + 500).min(count))
-                .map(|i| {
-                    let handle = Handle::parse(&format!("{prefix}-{i}"))
-                        .map_err(|e| Error::Internal(format!("an agent's handle: {e}")))?;
-                    Ok(crate::AgentSpec {
-                        display_name: handle.to_string(),
-                        handle,
-                        role: role.clone(),
-                        parent: None,
-                        charter: String::new(),
-                        harness: String::new(),
-                        script: None,
-                        persona: None,
-                        repo: None,
-                    })
-                })
-                .collect::<Result<Vec<_>, Error>>()?;
-            let caller = caller.clone();
-            store
-                .write(move |c| specs.iter().try_for_each(|spec| crate::ops::create_agent(c, &caller, spec).map(drop)))
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Makes `store` a workspace whose operator posts to `count` agents' home channels, for
-    /// the figure of a post's writer job alone (`post`). Returns the operator and the home
-    /// channels.
-    pub async fn prepare_posts(
-        store: &Store,
-        count: usize,
-    ) -> Result<(canopy_core::acl::Caller, Vec<canopy_core::ChannelName>), Error> {
-        use canopy_core::acl::Caller;
-        use canopy_core::{AccountKind, ChannelName, Handle};
-        let operator = Handle::parse("bench-operator").map_err(|e| Error::name("operator", e))?;
-        let spec = crate::InitSpec {
-            workspace_id: "ws-bench".into(),
-            name: "bench".into(),
-            mission: String::new(),
-            operator: crate::OperatorSpec {
-                handle: operator.clone(),
-                display_name: operator.to_string(),
-                token_hash: String::new(),
-            },
-            supervisor_harness: String::new(),
-            supervisor_script: None,
-        };
-        store.write(move |c| crate::ops::init(c, &spec).map(drop)).await?;
-        let caller = Caller { handle: operator, kind: AccountKind::Operator };
-        add_agents(store, &caller, "floor", count).await?;
-        (0..count)
-            .map(|i| ChannelName::parse(&format!("home-floor-{i}")).map_err(|e| Error::name("channel", e)))
-            .collect::<Result<Vec<_>, Error>>()
-            .map(|channels| (caller, channels))
-    }
-
-    /// The writer job of one `messages.post` (`ops::post_and_reach`), without the daemon
-    /// around it.
-    pub async fn post(store: &Store, caller: canopy_core::acl::Caller, spec: crate::PostSpec) -> Result<(), Error> {
-        store.write(move |c| crate::ops::post_and_reach(c, &caller, &spec).map(drop)).await
-    }
-
-    /// Rows in every table Canopy writes, for "rows written per broadcast".
-    pub async fn row_count(store: &Store) -> Result<u64, Error> {
-        store
-            .read(|c| {
-                let tables = [
-                    "messages",
-                    "topics",
-                    "deliveries",
-                    "subscriptions",
-                    "activity",
-                    "usage",
-                    "compactions",
-                    "presence",
-                    "sessions",
-                    "audit",
-                    "pins",
-                    "channels",
-                    "accounts",
-                ];
-                let query =
-                    tables.iter().map(|t| format!("(SELECT COUNT(*) FROM {t})")).collect::<Vec<_>>().join(" + ");
-                c.query_row(&format!("SELECT {query}"), [], |r| r.get::<_, i64>(0))
-                    .map(|n| n as u64)
-                    .map_err(sql("counting rows"))
-            })
-            .await
-    }
-}
+// Benchmark scaffolding: built for canopy-bench (the `testing` feature) and for this
+// crate's own tests, never into the shipped store.
+#[cfg(any(test, feature = "testing"))]
+pub mod bench;

@@ -157,7 +157,7 @@ pub fn post_and_reach(
     conn: &Db<'_>,
     caller: &Caller,
     spec: &PostSpec,
-) -> Result<(Result<Posted, Error>, Option<crate::Reach>), Error> {
+) -> Result<(Result<Posted, Error>, Option<crate::delivery::Reach>), Error> {
     let posted = post_audited(conn, caller, spec)?;
     let reach = match &posted {
         Ok(p) if !p.duplicate => Some(crate::delivery::reach(conn, p.channel_id, p.sender_id, &p.message.mentions)?),

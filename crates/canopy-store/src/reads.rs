@@ -89,8 +89,13 @@ impl ReadPool {
         pooled.deadline.at.store(0, Ordering::Relaxed);
         let passed = pooled.deadline.passed.swap(false, Ordering::Relaxed);
         // A read that opened a transaction and was cut short leaves it open.
-        if !pooled.conn.is_autocommit() {
-            let _ = pooled.conn.execute_batch("ROLLBACK");
+        if !pooled.conn.is_autocommit()
+            && let Err(e) = pooled.conn.execute_batch("ROLLBACK")
+        {
+            // Kept, it would answer every later read from the old snapshot: closed instead.
+            tracing::warn!(error = %e, "rolling back a read cut short failed; closing its connection");
+            drop(pooled);
+            return (!passed).then_some(result);
         }
         self.give_back(pooled);
         (!passed).then_some(result)

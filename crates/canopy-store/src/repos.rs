@@ -16,8 +16,9 @@ use canopy_core::workspace::{self as rules, say};
 use canopy_core::{AccountKind, Error, Handle, MergeRequest, MergeState, Message, Presence, Repo, TopicName};
 use rusqlite::{OptionalExtension, params};
 
+use crate::notices::notice_in_home;
+use crate::presence::set_presence;
 use crate::schema::audit;
-use crate::sessions::{notice_in_home, set_presence};
 use crate::views::{parse_enum, require_account};
 use crate::{Db, rfc3339, sql};
 

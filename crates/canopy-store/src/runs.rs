@@ -14,8 +14,9 @@ use canopy_core::notices::RunEnd;
 use canopy_core::{AccountKind, AccountState, Error, Handle, Message, Presence, RoleName, TopicName};
 use rusqlite::{OptionalExtension, params};
 
+use crate::notices::notice_in_home;
+use crate::presence::set_presence;
 use crate::schema::audit;
-use crate::sessions::{notice_in_home, set_presence};
 use crate::views::require_account;
 use crate::{Db, rfc3339, sql};
 

@@ -376,7 +376,11 @@ pub(crate) fn migrate(conn: &Connection) -> Result<(), Error> {
         let version = index + 1;
         let script = format!("BEGIN IMMEDIATE; {migration} PRAGMA user_version = {version}; COMMIT;");
         conn.execute_batch(&script).map_err(|e| {
-            let _ = conn.execute_batch("ROLLBACK");
+            // The migration's own error is the one returned; a failed ROLLBACK usually means
+            // no transaction was open (SQLite already rolled it back, or BEGIN itself failed).
+            if let Err(rollback) = conn.execute_batch("ROLLBACK") {
+                tracing::debug!(error = %rollback, version, "rolling back a failed schema migration");
+            }
             Error::Internal(format!("applying schema migration {version}: {e}"))
         })?;
         tracing::info!(version, "applied schema migration");

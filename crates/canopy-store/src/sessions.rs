@@ -13,19 +13,16 @@
 use canopy_core::acl::Caller;
 use canopy_core::redact::{redact, redact_value};
 use canopy_core::{
-    AccountKind, AccountState, ActivityItem, ChannelName, Desired, Error, Handle, Message, Presence, RoleName,
-    RosterEntry, TopicName,
+    AccountKind, AccountState, ActivityItem, Desired, Error, Handle, Message, Presence, RoleName, RosterEntry,
 };
 use canopy_core::{Incarnation, RunnerId};
 use rusqlite::{OptionalExtension, params};
 
-use crate::messages::post_as_system;
+use crate::notices::notice;
+use crate::presence::set_presence;
 use crate::schema::audit;
 use crate::views::{parse_enum, require_account};
 use crate::{Db, rfc3339, sql};
-
-/// Topic of the notices Canopy posts about an agent's sessions in its home channel.
-pub const SESSION_NOTICE_TOPIC: &str = "canopy: sessions";
 
 /// Longest activity summary kept, in characters.
 const SUMMARY_CHARS: usize = 300;
@@ -490,7 +487,7 @@ pub fn roster(conn: &Db<'_>, after: Option<&str>, limit: Option<usize>) -> Resul
         ))
         .and_then(|mut s| s.query_map(params![after, rows], roster_from_row)?.collect())
         .map_err(sql("reading the roster"))?;
-    let more = crate::accounts::agents_beyond(conn, entries.last().map(|e| e.handle.as_str()), entries.len(), limit)?;
+    let more = crate::views::agents_beyond(conn, entries.last().map(|e| e.handle.as_str()), entries.len(), limit)?;
     Ok((entries, more))
 }
 
@@ -617,25 +614,6 @@ fn end_session(conn: &Db<'_>, session_id: i64, reason: &str, now: i64) -> Result
     Ok(())
 }
 
-/// Moves an agent's presence; `incarnation` is set when a new session starts.
-pub(crate) fn set_presence(
-    conn: &Db<'_>,
-    agent_id: i64,
-    state: Presence,
-    reason: Option<&str>,
-    incarnation: Option<Incarnation>,
-    now: i64,
-) -> Result<(), Error> {
-    conn.prepare_cached(
-        "INSERT INTO presence (agent_id, state, reason, incarnation, state_since) VALUES (?1, ?2, ?3, COALESCE(?4, 0), ?5) \
-         ON CONFLICT (agent_id) DO UPDATE SET state = ?2, reason = ?3, \
-         incarnation = COALESCE(?4, incarnation), state_since = ?5",
-    )
-    .and_then(|mut s| s.execute(params![agent_id, state.as_str(), reason, incarnation.map(|i| i.get() as i64), now]))
-    .map_err(sql("setting presence"))?;
-    Ok(())
-}
-
 /// The agent id of a session that is live on `runner_id`, if it is.
 /// The agent id of `agent`'s live session `incarnation` on `runner_id`, or `conflict` for a
 /// stale or foreign session (a runner's call about a session it no longer hosts).
@@ -644,20 +622,6 @@ pub fn live_agent(conn: &Db<'_>, agent: &str, incarnation: Incarnation, runner_i
         field: "incarnation",
         reason: format!("{agent} session {incarnation} is not live on runner {runner_id}"),
     })
-}
-
-/// Posts a notice from Canopy into an agent's home channel.
-pub fn notice(conn: &Db<'_>, agent_id: i64, body: &str) -> Result<Message, Error> {
-    notice_in_home(conn, agent_id, &TopicName::from_trusted(SESSION_NOTICE_TOPIC.to_owned()), body)
-}
-
-/// Posts a notice from Canopy into an agent's home channel under `topic`.
-pub(crate) fn notice_in_home(conn: &Db<'_>, agent_id: i64, topic: &TopicName, body: &str) -> Result<Message, Error> {
-    let home: String = conn
-        .prepare_cached("SELECT c.name FROM accounts a JOIN channels c ON c.id = a.home_channel_id WHERE a.id = ?1")
-        .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
-        .map_err(sql("finding a home channel"))?;
-    post_as_system(conn, &ChannelName::from_trusted(home), topic, body)
 }
 
 /// Records the rendered prompt's hash on each session record `(agent, incarnation, hash)`.

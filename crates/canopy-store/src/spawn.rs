@@ -27,8 +27,8 @@ use canopy_core::{
 use rusqlite::{OptionalExtension, params};
 
 use crate::accounts::{AgentSpec, insert_agent};
+use crate::presence::set_presence;
 use crate::schema::audit;
-use crate::sessions::set_presence;
 use crate::views::{parse_enum, require_account};
 use crate::{Db, rfc3339, sql};
 
@@ -254,7 +254,7 @@ pub fn request_spawn(
 
 /// Posts in the requester's home channel, topic `spawn: <handle>`.
 fn post_to_requester(conn: &Db<'_>, requester_id: i64, handle: &Handle, body: &str) -> Result<Message, Error> {
-    crate::sessions::notice_in_home(conn, requester_id, &spawn_topic(handle), body)
+    crate::notices::notice_in_home(conn, requester_id, &spawn_topic(handle), body)
 }
 
 /// The topic a request is discussed in.
@@ -554,7 +554,7 @@ pub fn despawn(conn: &Db<'_>, caller: &Caller, handle: &Handle) -> Result<(Vec<H
             let names: Vec<&str> = handles.iter().map(Handle::as_str).collect();
             let body =
                 format!("{} despawned @{handle} ({}). Their history stays readable.", caller.handle, names.join(", "));
-            Some(crate::sessions::notice(conn, parent, &body)?)
+            Some(crate::notices::notice(conn, parent, &body)?)
         }
         None => None,
     };

@@ -1,6 +1,8 @@
 //! Row mappers: how stored rows become the model types of `canopy-core`.
 //!
 //! Owns the SELECT lists that feed them, so a column change is made in one place.
+//! Also the lookups every area shares (an account or a channel by name, the agents after a
+//! page): this module sits below all the others and imports none of them.
 
 use canopy_core::Seq;
 use canopy_core::{
@@ -224,4 +226,15 @@ pub(crate) fn require_channel(conn: &Db<'_>, field: &'static str, name: &str) ->
         Some(found) => Ok(found),
         None => Err(channel_not_found(conn, field, name)?),
     }
+}
+
+/// How many standing agents come after a page that ended at `last` with `len` of at most
+/// `limit` entries (none when the page was not full): the `more` of the agent list and the
+/// roster, counted on the handle index.
+pub(crate) fn agents_beyond(conn: &Db<'_>, last: Option<&str>, len: usize, limit: Option<usize>) -> Result<u64, Error> {
+    let Some(last) = last.filter(|_| limit.is_some_and(|l| len >= l)) else { return Ok(0) };
+    conn.prepare_cached("SELECT COUNT(*) FROM accounts WHERE kind = 'agent' AND run_of IS NULL AND handle > ?1")
+        .and_then(|mut s| s.query_row(params![last], |r| r.get::<_, i64>(0)))
+        .map(|n| n as u64)
+        .map_err(sql("counting the agents after a page"))
 }

@@ -83,7 +83,8 @@ impl WriterHandle {
             let result = work(conn, memo);
             let ok = result.is_ok();
             let finish: Finish = Box::new(move |commit| {
-                // The caller may have gone away (timeout); the write stands regardless.
+                // Fails only when the caller stopped waiting (a timeout, a dropped request):
+                // nobody is left to tell, and the write stands (or not) regardless.
                 let _ = done_tx.send(commit.and(result));
             });
             (ok, finish)
@@ -101,10 +102,16 @@ impl WriterHandle {
 
     pub(crate) async fn close(self) {
         let WriterHandle { tx, thread } = self;
-        let _ = tx.send(Job::Stop).await;
+        if tx.send(Job::Stop).await.is_err() {
+            tracing::debug!("the store writer had already stopped (another handle closed it)");
+        }
         let handle = thread.lock().ok().and_then(|mut t| t.take());
         if let Some(handle) = handle {
-            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+            match tokio::task::spawn_blocking(move || handle.join()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => tracing::warn!("the store writer thread panicked while stopping"),
+                Err(e) => tracing::warn!(error = %e, "waiting for the store writer thread to stop"),
+            }
         }
     }
 }
@@ -169,6 +176,9 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Work>, memo: &Memo) -> (Resu
     // Cached statements: these run twice per job, so parsing them each time shows up.
     let run = |sql: &str| tx.prepare_cached(sql).and_then(|mut s| s.execute([])).map(|_| ());
     let rollback = || run("ROLLBACK TO job").and_then(|()| run("RELEASE job"));
+    // A failed job whose savepoint could not be rolled back would commit its changes with
+    // the batch: then nothing of the batch commits, and every caller is told so.
+    let mut unrolled: Option<rusqlite::Error> = None;
     for job in batch.drain(..) {
         if let Err(e) = run("SAVEPOINT job") {
             tracing::error!(error = %e, "could not open a savepoint; refusing the write");
@@ -176,21 +186,36 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Work>, memo: &Memo) -> (Resu
         }
         match catch_unwind(AssertUnwindSafe(|| job(&tx, memo))) {
             Ok((true, finish)) => {
-                let _ = run("RELEASE job");
+                // A savepoint left open still commits with the batch (COMMIT releases it),
+                // and the next job's savepoint nests inside it, so the write stands.
+                if let Err(e) = run("RELEASE job") {
+                    tracing::warn!(error = %e, "releasing a write's savepoint; it commits with the batch");
+                }
                 finishes.push(finish);
             }
             Ok((false, finish)) => {
-                let _ = rollback();
+                if let Err(e) = rollback() {
+                    tracing::error!(error = %e, "rolling back a refused write failed; abandoning its batch");
+                    unrolled.get_or_insert(e);
+                }
                 memo.forget();
                 finishes.push(finish);
             }
             Err(_) => {
                 // The job's finish was dropped with it, so its caller gets `Internal`.
                 tracing::error!("a store write panicked; its changes were rolled back");
-                let _ = rollback();
+                if let Err(e) = rollback() {
+                    tracing::error!(error = %e, "rolling back a panicked write failed; abandoning its batch");
+                    unrolled.get_or_insert(e);
+                }
                 memo.forget();
             }
         }
+    }
+    if let Some(e) = unrolled {
+        // Dropping the transaction rolls the whole batch back.
+        drop(tx);
+        return (Err(crate::storage_fault("rolling back a failed write", e)), finishes);
     }
     let commit = tx.commit().map_err(|e| Error::Unavailable(format!("committing writes: {e}")));
     (commit, finishes)
