@@ -154,6 +154,8 @@ impl Bus {
                     };
                     if let Some(mapped) = mapped {
                         tracing::debug!(?mapped, "nats connection changed");
+                        // A broadcast send fails only when no one subscribes to connection
+                        // changes right now; a later subscriber starts from its own state.
                         let _ = events_tx.send(mapped);
                     }
                 }

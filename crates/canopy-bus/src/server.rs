@@ -111,7 +111,11 @@ impl ManagedNats {
         reap_leftover(&config.dir);
         write_config(&config.dir, &config.users)?;
         let (child, port) = spawn_server(&config, previous_port(&config.dir)).await?;
-        let _ = std::fs::write(config.dir.join("port"), format!("{port}\n"));
+        let port_file = config.dir.join("port");
+        if let Err(e) = std::fs::write(&port_file, format!("{port}\n")) {
+            // Only the next start's wish for the same port is lost.
+            tracing::warn!(error = %e, file = %port_file.display(), "keeping the nats-server's port");
+        }
         let url = format!("nats://127.0.0.1:{port}");
         let (stop, stop_rx) = watch::channel(false);
         let (pid_tx, pid) = watch::channel(child.id());
@@ -143,17 +147,19 @@ impl ManagedNats {
 
     /// Stops the server: SIGTERM, a grace period, then SIGKILL.
     pub async fn shutdown(&self) {
-        let _ = self.stop.send(true);
+        self.stop.send_replace(true);
         let supervisor = self.supervisor.lock().ok().and_then(|mut s| s.take());
-        if let Some(supervisor) = supervisor {
-            let _ = supervisor.await;
+        if let Some(supervisor) = supervisor
+            && let Err(e) = supervisor.await
+        {
+            tracing::warn!(error = %e, "the nats-server supervisor ended abnormally");
         }
     }
 }
 
 impl Drop for ManagedNats {
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
+        self.stop.send_replace(true);
         if let Some(pid) = *self.pid.borrow() {
             // Shutdown was not awaited (a panic or an early return): do not leave it running.
             canopy_sys::signal(pid, canopy_sys::SIGKILL);
@@ -173,13 +179,13 @@ async fn supervise(
         tokio::select! {
             _ = stop.changed() => {
                 stop_child(&mut child).await;
-                let _ = pid.send(None);
+                pid.send_replace(None);
                 remove_pid_file(&config.dir);
                 return;
             }
             status = child.wait() => {
                 tracing::warn!(?status, "managed nats-server exited; restarting on port {port} in {delay:?}");
-                let _ = pid.send(None);
+                pid.send_replace(None);
                 loop {
                     tokio::select! {
                         _ = stop.changed() => { remove_pid_file(&config.dir); return; }
@@ -189,7 +195,7 @@ async fn supervise(
                     match spawn_server(&config, Some(port)).await {
                         Ok((new_child, _)) => {
                             child = new_child;
-                            let _ = pid.send(child.id());
+                            pid.send_replace(child.id());
                             tracing::info!(port, "managed nats-server restarted");
                             break;
                         }
@@ -213,7 +219,9 @@ async fn stop_child(child: &mut Child) {
         }
         tracing::warn!(pid, "nats-server ignored SIGTERM for 5s; killing it");
     }
-    let _ = child.kill().await;
+    if let Err(e) = child.kill().await {
+        tracing::warn!(error = %e, "killing nats-server");
+    }
 }
 
 fn write_config(dir: &Path, users: &[NatsUser]) -> Result<(), BusError> {
@@ -236,7 +244,12 @@ fn write_private(path: &Path, text: &str) -> Result<(), BusError> {
 
 async fn spawn_server(config: &NatsServerConfig, port: Option<u16>) -> Result<(Child, u16), BusError> {
     let ports_dir = config.dir.join("ports");
-    let _ = std::fs::remove_dir_all(&ports_dir);
+    match std::fs::remove_dir_all(&ports_dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        // An old ports file left here is ignored: the new one is named by the new pid.
+        Err(e) => tracing::debug!(error = %e, dir = %ports_dir.display(), "clearing old nats-server ports files"),
+    }
     std::fs::create_dir_all(&ports_dir)
         .map_err(|e| BusError::Server(format!("creating {}: {e}", ports_dir.display())))?;
     let port_arg = port.map_or_else(|| "-1".to_owned(), |p| p.to_string());
@@ -258,7 +271,11 @@ async fn spawn_server(config: &NatsServerConfig, port: Option<u16>) -> Result<(C
     canopy_sys::die_with_parent(&mut command);
     let child = command.spawn().map_err(|e| BusError::Server(format!("starting {}: {e}", config.bin.display())))?;
     let pid = child.id().unwrap_or(0);
-    let _ = std::fs::write(config.dir.join("nats-server.pid"), format!("{pid}\n"));
+    let pid_file = config.dir.join("nats-server.pid");
+    if let Err(e) = std::fs::write(&pid_file, format!("{pid}\n")) {
+        // Only the next daemon's reaping of a server this one leaves behind is lost.
+        tracing::warn!(error = %e, file = %pid_file.display(), "recording the nats-server's pid");
+    }
     let port = wait_for_port(&ports_dir, pid, &log).await?;
     Ok((child, port))
 }
@@ -318,7 +335,12 @@ fn reap_leftover(dir: &Path) {
 }
 
 fn remove_pid_file(dir: &Path) {
-    let _ = std::fs::remove_file(dir.join("nats-server.pid"));
+    let pid_file = dir.join("nats-server.pid");
+    match std::fs::remove_file(&pid_file) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(error = %e, file = %pid_file.display(), "removing the nats-server's pid file"),
+    }
 }
 
 #[cfg(test)]

@@ -790,27 +790,50 @@ impl Config {
         Ok(())
     }
 
-    /// Checks the values that need no IO. Role names, harnesses and scripts are checked
-    /// by the daemon at start (`roles::RoleDefaults`), which knows the shipped scripts.
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        let positive = |key: &'static str, value: usize| {
-            if value == 0 { Err((key, "must be at least 1".to_owned())) } else { Ok(()) }
-        };
-        positive("daemon.max_in_flight", self.daemon.max_in_flight)?;
-        positive("daemon.store_queue", self.daemon.store_queue)?;
-        positive("limits.max_body_bytes", self.limits.max_body_bytes)?;
+    /// Checks the values that need no IO, one `[section]` at a time. Role names, harnesses
+    /// and scripts are checked by the daemon at start (`roles::RoleDefaults`), which knows
+    /// the shipped scripts.
+    fn validate(&self) -> Result<(), Invalid> {
+        self.validate_daemon()?;
+        self.validate_nats()?;
+        self.validate_runner()?;
+        self.validate_sessions()?;
+        self.validate_runs()?;
+        self.validate_prompts()?;
+        self.validate_delivery()?;
+        self.validate_policy()?;
+        self.validate_sandbox()?;
+        self.validate_workspaces()?;
+        self.validate_pricing()?;
+        self.validate_budgets()?;
+        self.validate_repos()?;
+        self.validate_web()?;
+        self.validate_retention()?;
+        self.validate_notify()
+    }
+
+    /// `[daemon]` and `[limits]`.
+    fn validate_daemon(&self) -> Result<(), Invalid> {
+        at_least_one("daemon.max_in_flight", self.daemon.max_in_flight)?;
+        at_least_one("daemon.store_queue", self.daemon.store_queue)?;
+        at_least_one("limits.max_body_bytes", self.limits.max_body_bytes)?;
         if self.limits.max_body_bytes > MAX_BODY_CEILING {
             return Err((
                 "limits.max_body_bytes",
                 format!("{} is above the ceiling of {MAX_BODY_CEILING}", self.limits.max_body_bytes),
             ));
         }
-        if self.daemon.request_timeout.is_zero() {
-            return Err(("daemon.request_timeout", "must be longer than zero".into()));
-        }
+        longer_than_zero(&[("daemon.request_timeout", self.daemon.request_timeout)])
+    }
+
+    fn validate_nats(&self) -> Result<(), Invalid> {
         if self.nats.restart_backoff_min.is_zero() || self.nats.restart_backoff_min > self.nats.restart_backoff_max {
             return Err(("nats.restart_backoff_min", "must be above zero and at most nats.restart_backoff_max".into()));
         }
+        Ok(())
+    }
+
+    fn validate_runner(&self) -> Result<(), Invalid> {
         let runner = &self.runner;
         if runner.restart_backoff_min.is_zero() || runner.restart_backoff_min > runner.restart_backoff_max {
             return Err((
@@ -818,62 +841,67 @@ impl Config {
                 "must be above zero and at most runner.restart_backoff_max".into(),
             ));
         }
-        for (key, value) in [
+        longer_than_zero(&[
             ("runner.sync_interval", runner.sync_interval),
             ("runner.ready_timeout", runner.ready_timeout),
             ("runner.stop_grace", runner.stop_grace),
             ("runner.crash_loop_window", runner.crash_loop_window),
-            ("sessions.stall_after", self.sessions.stall_after),
-        ] {
-            if value.is_zero() {
-                return Err((key, "must be longer than zero".into()));
-            }
-        }
+        ])?;
         if runner.runner_ttl < runner.sync_interval * 2 {
             return Err(("runner.runner_ttl", "must be at least twice runner.sync_interval".into()));
         }
-        positive("runner.capacity", runner.capacity as usize)?;
-        positive("runner.crash_loop_count", runner.crash_loop_count as usize)?;
+        at_least_one("runner.capacity", runner.capacity as usize)?;
+        at_least_one("runner.crash_loop_count", runner.crash_loop_count as usize)?;
         if runner.max_line_bytes < 1024 {
             return Err(("runner.max_line_bytes", "must be at least 1024".into()));
         }
-        positive("sessions.activity_per_session", self.sessions.activity_per_session as usize)?;
-        positive("runs.max_per_manager", self.runs.max_per_manager as usize)?;
-        positive("runs.max_brief_bytes", self.runs.max_brief_bytes)?;
-        if self.runs.timeout.is_zero() {
-            return Err(("runs.timeout", "must be longer than zero".into()));
-        }
+        Ok(())
+    }
+
+    fn validate_sessions(&self) -> Result<(), Invalid> {
+        longer_than_zero(&[("sessions.stall_after", self.sessions.stall_after)])?;
+        at_least_one("sessions.activity_per_session", self.sessions.activity_per_session as usize)
+    }
+
+    fn validate_runs(&self) -> Result<(), Invalid> {
+        at_least_one("runs.max_per_manager", self.runs.max_per_manager as usize)?;
+        at_least_one("runs.max_brief_bytes", self.runs.max_brief_bytes)?;
+        longer_than_zero(&[("runs.timeout", self.runs.timeout)])
+    }
+
+    fn validate_prompts(&self) -> Result<(), Invalid> {
         if self.prompts.project.chars().count() > 1000 {
             return Err(("prompts.project", "must be at most 1000 characters".into()));
         }
+        Ok(())
+    }
+
+    fn validate_delivery(&self) -> Result<(), Invalid> {
         let delivery = &self.delivery;
-        for (key, value) in [
+        longer_than_zero(&[
             ("delivery.coalesce_cap", delivery.coalesce_cap),
             ("delivery.resync", delivery.resync),
             ("delivery.steer_timeout", delivery.steer_timeout),
             ("delivery.loop_window", delivery.loop_window),
             ("delivery.retention", delivery.retention),
-        ] {
-            if value.is_zero() {
-                return Err((key, "must be longer than zero".into()));
-            }
-        }
+        ])?;
         if delivery.quiet_window > delivery.coalesce_cap {
             return Err(("delivery.quiet_window", "must be at most delivery.coalesce_cap".into()));
         }
-        positive("delivery.batch", delivery.batch as usize)?;
-        positive("delivery.max_pending", delivery.max_pending as usize)?;
-        positive("delivery.loop_wakes", delivery.loop_wakes as usize)?;
+        at_least_one("delivery.batch", delivery.batch as usize)?;
+        at_least_one("delivery.max_pending", delivery.max_pending as usize)?;
+        at_least_one("delivery.loop_wakes", delivery.loop_wakes as usize)
+    }
+
+    fn validate_policy(&self) -> Result<(), Invalid> {
         let policy = &self.policy;
         if policy.max_depth < 2 {
             return Err(("policy.max_depth", "must be at least 2 (the Supervisor and one level)".into()));
         }
-        positive("policy.max_children", policy.max_children as usize)?;
-        positive("policy.max_agents", policy.max_agents as usize)?;
-        positive("policy.max_pending_requests", policy.max_pending_requests as usize)?;
-        if policy.request_ttl.is_zero() {
-            return Err(("policy.request_ttl", "must be longer than zero".into()));
-        }
+        at_least_one("policy.max_children", policy.max_children as usize)?;
+        at_least_one("policy.max_agents", policy.max_agents as usize)?;
+        at_least_one("policy.max_pending_requests", policy.max_pending_requests as usize)?;
+        longer_than_zero(&[("policy.request_ttl", policy.request_ttl)])?;
         if let Some(bad) = policy
             .forbidden_handle_words
             .iter()
@@ -881,6 +909,10 @@ impl Config {
         {
             return Err(("policy.forbidden_handle_words", format!("{bad:?} is not one lowercase word")));
         }
+        Ok(())
+    }
+
+    fn validate_sandbox(&self) -> Result<(), Invalid> {
         let sandbox = &self.sandbox;
         if sandbox.bwrap.as_os_str().is_empty() {
             return Err(("sandbox.bwrap", "must name the bubblewrap executable".into()));
@@ -893,14 +925,27 @@ impl Config {
         if sandbox.connect_ports.contains(&0) {
             return Err(("sandbox.connect_ports", "ports are 1 to 65535".into()));
         }
+        Ok(())
+    }
+
+    fn validate_workspaces(&self) -> Result<(), Invalid> {
         if self.workspaces.git.as_os_str().is_empty() {
             return Err(("workspaces.git", "must name the git executable".into()));
         }
+        longer_than_zero(&[("workspaces.check_timeout", self.workspaces.check_timeout)])
+    }
+
+    fn validate_pricing(&self) -> Result<(), Invalid> {
         for price in self.pricing.values() {
             if [price.input, price.cached_input, price.output].iter().any(|p| !p.is_finite() || *p < 0.0) {
                 return Err(("pricing", "prices are zero or more US dollars per million tokens".into()));
             }
         }
+        Ok(())
+    }
+
+    /// `[budgets]`; `budgets.roles` names roles of `[roles]`.
+    fn validate_budgets(&self) -> Result<(), Invalid> {
         let budgets = &self.budgets;
         if !(budgets.unreported_turn_usd.is_finite() && budgets.unreported_turn_usd >= 0.0) {
             return Err(("budgets.unreported_turn_usd", "is zero or more US dollars".into()));
@@ -922,29 +967,52 @@ impl Config {
                 return Err((key, format!("{role}: a budget's period is 1m to 100years (absent: the lifetime)")));
             }
         }
+        Ok(())
+    }
+
+    fn validate_repos(&self) -> Result<(), Invalid> {
         for repo in &self.repos {
             if repo.name.trim().is_empty() || repo.source.trim().is_empty() {
                 return Err(("repos", "every [[repos]] entry names a name and a source".into()));
             }
         }
+        Ok(())
+    }
+
+    fn validate_web(&self) -> Result<(), Invalid> {
         self.web.address().map_err(|e| ("web.listen", e))?;
+        longer_than_zero(&[("web.session_ttl", self.web.session_ttl), ("web.link_ttl", self.web.link_ttl)])
+    }
+
+    fn validate_retention(&self) -> Result<(), Invalid> {
         let retention = &self.retention;
-        for (key, value) in [
+        longer_than_zero(&[
             ("retention.activity", retention.activity),
             ("retention.transcripts", retention.transcripts),
             ("retention.usage", retention.usage),
             ("retention.interval", retention.interval),
             ("retention.checkouts", retention.checkouts),
-            ("workspaces.check_timeout", self.workspaces.check_timeout),
-            ("notify.timeout", self.notify.timeout),
-            ("web.session_ttl", self.web.session_ttl),
-            ("web.link_ttl", self.web.link_ttl),
-        ] {
-            if value.is_zero() {
-                return Err((key, "must be longer than zero".into()));
-            }
-        }
-        Ok(())
+        ])
+    }
+
+    fn validate_notify(&self) -> Result<(), Invalid> {
+        longer_than_zero(&[("notify.timeout", self.notify.timeout)])
+    }
+}
+
+/// A refused value: the dotted key and why.
+type Invalid = (&'static str, String);
+
+/// Refuses a count of zero.
+fn at_least_one(key: &'static str, value: usize) -> Result<(), Invalid> {
+    if value == 0 { Err((key, "must be at least 1".to_owned())) } else { Ok(()) }
+}
+
+/// Refuses the first zero duration of `values`.
+fn longer_than_zero(values: &[(&'static str, Duration)]) -> Result<(), Invalid> {
+    match values.iter().find(|(_, value)| value.is_zero()) {
+        Some((key, _)) => Err((key, "must be longer than zero".into())),
+        None => Ok(()),
     }
 }
 

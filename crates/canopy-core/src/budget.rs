@@ -30,7 +30,7 @@ pub enum Scope {
     /// The agent, its descendants, and all their runs.
     Subtree,
 }
-crate::model::string_enum!(Scope { Agent => "agent", Subtree => "subtree" });
+crate::macros::string_enum!(Scope { Agent => "agent", Subtree => "subtree" });
 
 /// The amounts of a budget, or what remains of one: either or both may be set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,13 +1,26 @@
 //! The domain error: every refusal Canopy can give, with its stable wire code and field.
 //!
 //! Owns the mapping from a refusal to `ErrorCode` and to the request field at fault, so
-//! the store, the daemon and the CLI agree on it. Does not format wire replies; the proto
-//! crate wraps these values.
+//! the store, the daemon and the CLI agree on it, and `NameError`, why a name was refused
+//! (raised by `names`, wrapped here as `Error::InvalidName`). Does not format wire replies;
+//! the proto crate wraps these values.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::names::NameError;
+/// Why a name was refused. The caller adds which field it came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("is {len} long; the limit is {max}")]
+    TooLong { len: usize, max: usize },
+    #[error("{value:?} does not match the grammar: {grammar}")]
+    Grammar { value: String, grammar: &'static str },
+    #[error("{value:?} is reserved")]
+    Reserved { value: String },
+}
 
 /// The stable error codes on the wire. Scripts branch on these; never rename one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

@@ -10,10 +10,14 @@ pub mod budget;
 pub mod continuity;
 pub mod delivery;
 pub mod error;
+/// Test scaffolding (a seeded RNG and a mutator): compiled for this crate's tests and for
+/// crates that enable the `testing` feature in their dev-dependencies, never shipped.
+#[cfg(any(test, feature = "testing"))]
 pub mod fuzz;
 pub mod gate;
 pub mod harness;
 pub mod ids;
+mod macros;
 pub mod mention;
 pub mod model;
 pub mod names;

@@ -7,6 +7,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Error;
+/// Defined beside the domain error that wraps it (`Error::InvalidName`), so `error` need not
+/// import this module; kept reachable here, where the grammars that raise it live.
+pub use crate::error::NameError;
+
 /// Longest handle or role name, in bytes.
 pub const MAX_HANDLE_LEN: usize = 32;
 /// Longest channel name, in bytes.
@@ -35,20 +40,6 @@ pub const RESERVED_HANDLES: &[&str] = &[
 pub const RESERVED_HANDLE_PREFIXES: &[&str] = &["run-"];
 
 pub const RESERVED_CHANNEL_PREFIXES: &[&str] = &["home-", "coord-", "dm-"];
-
-/// Why a name was refused. The caller adds which field it came from.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum NameError {
-    #[error("must not be empty")]
-    Empty,
-    #[error("is {len} long; the limit is {max}")]
-    TooLong { len: usize, max: usize },
-    #[error("{value:?} does not match the grammar: {grammar}")]
-    Grammar { value: String, grammar: &'static str },
-    #[error("{value:?} is reserved")]
-    Reserved { value: String },
-}
 
 const HANDLE_GRAMMAR: &str =
     "a lowercase letter, then lowercase letters, digits or single hyphens, not ending in a hyphen, at most 32 bytes";
@@ -138,10 +129,10 @@ impl Handle {
     /// Refuses a handle with a word of `forbidden` as one of its hyphen-separated parts: a
     /// Manager is named by its function (`ci-manager`), not by the tool or vendor it uses
     /// (`aws-manager`, `claude-bot`), because tools change and lanes stay.
-    pub fn check_function_name(&self, field: &'static str, forbidden: &[String]) -> Result<(), crate::Error> {
+    pub fn check_function_name(&self, field: &'static str, forbidden: &[String]) -> Result<(), Error> {
         match self.0.split('-').find(|part| forbidden.iter().any(|w| w == part)) {
             None => Ok(()),
-            Some(word) => Err(crate::Error::invalid(
+            Some(word) => Err(Error::invalid(
                 field,
                 format!(
                     "{self} names a tool or vendor ({word}); name the lane by its function instead \

@@ -41,8 +41,9 @@ use tokio::process::Command;
 
 use crate::HarnessKind;
 use crate::PromptMode;
+use crate::codec::{Codec, Decoded};
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
-use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, Resume};
+use crate::launch::{InputContext, LaunchError, LaunchSpec, Resume};
 
 pub const CAPABILITIES: Capabilities = HarnessKind::Claude.capabilities();
 
@@ -207,13 +208,13 @@ fn conversation(spec: &LaunchSpec, resume: Resume) -> (Conversation, Option<Stri
     let record = agent_dir.join(CONVERSATION_FILE);
     if resume == Resume::Fresh {
         // The resume failed: forget it, so the next start does not try it again.
-        let _ = std::fs::remove_file(&record);
+        crate::launch::forget_record(&record);
         return (Conversation::New(new_uuid()), None);
     }
     match std::fs::read_to_string(&record) {
         Ok(text) if is_uuid(text.trim()) => (Conversation::Resume(text.trim().to_owned()), None),
         Ok(text) => {
-            let _ = std::fs::remove_file(&record);
+            crate::launch::forget_record(&record);
             let note = format!(
                 "the recorded conversation id {:?} in {} is not a session id; started a fresh conversation",
                 text.trim(),
@@ -235,7 +236,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     write(PROMPT_FILE, spec.prompt.text().as_bytes())?;
     let mcp = serde_json::to_vec_pretty(&mcp_config(&spec.mcp_url, &spec.mcp_token)).unwrap_or_default();
     // The token is a credential: the file is created readable by the session's user only.
-    crate::session::write_private(spec.session_dir.join(MCP_CONFIG_FILE), &mcp)?;
+    crate::launch::write_private(spec.session_dir.join(MCP_CONFIG_FILE), &mcp)?;
     let config_dir = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir).join(CONFIG_DIR);
     std::fs::create_dir_all(&config_dir).map_err(files(config_dir.clone()))?;
     let (conversation, note) = conversation(spec, resume);
@@ -740,7 +741,7 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
     use super::*;
-    use crate::Prompt;
+    use crate::launch::Prompt;
 
     fn decode(codec: &mut ClaudeCodec, line: Value) -> Vec<Decoded> {
         codec.decode(&serde_json::to_vec(&line).unwrap())

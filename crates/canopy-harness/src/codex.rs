@@ -25,9 +25,10 @@ use tokio::process::Command;
 use crate::HarnessKind;
 use crate::PromptMode;
 use crate::ProviderSettings;
+use crate::codec::{Codec, Decoded};
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
+use crate::launch::{InputContext, LaunchError, LaunchSpec, Resume};
 use crate::sandbox::SandboxMode;
-use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, Resume};
 
 pub const CAPABILITIES: Capabilities = HarnessKind::Codex.capabilities();
 
@@ -94,7 +95,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
             }
             // The resume failed at the process level: forget it.
             Resume::Fresh => {
-                let _ = std::fs::remove_file(&record);
+                crate::launch::forget_record(&record);
             }
         }
         codec.record = Some(record);
@@ -383,24 +384,8 @@ impl CodexCodec {
 
     fn on_notification(&mut self, method: &str, params: &Value) -> Vec<Decoded> {
         let mut out = Vec::new();
-        let turn_of = |params: &Value| params.get("turnId").and_then(Value::as_str).map(str::to_owned);
         match method {
-            "mcpServer/startupStatus/updated" => {
-                if params.get("name").and_then(Value::as_str) != Some(MCP_SERVER) {
-                    return out;
-                }
-                match params.get("status").and_then(Value::as_str) {
-                    Some("ready") => {
-                        self.mcp_ready = true;
-                        self.ready_if_due(&mut out);
-                    }
-                    Some(state @ ("failed" | "cancelled")) => {
-                        let error = params.get("error").and_then(Value::as_str).unwrap_or("no detail");
-                        out.push(status(&format!("Canopy's MCP server {state} to start inside codex: {error}")));
-                    }
-                    _ => {}
-                }
-            }
+            "mcpServer/startupStatus/updated" => self.on_mcp_status(params, &mut out),
             "turn/started" => {
                 if let Some(turn_id) = params.pointer("/turn/id").and_then(Value::as_str) {
                     self.turn_id = Some(turn_id.to_owned());
@@ -408,111 +393,11 @@ impl CodexCodec {
                     out.push(Decoded::Event(HarnessEvent::TurnStarted { turn_id: turn_id.to_owned() }));
                 }
             }
-            "turn/completed" => {
-                let Some(turn_id) = params.pointer("/turn/id").and_then(Value::as_str).map(str::to_owned) else {
-                    return out;
-                };
-                let turn_status = match params.pointer("/turn/status").and_then(Value::as_str) {
-                    Some("completed") => TurnStatus::Completed,
-                    Some("interrupted") => TurnStatus::Interrupted,
-                    _ => TurnStatus::Failed,
-                };
-                if let Some(error) = params.pointer("/turn/error/message").and_then(Value::as_str) {
-                    out.push(status(&format!("turn {turn_id} failed: {error}")));
-                }
-                // Tools cut off by an interrupt never complete.
-                let mut aborted: Vec<(String, RunningTool)> = self
-                    .running_tools
-                    .extract_if(|_, tool| tool.turn_id.as_deref() == Some(turn_id.as_str()))
-                    .collect();
-                aborted.sort_by(|a, b| a.0.cmp(&b.0));
-                for (call_id, tool) in aborted {
-                    out.push(Decoded::Event(HarnessEvent::ToolAborted {
-                        turn_id: tool.turn_id,
-                        call_id,
-                        name: tool.name,
-                    }));
-                }
-                // Steers taken for this turn and never injected go at the next turn start.
-                let mut dropped: Vec<String> =
-                    self.steers.extract_if(|_, t| *t == turn_id).map(|(input_id, _)| input_id).collect();
-                dropped.sort();
-                for input_id in dropped {
-                    out.push(Decoded::Event(HarnessEvent::SteerDropped {
-                        input_id,
-                        reason: format!("turn {turn_id} ended before the steer reached the model"),
-                    }));
-                }
-                // Markers of steers injected before their answer (see `on_user_message`).
-                self.steers.retain(|_, t| !t.is_empty());
-                if self.turn_id.as_deref() == Some(turn_id.as_str()) {
-                    self.turn_id = None;
-                }
-                out.push(Decoded::Event(HarnessEvent::TurnEnded { turn_id, status: turn_status }));
-            }
-            "item/started" => {
-                let turn_id = turn_of(params);
-                let Some(item) = params.get("item") else { return out };
-                match item_type(item) {
-                    "userMessage" => self.on_user_message(item, turn_id, &mut out),
-                    "contextCompaction" => out.push(Decoded::Event(HarnessEvent::CompactionStarted)),
-                    _ => {
-                        if let Some((call_id, name, args)) = tool_started(item) {
-                            self.running_tools
-                                .insert(call_id.clone(), RunningTool { turn_id: turn_id.clone(), name: name.clone() });
-                            out.push(Decoded::Event(HarnessEvent::ToolRunning { turn_id, call_id, name, args }));
-                        }
-                    }
-                }
-            }
-            "item/completed" => {
-                let turn_id = turn_of(params);
-                let Some(item) = params.get("item") else { return out };
-                match item_type(item) {
-                    "agentMessage" => {
-                        let text = item.get("text").and_then(Value::as_str).unwrap_or_default();
-                        if !text.is_empty() {
-                            out.push(Decoded::Event(HarnessEvent::Text { turn_id, text: text.to_owned() }));
-                        }
-                    }
-                    "contextCompaction" => out.push(Decoded::Event(HarnessEvent::CompactionEnded)),
-                    _ => {
-                        if let Some(event) = tool_completed(item, turn_id) {
-                            if let Some(id) = item.get("id").and_then(Value::as_str) {
-                                self.running_tools.remove(id);
-                            }
-                            out.push(Decoded::Event(event));
-                        }
-                    }
-                }
-            }
-            "thread/tokenUsage/updated" => {
-                if let Some(last) = params.pointer("/tokenUsage/last") {
-                    let count = |key: &str| last.get(key).and_then(Value::as_u64).unwrap_or(0);
-                    let usage = Usage {
-                        input_tokens: count("inputTokens"),
-                        output_tokens: count("outputTokens"),
-                        cache_read_tokens: count("cachedInputTokens"),
-                        cache_write_tokens: count("cacheWriteInputTokens"),
-                        cost_usd: None,
-                    };
-                    out.push(Decoded::Event(HarnessEvent::Usage { turn_id: turn_of(params), usage }));
-                }
-            }
-            "error" => {
-                let message = params.pointer("/error/message").and_then(Value::as_str).unwrap_or("unknown error");
-                let info = params.pointer("/error/codexErrorInfo");
-                let limited = info.and_then(Value::as_str).is_some_and(|i| i.contains("Limit"))
-                    || info.and_then(Value::as_object).is_some_and(|o| o.keys().any(|k| k.contains("Limit")));
-                if limited {
-                    out.push(Decoded::Event(HarnessEvent::RateLimited { detail: message.to_owned() }));
-                } else {
-                    out.push(Decoded::Event(HarnessEvent::ModelError {
-                        text: format!("the model API call failed: {message}"),
-                        fatal: crate::event::credential_refused(message),
-                    }));
-                }
-            }
+            "turn/completed" => self.on_turn_completed(params, &mut out),
+            "item/started" => self.on_item_started(params, &mut out),
+            "item/completed" => self.on_item_completed(params, &mut out),
+            "thread/tokenUsage/updated" => out.extend(token_usage(params)),
+            "error" => out.push(model_error(params)),
             "warning" | "configWarning" => {
                 let text = params
                     .get("message")
@@ -524,6 +409,102 @@ impl CodexCodec {
             _ => {}
         }
         out
+    }
+
+    /// Canopy's MCP server came up (the session may be ready) or failed to.
+    fn on_mcp_status(&mut self, params: &Value, out: &mut Vec<Decoded>) {
+        if params.get("name").and_then(Value::as_str) != Some(MCP_SERVER) {
+            return;
+        }
+        match params.get("status").and_then(Value::as_str) {
+            Some("ready") => {
+                self.mcp_ready = true;
+                self.ready_if_due(out);
+            }
+            Some(state @ ("failed" | "cancelled")) => {
+                let error = params.get("error").and_then(Value::as_str).unwrap_or("no detail");
+                out.push(status(&format!("Canopy's MCP server {state} to start inside codex: {error}")));
+            }
+            _ => {}
+        }
+    }
+
+    /// A turn ended: its cut-off tools are aborted, its untaken steers dropped, then the end.
+    fn on_turn_completed(&mut self, params: &Value, out: &mut Vec<Decoded>) {
+        let Some(turn_id) = params.pointer("/turn/id").and_then(Value::as_str).map(str::to_owned) else {
+            return;
+        };
+        let turn_status = match params.pointer("/turn/status").and_then(Value::as_str) {
+            Some("completed") => TurnStatus::Completed,
+            Some("interrupted") => TurnStatus::Interrupted,
+            _ => TurnStatus::Failed,
+        };
+        if let Some(error) = params.pointer("/turn/error/message").and_then(Value::as_str) {
+            out.push(status(&format!("turn {turn_id} failed: {error}")));
+        }
+        // Tools cut off by an interrupt never complete.
+        let mut aborted: Vec<(String, RunningTool)> =
+            self.running_tools.extract_if(|_, tool| tool.turn_id.as_deref() == Some(turn_id.as_str())).collect();
+        aborted.sort_by(|a, b| a.0.cmp(&b.0));
+        for (call_id, tool) in aborted {
+            out.push(Decoded::Event(HarnessEvent::ToolAborted { turn_id: tool.turn_id, call_id, name: tool.name }));
+        }
+        // Steers taken for this turn and never injected go at the next turn start.
+        let mut dropped: Vec<String> =
+            self.steers.extract_if(|_, t| *t == turn_id).map(|(input_id, _)| input_id).collect();
+        dropped.sort();
+        for input_id in dropped {
+            out.push(Decoded::Event(HarnessEvent::SteerDropped {
+                input_id,
+                reason: format!("turn {turn_id} ended before the steer reached the model"),
+            }));
+        }
+        // Markers of steers injected before their answer (see `on_user_message`).
+        self.steers.retain(|_, t| !t.is_empty());
+        if self.turn_id.as_deref() == Some(turn_id.as_str()) {
+            self.turn_id = None;
+        }
+        out.push(Decoded::Event(HarnessEvent::TurnEnded { turn_id, status: turn_status }));
+    }
+
+    /// An item began: a user message (input or steer), a compaction, or a tool call.
+    fn on_item_started(&mut self, params: &Value, out: &mut Vec<Decoded>) {
+        let turn_id = turn_of(params);
+        let Some(item) = params.get("item") else { return };
+        match item_type(item) {
+            "userMessage" => self.on_user_message(item, turn_id, out),
+            "contextCompaction" => out.push(Decoded::Event(HarnessEvent::CompactionStarted)),
+            _ => {
+                if let Some((call_id, name, args)) = tool_started(item) {
+                    self.running_tools
+                        .insert(call_id.clone(), RunningTool { turn_id: turn_id.clone(), name: name.clone() });
+                    out.push(Decoded::Event(HarnessEvent::ToolRunning { turn_id, call_id, name, args }));
+                }
+            }
+        }
+    }
+
+    /// An item finished: the agent's text, a compaction, or a tool call's result.
+    fn on_item_completed(&mut self, params: &Value, out: &mut Vec<Decoded>) {
+        let turn_id = turn_of(params);
+        let Some(item) = params.get("item") else { return };
+        match item_type(item) {
+            "agentMessage" => {
+                let text = item.get("text").and_then(Value::as_str).unwrap_or_default();
+                if !text.is_empty() {
+                    out.push(Decoded::Event(HarnessEvent::Text { turn_id, text: text.to_owned() }));
+                }
+            }
+            "contextCompaction" => out.push(Decoded::Event(HarnessEvent::CompactionEnded)),
+            _ => {
+                if let Some(event) = tool_completed(item, turn_id) {
+                    if let Some(id) = item.get("id").and_then(Value::as_str) {
+                        self.running_tools.remove(id);
+                    }
+                    out.push(Decoded::Event(event));
+                }
+            }
+        }
     }
 
     /// A user message recorded in the turn: the turn's own input, or a steer landing.
@@ -566,6 +547,42 @@ fn line(value: &Value) -> Vec<u8> {
 
 fn status(text: &str) -> Decoded {
     Decoded::Event(HarnessEvent::Status { text: text.to_owned() })
+}
+
+/// The turn a notification names, if any.
+fn turn_of(params: &Value) -> Option<String> {
+    params.get("turnId").and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The last model call's token counts (`thread/tokenUsage/updated`).
+fn token_usage(params: &Value) -> Option<Decoded> {
+    let last = params.pointer("/tokenUsage/last")?;
+    let count = |key: &str| last.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let usage = Usage {
+        input_tokens: count("inputTokens"),
+        output_tokens: count("outputTokens"),
+        cache_read_tokens: count("cachedInputTokens"),
+        cache_write_tokens: count("cacheWriteInputTokens"),
+        cost_usd: None,
+    };
+    Some(Decoded::Event(HarnessEvent::Usage { turn_id: turn_of(params), usage }))
+}
+
+/// A failed model call (`error`): a rate limit, or an error that is fatal when the
+/// credential was refused.
+fn model_error(params: &Value) -> Decoded {
+    let message = params.pointer("/error/message").and_then(Value::as_str).unwrap_or("unknown error");
+    let info = params.pointer("/error/codexErrorInfo");
+    let limited = info.and_then(Value::as_str).is_some_and(|i| i.contains("Limit"))
+        || info.and_then(Value::as_object).is_some_and(|o| o.keys().any(|k| k.contains("Limit")));
+    if limited {
+        Decoded::Event(HarnessEvent::RateLimited { detail: message.to_owned() })
+    } else {
+        Decoded::Event(HarnessEvent::ModelError {
+            text: format!("the model API call failed: {message}"),
+            fatal: crate::event::credential_refused(message),
+        })
+    }
 }
 
 fn item_type(item: &Value) -> &str {
@@ -956,7 +973,7 @@ mod tests {
             agent_dir: None,
             cwd: dir.path().join("work"),
             builtin_tools: Vec::new(),
-            prompt: crate::Prompt::replace("p".into()),
+            prompt: crate::launch::Prompt::replace("p".into()),
             mcp_url: "http://127.0.0.1:1/mcp".into(),
             mcp_token: "t".into(),
             env: vec![],

@@ -6,10 +6,17 @@
 //! the command line and files, how to encode an input, how to decode an output line. This
 //! is the only crate that builds a harness's command line. It knows nothing of NATS, the
 //! store, or who the agent is beyond what `LaunchSpec` says.
+//!
+//! Layers, lowest first: `launch` and `codec` (the vocabulary every adapter and the session
+//! share), the adapters (`claude`, `codex`, `omp`, `pi`, `scripted`), `kinds` (which adapter
+//! prepares each `HarnessKind`), then `session` (the running process), which names no adapter.
 
 pub mod claude;
+mod codec;
 pub mod codex;
 mod event;
+mod kinds;
+mod launch;
 pub mod omp;
 pub mod pi;
 pub mod sandbox;
@@ -19,8 +26,9 @@ mod settings;
 
 pub use canopy_core::harness::{CONVERSATION_STATE, Capabilities, HarnessKind, PromptMode};
 pub use event::{HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
+pub use launch::{InputContext, LaunchError, LaunchSpec, Prompt, Subagent};
 pub use sandbox::{Capability, SandboxMode, SandboxSettings, Unconfinable};
-pub use session::{InputContext, LaunchError, LaunchSpec, Prompt, Session, SessionError, Subagent};
+pub use session::{Session, SessionError};
 pub use settings::{HarnessSettings, ProviderSettings, find_program};
 
 #[cfg(test)]

@@ -30,8 +30,9 @@ use tokio::process::Command;
 
 use crate::HarnessKind;
 use crate::PromptMode;
+use crate::codec::{Codec, Decoded};
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
-use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec, Resume, write_private};
+use crate::launch::{InputContext, LaunchError, LaunchSpec, Resume, write_private};
 
 pub const CAPABILITIES: Capabilities = HarnessKind::Omp.capabilities();
 
@@ -142,7 +143,7 @@ pub(crate) fn provider_and_model<'a>(
 pub(crate) fn recorded_session(spec: &LaunchSpec, record: &std::path::Path, resume: Resume) -> Option<String> {
     match resume {
         Resume::Fresh => {
-            let _ = std::fs::remove_file(record);
+            crate::launch::forget_record(record);
             None
         }
         Resume::IfRecorded if spec.agent_dir.is_some() => std::fs::read_to_string(record)
@@ -661,7 +662,7 @@ mod network {
             agent_dir: None,
             cwd: dir.path().join("w"),
             builtin_tools: vec![],
-            prompt: crate::Prompt::replace(String::new()),
+            prompt: crate::launch::Prompt::replace(String::new()),
             mcp_url: "http://127.0.0.1:4101/mcp".into(),
             mcp_token: "t".into(),
             env: vec![],
@@ -678,7 +679,7 @@ mod network {
             repo_mirror: None,
             subagents: Vec::new(),
         };
-        let grants = crate::session::grants(&spec).unwrap();
+        let grants = crate::launch::grants(&spec).unwrap();
         assert_eq!(grants.connect_ports, vec![4101, 4102]);
         // A role without built-in tools gets none of omp's.
         assert!(arguments(&spec, "m", None).contains(&"--no-tools".to_owned()));

@@ -13,8 +13,9 @@ use serde_json::json;
 use tokio::process::Command;
 
 use crate::PromptMode;
+use crate::codec::Codec;
+use crate::launch::{LaunchError, LaunchSpec, Resume, write_private};
 use crate::omp::{Dialect, OmpCodec, omp_tool, provider_and_model, quiet_env, recorded_session};
-use crate::session::{Codec, LaunchError, LaunchSpec, Resume, write_private};
 
 /// The prompt file and the extension in the session directory.
 pub const PROMPT_FILE: &str = "system-prompt.md";

@@ -8,8 +8,9 @@ use canopy_scripted::protocol::{Input, InputMeta, Output};
 use tokio::process::Command;
 
 use crate::HarnessKind;
+use crate::codec::{Codec, Decoded};
 use crate::event::{Capabilities, HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
-use crate::session::{Codec, Decoded, InputContext, LaunchError, LaunchSpec};
+use crate::launch::{InputContext, LaunchError, LaunchSpec};
 
 pub const CAPABILITIES: Capabilities = HarnessKind::Scripted.capabilities();
 

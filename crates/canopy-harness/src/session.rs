@@ -18,125 +18,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{ChildStdin, Command};
+use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::HarnessKind;
+use crate::codec::{Codec, Decoded};
 use crate::event::{HarnessEvent, SendMode, SendOutcome};
-use crate::sandbox::{self, Capability, Grants, SandboxMode, SandboxSettings, Unconfinable};
-use crate::{HarnessKind, PromptMode, ProviderSettings, claude, scripted};
-
-/// A session's system prompt: its text, and how it relates to the harness's own default.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Prompt {
-    pub mode: PromptMode,
-    pub text: String,
-}
-
-impl Prompt {
-    /// Replaces the harness's default system prompt entirely (Managers).
-    pub fn replace(text: String) -> Prompt {
-        Prompt { mode: PromptMode::Replace, text }
-    }
-
-    /// Keeps the harness's default and appends this delta (implementers).
-    pub fn append(text: String) -> Prompt {
-        Prompt { mode: PromptMode::Append, text }
-    }
-
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-}
-
-/// Everything needed to start one session.
-#[derive(Debug, Clone)]
-pub struct LaunchSpec {
-    pub kind: HarnessKind,
-    /// The executable and its leading arguments (the scripted harness is `canopy
-    /// harness-scripted`, so it runs as the same binary as Canopy itself).
-    pub program: PathBuf,
-    pub program_args: Vec<String>,
-    /// A private directory for this session: prompt file, transcript, HOME, logs.
-    pub session_dir: PathBuf,
-    /// The agent's directory on this machine (`sessions/<agent>`, the parent of
-    /// `session_dir`), which outlives incarnations. A harness that can resume a conversation
-    /// keeps it there (Claude Code's config directory, Codex's home) with a small file naming
-    /// it, and the next incarnation resumes it. `None` starts a fresh conversation every time
-    /// and keeps nothing (`canopy doctor`'s start check).
-    pub agent_dir: Option<PathBuf>,
-    /// The working directory of the harness.
-    pub cwd: PathBuf,
-    pub prompt: Prompt,
-    /// The harness's own built-in tools the session may use (Claude Code); empty: none.
-    pub builtin_tools: Vec<String>,
-    /// Canopy's MCP endpoint and this session's bearer token.
-    pub mcp_url: String,
-    pub mcp_token: String,
-    /// Extra environment; the session otherwise starts from a clean environment.
-    pub env: Vec<(String, String)>,
-    /// The model the harness asks for (`[harness.<name>] model`); `None` is its default.
-    pub model: Option<String>,
-    /// A model provider for harnesses configured with one (Codex).
-    pub provider: Option<ProviderSettings>,
-    /// The scripted harness's script (file name, text).
-    pub script: Option<(String, String)>,
-    /// Longest stdout line read; longer lines are cut off and reported.
-    pub max_line_bytes: usize,
-    /// How long the harness may take to say it is ready.
-    pub ready_timeout: Duration,
-    /// How the process is confined (`[sandbox]`); `mode = Off` runs it unconfined.
-    pub sandbox: SandboxSettings,
-    /// The mirror of the repository its working directory is a checkout of: granted
-    /// read-only (the checkout's objects are shared with it). Must lie in the data
-    /// directory's `repos/`.
-    pub repo_mirror: Option<PathBuf>,
-    /// Subagent definitions for the harness's own subagent mechanism (omp's `task` tool
-    /// finds them in the session's `$HOME/.omp/agent/agents/`; Claude Code takes `--agents`).
-    pub subagents: Vec<Subagent>,
-}
-
-/// Where an input came from, for the harness's attribution (and the scripted harness's rules).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InputContext {
-    /// `start` for a session's first input, `message` for deliveries.
-    pub kind: String,
-    pub sender: Option<String>,
-    pub channel: Option<String>,
-    pub topic: Option<String>,
-    /// The newest message's sequence number, when the input carries messages.
-    pub seq: Option<u64>,
-    /// The input carries a message an earlier session was handed and never confirmed.
-    pub redelivered: bool,
-}
-
-/// One subagent definition for a harness's own subagents.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subagent {
-    pub name: String,
-    pub description: String,
-    /// The definition's body: spliced into omp's default prompt, or Claude Code's whole
-    /// subagent prompt.
-    pub body: String,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LaunchError {
-    #[error("preparing the session directory {path}: {source}")]
-    Files { path: PathBuf, source: std::io::Error },
-    #[error("starting {program}: {source}")]
-    Spawn { program: PathBuf, source: std::io::Error },
-    #[error("the harness did not become ready within {0:?}")]
-    NotReady(Duration),
-    #[error("the harness exited before it was ready ({0})")]
-    ExitedEarly(String),
-    #[error("{0}")]
-    Invalid(String),
-    /// The session cannot be confined here and `[sandbox] mode` requires it: retrying
-    /// cannot help until the machine or the configuration changes.
-    #[error("the session cannot be confined: {0}")]
-    Unconfinable(#[from] Unconfinable),
-}
+use crate::kinds;
+use crate::launch::{InputContext, LaunchError, LaunchSpec, Resume, grants};
+use crate::sandbox::{self, Capability, SandboxMode};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -147,60 +37,6 @@ pub enum SessionError {
     NoAnswer(String),
     #[error("the harness has exited")]
     Exited,
-}
-
-/// Whether `prepare` may resume the agent's previous conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Resume {
-    /// Resume the recorded conversation if there is one (and `agent_dir` is set).
-    IfRecorded,
-    /// Start a fresh conversation: the resume was tried and failed.
-    Fresh,
-}
-
-/// Encodes inputs and decodes output lines for one harness's protocol.
-pub(crate) trait Codec: Send + 'static {
-    /// The conversation this launch resumes, if it resumes one: a launch that fails is then
-    /// tried once more with a fresh conversation.
-    fn resuming(&self) -> Option<String> {
-        None
-    }
-    /// Lines written as soon as the process starts, before it is ready (a handshake's first
-    /// step; later steps are `Decoded::Write`s answering what the harness printed).
-    fn start(&mut self) -> Vec<Vec<u8>> {
-        Vec::new()
-    }
-    /// Answers a send at once, without writing anything, when the harness cannot take it
-    /// now (a next-turn input while a turn runs, a steer for a turn that already ended).
-    fn answer_now(&mut self, _mode: &SendMode) -> Option<SendOutcome> {
-        None
-    }
-    /// Called once the line for `input_id` is written: an outcome resolves the send at once
-    /// (the harness confirms nothing more for it, or the adapter already knows the answer).
-    fn written(&mut self, _input_id: &str) -> Option<SendOutcome> {
-        None
-    }
-    /// One line (without the newline) that delivers `text`.
-    fn encode_send(&mut self, input_id: &str, text: &str, context: &InputContext, mode: &SendMode) -> Vec<u8>;
-    /// The line that stops the running turn; empty when there is nothing to stop.
-    fn encode_interrupt(&mut self) -> Vec<u8>;
-    /// The line that asks the harness to exit, or empty; stdin is closed after it either way.
-    fn encode_shutdown(&mut self) -> Vec<u8>;
-    /// Decodes one output line.
-    fn decode(&mut self, line: &[u8]) -> Vec<Decoded>;
-}
-
-/// What one output line means.
-pub(crate) enum Decoded {
-    Event(HarnessEvent),
-    /// The harness confirmed what became of an input.
-    Ack {
-        input_id: String,
-        outcome: SendOutcome,
-    },
-    /// A line to write back to the harness: the next handshake step, or an answer to a
-    /// request the harness made.
-    Write(Vec<u8>),
 }
 
 /// The harness's stdin, shared by callers and the reader (which answers the harness);
@@ -245,7 +81,11 @@ impl Session {
         };
         tracing::warn!(conversation = %resumed, %error, "resuming the previous conversation failed; starting fresh");
         // Keep what the failed attempt printed; the fresh attempt writes its own stderr.log.
-        let _ = std::fs::rename(spec.session_dir.join("stderr.log"), spec.session_dir.join("stderr.resume-failed.log"));
+        let (failed_log, kept_log) =
+            (spec.session_dir.join("stderr.log"), spec.session_dir.join("stderr.resume-failed.log"));
+        if let Err(e) = std::fs::rename(&failed_log, &kept_log) {
+            tracing::debug!(error = %e, path = %failed_log.display(), "keeping the failed resume's stderr.log");
+        }
         let note = HarnessEvent::Status {
             text: format!(
                 "could not resume the previous conversation {resumed} ({error}); started a fresh conversation"
@@ -265,6 +105,8 @@ impl Session {
         Session::spawn(spec, event_capacity, resume, note, &mut resuming).await.map_err(|e| (resuming, e))
     }
 
+    /// One launch: the command with the kind's files, the child, its first input, the tasks
+    /// that read its output and wait for its exit, then the wait until it is ready.
     async fn spawn(
         spec: &LaunchSpec,
         event_capacity: usize,
@@ -272,43 +114,9 @@ impl Session {
         note: Option<HarnessEvent>,
         resuming: &mut Option<String>,
     ) -> Result<(Session, mpsc::Receiver<HarnessEvent>), LaunchError> {
-        let files = |path: PathBuf| move |source| LaunchError::Files { path, source };
-        std::fs::create_dir_all(spec.session_dir.join("home")).map_err(files(spec.session_dir.clone()))?;
-        std::fs::create_dir_all(&spec.cwd).map_err(files(spec.cwd.clone()))?;
-        // A clean environment: the user's own settings never leak into a session.
-        let mut command = Command::new(&spec.program);
-        command
-            .args(&spec.program_args)
-            .current_dir(&spec.cwd)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", spec.session_dir.join("home"))
-            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let mut codec: Box<dyn Codec> = match spec.kind {
-            HarnessKind::Scripted => scripted::prepare(spec, &mut command)?,
-            HarnessKind::Claude => claude::prepare(spec, &mut command, resume)?,
-            HarnessKind::Codex => crate::codex::prepare(spec, &mut command, resume)?,
-            HarnessKind::Omp => crate::omp::prepare(spec, &mut command, resume)?,
-            HarnessKind::Pi => crate::pi::prepare(spec, &mut command, resume)?,
-        };
+        let (command, mut codec) = prepare_command(spec, resume)?;
         *resuming = codec.resuming();
-        let (mut command, rules) = match spec.sandbox.mode {
-            SandboxMode::Off => (command, None),
-            SandboxMode::Required => {
-                let bwrap = Capability::cached(&spec.sandbox.bwrap).usable()?;
-                let (confined, rules) = sandbox::wrap(&bwrap, &grants(spec)?, &command)?;
-                (confined, Some(rules))
-            }
-        };
-        let stderr_path = spec.session_dir.join("stderr.log");
-        let stderr = std::fs::File::create(&stderr_path).map_err(files(stderr_path))?;
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
-        canopy_sys::new_session(&mut command);
-        canopy_sys::die_with_parent(&mut command);
-        let spawned = command.spawn();
-        // The child entered the ruleset before exec; the parent's copy can go.
-        drop(rules);
-        let mut child = spawned.map_err(|source| LaunchError::Spawn { program: spec.program.clone(), source })?;
+        let mut child = start_child(spec, command)?;
         let pid = child.id().unwrap_or(0);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(LaunchError::Invalid("the harness's stdio was not captured".into()));
@@ -323,9 +131,11 @@ impl Session {
         let codec = Arc::new(Mutex::new(codec));
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let (events_tx, events_rx) = mpsc::channel(event_capacity.max(16));
-        if let Some(note) = note {
-            // The channel is new and has room: the note is the first event the caller reads.
-            let _ = events_tx.try_send(note);
+        if let Some(note) = note
+            && let Err(e) = events_tx.try_send(note)
+        {
+            // Cannot happen: the channel is new, has room and its receiver is held here.
+            tracing::warn!(error = %e, "queueing the fresh-conversation note failed");
         }
         let (exited_tx, exited) = watch::channel(false);
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -339,32 +149,25 @@ impl Session {
             events_tx.clone(),
             ready_tx,
         ));
-        tokio::spawn(async move {
-            let status = child.wait().await;
-            // Forward everything the harness printed before its exit, then the exit.
-            let _ = reader.await;
-            let (code, signal) = match &status {
-                Ok(status) => {
-                    use std::os::unix::process::ExitStatusExt;
-                    (status.code(), status.signal())
-                }
-                Err(_) => (None, None),
-            };
-            let _ = events_tx.send(HarnessEvent::Exited { code, signal }).await;
-            let _ = exited_tx.send(true);
-        });
+        tokio::spawn(watch_exit(child, reader, events_tx, exited_tx));
 
         let session = Session { kind: spec.kind, pid, stdin, codec, pending, exited };
-        let mut exited = session.exited.clone();
+        session.wait_ready(ready_rx, spec.ready_timeout).await?;
+        Ok((session, events_rx))
+    }
+
+    /// Waits until the reader saw the harness say it is ready; kills it after `timeout`.
+    async fn wait_ready(&self, ready: oneshot::Receiver<()>, timeout: Duration) -> Result<(), LaunchError> {
+        let mut exited = self.exited.clone();
         tokio::select! {
-            ready = ready_rx => match ready {
-                Ok(()) => Ok((session, events_rx)),
+            ready = ready => match ready {
+                Ok(()) => Ok(()),
                 Err(_) => Err(LaunchError::ExitedEarly("its output ended".into())),
             },
             _ = exited.wait_for(|e| *e) => Err(LaunchError::ExitedEarly("see stderr.log in the session directory".into())),
-            () = tokio::time::sleep(spec.ready_timeout) => {
-                session.kill();
-                Err(LaunchError::NotReady(spec.ready_timeout))
+            () = tokio::time::sleep(timeout) => {
+                self.kill();
+                Err(LaunchError::NotReady(timeout))
             }
         }
     }
@@ -428,8 +231,11 @@ impl Session {
     /// Stops the session: a shutdown line, `grace`, SIGTERM to its group, `grace`, SIGKILL.
     pub async fn shutdown(&self, grace: Duration) {
         let line = self.codec.lock().map(|mut c| c.encode_shutdown()).unwrap_or_default();
-        if !line.is_empty() {
-            let _ = self.write_line(line).await;
+        if !line.is_empty()
+            && let Err(e) = self.write_line(line).await
+        {
+            // The signals below stop it anyway.
+            tracing::debug!(pid = self.pid, error = %e, "writing the shutdown line to the harness");
         }
         // End of input is the polite stop for harnesses that read until EOF (Codex).
         self.stdin.lock().await.take();
@@ -443,7 +249,9 @@ impl Session {
         }
         tracing::warn!(pid = self.pid, "harness ignored SIGTERM; killing it");
         self.kill();
-        let _ = tokio::time::timeout(grace, exited.wait_for(|e| *e)).await;
+        if tokio::time::timeout(grace, exited.wait_for(|e| *e)).await.is_err() {
+            tracing::warn!(pid = self.pid, "harness still not reaped after SIGKILL and {grace:?}");
+        }
     }
 
     /// SIGKILLs the process group at once.
@@ -459,70 +267,73 @@ impl Session {
     }
 }
 
-/// What a confined session of `spec` is granted: its program's install and the configured
-/// paths to read; its agent directory, working directory and the configured paths to write;
-/// TCP to its MCP endpoint, its model endpoints (a real harness) and the configured ports.
-/// A grant that would expose the data directory or the operator's home is refused.
-pub(crate) fn grants(spec: &LaunchSpec) -> Result<Grants, LaunchError> {
-    let settings = &spec.sandbox;
-    let own = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir);
-    let program = crate::find_program(&spec.program, std::env::var_os("PATH").as_deref()).ok_or_else(|| {
-        LaunchError::Spawn { program: spec.program.clone(), source: std::io::ErrorKind::NotFound.into() }
-    })?;
-    let mut read_only = sandbox::program_paths(&program);
-    for path in &read_only {
-        sandbox::check_grant(&format!("the {} harness's install", spec.kind.as_str()), path, &settings.data_dir, None)?;
-    }
-    for path in &settings.read_only {
-        sandbox::check_grant("sandbox.read_only", path, &settings.data_dir, None)?;
-    }
-    read_only.extend(settings.read_only.iter().cloned());
-    if let Some(mirror) = &spec.repo_mirror {
-        let repos = settings.data_dir.join("repos");
-        if !sandbox::normal(mirror).starts_with(sandbox::normal(&repos)) {
-            return Err(Unconfinable(format!(
-                "the repository mirror {} is not in {}",
-                mirror.display(),
-                repos.display()
-            ))
-            .into());
-        }
-        sandbox::check_grant("the repository mirror", mirror, &settings.data_dir, Some(mirror))?;
-        read_only.push(mirror.clone());
-    }
-    let mut read_write = vec![own.clone()];
-    if !spec.cwd.starts_with(own) {
-        sandbox::check_grant("the working directory", &spec.cwd, &settings.data_dir, Some(own))?;
-        read_write.push(spec.cwd.clone());
-    }
-    for path in &settings.read_write {
-        sandbox::check_grant("sandbox.read_write", path, &settings.data_dir, None)?;
-    }
-    read_write.extend(settings.read_write.iter().cloned());
-    let mcp = sandbox::url_port(&spec.mcp_url)
-        .ok_or_else(|| Unconfinable(format!("the MCP endpoint {:?} names no TCP port", spec.mcp_url)))?;
-    let mut connect_ports = vec![mcp];
-    if spec.kind != HarnessKind::Scripted {
-        connect_ports.extend(sandbox::model_ports(&spec.env, spec.provider.as_ref().map(|p| p.base_url.as_str())));
-    }
-    connect_ports.extend(settings.connect_ports.iter().copied());
-    connect_ports.sort_unstable();
-    connect_ports.dedup();
-    Ok(Grants { read_only, read_write, connect_ports })
+/// The harness's command in a clean environment (the user's own settings never leak into a
+/// session), with the kind's arguments and files added, and the codec that speaks to it.
+fn prepare_command(spec: &LaunchSpec, resume: Resume) -> Result<(Command, Box<dyn Codec>), LaunchError> {
+    let files = |path: PathBuf| move |source| LaunchError::Files { path, source };
+    std::fs::create_dir_all(spec.session_dir.join("home")).map_err(files(spec.session_dir.clone()))?;
+    std::fs::create_dir_all(&spec.cwd).map_err(files(spec.cwd.clone()))?;
+    let mut command = Command::new(&spec.program);
+    command
+        .args(&spec.program_args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", spec.session_dir.join("home"))
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let codec = kinds::prepare(spec, &mut command, resume)?;
+    Ok((command, codec))
 }
 
-/// Writes a file readable by the session's user only (it may hold a credential).
-pub(crate) fn write_private(path: PathBuf, bytes: &[u8]) -> Result<(), LaunchError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .and_then(|mut file| file.write_all(bytes))
-        .map_err(|source| LaunchError::Files { path, source })
+/// Confines `command` as `[sandbox]` says, points its stderr at `stderr.log`, and starts it
+/// in its own process group, dying with its parent.
+fn start_child(spec: &LaunchSpec, command: Command) -> Result<Child, LaunchError> {
+    let (mut command, rules) = match spec.sandbox.mode {
+        SandboxMode::Off => (command, None),
+        SandboxMode::Required => {
+            let bwrap = Capability::cached(&spec.sandbox.bwrap).usable()?;
+            let (confined, rules) = sandbox::wrap(&bwrap, &grants(spec)?, &command)?;
+            (confined, Some(rules))
+        }
+    };
+    let stderr_path = spec.session_dir.join("stderr.log");
+    let stderr =
+        std::fs::File::create(&stderr_path).map_err(|source| LaunchError::Files { path: stderr_path, source })?;
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
+    canopy_sys::new_session(&mut command);
+    canopy_sys::die_with_parent(&mut command);
+    let spawned = command.spawn();
+    // The child entered the ruleset before exec; the parent's copy can go.
+    drop(rules);
+    spawned.map_err(|source| LaunchError::Spawn { program: spec.program.clone(), source })
+}
+
+/// Waits for the child's exit, forwards everything the harness printed before it, then
+/// reports the exit as the last event and marks the session exited.
+async fn watch_exit(
+    mut child: Child,
+    reader: tokio::task::JoinHandle<()>,
+    events: mpsc::Sender<HarnessEvent>,
+    exited: watch::Sender<bool>,
+) {
+    let status = child.wait().await;
+    if let Err(e) = reader.await {
+        tracing::warn!(error = %e, "the harness's output reader ended abnormally");
+    }
+    let (code, signal) = match &status {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            (status.code(), status.signal())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "waiting for the harness's exit failed");
+            (None, None)
+        }
+    };
+    // A closed channel means the owner stopped listening (it dropped the session's events);
+    // nobody is left to tell.
+    let _ = events.send(HarnessEvent::Exited { code, signal }).await;
+    exited.send_replace(true);
 }
 
 /// Writes one line (adding the newline) to the harness's stdin.
@@ -591,11 +402,13 @@ async fn read_lines(
                     Decoded::Ack { input_id, outcome } => {
                         let waiter = pending.lock().ok().and_then(|mut p| p.remove(&input_id));
                         if let Some(waiter) = waiter {
+                            // The sender stopped waiting (it timed out); the answer is stale.
                             let _ = waiter.send(outcome);
                         }
                     }
                     Decoded::Event(HarnessEvent::Ready) if ready.is_some() => {
                         if let Some(ready) = ready.take() {
+                            // The launch stopped waiting (it timed out and killed the harness).
                             let _ = ready.send(());
                         }
                         if events.send(HarnessEvent::Ready).await.is_err() {

@@ -213,6 +213,7 @@ impl Renderer {
             "# Skills\n\nEach skill is a playbook. When your work matches one, read its body with `skill_read` first.\n\n",
         );
         for s in listed {
+            // Writing to a String cannot fail.
             let _ = writeln!(text, "- `{}`: {}", s.name, one_line(&apply_requires(&s.description, tools)));
         }
         text.into()
@@ -225,6 +226,7 @@ impl Renderer {
         }
         let mut text = String::from("# Rules\n\nThese always apply.\n");
         for r in always {
+            // Writing to a String cannot fail.
             let _ = write!(text, "\n## {}\n\n{}\n", r.name, apply_requires(&r.body.text, tools).trim());
         }
         text.into()
@@ -243,6 +245,7 @@ impl Renderer {
                 true => String::new(),
                 false => format!(" ({})", r.globs.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ")),
             };
+            // Writing to a String cannot fail.
             let _ = writeln!(text, "- `{}`{globs}: {}", r.name, one_line(&r.description));
         }
         text.into()
@@ -291,6 +294,7 @@ impl Sections {
 /// SHA-256 of `text`, hex.
 pub fn hash(text: &str) -> String {
     Sha256::digest(text.as_bytes()).iter().fold(String::with_capacity(64), |mut s, b| {
+        // Writing to a String cannot fail.
         let _ = write!(s, "{b:02x}");
         s
     })

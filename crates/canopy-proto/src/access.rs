@@ -291,4 +291,46 @@ mod tests {
         let other = Subjects::new("ws-2");
         assert!(!covers(&daemon.subscribe, &other.api(Method::MessagesPost)), "one workspace's daemon only");
     }
+
+    /// `proto/SUBJECTS.md`'s API table is the method table printed, and its matrix and logins
+    /// this module's tables; `CANOPY_BLESS=1` rewrites it. Here rather than in `subject`, which
+    /// this module imports.
+    #[test]
+    fn subjects_md_prints_the_method_table() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto/SUBJECTS.md");
+        let doc = std::fs::read_to_string(&path).unwrap_or_default();
+        // Each generated part sits between its two marker lines.
+        let splice = |doc: &str, start: &str, end: &str, content: String| -> String {
+            let (Some(a), Some(b)) = (doc.find(start), doc.find(end)) else {
+                panic!("proto/SUBJECTS.md lost its markers {start:?} .. {end:?}");
+            };
+            format!("{}{content}{}", &doc[..a + start.len()], &doc[b..])
+        };
+        let fresh = splice(
+            &doc,
+            "(crates/canopy-proto/src/methods.rs): CANOPY_BLESS=1 cargo test -p canopy-proto -->\n",
+            "<!-- end of generated table -->",
+            Method::table(),
+        );
+        let fresh = splice(
+            &fresh,
+            "<!-- the authorization matrix, printed from crate::access::matrix -->\n",
+            "<!-- end of the matrix -->",
+            matrix_table(),
+        );
+        let fresh = splice(
+            &fresh,
+            "<!-- the NATS logins, printed from crate::access::Subjects::permissions -->\n",
+            "<!-- end of the logins -->",
+            permissions_table(),
+        );
+        if std::env::var_os("CANOPY_BLESS").is_some() {
+            std::fs::write(&path, &fresh).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        } else {
+            assert!(
+                doc == fresh,
+                "proto/SUBJECTS.md's API table drifted from the method table; rerun with CANOPY_BLESS=1 cargo test -p canopy-proto"
+            );
+        }
+    }
 }

@@ -33,7 +33,7 @@ pub struct Tool {
 pub trait ApiMethod {
     type Request: serde::Serialize + serde::de::DeserializeOwned + schemars::JsonSchema + Send + Sync;
     type Response: serde::Serialize + serde::de::DeserializeOwned + schemars::JsonSchema + Send;
-    const METHOD: crate::Method;
+    const METHOD: Method;
 }
 
 /// Calls `$apply! { (Variant, area.handler, "subject.name", Request => Response, Access, "who may
@@ -359,4 +359,43 @@ macro_rules! define_methods {
     };
 }
 
-pub(crate) use define_methods;
+crate::api_methods!(define_methods);
+
+impl Method {
+    /// Parses a subject suffix.
+    pub fn parse(suffix: &str) -> Option<Method> {
+        Method::ALL.iter().copied().find(|m| m.as_str() == suffix)
+    }
+
+    /// Whether only runners (authenticated by the runner token) may call the method.
+    pub fn is_runner_method(self) -> bool {
+        self.access() == Access::Runner
+    }
+
+    /// `proto/SUBJECTS.md`'s API table, printed from the method table.
+    pub fn table() -> String {
+        let mut out = String::from(
+            "| subject | access | who may call | what it does | tool |\n| --- | --- | --- | --- | --- |\n",
+        );
+        for m in Method::ALL {
+            let access = match m.access() {
+                Access::Anyone => "any account",
+                Access::Operators => "operators",
+                Access::Runner => "runner",
+            };
+            let tool = m.tool().map(|t| format!("`{}`", t.name)).unwrap_or_default();
+            out.push_str(&format!(
+                "| `canopy.<ws>.api.{}` | {access} | {} | {} | {tool} |\n",
+                m.as_str(),
+                m.who(),
+                m.what()
+            ));
+        }
+        out
+    }
+
+    /// The native tools, in the order sessions see them.
+    pub fn tools() -> impl Iterator<Item = (Method, crate::methods::Tool)> {
+        Method::ALL.iter().filter_map(|m| m.tool().map(|t| (*m, t)))
+    }
+}

@@ -1,7 +1,8 @@
 //! The subject map: the one place NATS subjects are spelled.
 //!
 //! Every subject starts with `canopy.<workspace id>.` so several workspaces can share one
-//! NATS cluster. The `Method` enum is generated from the method table (`methods`).
+//! NATS cluster. The `Method` enum is generated from the method table (`methods`) and
+//! re-exported here.
 //! `proto/SUBJECTS.md` documents the same map for humans; a test keeps the method list there
 //! in step with `Method::ALL`.
 
@@ -10,46 +11,7 @@ use canopy_core::RunnerId;
 /// NATS header that carries the caller's bearer token on API requests.
 pub const TOKEN_HEADER: &str = "Canopy-Token";
 
-crate::api_methods!(crate::methods::define_methods);
-
-impl Method {
-    /// Parses a subject suffix.
-    pub fn parse(suffix: &str) -> Option<Method> {
-        Method::ALL.iter().copied().find(|m| m.as_str() == suffix)
-    }
-
-    /// Whether only runners (authenticated by the runner token) may call the method.
-    pub fn is_runner_method(self) -> bool {
-        self.access() == crate::methods::Access::Runner
-    }
-
-    /// `proto/SUBJECTS.md`'s API table, printed from the method table.
-    pub fn table() -> String {
-        let mut out = String::from(
-            "| subject | access | who may call | what it does | tool |\n| --- | --- | --- | --- | --- |\n",
-        );
-        for m in Method::ALL {
-            let access = match m.access() {
-                crate::methods::Access::Anyone => "any account",
-                crate::methods::Access::Operators => "operators",
-                crate::methods::Access::Runner => "runner",
-            };
-            let tool = m.tool().map(|t| format!("`{}`", t.name)).unwrap_or_default();
-            out.push_str(&format!(
-                "| `canopy.<ws>.api.{}` | {access} | {} | {} | {tool} |\n",
-                m.as_str(),
-                m.who(),
-                m.what()
-            ));
-        }
-        out
-    }
-
-    /// The native tools, in the order sessions see them.
-    pub fn tools() -> impl Iterator<Item = (Method, crate::methods::Tool)> {
-        Method::ALL.iter().filter_map(|m| m.tool().map(|t| (*m, t)))
-    }
-}
+pub use crate::methods::{Method, method};
 
 /// Builds the subjects of one workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,45 +99,5 @@ mod tests {
             assert_eq!(s.api_suffix(&subject).and_then(Method::parse), Some(*m), "{subject}");
         }
         assert_eq!(s.api_suffix("canopy.other.api.tree"), None);
-    }
-
-    /// `proto/SUBJECTS.md`'s API table is the method table printed; `CANOPY_BLESS=1` rewrites it.
-    #[test]
-    fn subjects_md_prints_the_method_table() {
-        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto/SUBJECTS.md");
-        let doc = std::fs::read_to_string(&path).unwrap_or_default();
-        // Each generated part sits between its two marker lines.
-        let splice = |doc: &str, start: &str, end: &str, content: String| -> String {
-            let (Some(a), Some(b)) = (doc.find(start), doc.find(end)) else {
-                panic!("proto/SUBJECTS.md lost its markers {start:?} .. {end:?}");
-            };
-            format!("{}{content}{}", &doc[..a + start.len()], &doc[b..])
-        };
-        let fresh = splice(
-            &doc,
-            "(crates/canopy-proto/src/methods.rs): CANOPY_BLESS=1 cargo test -p canopy-proto -->\n",
-            "<!-- end of generated table -->",
-            Method::table(),
-        );
-        let fresh = splice(
-            &fresh,
-            "<!-- the authorization matrix, printed from crate::access::matrix -->\n",
-            "<!-- end of the matrix -->",
-            crate::access::matrix_table(),
-        );
-        let fresh = splice(
-            &fresh,
-            "<!-- the NATS logins, printed from crate::access::Subjects::permissions -->\n",
-            "<!-- end of the logins -->",
-            crate::access::permissions_table(),
-        );
-        if std::env::var_os("CANOPY_BLESS").is_some() {
-            std::fs::write(&path, &fresh).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        } else {
-            assert!(
-                doc == fresh,
-                "proto/SUBJECTS.md's API table drifted from the method table; rerun with CANOPY_BLESS=1 cargo test -p canopy-proto"
-            );
-        }
     }
 }

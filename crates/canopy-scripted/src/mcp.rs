@@ -275,10 +275,15 @@ impl McpClient {
             .await
             .map_err(|source| McpError::Connect { authority: endpoint.authority.clone(), source })?;
         // The request body follows its head as a second small write: no Nagle delay for it.
-        let _ = stream.set_nodelay(true);
+        if let Err(e) = stream.set_nodelay(true) {
+            // Only latency: the request still goes through.
+            eprintln!("canopy mcp: TCP_NODELAY on the connection to the MCP endpoint: {e}");
+        }
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         // The connection task must not outlive this exchange, also when the timeout drops it.
         let _connection = AbortOnDrop(tokio::spawn(async move {
+            // A connection that fails fails the exchange on it too: `send_request` below
+            // reports it, with the request it was for.
             let _ = connection.await;
         }));
         let response = sender.send_request(request).await?;

@@ -221,6 +221,7 @@ fn spawn_stdin_reader(tx: mpsc::Sender<Event>) {
         loop {
             let event = match read_line_bounded(&mut reader, &mut line, MAX_INPUT_LINE_BYTES) {
                 Ok(LineRead::Eof) => {
+                    // A closed channel means the harness loop already ended: no one to tell.
                     let _ = tx.blocking_send(Event::Eof);
                     return;
                 }
@@ -237,6 +238,7 @@ fn spawn_stdin_reader(tx: mpsc::Sender<Event>) {
                     }
                 }
                 Err(e) => {
+                    // A closed channel means the harness loop already ended: no one to tell.
                     let _ = tx.blocking_send(Event::Malformed(format!("cannot read stdin: {e}")));
                     let _ = tx.blocking_send(Event::Eof);
                     return;
@@ -373,8 +375,12 @@ fn remember_start(state: &Path, line: usize) {
         done.push(line);
     }
     let tmp = state.with_extension("tmp");
-    if std::fs::write(&tmp, json!({ "started": done }).to_string()).is_ok() {
-        let _ = std::fs::rename(&tmp, state);
+    // Not remembered, a start rule runs again at the agent's next session: said on stderr
+    // (the session's stderr.log), never a reason to stop this one.
+    let written =
+        std::fs::write(&tmp, json!({ "started": done }).to_string()).and_then(|()| std::fs::rename(&tmp, state));
+    if let Err(e) = written {
+        eprintln!("canopy-scripted: remembering start rule {line} in {}: {e}", state.display());
     }
 }
 
@@ -633,7 +639,8 @@ impl Harness {
             }
             Action::EndTurn => turn.actions.clear(),
             Action::Crash => {
-                // Every line is already flushed; exiting here skips `turn_ended` on purpose.
+                // Every line is already flushed; exiting here skips `turn_ended` on purpose. A
+                // flush that fails cannot be reported by a process that is crashing anyway.
                 let _ = io::stdout().flush();
                 std::process::exit(CRASH_EXIT_CODE);
             }

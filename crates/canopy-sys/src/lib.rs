@@ -305,7 +305,11 @@ pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
     // A leftover temporary file would keep its mode on open: remove it, so it is created 0600.
-    let _ = std::fs::remove_file(&tmp);
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
     file.write_all(bytes)?;
     file.sync_all()?;

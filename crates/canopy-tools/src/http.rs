@@ -4,8 +4,8 @@
 //! 401 before MCP parses it; a known token is passed to the tool calls, which present it
 //! to the daemon. One listener serves every session of a runner; a plain `tools/call` takes
 //! the direct path (`direct.rs`), everything else rmcp's streamable-HTTP service.
-//! `serve_fixed` is the same front answering a fixed body, the raw baseline of `canopy
-//! bench`'s MCP figure.
+//! `serve_fixed` (feature `testing`) is the same front answering a fixed body, the raw
+//! baseline of `canopy bench`'s MCP figure.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,6 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use crate::CanopyTools;
+/// Kept reachable here, beside the endpoint that checks it.
+pub use crate::bearer::bearer;
 
 /// Decides whether a bearer token belongs to a session this endpoint serves.
 pub type TokenCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -48,13 +50,6 @@ impl Drop for HttpEndpoint {
     fn drop(&mut self) {
         self.stop.cancel();
     }
-}
-
-/// The token of an `Authorization: Bearer <token>` header.
-pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
-    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty()).then(|| token.trim())
 }
 
 /// Binds 127.0.0.1 on a free port and serves Canopy's tools until stopped: a plain
@@ -121,7 +116,9 @@ where
 
 /// The same front as `serve` (listener, `TCP_NODELAY`, bearer check, HTTP/1.1 keep-alive)
 /// answering every authorized request with `answer` once its body is read: the raw baseline
-/// `canopy bench` measures an MCP tool call against. Serves nothing else.
+/// `canopy bench` measures an MCP tool call against. Serves nothing else. Benchmark
+/// scaffolding: only with the `testing` feature, never in the shipped binary.
+#[cfg(feature = "testing")]
 pub async fn serve_fixed(
     answer: Bytes,
     content_type: &'static str,
@@ -130,6 +127,8 @@ pub async fn serve_fixed(
     listen(CancellationToken::new(), check, move |request: http::Request<Incoming>| {
         let answer = answer.clone();
         async move {
+            // The body is read only to time what a real call reads; a broken one still gets the
+            // fixed answer, as the baseline measures the front and not the request.
             let _ = request.into_body().collect().await;
             respond(http::StatusCode::OK, Some(content_type), answer)
         }

@@ -9,6 +9,7 @@
 //! --stdio`, a bridge that holds no NATS credential. `probe` serves an endpoint with no tools on the same HTTP front, for `canopy
 //! doctor`'s session start check. Does not know sessions or harnesses.
 
+mod bearer;
 mod catalog;
 mod direct;
 pub mod http;

@@ -43,7 +43,7 @@ impl CanopyTools {
             TokenSource::Header => context
                 .extensions
                 .get::<http::request::Parts>()
-                .and_then(|parts| crate::http::bearer(&parts.headers))
+                .and_then(|parts| crate::bearer::bearer(&parts.headers))
                 .map(str::to_owned),
         }
     }

@@ -7,12 +7,14 @@
 //! `canopy web` does) and knows no harness or runner.
 //!
 //! - `auth.rs`: one-time login links, browser sessions (kept in `web/sessions.json`), CSRF.
+//! - `console.rs`: what every handler shares: the `Console`, the logged-in session, `call`.
 //! - `server.rs`: the listener (its port kept in `web/port`), routes, actions.
 //! - `pages.rs`: the pages, rendered on the server with compile-checked `maud` templates.
 //! - `live.rs`: server-sent events from the daemon's event subjects, resumable by cursor.
 //! - `link.rs`: the client side of `canopy web`: asks a running console for a login link.
 
 mod auth;
+mod console;
 mod link;
 mod live;
 mod pages;

@@ -22,7 +22,10 @@ pub async fn request_link(base: &str, token: &str) -> Result<String, LinkError> 
     let unreachable = |why: String| LinkError::Unreachable { url: base.to_owned(), why };
     let authority = base.strip_prefix("http://").unwrap_or(base).trim_end_matches('/').to_owned();
     let stream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| unreachable(e.to_string()))?;
-    let _ = stream.set_nodelay(true);
+    if let Err(e) = stream.set_nodelay(true) {
+        // Only latency: the request still goes through.
+        tracing::debug!(error = %e, "TCP_NODELAY on the connection to the console");
+    }
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| unreachable(e.to_string()))?;
     tokio::spawn(connection);

@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::auth::Session;
-use crate::server::{Console, LoggedIn, Shared, call};
+use crate::console::{Console, LoggedIn, Shared, call};
 
 /// How soon a browser retries a dropped feed.
 const RETRY: Duration = Duration::from_secs(1);
@@ -78,15 +78,19 @@ async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>
     ) {
         (Ok(m), Ok(a)) => (m, a),
         _ => {
+            // Ending the feed either way; a send that fails means the browser already left.
             let _ = tx.send(Event::default().event("unavailable").data("the daemon's events cannot be followed")).await;
             return;
         }
     };
     let mut messages = messages;
     let mut activity = activity;
-    let _ = tx.send(Event::default().retry(RETRY).comment("connected")).await;
+    if tx.send(Event::default().retry(RETRY).comment("connected")).await.is_err() {
+        return; // The browser left already.
+    }
     if let Err(canopy_bus::CallError::Refused(_)) = call::<method::Whoami>(&console, &session, &WhoamiRequest {}).await
     {
+        // Ending the feed either way; a send that fails means the browser already left.
         let _ = tx.send(Event::default().event("logout").data("{}")).await;
         return;
     }
@@ -149,6 +153,7 @@ async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>
                     Err(canopy_bus::CallError::Refused(_))
                 );
                 if refused || console.auth.session(&id).is_none() {
+                    // Ending the feed either way; a failed send means the browser already left.
                     let _ = tx.send(Event::default().event("logout").data("{}")).await;
                     return;
                 }

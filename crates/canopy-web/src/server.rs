@@ -27,6 +27,8 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Auth, Session, cookie, same};
+use crate::console::{Console, LoggedIn, Refusal, Shared, call, logged_in};
+use crate::live;
 use crate::pages;
 use crate::{CSRF_HEADER, SESSION_COOKIE};
 
@@ -38,20 +40,6 @@ pub type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + S
 
 /// What `start` returns: the console's URL and how to stop it, once it listens.
 pub type Started = Pin<Box<dyn Future<Output = Result<(String, Stop), String>> + Send>>;
-
-/// A request refused before any API call (no session, no CSRF token): the answer to send.
-pub type Refusal = Box<Response>;
-
-/// What every handler shares.
-pub struct Console {
-    pub api: ApiClient,
-    pub auth: Auth,
-    pub stop: CancellationToken,
-    /// `host:port` values a request's `Host` may carry.
-    hosts: Vec<String>,
-}
-
-pub type Shared = Arc<Console>;
 
 /// Starts the console in the shape `canopy_daemon::DaemonOptions::web` takes: binds the
 /// `[web] listen` address (port 0: the port kept in `web/port`, else a free one), and serves
@@ -81,7 +69,9 @@ pub fn start(dir: DataDir, config: Config, api: ApiClient) -> Started {
             use axum::serve::ListenerExt;
             // Small writes (an event, a page) go out at once: no Nagle delay on any socket.
             let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY on a console connection");
+                }
             });
             let shutdown = serving.clone();
             if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
@@ -97,7 +87,11 @@ pub fn start(dir: DataDir, config: Config, api: ApiClient) -> Started {
             Box::pin(async move {
                 stop.cancel();
                 // Live streams end with the token; a page still loading gets a second.
-                let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+                match tokio::time::timeout(Duration::from_secs(1), task).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "the console's serving task ended abnormally"),
+                    Err(_) => tracing::debug!("the console was still answering a request 1s after stop; leaving it"),
+                }
             })
         });
         Ok((url, stop))
@@ -125,7 +119,7 @@ fn router(console: Shared) -> Router {
         .route("/channels/{channel}", get(channel))
         .route("/agents/{handle}", get(agent))
         .route("/audit", get(audit))
-        .route("/events", get(crate::live::events))
+        .route("/events", get(live::events))
         .route("/link", post(link))
         .route("/login/{secret}", get(login))
         .route("/logout", post(logout))
@@ -165,27 +159,6 @@ async fn guard(
     response
 }
 
-/// The logged-in session of a request, or the page that says how to log in.
-pub fn logged_in(console: &Console, headers: &HeaderMap) -> Result<(String, Session), Refusal> {
-    let id = cookie(headers, SESSION_COOKIE).unwrap_or("");
-    match console.auth.session(id) {
-        Some(session) => Ok((id.to_owned(), session)),
-        None => Err(Box::new((StatusCode::UNAUTHORIZED, pages::login_needed()).into_response())),
-    }
-}
-
-/// A page request's logged-in session (the session id, and the session): the login page
-/// when there is none.
-pub struct LoggedIn(pub String, pub Session);
-
-impl axum::extract::FromRequestParts<Shared> for LoggedIn {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut http::request::Parts, console: &Shared) -> Result<LoggedIn, Response> {
-        logged_in(console, &parts.headers).map(|(id, session)| LoggedIn(id, session)).map_err(|r| *r)
-    }
-}
-
 /// A state-changing request: logged in, from this origin, with the page's CSRF token (header
 /// or form field).
 fn acting(console: &Console, headers: &HeaderMap, form_csrf: Option<&str>) -> Result<Session, Refusal> {
@@ -203,15 +176,6 @@ fn acting(console: &Console, headers: &HeaderMap, form_csrf: Option<&str>) -> Re
         return Err(Box::new((StatusCode::FORBIDDEN, pages::outcome_page("Refused", Err(why))).into_response()));
     }
     Ok(session)
-}
-
-/// One API call with the session's token.
-pub async fn call<M: ApiMethod>(
-    console: &Console,
-    session: &Session,
-    request: &M::Request,
-) -> Result<M::Response, CallError> {
-    console.api.send::<M>(&session.token, request).await
 }
 
 /// The HTTP status of an API failure.

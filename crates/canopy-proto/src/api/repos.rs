@@ -1,0 +1,143 @@
+//! Repositories and checkouts: `repos.*` (add, list, gc), `workspace.status` and
+//! `merges.*` (request, list, decide).
+//!
+//! Merging a subagent run's branch into its Manager's is `runs`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `repos.add` (operators): register a repository; Canopy makes its mirror.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposAddRequest {
+    /// 1-40 of `a-z`, `0-9`, `-`, `_`.
+    pub name: String,
+    /// The canonical repository: an absolute path, or a URL git can fetch.
+    pub source: String,
+    /// The branch merges land on (default `main`).
+    #[serde(default)]
+    pub base: Option<String>,
+    /// Run with `sh -c`, confined, on each run's tree and each merged tree (default none).
+    #[serde(default)]
+    pub check: Option<String>,
+}
+
+/// `repos.list` (operators).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposListRequest {}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposListResponse {
+    pub repos: Vec<canopy_core::Repo>,
+    /// Every checkout Canopy keeps, by account.
+    pub checkouts: Vec<CheckoutInfo>,
+}
+
+/// One account's checkout.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckoutInfo {
+    pub agent: String,
+    pub repo: String,
+    pub branch: String,
+    /// `preparing`, `ready`, `merged`, `discarded`, `removed` or `failed`.
+    pub state: String,
+    pub path: String,
+    pub note: Option<String>,
+}
+
+/// `repos.gc` (operators): find (and unless `dry_run`, remove) leftover checkouts.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposGcRequest {
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReposGcResponse {
+    pub leftovers: Vec<Leftover>,
+    /// Whether they were removed.
+    pub removed: bool,
+}
+
+/// A directory no live checkout owns, or a checkout whose directory is missing.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Leftover {
+    pub path: String,
+    pub why: String,
+}
+
+/// `workspace.status` (agents, as `workspace_status`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceStatusRequest {}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceStatusResponse {
+    pub repo: String,
+    /// The checked-out branch (empty when detached) and the branch that is yours.
+    pub branch: String,
+    pub own_branch: String,
+    pub head: String,
+    /// The repository's base branch, and commits ahead of and behind it.
+    pub base: String,
+    pub ahead: u32,
+    pub behind: u32,
+    /// Uncommitted or untracked files.
+    pub dirty: Vec<String>,
+    /// Your ended runs whose branches are neither merged nor discarded.
+    pub unmerged_runs: Vec<RunBranch>,
+}
+
+/// A run's branch waiting for its Manager.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunBranch {
+    pub run_id: i64,
+    pub branch: String,
+    /// `done`, `failed` or `timed_out`.
+    pub status: String,
+}
+
+/// `merges.request` (agents, as `merge_request`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergesRequestRequest {
+    /// One line; the request is discussed under topic `merge: <title>`.
+    pub title: String,
+    pub summary: String,
+    /// Your earlier requests this one stacks on (`merge-<n>`); they merge first.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+}
+
+/// `merges.list` (operators).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergesListRequest {
+    #[serde(default)]
+    pub state: Option<canopy_core::MergeState>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergesListResponse {
+    pub merges: Vec<canopy_core::MergeRequest>,
+}
+
+/// `merges.decide` (operators; an agent's attempt is refused and audited).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergesDecideRequest {
+    /// `merge-<n>`.
+    pub id: String,
+    pub approve: bool,
+    #[serde(default)]
+    pub reason: Option<String>,
+}

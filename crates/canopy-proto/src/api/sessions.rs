@@ -1,0 +1,254 @@
+//! What runners and the daemon say about sessions: `runners.sync` (the sessions a runner
+//! hosts and how to launch them), `sessions.report`, `agents.start`/`stop`/`interrupt`, and
+//! the daemon's steer and interrupt requests to a runner.
+//!
+//! Does not carry messages for a session (`delivery`) or its continuity block (`history`).
+
+use canopy_core::{Incarnation, Message, Presence, RunnerId};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::api::agents::{ScriptSource, SubagentFile};
+use crate::api::runs::RunAssignment;
+
+/// `agents.start` / `agents.stop`: whether an agent's session should run. Starting a
+/// `crashed` agent clears the crash.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsStartStopRequest {
+    pub handle: String,
+}
+
+/// `agents.interrupt` (operators): stop the agent's running turn. The session stays up.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsInterruptRequest {
+    pub handle: String,
+}
+
+/// Reply to `agents.interrupt`. An idle agent is not an error: `interrupted` is false and
+/// `reason` says why.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsInterruptResponse {
+    pub agent: String,
+    /// The live session's incarnation, which the interrupt leaves running.
+    pub incarnation: Incarnation,
+    /// Whether a turn was running and the harness was asked to stop it.
+    pub interrupted: bool,
+    /// The turn that was running.
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    /// Why nothing was interrupted.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A session the runner hosts, as it reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunningSession {
+    pub agent: String,
+    pub incarnation: Incarnation,
+}
+
+/// `runners.sync`: a runner's heartbeat; the reply is the set of sessions it should host.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersSyncRequest {
+    /// The runner's id: its credential's, so it must match the token the request carries.
+    pub runner_id: RunnerId,
+    /// Random per start of the runner's process: a new one ends the sessions an earlier
+    /// process of the same runner left recorded as live.
+    #[serde(default)]
+    pub boot: String,
+    pub name: String,
+    /// The runner's MCP endpoint, for the record.
+    pub mcp_url: String,
+    /// Most sessions this runner will host.
+    pub capacity: u32,
+    pub running: Vec<RunningSession>,
+}
+
+/// Everything a runner needs to start one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionAssignment {
+    pub agent: String,
+    pub display_name: String,
+    pub role: String,
+    pub incarnation: Incarnation,
+    /// The session's bearer token: binds every tool call to this agent.
+    pub token: String,
+    pub harness: String,
+    pub script: Option<ScriptSource>,
+    /// The system prompt the session starts with.
+    pub system_prompt: String,
+    /// Whether `system_prompt` replaces the harness's default or is appended to it.
+    pub prompt_mode: PromptMode,
+    /// The rendered prompt's content hash (`canopy prompt render` prints the same).
+    pub prompt_hash: String,
+    /// The harness's working directory (empty: the runner's default for the agent).
+    pub cwd: String,
+    /// When `cwd` is a checkout: its repository's mirror, which the session may read.
+    #[serde(default)]
+    pub repo_mirror: Option<String>,
+    /// Subagent definitions for the harness's own subagents (omp's `task` tool), when the
+    /// role delegates natively: each file's name and text.
+    #[serde(default)]
+    pub subagents: Vec<SubagentFile>,
+    /// The model the bundle asks for (a role's `model`, or a run definition's); empty: the
+    /// harness's configured default.
+    pub model: String,
+    /// The harness's built-in tools the role allows (Claude Code's `Bash`, `Read`, ...).
+    pub harness_tools: Vec<String>,
+    /// Set when the session is a subagent run: its brief is the first input, and its final
+    /// report goes back with `runs.finish`.
+    pub run: Option<RunAssignment>,
+    pub home_channel: String,
+    pub charter: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersSyncResponse {
+    /// Sessions the runner reported running that it should keep. Anything else it runs
+    /// that is neither here nor in `start` must stop.
+    pub keep: Vec<RunningSession>,
+    /// Sessions to start, with everything needed (at most `SYNC_START_BATCH` per sync).
+    pub start: Vec<SessionAssignment>,
+    /// More sessions wait to be started: sync again at once.
+    pub more: bool,
+}
+
+pub use canopy_core::harness::PromptMode;
+
+/// Most sessions handed to a runner to start in one sync (keeps replies small).
+pub const SYNC_START_BATCH: usize = 100;
+
+/// One thing that happened in a session, as a runner reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionReport {
+    pub agent: String,
+    pub incarnation: Incarnation,
+    /// The presence this event implies, when it implies one.
+    #[serde(default)]
+    pub presence: Option<Presence>,
+    /// Why, for idle, crashed or offline.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Activity to store: `kind`, optional `turn_id`, `summary`, `detail`.
+    #[serde(default)]
+    pub activity: Option<ReportedActivity>,
+    /// The session ended (`reason` says how); its token stops working.
+    #[serde(default)]
+    pub ended: bool,
+    /// The session crashed too often: mark the agent `crashed` and tell the operator.
+    #[serde(default)]
+    pub crash_loop: bool,
+    /// With `crash_loop`: the session could not start at all and retrying cannot help (it
+    /// cannot be confined); `reason` says why, and the notice says so instead of "crashed
+    /// repeatedly".
+    #[serde(default)]
+    pub fatal: bool,
+    /// Tokens (and cost) one model turn used, from the harness's usage event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ReportedUsage>,
+}
+
+/// Token counts of one model turn, whichever harness reported them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportedUsage {
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+    /// The model the session runs (or, without one, its harness's name), for `[pricing]`.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// In US dollars, when the harness knows it.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportedActivity {
+    pub kind: String,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    pub summary: String,
+    #[serde(default)]
+    pub detail: serde_json::Value,
+}
+
+/// `sessions.report`: a batch of session events from one runner.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsReportRequest {
+    pub runner_id: RunnerId,
+    pub reports: Vec<SessionReport>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsReportResponse {
+    /// Reports applied; the rest were for stale incarnations and were ignored.
+    pub applied: u32,
+    pub ignored: u32,
+}
+
+/// Request on `canopy.<ws>.runner.<id>.steer`: inject this message into the agent's turn.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SteerRequest {
+    pub agent: String,
+    pub incarnation: Incarnation,
+    pub message: Message,
+    /// Unix milliseconds after which the poster has stopped waiting (it reported a
+    /// fallback): a runner that sees the request later must not steer it.
+    pub not_after_ms: u64,
+}
+
+/// Reply to a steer request.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SteerReply {
+    pub steered: bool,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Unix microseconds when the steer's line was written to the harness.
+    #[serde(default)]
+    pub written_at_us: Option<u64>,
+}
+
+/// Request on `canopy.<ws>.runner.<id>.interrupt`: stop this session's running turn.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InterruptRequest {
+    pub agent: String,
+    pub incarnation: Incarnation,
+}
+
+/// Reply to an interrupt request.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InterruptReply {
+    /// Whether a turn was running and the harness was told to stop it.
+    pub interrupted: bool,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    /// Why nothing was interrupted (no turn running, the session is not here).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
