@@ -33,8 +33,9 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// How sessions are confined (`[sandbox]`).
     pub sandbox: SandboxConfig,
-    /// Git workspaces: the check timeout, the git program (`[workspaces]`).
-    pub workspaces: WorkspacesConfig,
+    /// How git and repositories' checks run (`[git]`; `[workspaces]`, its old name, is read too).
+    #[serde(alias = "workspaces")]
+    pub git: GitConfig,
     /// Per-model prices (`[pricing.<model>]`), for harnesses that report tokens only.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub pricing: BTreeMap<String, PriceConfig>,
@@ -68,7 +69,7 @@ impl Default for Config {
             runs: RunsConfig::default(),
             retention: RetentionConfig::default(),
             sandbox: SandboxConfig::default(),
-            workspaces: WorkspacesConfig::default(),
+            git: GitConfig::default(),
             pricing: BTreeMap::new(),
             budgets: BudgetsConfig::default(),
             notify: NotifyConfig::default(),
@@ -420,20 +421,21 @@ impl WebConfig {
     }
 }
 
-/// `[workspaces]`: how Canopy runs git and check commands.
+/// `[git]`: how Canopy runs git and repositories' check commands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct WorkspacesConfig {
-    /// The git executable (a name on `PATH` or a path).
-    pub git: PathBuf,
+pub struct GitConfig {
+    /// The git executable (a name on `PATH` or a path); `git`, its old key, is read too.
+    #[serde(alias = "git")]
+    pub program: PathBuf,
     /// The longest a repository's check command may run.
     #[serde(with = "humantime_serde")]
     pub check_timeout: Duration,
 }
 
-impl Default for WorkspacesConfig {
-    fn default() -> WorkspacesConfig {
-        WorkspacesConfig { git: PathBuf::from("git"), check_timeout: Duration::from_secs(600) }
+impl Default for GitConfig {
+    fn default() -> GitConfig {
+        GitConfig { program: PathBuf::from("git"), check_timeout: Duration::from_secs(600) }
     }
 }
 
@@ -803,7 +805,7 @@ impl Config {
         self.validate_delivery()?;
         self.validate_policy()?;
         self.validate_sandbox()?;
-        self.validate_workspaces()?;
+        self.validate_git()?;
         self.validate_pricing()?;
         self.validate_budgets()?;
         self.validate_repos()?;
@@ -928,11 +930,11 @@ impl Config {
         Ok(())
     }
 
-    fn validate_workspaces(&self) -> Result<(), Invalid> {
-        if self.workspaces.git.as_os_str().is_empty() {
-            return Err(("workspaces.git", "must name the git executable".into()));
+    fn validate_git(&self) -> Result<(), Invalid> {
+        if self.git.program.as_os_str().is_empty() {
+            return Err(("git.program", "must name the git executable".into()));
         }
-        longer_than_zero(&[("workspaces.check_timeout", self.workspaces.check_timeout)])
+        longer_than_zero(&[("git.check_timeout", self.git.check_timeout)])
     }
 
     fn validate_pricing(&self) -> Result<(), Invalid> {
@@ -1088,6 +1090,16 @@ mod tests {
     #[test]
     fn the_shipped_file_is_the_defaults() {
         assert_eq!(parse(DEFAULT_TOML), Ok(Config::default()));
+    }
+
+    #[test]
+    fn git_settings_under_their_old_name_still_read() {
+        let old = parse("[workspaces]\ngit = \"/usr/bin/git\"\ncheck_timeout = \"5m\"\n");
+        let old = old.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(old.git.program, PathBuf::from("/usr/bin/git"));
+        assert_eq!(old.git.check_timeout, Duration::from_secs(300));
+        let empty = parse("[git]\nprogram = \"\"\n");
+        assert!(empty.is_err_and(|e| e.key == "git.program"));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use canopy_config::{Config, ConfigError, DataDir, EMBEDDED_RUNNER, RunnerCredent
 use canopy_core::RunnerId;
 use canopy_harness::{HarnessKind, HarnessSettings, ProviderSettings, SandboxMode, SandboxSettings};
 
-use crate::{RunnerOptions, RunnerSettings};
+use crate::options::{RunnerOptions, RunnerSettings, RunnerToken};
 
 /// Stops a runner started by `embedded`.
 pub type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -34,7 +34,7 @@ pub fn embedded(
             canopy_config::credentials::read(&file).map_err(|e| format!("preparing the embedded runner: {e}"))?;
         let options = options(&dir, &config, api, &credential, &file)
             .map_err(|e| format!("preparing the embedded runner: {e}"))?;
-        let handle = crate::spawn(options).await.map_err(|e| e.to_string())?;
+        let handle = crate::runner::spawn(options).await.map_err(|e| e.to_string())?;
         let stop: Stop = Box::new(move || Box::pin(async move { handle.shutdown().await }));
         Ok(stop)
     })
@@ -83,9 +83,9 @@ pub fn harness_settings(config: &Config, kind: HarnessKind) -> HarnessSettings {
 /// as every session.
 pub fn git(config: &Config, data_dir: &Path) -> canopy_workspace::Git {
     canopy_workspace::Git::new(
-        config.workspaces.git.clone(),
+        config.git.program.clone(),
         sandbox_settings(config, data_dir),
-        config.workspaces.check_timeout,
+        config.git.check_timeout,
     )
 }
 
@@ -166,7 +166,7 @@ pub fn options(
     Ok(RunnerOptions {
         api,
         id,
-        token: crate::RunnerToken::from_file(&credential.token, file.to_owned()),
+        token: RunnerToken::from_file(&credential.token, file.to_owned()),
         name: format!("{}-{}", hostname(), std::process::id()),
         sessions_dir: dir.sessions(),
         scripted_program: std::env::current_exe()?,
