@@ -27,7 +27,7 @@ pub mod render;
 pub mod schedule;
 pub mod spawn;
 pub mod tree;
-pub mod workspace;
+pub mod repos;
 
 pub use error::{Error, ErrorCode};
 pub use ids::{Incarnation, RunnerId, Seq};

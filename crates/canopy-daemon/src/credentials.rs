@@ -175,7 +175,9 @@ impl Credentials {
     ) -> Result<CredentialsChangedResponse, Error> {
         let dir = canopy_config::DataDir::new(&self.data_dir);
         let now = logins::load(&dir)?;
-        if let Ok(mut tokens) = self.auth.secrets.runners.write() {
+        {
+            // A poisoned map still holds whole entries (each insert is one call): use it.
+            let mut tokens = self.auth.secrets.runners.write().unwrap_or_else(std::sync::PoisonError::into_inner);
             let fresh = now.runner_tokens();
             if keep_old {
                 // The old tokens stay beside the new ones for a while, then go.
@@ -183,9 +185,8 @@ impl Credentials {
                 let current = fresh.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(OLD_TOKENS_FOR).await;
-                    if let Ok(mut tokens) = secrets.runners.write() {
-                        tokens.retain(|hash, _| current.contains_key(hash));
-                    }
+                    let mut tokens = secrets.runners.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    tokens.retain(|hash, _| current.contains_key(hash));
                 });
             } else {
                 tokens.clear();

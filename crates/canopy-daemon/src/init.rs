@@ -90,7 +90,8 @@ pub async fn init(dir: &DataDir, options: &InitOptions) -> Result<InitReport, Er
     load_or_create(&dir.session_secret(), "").map_err(io(format!("writing {}", dir.session_secret().display())))?;
     if !dir.config().exists() {
         std::fs::write(dir.config(), DEFAULT_TOML).map_err(io(format!("writing {}", dir.config().display())))?;
-        let _ = std::fs::set_permissions(dir.config(), std::fs::Permissions::from_mode(0o644));
+        std::fs::set_permissions(dir.config(), std::fs::Permissions::from_mode(0o644))
+            .map_err(io(format!("setting the mode of {}", dir.config().display())))?;
     }
     Ok(InitReport {
         workspace,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use canopy_core::acl::Caller;
 use canopy_core::gate::Reply;
-use canopy_core::workspace::{self as rules};
+use canopy_core::repos::{self as rules};
 use canopy_core::{Error, MergeRequest, Message};
 use canopy_proto::api::*;
 use canopy_store::{Checkout, CheckoutState, Landed, MergeCheck, MergeSpec, RepoRow, ops};
@@ -537,7 +537,9 @@ impl Repos {
             let lock = self.repo_lock(&checkout.repo.name);
             let _held = lock.lock().await;
             let what = format!("refs/heads/{}", checkout.branch);
-            let _ = self.git.publish(&self.mirror(&checkout.repo), &dir, &what, &rules::run_ref(run)).await;
+            if let Err(e) = self.git.publish(&self.mirror(&checkout.repo), &dir, &what, &rules::run_ref(run)).await {
+                tracing::warn!(run, error = %e, "keeping a discarded run's branch in the mirror failed");
+            }
         }
         let who = caller.clone();
         self.store.write(move |conn| ops::close_run_checkout(conn, &who, run, CheckoutState::Discarded, "")).await?;
@@ -681,7 +683,10 @@ impl Repos {
                 (line, check.passed)
             }
         };
-        let _ = canopy_workspace::remove_dir(&scratch);
+        // A scratch checkout left behind is removed by the next check's `remove_dir` or `repos.gc`.
+        if let Err(e) = canopy_workspace::remove_dir(&scratch) {
+            tracing::warn!(error = %e, dir = %scratch.display(), "removing a merge check's scratch checkout failed");
+        }
         result
     }
 
@@ -791,7 +796,15 @@ impl Repos {
         let Some(reply) = Reply::parse(&message.body) else { return };
         let (channel, topic) = (message.channel.to_string(), message.topic.to_string());
         let found = self.store.read(move |conn| ops::merge_in_topic(conn, &channel, &topic)).await;
-        let Ok(Some(id)) = found else { return };
+        let id = match found {
+            Ok(Some(id)) => id,
+            // A `merge: ` topic that holds no request: a conversation, nothing to decide.
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, seq = %message.seq, "finding the merge request of a reply failed");
+                return;
+            }
+        };
         let answer = match reply {
             Reply::Unclear if caller.is_operator() => Some(
                 "Reply exactly `approve`, or `deny <reason>`, to decide this merge request; nothing changed."

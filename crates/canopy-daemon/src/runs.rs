@@ -156,7 +156,7 @@ impl Runs {
         self.delivery.poke_runners().await;
         let report_topic = run_topic(run.id).to_string();
         let mut info = run_info(run);
-        info.branch = has_checkout.then(|| canopy_core::workspace::run_branch(&manager, info.id));
+        info.branch = has_checkout.then(|| canopy_core::repos::run_branch(&manager, info.id));
         Ok(RunsStartResponse { run: info, report_channel: home, report_topic })
     }
 

@@ -155,7 +155,7 @@ pub fn start_run(conn: &Db<'_>, caller: &Caller, spec: &RunSpec) -> Result<Run, 
     })
     .map_err(sql("recording a run"))?;
     if let Some(new) = &spec.checkout {
-        let branch = canopy_core::workspace::run_branch(caller.handle.as_str(), id);
+        let branch = canopy_core::repos::run_branch(caller.handle.as_str(), id);
         crate::repos::record_checkout(conn, account_id, &branch, new)?;
     }
     audit(conn, Some(manager.id), "runs.start", &handle, &format!("definition={}", spec.definition))?;

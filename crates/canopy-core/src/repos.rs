@@ -1,4 +1,4 @@
-//! The workspace rules: repository, branch and title names, the branches and mirror refs
+//! The repositories rules: repository, branch and title names, the branches and mirror refs
 //! Canopy names, who decides a merge request, the stack order, and every sentence Canopy
 //! posts about runs' branches and merge requests. Runs no git and reads nothing.
 
