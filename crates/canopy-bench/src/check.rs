@@ -1,6 +1,6 @@
-//! `canopy bench --check`: the regression guard. Each guarded figure's ratio to its own
+//! `canopy-bench --check`: the regression guard. Each guarded figure's ratio to its own
 //! baseline (never an absolute time) must stay on the right side of a floor; `check` names
-//! every figure that does not, and the CLI exits non-zero.
+//! every figure that does not, and the binary exits non-zero.
 //!
 //! The floors are set for `.ci/run`'s run (`--quick`, a debug build, a loaded two-core
 //! machine) and hold for a release run too, with headroom under what both measure so noise
@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use crate::Figure;
+use crate::figure::Figure;
 
 /// Which side of its floor a figure's ratio must stay on.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 use canopy_harness::SandboxSettings;
 use canopy_workspace::Git;
 
-use crate::{Figure, percentile};
+use crate::figure::{Figure, percentile};
 
 /// Files in the benchmark repository.
 const FILES: usize = 3_000;
 
 fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
-    crate::setup::operator_git(dir, args).map(|_| ())
+    canopy_cli::sandbox::operator_git(dir, args).map(|_| ())
 }
 
 /// An agent's and a run's checkout, each beside its git baseline.

@@ -1,4 +1,4 @@
-//! `canopy bench --large`: whether the post path and the reads an agent makes stay flat as
+//! `canopy-bench --large`: whether the post path and the reads an agent makes stay flat as
 //! history grows. For 0, 1,000,000 and 10,000,000 messages of history (spread over the
 //! posters' and the reader's home channels, written straight into the stopped workspace,
 //! every cursor at the end), a fresh workspace measures: post throughput and p99 with 64
@@ -13,7 +13,9 @@ use std::time::Instant;
 use canopy_proto::api::*;
 use canopy_proto::method;
 
-use crate::{Figure, Sandbox, percentile, post_burst_timed};
+use crate::delivery::post_burst_timed;
+use crate::figure::{Figure, Parts, percentile};
+use crate::setup::Bench;
 
 const POSTERS: usize = 64;
 
@@ -45,7 +47,7 @@ where
 }
 
 async fn measure(history: usize, quick: bool) -> Result<Measured, String> {
-    let mut bench = Sandbox::for_bench().await?;
+    let mut bench = Bench::start().await?;
     let homes = bench.create_agents("poster-target", POSTERS, true).await?;
     let reader_home = bench.create_agents("reader", 1, false).await?.remove(0);
     let reader = reader_home.trim_start_matches("home-").to_owned();
@@ -61,7 +63,7 @@ async fn measure(history: usize, quick: bool) -> Result<Measured, String> {
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
-        bench = Sandbox::resume(stopped).await?;
+        bench = Bench::resume(stopped).await?;
     }
     let total = if quick { 3_200 } else { 32_000 };
     let raw = bench.raw_commit_throughput(POSTERS, total).await?;
@@ -119,7 +121,7 @@ async fn measure(history: usize, quick: bool) -> Result<Measured, String> {
 /// offline recipient) in an empty workspace, each beside the raw commit baseline at the same
 /// concurrency in the same run.
 async fn posters(quick: bool) -> Result<Vec<Figure>, String> {
-    let bench = Sandbox::for_bench().await?;
+    let bench = Bench::start().await?;
     let homes = bench.create_agents("poster-target", 256, true).await?;
     let per_poster = if quick { 25 } else { 250 };
     let mut figures = Vec::new();
@@ -149,7 +151,7 @@ async fn posters(quick: bool) -> Result<Vec<Figure>, String> {
 
 /// The history figures: each size against the empty workspace, and the reads' p99 targets;
 /// then throughput by number of posters.
-pub async fn figures(quick: bool, only: crate::Parts) -> Result<Vec<Figure>, String> {
+pub async fn figures(quick: bool, only: Parts) -> Result<Vec<Figure>, String> {
     let sizes: &[usize] = if quick { &[0, 100_000] } else { &[0, 1_000_000, 10_000_000] };
     let mut measured = Vec::new();
     let mut figures = Vec::new();
@@ -223,7 +225,7 @@ async fn agents(quick: bool) -> Result<Vec<Figure>, String> {
     let mut measured = Vec::new();
     for &size in sizes {
         eprintln!("bench: {size} agents...");
-        let stopped = Sandbox::for_bench().await?.stop_daemon().await;
+        let stopped = Bench::start().await?.stop_daemon().await;
         let db = stopped.data.db();
         canopy_store::bench::fill_agents(&db, "agent", size).await.map_err(|e| e.to_string())?;
         let restarted = crate::restart::restart_process(&stopped).await?;

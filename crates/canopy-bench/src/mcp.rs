@@ -23,7 +23,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
-use crate::{Figure, Sandbox, percentile};
+use crate::figure::{Figure, percentile};
+use crate::setup::Bench;
 
 const CALLERS: [usize; 3] = [1, 16, 64];
 const ROUNDS: usize = 3;
@@ -133,7 +134,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 /// The MCP figures: p50 of a tool call against the echo at each caller count, and whether
 /// throughput holds from 16 to 64 callers.
-pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String> {
+pub async fn figures(bench: &Bench, quick: bool) -> Result<Vec<Figure>, String> {
     let most = CALLERS[CALLERS.len() - 1];
     let homes = bench.create_agents("mcp-caller", most, false).await?;
     let handles: HashSet<String> = homes.iter().map(|h| h.trim_start_matches("home-").to_owned()).collect();
@@ -143,29 +144,47 @@ pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String
         .filter(|s| handles.contains(&s.agent))
         .map(|s| (s.token.clone(), format!("home-{}", s.agent)))
         .collect();
-    if tokens.len() < most {
-        heartbeat.abort();
-        return Err(format!("only {} of {most} callers got a session", tokens.len()));
+    let measured = match tokens.len() < most {
+        true => Err(format!("only {} of {most} callers got a session", tokens.len())),
+        false => measure(bench, &tokens, quick).await,
+    };
+    heartbeat.abort();
+    let figures = measured?;
+    // Their sessions expire with the stand-in runner's silence; stopping them keeps them out
+    // of the figures that follow.
+    for home in &homes {
+        let stop = AgentsStartStopRequest { handle: home.trim_start_matches("home-").to_owned() };
+        bench.api.send::<method::AgentsStop>(&bench.operator, &stop).await.map_err(|e| e.to_string())?;
     }
+    Ok(figures)
+}
+
+/// The endpoints a figure calls, all on the same HTTP front.
+struct Endpoints {
+    /// Canopy's tools as the embedded runner serves them (the default single-machine mode):
+    /// their calls go to the daemon's handler in process.
+    mcp: HttpEndpoint,
+    /// The same tools as a runner on another machine serves them: their calls go over NATS.
+    remote: HttpEndpoint,
+    /// The raw echo, answering what a real call answers with the same content type.
+    echo: HttpEndpoint,
+}
+
+/// Serves the three endpoints for the callers' `tokens`, after a probe call.
+async fn endpoints(bench: &Bench, tokens: &[(String, String)]) -> Result<Endpoints, String> {
     let known: Arc<HashSet<String>> = Arc::new(tokens.iter().map(|(token, _)| token.clone()).collect());
     let check: TokenCheck = {
         let known = known.clone();
         Arc::new(move |token| known.contains(token))
     };
-    // The endpoint as the embedded runner serves it (the default single-machine mode): its
-    // calls go to the daemon's handler in process.
     let tools = canopy_tools::CanopyTools::new(bench.in_process.clone(), canopy_tools::TokenSource::Header);
     let mcp = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
-    // And as a runner on another machine serves it: its calls go over NATS.
     let tools = canopy_tools::CanopyTools::new(bench.api.clone(), canopy_tools::TokenSource::Header);
     let remote = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
-
-    // The echo answers what a real call answers, with the same content type.
     let mut probe = Caller::connect(&mcp, &tokens[0]).await?;
     probe.initialize().await?;
     let answer = probe.call().await?;
     if !String::from_utf8_lossy(&answer).contains("\"isError\":false") {
-        heartbeat.abort();
         return Err(format!("the probe call failed: {}", String::from_utf8_lossy(&answer)));
     }
     let content_type = if answer.starts_with(b"data:") || answer.starts_with(b"id:") || answer.starts_with(b"event:") {
@@ -174,94 +193,20 @@ pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String
         "application/json"
     };
     let echo = canopy_tools::http::serve_fixed(answer.clone(), content_type, check).await.map_err(|e| e.to_string())?;
+    Ok(Endpoints { mcp, remote, echo })
+}
 
+/// The tool call figures at each caller count, and the throughput figure.
+async fn measure(bench: &Bench, tokens: &[(String, String)], quick: bool) -> Result<Vec<Figure>, String> {
+    let endpoints = endpoints(bench, tokens).await?;
     let length = if quick { Duration::from_millis(700) } else { Duration::from_secs(3) };
-    // One caller's parts: the same call straight to the API, in process and over NATS (what
-    // the tool makes of it), a raw NATS request round trip (an echo on the bus), and the tool
-    // call through a runner's endpoint whose calls go over NATS.
-    let (token, home) = &tokens[0];
-    let request = TopicsListRequest { channel: home.clone() };
-    let mut api_p50 = Vec::new();
-    for api in [&bench.in_process, &bench.api] {
-        let mut times = Vec::new();
-        let started = Instant::now();
-        while started.elapsed() < length {
-            let at = Instant::now();
-            api.send::<method::TopicsList>(token, &request).await.map_err(|e| format!("the API call: {e}"))?;
-            times.push(at.elapsed());
-        }
-        times.sort();
-        api_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
-    }
-    let (local_p50, nats_api_p50) = (api_p50[0], api_p50[1]);
-    let nats = bench.raw_round_trips(if quick { 500 } else { 3_000 }).await?;
-    let nats_p50 = percentile(&nats, 0.5).as_secs_f64() * 1e6;
-    let mut remote_caller = vec![Caller::connect(&remote, &tokens[0]).await?];
-    remote_caller[0].initialize().await?;
-    phase(&mut remote_caller, Duration::from_millis(100)).await?;
-    let (times, _) = phase(&mut remote_caller, length).await?;
-    let remote_p50 = percentile(&times, 0.5).as_secs_f64() * 1e6;
+    let parts = one_caller_parts(bench, &endpoints, &tokens[0], length, quick).await?;
     let mut figures = Vec::new();
     let mut rates = Vec::new();
     for n in CALLERS {
-        let mut tool_callers = Vec::with_capacity(n);
-        let mut echo_callers = Vec::with_capacity(n);
-        for token in &tokens[..n] {
-            let mut caller = Caller::connect(&mcp, token).await?;
-            caller.initialize().await?;
-            tool_callers.push(caller);
-            let mut caller = Caller::connect(&echo, token).await?;
-            caller.session = Some("echo".into());
-            echo_callers.push(caller);
-        }
-        // Warm both, then alternate rounds.
-        phase(&mut tool_callers, Duration::from_millis(100)).await?;
-        phase(&mut echo_callers, Duration::from_millis(100)).await?;
-        let (mut tool_p50, mut tool_p99, mut tool_rate) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut echo_p50, mut echo_p99, mut echo_rate) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            let (times, rate) = phase(&mut echo_callers, length).await?;
-            echo_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
-            echo_p99.push(percentile(&times, 0.99).as_secs_f64() * 1e6);
-            echo_rate.push(rate);
-            let (times, rate) = phase(&mut tool_callers, length).await?;
-            tool_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
-            tool_p99.push(percentile(&times, 0.99).as_secs_f64() * 1e6);
-            tool_rate.push(rate);
-        }
-        let (value, baseline) = (median(tool_p50), median(echo_p50));
-        let ratio = value / baseline;
-        let rate = median(tool_rate);
+        let (figure, rate) = at_callers(&endpoints, &tokens[..n], length, &parts).await?;
+        figures.push(figure);
         rates.push(rate);
-        // One caller: the parts of the call beside the same echo.
-        let parts = match n {
-            1 => format!(
-                "; one caller's parts, x the echo: the same call to the API in process {:.1}x ({local_p50:.0} us), \
-                 over NATS {:.1}x ({nats_api_p50:.0} us), a raw NATS request round trip {:.1}x ({nats_p50:.0} us); \
-                 the tool call through an endpoint calling over NATS (a runner elsewhere) {:.1}x ({remote_p50:.0} us)",
-                local_p50 / baseline,
-                nats_api_p50 / baseline,
-                nats_p50 / baseline,
-                remote_p50 / baseline
-            ),
-            _ => String::new(),
-        };
-        figures.push(Figure {
-            figure: format!("MCP tool call p50, {n} concurrent caller{}", if n == 1 { "" } else { "s" }),
-            value,
-            unit: "us".into(),
-            baseline,
-            baseline_name: "raw HTTP echo on the same front, same bytes, p50 (us)".into(),
-            ratio,
-            target: "<= 3x baseline p50".into(),
-            met: ratio <= 3.0,
-            note: format!(
-                "comms_list_topics over HTTP/1.1 keep-alive, each caller its own session, the endpoint calling the daemon in process (the embedded runner's); {rate:.0} calls/s (echo {:.0}/s), p99 {:.0} us (echo {:.0} us){parts}; {ROUNDS} alternating rounds, medians",
-                median(echo_rate),
-                median(tool_p99),
-                median(echo_p99)
-            ),
-        });
     }
     let (at16, at64) = (rates[1], rates[2]);
     figures.push(Figure {
@@ -275,13 +220,122 @@ pub async fn figures(bench: &Sandbox, quick: bool) -> Result<Vec<Figure>, String
         met: at64 / at16 >= 0.9,
         note: "the same runs as the tool call figures".into(),
     });
-    heartbeat.abort();
-    // Their sessions expire with the stand-in runner's silence; stopping them keeps them out
-    // of the figures that follow.
-    for home in &homes {
-        let stop = AgentsStartStopRequest { handle: home.trim_start_matches("home-").to_owned() };
-        bench.api.send::<method::AgentsStop>(&bench.operator, &stop).await.map_err(|e| e.to_string())?;
-    }
-    drop((mcp, remote, echo));
     Ok(figures)
+}
+
+/// One caller's parts, p50 in microseconds: the same call straight to the API, in process
+/// and over NATS (what the tool makes of it), a raw NATS request round trip (an echo on the
+/// bus), and the tool call through a runner's endpoint whose calls go over NATS.
+struct OneCaller {
+    local: f64,
+    nats_api: f64,
+    nats: f64,
+    remote: f64,
+}
+
+async fn one_caller_parts(
+    bench: &Bench,
+    endpoints: &Endpoints,
+    caller: &(String, String),
+    length: Duration,
+    quick: bool,
+) -> Result<OneCaller, String> {
+    let (token, home) = caller;
+    let request = TopicsListRequest { channel: home.clone() };
+    let mut api_p50 = Vec::new();
+    for api in [&bench.in_process, &bench.api] {
+        let mut times = Vec::new();
+        let started = Instant::now();
+        while started.elapsed() < length {
+            let at = Instant::now();
+            api.send::<method::TopicsList>(token, &request).await.map_err(|e| format!("the API call: {e}"))?;
+            times.push(at.elapsed());
+        }
+        times.sort();
+        api_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
+    }
+    let nats = bench.raw_round_trips(if quick { 500 } else { 3_000 }).await?;
+    let mut remote_caller = vec![Caller::connect(&endpoints.remote, caller).await?];
+    remote_caller[0].initialize().await?;
+    phase(&mut remote_caller, Duration::from_millis(100)).await?;
+    let (times, _) = phase(&mut remote_caller, length).await?;
+    Ok(OneCaller {
+        local: api_p50[0],
+        nats_api: api_p50[1],
+        nats: percentile(&nats, 0.5).as_secs_f64() * 1e6,
+        remote: percentile(&times, 0.5).as_secs_f64() * 1e6,
+    })
+}
+
+/// The tool call figure at `tokens.len()` callers, rounds alternating with the echo; with
+/// its calls per second.
+async fn at_callers(
+    endpoints: &Endpoints,
+    tokens: &[(String, String)],
+    length: Duration,
+    parts: &OneCaller,
+) -> Result<(Figure, f64), String> {
+    let n = tokens.len();
+    let mut tool_callers = Vec::with_capacity(n);
+    let mut echo_callers = Vec::with_capacity(n);
+    for token in tokens {
+        let mut caller = Caller::connect(&endpoints.mcp, token).await?;
+        caller.initialize().await?;
+        tool_callers.push(caller);
+        let mut caller = Caller::connect(&endpoints.echo, token).await?;
+        caller.session = Some("echo".into());
+        echo_callers.push(caller);
+    }
+    // Warm both, then alternate rounds.
+    phase(&mut tool_callers, Duration::from_millis(100)).await?;
+    phase(&mut echo_callers, Duration::from_millis(100)).await?;
+    let (mut tool_p50, mut tool_p99, mut tool_rate) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut echo_p50, mut echo_p99, mut echo_rate) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let (times, rate) = phase(&mut echo_callers, length).await?;
+        echo_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
+        echo_p99.push(percentile(&times, 0.99).as_secs_f64() * 1e6);
+        echo_rate.push(rate);
+        let (times, rate) = phase(&mut tool_callers, length).await?;
+        tool_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
+        tool_p99.push(percentile(&times, 0.99).as_secs_f64() * 1e6);
+        tool_rate.push(rate);
+    }
+    let (value, baseline) = (median(tool_p50), median(echo_p50));
+    let ratio = value / baseline;
+    let rate = median(tool_rate);
+    // One caller: the parts of the call beside the same echo.
+    let breakdown = match n {
+        1 => format!(
+            "; one caller's parts, x the echo: the same call to the API in process {:.1}x ({:.0} us), \
+             over NATS {:.1}x ({:.0} us), a raw NATS request round trip {:.1}x ({:.0} us); \
+             the tool call through an endpoint calling over NATS (a runner elsewhere) {:.1}x ({:.0} us)",
+            parts.local / baseline,
+            parts.local,
+            parts.nats_api / baseline,
+            parts.nats_api,
+            parts.nats / baseline,
+            parts.nats,
+            parts.remote / baseline,
+            parts.remote
+        ),
+        _ => String::new(),
+    };
+    let figure = Figure {
+        figure: format!("MCP tool call p50, {n} concurrent caller{}", if n == 1 { "" } else { "s" }),
+        value,
+        unit: "us".into(),
+        baseline,
+        baseline_name: "raw HTTP echo on the same front, same bytes, p50 (us)".into(),
+        ratio,
+        target: "<= 3x baseline p50".into(),
+        met: ratio <= 3.0,
+        note: format!(
+            "comms_list_topics over HTTP/1.1 keep-alive, each caller its own session, the endpoint calling the daemon in process (the embedded runner's); {rate:.0} calls/s (echo {:.0}/s), p99 {:.0} us (echo {:.0} us){breakdown}; {ROUNDS} alternating rounds, medians",
+            median(echo_rate),
+            median(tool_p99),
+            median(echo_p99)
+        ),
+    };
+    Ok((figure, rate))
 }

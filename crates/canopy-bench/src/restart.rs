@@ -4,19 +4,25 @@
 //!
 //! The history is written straight into the stopped workspace's database (every cursor at
 //! the end, as in a workspace whose history has been delivered); then `canopy daemon` runs as
-//! its own process (the binary running the benchmark) against the same `nats-server`, so its
-//! resident memory is its own. DESIGN gives no baseline; the one shown is opening the database
-//! and counting its messages in this process.
+//! its own process (this binary running as `canopy`, `AS_CANOPY`) against the same
+//! `nats-server`, so its resident memory is its own. DESIGN gives no baseline; the one shown
+//! is opening the database and counting its messages in this process.
 
 use std::time::{Duration, Instant};
 
 use canopy_bus::{ApiClient, Bus};
+use canopy_cli::sandbox::Stopped;
 use canopy_proto::Subjects;
 use canopy_proto::api::*;
 use canopy_proto::method;
 
-use crate::Figure;
-use crate::setup::{Sandbox, Stopped};
+use crate::figure::Figure;
+use crate::setup::Bench;
+
+/// The first argument that makes the benchmark's binary run as `canopy` with the rest
+/// (`main.rs`): the restarted daemon is `canopy-bench canopy --dir DIR daemon`, the same
+/// code as the shipped binary's, in a process of its own.
+pub const AS_CANOPY: &str = "canopy";
 
 /// Resident memory of a process, in MiB (Linux `/proc`).
 fn rss_mib(pid: u32) -> Option<f64> {
@@ -26,7 +32,7 @@ fn rss_mib(pid: u32) -> Option<f64> {
 }
 
 /// Stops `bench`'s daemon, fills its history, restarts it as a process and measures it.
-pub async fn figures(bench: Sandbox, quick: bool) -> Result<Vec<Figure>, String> {
+pub async fn figures(bench: Bench, quick: bool) -> Result<Vec<Figure>, String> {
     let messages_wanted: usize = if quick { 100_000 } else { 1_000_000 };
     let agents = bench.agent_count().await?;
     let stopped = bench.stop_daemon().await;
@@ -105,9 +111,10 @@ pub(crate) struct Restarted {
 /// Runs `canopy daemon` as its own process on the stopped workspace until it answers, serves
 /// the whole roster and agent list, measures it and stops it.
 pub(crate) async fn restart_process(stopped: &Stopped) -> Result<Restarted, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("finding the canopy binary: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
     let started = Instant::now();
     let mut child = tokio::process::Command::new(&exe)
+        .arg(AS_CANOPY)
         .arg("--dir")
         .arg(stopped.data.root())
         .args(["daemon", "--nats-url", stopped.nats.url()])
@@ -150,6 +157,8 @@ pub(crate) async fn restart_process(stopped: &Stopped) -> Result<Restarted, Stri
     let roster_took = asked.elapsed();
     let _: AgentsListResponse = api.agents_all(&stopped.operator).await.map_err(|e| e.to_string())?;
     let rss = rss_mib(pid).unwrap_or(0.0).max(rss_ready);
+    // Cleanup, not a figure: a daemon that exited already refuses the kill, and a wait that
+    // fails leaves nothing running (`kill_on_drop`).
     let _ = child.start_kill();
     let _ = child.wait().await;
     Ok(Restarted { ready, rss_ready, rss, agents: roster.agents.len(), roster: roster_took })

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use canopy_harness::{HarnessKind, LaunchSpec, Prompt, SandboxSettings, Session};
 
-use crate::{Figure, percentile};
+use crate::figure::{Figure, percentile};
 
 /// Session start confined vs unconfined.
 pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {

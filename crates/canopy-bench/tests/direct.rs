@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use canopy_bench::Sandbox;
+use canopy_bench::Bench;
 use canopy_tools::http::{HttpEndpoint, TokenCheck, serve, serve_handler};
 use canopy_tools::{CanopyTools, TokenSource};
 use serde_json::{Value, json};
@@ -62,7 +62,7 @@ fn parsed(body: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_direct_path_answers_every_request_as_rmcp_does() {
-    let bench = Sandbox::for_bench().await.unwrap_or_else(|e| panic!("starting the sandbox: {e}"));
+    let bench = Bench::start().await.unwrap_or_else(|e| panic!("starting the sandbox: {e}"));
     let homes = bench.create_agents("direct", 1, false).await.unwrap_or_else(|e| panic!("{e}"));
     let (sessions, heartbeat) = bench.fake_sessions_kept(10).await.unwrap_or_else(|e| panic!("{e}"));
     let session = sessions.iter().find(|s| format!("home-{}", s.agent) == homes[0]).expect("the agent's session");

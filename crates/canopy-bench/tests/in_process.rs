@@ -1,11 +1,11 @@
 //! The daemon's API called in process (`ApiClient::in_process`, the embedded runner's and the
 //! console's way in) against a real daemon on a real `nats-server` and SQLite file: it is
 //! refused and answered exactly as over NATS, and a call whose caller stopped waiting still
-//! finishes. Does not measure anything (that is `canopy bench`).
+//! finishes. Does not measure anything (that is `canopy-bench`).
 
 use std::time::Duration;
 
-use canopy_bench::Sandbox;
+use canopy_bench::Bench;
 use canopy_bus::{ApiClient, CallError};
 use canopy_core::ErrorCode;
 use canopy_proto::api::*;
@@ -20,7 +20,7 @@ fn refusal<T: std::fmt::Debug>(result: Result<T, CallError>) -> (ErrorCode, Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_calls_are_answered_and_refused_as_over_nats() {
-    let bench = Sandbox::for_bench().await.unwrap_or_else(|e| panic!("starting the sandbox: {e}"));
+    let bench = Bench::start().await.unwrap_or_else(|e| panic!("starting the sandbox: {e}"));
     assert!(bench.in_process.is_in_process() && !bench.api.is_in_process());
     let (local, nats): (&ApiClient, &ApiClient) = (&bench.in_process, &bench.api);
 
@@ -59,7 +59,7 @@ async fn in_process_calls_are_answered_and_refused_as_over_nats() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_process_call_whose_caller_stopped_waiting_still_finishes() {
-    let bench = Sandbox::for_bench().await.unwrap_or_else(|e| panic!("starting the sandbox: {e}"));
+    let bench = Bench::start().await.unwrap_or_else(|e| panic!("starting the sandbox: {e}"));
     let homes = bench.create_agents("in-process", 1, true).await.unwrap_or_else(|e| panic!("{e}"));
     let post = |attempt: usize| PostRequest {
         channel: homes[0].clone(),

@@ -1,8 +1,23 @@
-//! The command-line grammar (clap derive). Every command takes `--dir` and `--json`.
+//! The command-line grammar (clap derive), and the list of its command paths the prompt lint
+//! checks a bundle against. Every command takes `--dir` and `--json`.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Every command path of the CLI (`canopy agents create`), for the prompt lint.
+pub fn cli_commands() -> Vec<String> {
+    fn walk(command: &clap::Command, prefix: &str, out: &mut Vec<String>) {
+        for sub in command.get_subcommands() {
+            let path = format!("{prefix} {}", sub.get_name());
+            out.push(path.clone());
+            walk(sub, &path, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&<Cli as clap::CommandFactory>::command(), "canopy", &mut out);
+    out
+}
 
 #[derive(Debug, Parser)]
 #[command(name = "canopy", version, about = "Run a tree of coding-agent sessions for a human operator.")]
@@ -204,26 +219,6 @@ pub enum Command {
         #[arg(value_enum)]
         what: CompleteWhat,
     },
-    /// Measure delivery performance beside raw NATS and SQLite baselines, on a temporary
-    /// workspace (build with --release for meaningful numbers).
-    Bench {
-        /// Smaller counts (about half a minute).
-        #[arg(long)]
-        quick: bool,
-        /// Only the history figures: post throughput and p99, history_search and
-        /// comms_list_messages with 0, 1,000,000 and 10,000,000 messages (minutes; with
-        /// --quick, 0 and 100,000).
-        #[arg(long)]
-        large: bool,
-        /// Exit 1 when a guarded figure's ratio to its baseline is past its floor (the
-        /// regression guard `.ci/run` runs; floors in docs/benchmarks.md).
-        #[arg(long)]
-        check: bool,
-        /// Only these groups of figures, comma-separated: post, steer, mcp, broadcast, budget,
-        /// restart, prompt, sandbox, checkout; with --large: history, posters, agents.
-        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(canopy_bench::PARTS))]
-        only: Vec<String>,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -410,36 +405,7 @@ pub enum MergesCommand {
 #[derive(Debug, Subcommand)]
 pub enum AgentsCommand {
     /// Provision a standing agent under a parent (the Supervisor by default).
-    Create {
-        /// Its handle: lowercase letters, digits and hyphens (`ci-manager`).
-        #[arg(long)]
-        handle: String,
-        /// Display name, e.g. "CI Manager".
-        #[arg(long)]
-        name: String,
-        /// Its role in the prompt bundle (`manager`, `implementer`, ...).
-        #[arg(long, default_value = "manager")]
-        role: String,
-        /// Its parent in the tree (default: the Supervisor).
-        #[arg(long)]
-        parent: Option<String>,
-        /// What the agent's lane is for.
-        #[arg(long, default_value = "")]
-        charter: String,
-        /// The harness its sessions run (default: the role's, from canopy.toml).
-        #[arg(long)]
-        harness: Option<String>,
-        /// A script file for the scripted harness (default: the role's).
-        #[arg(long)]
-        script: Option<PathBuf>,
-        /// A persona overlay, rendered last in the agent's prompt.
-        #[arg(long)]
-        persona: Option<String>,
-        /// A repository (`canopy repos add`): the agent works in its own checkout, on branch
-        /// canopy/<handle>.
-        #[arg(long)]
-        repo: Option<String>,
-    },
+    Create(CreateArgs),
     /// Every agent.
     List,
     /// One agent with its children and subscriptions.
@@ -500,6 +466,39 @@ pub enum AgentsCommand {
         #[arg(long)]
         parent: String,
     },
+}
+
+// `canopy agents create`: its doc is the variant's, so the help reads as before.
+#[derive(Debug, Clone, Args)]
+pub struct CreateArgs {
+    /// Its handle: lowercase letters, digits and hyphens (`ci-manager`).
+    #[arg(long)]
+    pub handle: String,
+    /// Display name, e.g. "CI Manager".
+    #[arg(long)]
+    pub name: String,
+    /// Its role in the prompt bundle (`manager`, `implementer`, ...).
+    #[arg(long, default_value = "manager")]
+    pub role: String,
+    /// Its parent in the tree (default: the Supervisor).
+    #[arg(long)]
+    pub parent: Option<String>,
+    /// What the agent's lane is for.
+    #[arg(long, default_value = "")]
+    pub charter: String,
+    /// The harness its sessions run (default: the role's, from canopy.toml).
+    #[arg(long)]
+    pub harness: Option<String>,
+    /// A script file for the scripted harness (default: the role's).
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// A persona overlay, rendered last in the agent's prompt.
+    #[arg(long)]
+    pub persona: Option<String>,
+    /// A repository (`canopy repos add`): the agent works in its own checkout, on branch
+    /// canopy/<handle>.
+    #[arg(long)]
+    pub repo: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -641,4 +640,30 @@ pub enum BundleCommand {
         #[arg(long)]
         bundle: Option<PathBuf>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `agents create` keeps its help and flags now that they are a struct of their own.
+    #[test]
+    fn agents_create_keeps_its_help_and_flags() {
+        let mut cli = super::Cli::command();
+        let create = cli
+            .find_subcommand_mut("agents")
+            .and_then(|agents| agents.find_subcommand_mut("create"))
+            .unwrap_or_else(|| panic!("no `agents create`"));
+        let about = create.get_about().map(ToString::to_string).unwrap_or_default();
+        assert!(about.starts_with("Provision a standing agent under a parent"), "{about:?}");
+        let flags: Vec<&str> = create.get_arguments().filter_map(|a| a.get_long()).collect();
+        let expected = ["handle", "name", "role", "parent", "charter", "harness", "script", "persona", "repo"];
+        assert_eq!(&flags[..expected.len()], &expected[..]);
+    }
+
+    /// The benchmark is its own binary (`canopy-bench`), not a command of the shipped one.
+    #[test]
+    fn there_is_no_bench_command() {
+        assert!(!super::cli_commands().iter().any(|c| c == "canopy bench"));
+    }
 }

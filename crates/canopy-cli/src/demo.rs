@@ -14,10 +14,11 @@
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
-use canopy_bench::Sandbox;
-use canopy_bench::setup::operator_git as git;
 use canopy_proto::api::*;
 use canopy_proto::{ApiMethod, method};
+
+use crate::exit::EXIT_UNAVAILABLE;
+use crate::sandbox::{Sandbox, Setup, operator_git as git};
 
 const CI_MANAGER: &str = r#"
 [[rule]]
@@ -171,9 +172,13 @@ fn operator_says_yes(yes: bool, id: &str, question: &str) -> bool {
         return true;
     }
     print!("  - operator: {question} [y/N] ");
+    // A question that could not be flushed is still answered: the read below decides.
     let _ = std::io::stdout().flush();
     let mut answer = String::new();
-    let _ = std::io::stdin().lock().read_line(&mut answer);
+    if let Err(e) = std::io::stdin().lock().read_line(&mut answer) {
+        // No answer is a no, as at the prompt's `[y/N]`.
+        tracing::debug!("reading the operator's answer from stdin: {e}");
+    }
     matches!(answer.trim(), "y" | "Y" | "yes")
 }
 
@@ -195,11 +200,12 @@ pub async fn run(yes: bool) -> u8 {
     ];
     let edits =
         [edits[0], edits[1], edits[2], ("script = \"implementer.toml\"", "script = \"demo-changelog-run.toml\"")];
-    let sandbox = match Sandbox::start_with(&edits, &[("demo-changelog-run.toml", CHANGELOG_RUN)]).await {
+    let setup = Setup { edits: &edits, files: &[("demo-changelog-run.toml", CHANGELOG_RUN)], runners: &[] };
+    let sandbox = match Sandbox::start(&setup).await {
         Ok(sandbox) => sandbox,
         Err(e) => {
             eprintln!("error: starting the demo workspace: {e}");
-            return crate::EXIT_UNAVAILABLE;
+            return EXIT_UNAVAILABLE;
         }
     };
     let demo = Demo { sandbox };
@@ -220,7 +226,15 @@ pub async fn run(yes: bool) -> u8 {
     }
 }
 
+/// Flows 1 to 3, in order.
 async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
+    play_spawn(demo, yes).await?;
+    play_delivery(demo).await?;
+    play_broadcast(demo).await
+}
+
+/// Flow 1: a Manager asks for a child Manager; only the operator can say yes.
+async fn play_spawn(demo: &Demo, yes: bool) -> Result<(), String> {
     say("Flow 1: a Manager asks for a child Manager; only the operator can say yes.");
     demo.create("ci-manager", "CI Manager", Some(CI_MANAGER)).await?;
     say("  - created the CI Manager; its session starts and calls agents_spawn_peer (it returns `pending` at once)");
@@ -272,7 +286,11 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
     })
     .await?;
     say("  - the CI Manager learned the answer at the start of its next turn\n");
+    Ok(())
+}
 
+/// Flow 2: posts reach idle agents at their next turn; an @mention steers a busy one.
+async fn play_delivery(demo: &Demo) -> Result<(), String> {
     say("Flow 2: posts reach idle agents at their next turn; an @mention steers a busy one.");
     demo.create("docs", "Docs Manager", None).await?;
     demo.wait_presence("docs", canopy_core::Presence::Idle).await?;
@@ -288,7 +306,11 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
     outcomes(&posted);
     demo.wait("the steer to land", |d| d.transcript("builder").contains("\"steer\":true")).await?;
     say("  - the mention landed inside builder's running turn, after its tool call\n");
+    Ok(())
+}
 
+/// Flow 3: the Supervisor broadcasts; every agent has it at its next turn.
+async fn play_broadcast(demo: &Demo) -> Result<(), String> {
     say("Flow 3: the Supervisor broadcasts; it costs no agent a turn, and every agent has it at its next one.");
     demo.post("home-supervisor", "ops", "@supervisor please broadcast").await?;
     demo.wait("the Supervisor's broadcast", |d| d.transcript("supervisor").contains("the Supervisor is broadcasting"))
@@ -317,7 +339,7 @@ async fn play(demo: &Demo, yes: bool) -> Result<(), String> {
 
 async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
     say("\nFlow 4: a run changes a file in its own checkout; only the operator merges it into main.");
-    let root = demo.sandbox.data().root().parent().ok_or("the demo workspace has no parent")?.join("web");
+    let root = demo.sandbox.scratch().join("web");
     std::fs::create_dir_all(&root).map_err(|e| format!("creating the demo repository: {e}"))?;
     git(&root, &["init", "-q", "-b", "main"])?;
     std::fs::write(root.join("README.md"), "# web\n").map_err(|e| format!("writing README.md: {e}"))?;

@@ -23,7 +23,8 @@ use canopy_harness::{
 };
 use serde::Serialize;
 
-use crate::{EXIT_UNAVAILABLE, EXIT_USAGE, output};
+use crate::exit::{EXIT_UNAVAILABLE, EXIT_USAGE};
+use crate::output;
 
 /// One line of the report.
 #[derive(Debug, Serialize)]
@@ -138,7 +139,7 @@ fn config_check(config: &Config, dir: &DataDir) -> Check {
     let checked = roles
         .as_ref()
         .map_err(Clone::clone)
-        .and_then(|_| canopy_daemon::prompts::Prompts::open(config, &path, dir.root()).map(|_| ()))
+        .and_then(|_| canopy_daemon::bundle::Bundles::open(config, &path, dir.root()).map(|_| ()))
         .and_then(|()| canopy_runner::wiring::check_grants(config, &path, dir.root()));
     if let Err(e) = checked {
         check.ok = false;
@@ -169,9 +170,15 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
+        // Absent when no session check ran; any other failure leaves a scratch directory
+        // named for this process, which the report cannot mention any more.
+        if let Err(e) = std::fs::remove_dir_all(&self.path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("removing doctor's scratch directory {}: {e}", self.path.display());
+        }
         if let Some(root) = &self.created_root {
-            // Only if empty: anything else in it is not doctor's.
+            // Only if empty: anything else in it is not doctor's, so a refusal is right.
             let _ = std::fs::remove_dir(root);
         }
     }
@@ -327,7 +334,10 @@ async fn harness_check(
 /// `program --version` in a clean environment (plus the harness's configured env), first line.
 async fn version(program: &Path, env: &[(String, String)]) -> Result<String, String> {
     let home = std::env::temp_dir().join(format!("canopy-doctor-home-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&home);
+    // Without it the program runs with a HOME that does not exist, and its answer says so.
+    if let Err(e) = std::fs::create_dir_all(&home) {
+        tracing::debug!("creating the scratch HOME {}: {e}", home.display());
+    }
     let mut command = tokio::process::Command::new(program);
     command
         .arg("--version")
@@ -338,7 +348,11 @@ async fn version(program: &Path, env: &[(String, String)]) -> Result<String, Str
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(20), command.output()).await;
-    let _ = std::fs::remove_dir_all(&home);
+    if let Err(e) = std::fs::remove_dir_all(&home)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!("removing the scratch HOME {}: {e}", home.display());
+    }
     let output = match output {
         Err(_) => return Err(format!("{} --version did not finish within 20s", program.display())),
         Ok(Err(e)) => return Err(format!("running {} --version: {e}", program.display())),
@@ -406,6 +420,10 @@ async fn session_starts(
         Err(e) => Err(e.to_string()),
     };
     drop(probe);
-    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = std::fs::remove_dir_all(&dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!("removing the session check's directory {}: {e}", dir.display());
+    }
     result
 }

@@ -45,25 +45,25 @@ pub async fn run(dir: &DataDir, json: bool, from: &Path, bundle: Option<PathBuf>
                 canopy_config::paths::relative_to_project(dir.root(), &config.prompts.bundle)
             }
             Ok(_) => {
-                return crate::commands::fail_usage(
+                return crate::exit::fail_usage(
                     json,
                     "bundle",
                     "the workspace uses the embedded bundle: pass --bundle DIR (and set [prompts] bundle to it)",
                 );
             }
-            Err(e) => return crate::commands::fail_usage(json, &e.key, &e.to_string()),
+            Err(e) => return crate::exit::fail_usage(json, &e.key, &e.to_string()),
         },
     };
     if !from.is_dir() {
-        return crate::commands::fail_usage(json, "from", &format!("{} is not a directory", from.display()));
+        return crate::exit::fail_usage(json, "from", &format!("{} is not a directory", from.display()));
     }
     let mut report = Report { bundle: target.display().to_string(), ..Report::default() };
     if let Err(e) = import(from, &target, &mut report) {
         report.problems.push(e);
     }
     if report.problems.is_empty() {
-        let source = canopy_daemon::prompts::BundleSource::Dir(target.clone());
-        if let Err(problems) = canopy_daemon::prompts::check(&source, crate::commands::cli_commands()) {
+        let source = canopy_daemon::bundle::BundleSource::Dir(target.clone());
+        if let Err(problems) = canopy_daemon::bundle::check(&source, crate::args::cli_commands()) {
             report.problems = problems;
         }
     }
@@ -93,12 +93,21 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
             write(target, path, text, report)?;
         }
     }
+    import_skills(&root, from, target, report)?;
+    import_agents(&root, from, target, report)?;
+    import_instructions(&root, from, target, report)?;
+    import_cursor_rules(&root, from, target, report)?;
+    import_mcp_servers(&root, from, target, report)
+}
+
+/// Claude Code's skills (`.claude/skills/*/SKILL.md`), as bundle skills.
+fn import_skills(root: &Path, from: &Path, target: &Path, report: &mut Report) -> Result<(), String> {
     for (dir, file) in entries(&from.join(".claude/skills")) {
         let path = dir.join("SKILL.md");
         if file.is_empty() || !path.is_file() {
             continue;
         }
-        let text = read(&root, &path)?;
+        let text = read(root, &path)?;
         let (fields, body) = frontmatter(&text);
         let name = fields.get("name").cloned().unwrap_or_else(|| file.clone());
         let Some(name) = bundle_name(&name) else {
@@ -110,8 +119,14 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
         let out = format!("---\nname: {name}\ndescription: {}\n---\n{}", quoted(&description), gate_note(body));
         write(target, &format!("skills/{name}/SKILL.md"), &out, report)?;
     }
+    Ok(())
+}
+
+/// Claude Code's subagents (`.claude/agents/*.md`), as subagent definitions; their harness
+/// tools are reported, not converted.
+fn import_agents(root: &Path, from: &Path, target: &Path, report: &mut Report) -> Result<(), String> {
     for (path, stem) in files_with(&from.join(".claude/agents"), "md") {
-        let text = read(&root, &path)?;
+        let text = read(root, &path)?;
         let (fields, body) = frontmatter(&text);
         let Some(name) = bundle_name(fields.get("name").unwrap_or(&stem)) else {
             report.skip(path.display().to_string(), "its name cannot be a definition name");
@@ -132,10 +147,15 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
         out.push_str(&format!("---\n{}", gate_note(body)));
         write(target, &format!("agents/{name}.md"), &out, report)?;
     }
+    Ok(())
+}
+
+/// `CLAUDE.md` and `AGENTS.md`, as always-applied rules.
+fn import_instructions(root: &Path, from: &Path, target: &Path, report: &mut Report) -> Result<(), String> {
     for (source, name, what) in [("CLAUDE.md", "claude-md", "CLAUDE.md"), ("AGENTS.md", "agents-md", "AGENTS.md")] {
         let path = from.join(source);
         if path.is_file() {
-            let body = read(&root, &path)?;
+            let body = read(root, &path)?;
             let out = format!(
                 "---\ndescription: {}\nalwaysApply: true\n---\n{}",
                 quoted(&format!("The project's instructions, from its {what}.")),
@@ -144,8 +164,13 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
             write(target, &format!("rules/{name}.md"), &out, report)?;
         }
     }
+    Ok(())
+}
+
+/// Cursor's rules (`.cursor/rules/*.mdc`), with their globs and `alwaysApply`.
+fn import_cursor_rules(root: &Path, from: &Path, target: &Path, report: &mut Report) -> Result<(), String> {
     for (path, stem) in files_with(&from.join(".cursor/rules"), "mdc") {
-        let text = read(&root, &path)?;
+        let text = read(root, &path)?;
         let (fields, body) = frontmatter(&text);
         let Some(name) = bundle_name(&stem) else {
             report.skip(path.display().to_string(), "its name cannot be a rule name");
@@ -165,13 +190,19 @@ fn import(from: &Path, target: &Path, report: &mut Report) -> Result<(), String>
         out.push_str(&format!("---\n{}", gate_note(body)));
         write(target, &format!("rules/{name}.md"), &out, report)?;
     }
+    Ok(())
+}
+
+/// The MCP server lists (`.mcp.json`, `.cursor/mcp.json`), kept beside the bundle in
+/// `imported-mcp-servers.json` (owner-only: entries often carry secrets).
+fn import_mcp_servers(root: &Path, from: &Path, target: &Path, report: &mut Report) -> Result<(), String> {
     let mut servers = serde_json::Map::new();
     for list in [from.join(".mcp.json"), from.join(".cursor/mcp.json")] {
         if !list.is_file() {
             continue;
         }
         let value: serde_json::Value =
-            serde_json::from_str(&read(&root, &list)?).map_err(|e| format!("{}: not JSON: {e}", list.display()))?;
+            serde_json::from_str(&read(root, &list)?).map_err(|e| format!("{}: not JSON: {e}", list.display()))?;
         for (name, server) in value.get("mcpServers").and_then(|s| s.as_object()).into_iter().flatten() {
             servers.insert(name.clone(), server.clone());
             report.skip(

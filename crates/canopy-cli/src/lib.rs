@@ -4,6 +4,11 @@
 //! and any other client see the same validation and the same errors. The exceptions are
 //! `init`, which creates the store before any daemon can run, and `daemon`/`up`, which run
 //! the daemon in this process. Does not touch SQLite or spell subjects.
+//!
+//! `commands/` holds one file per area (the daemon's areas), `exit` the exit codes and error
+//! printing every command shares. `sandbox` (public) is the temporary workspace `canopy demo`
+//! plays in; the benchmark, its own binary (`canopy-bench`), builds on it, and this crate
+//! does not link the benchmark.
 
 mod args;
 mod client;
@@ -11,32 +16,38 @@ mod commands;
 mod completions;
 mod demo;
 mod doctor;
+pub mod exit;
 mod import;
 mod output;
+pub mod sandbox;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
 
 pub use args::Cli;
+pub use exit::{EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE};
 
-/// Exit code for bad usage or configuration (EX_USAGE).
-pub const EXIT_USAGE: u8 = 64;
-/// Exit code when the daemon cannot be reached (EX_UNAVAILABLE).
-pub const EXIT_UNAVAILABLE: u8 = 69;
-/// Exit code when the daemon refused the request.
-pub const EXIT_REFUSED: u8 = 1;
-
-/// Parses the arguments, runs the command, and maps the outcome to an exit code.
+/// Parses the process's arguments, runs the command, and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
+    main_with(std::env::args_os())
+}
+
+/// `main` with these arguments (the first is the program's name): for a binary that runs
+/// `canopy` as one of its modes, as the benchmark runs its restarted daemon and its sessions'
+/// scripted harness.
+pub fn main_with(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let args: Vec<OsString> = args.into_iter().collect();
     // The scripted harness runs as this same binary, before any runtime exists.
-    let mut args = std::env::args_os();
-    if args.nth(1).is_some_and(|a| a == canopy_runner::wiring::SCRIPTED_SUBCOMMAND) {
-        std::process::exit(canopy_scripted::run::main(args));
+    if args.get(1).is_some_and(|a| a == canopy_runner::wiring::SCRIPTED_SUBCOMMAND) {
+        std::process::exit(canopy_scripted::run::main(args.into_iter().skip(2)));
     }
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
+            // A usage message that cannot be written has nowhere else to go (no logging
+            // yet); the exit code below still tells the caller.
             let _ = e.print();
             return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
         }
@@ -68,7 +79,7 @@ mod tests {
         }
     }
 
-    use canopy_daemon::prompts::{BundleSource, check};
+    use canopy_daemon::bundle::{BundleSource, check};
 
     /// A copy of the shipped bundle in a temporary directory.
     fn shipped_copy() -> tempfile::TempDir {
@@ -93,7 +104,7 @@ mod tests {
     }
 
     fn problems(dir: &std::path::Path) -> Vec<String> {
-        match check(&BundleSource::Dir(dir.to_owned()), crate::commands::cli_commands()) {
+        match check(&BundleSource::Dir(dir.to_owned()), crate::args::cli_commands()) {
             Ok(_) => Vec::new(),
             Err(problems) => problems,
         }
@@ -104,7 +115,7 @@ mod tests {
     #[test]
     fn the_shipped_bundle_passes_the_whole_lint() {
         assert_eq!(problems(shipped_copy().path()), Vec::<String>::new());
-        let commands = crate::commands::cli_commands();
+        let commands = crate::args::cli_commands();
         assert!(
             commands.contains(&"canopy approve".to_owned()) && commands.contains(&"canopy agents create".to_owned())
         );
@@ -204,7 +215,7 @@ mod tests {
         ] {
             assert!(bundle.join(written).is_file(), "{written} was not written");
         }
-        let renderer = match check(&BundleSource::Dir(bundle.clone()), crate::commands::cli_commands()) {
+        let renderer = match check(&BundleSource::Dir(bundle.clone()), crate::args::cli_commands()) {
             Ok(renderer) => renderer,
             Err(problems) => panic!("{problems:?}"),
         };
@@ -222,7 +233,7 @@ mod tests {
         let dir = shipped_copy();
         let role = "# A reviewer: reads and comments, never edits.\nid: reviewer\nblock0: manager\nmode: replace\ntools:\n  - \"*\"\nskills: [review, comms-playbook]\nharness: scripted\n";
         std::fs::write(dir.path().join("config/roles/reviewer.yaml"), role).unwrap_or_else(|e| panic!("{e}"));
-        let renderer = match check(&BundleSource::Dir(dir.path().to_owned()), crate::commands::cli_commands()) {
+        let renderer = match check(&BundleSource::Dir(dir.path().to_owned()), crate::args::cli_commands()) {
             Ok(renderer) => renderer,
             Err(problems) => panic!("{problems:?}"),
         };

@@ -66,6 +66,8 @@ pub fn init_logging(cli: &Cli) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(colour(&std::io::stderr()));
+    // Fails only when a subscriber is installed already (a test, or a binary embedding
+    // the CLI that set its own): that one keeps logging.
     let _ = match cli.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),

@@ -1,0 +1,121 @@
+//! The credentials area: operators (add with a token of their own, list, revoke), runner
+//! credentials (add, remove) and the rotation of every NATS login and runner token.
+//!
+//! Secrets the operator asks for on disk are written mode 0600; the daemon makes and keeps
+//! the rest. `canopy nats-config`, which needs no daemon, is `local.rs`'s.
+
+use canopy_proto::api::*;
+use canopy_proto::method;
+
+use super::call::call;
+use crate::args::{CredentialsCommand, OperatorsCommand, RunnersCommand};
+use crate::client::{CallError, Client};
+use crate::exit::code;
+use crate::output;
+
+/// `canopy operators add|list|revoke`.
+pub async fn operators(client: &Client, json: bool, command: OperatorsCommand) -> u8 {
+    let result = match command {
+        OperatorsCommand::Add { handle, name, out } => {
+            operators_add(client, json, OperatorsAddRequest { handle, name }, out).await
+        }
+        OperatorsCommand::List => {
+            call::<method::OperatorsList>(client, json, &OperatorsListRequest {}, |r: &OperatorsListResponse| {
+                output::operators(&r.operators)
+            })
+            .await
+        }
+        OperatorsCommand::Revoke { handle } => {
+            let request = OperatorsRevokeRequest { handle };
+            call::<method::OperatorsRevoke>(client, json, &request, |a: &canopy_core::Account| {
+                println!("revoked operator {}: its token is refused from now on", a.handle)
+            })
+            .await
+        }
+    };
+    code(json, result)
+}
+
+/// `canopy runners add|remove`.
+pub async fn runners(client: &Client, json: bool, command: RunnersCommand) -> u8 {
+    let result = match command {
+        RunnersCommand::Add { id, out } => runners_add(client, json, id, out).await,
+        RunnersCommand::Remove { id } => {
+            let request = RunnersRemoveRequest { id: id.clone() };
+            call::<method::RunnersRemove>(client, json, &request, |r: &CredentialsChangedResponse| {
+                output::credentials_changed(&format!("revoked runner {id}"), r)
+            })
+            .await
+        }
+    };
+    code(json, result)
+}
+
+/// `canopy credentials rotate`.
+pub async fn credentials(client: &Client, json: bool, command: CredentialsCommand) -> u8 {
+    let CredentialsCommand::Rotate = command;
+    let result = call::<method::CredentialsRotate>(client, json, &CredentialsRotateRequest {}, |r| {
+        output::credentials_changed("rotated every NATS login and runner token", r)
+    })
+    .await;
+    code(json, result)
+}
+
+/// `canopy operators add`: the token goes to `--out` (0600), or is printed once.
+async fn operators_add(
+    client: &Client,
+    json: bool,
+    request: OperatorsAddRequest,
+    out: Option<std::path::PathBuf>,
+) -> Result<(), CallError> {
+    let response = client.send::<method::OperatorsAdd>(&request).await?;
+    if let Some(out) = &out {
+        write_secret(out, &format!("{}\n", response.token))?;
+    }
+    if json {
+        output::json(&response);
+    } else {
+        let handle = &response.account.handle;
+        match &out {
+            Some(out) => println!("operator {handle}: token written to {} (0600)", out.display()),
+            None => println!("operator {handle}: token {} (shown once; keep it 0600)", response.token),
+        }
+    }
+    Ok(())
+}
+
+/// `canopy runners add`: the daemon writes the credential; `--out` writes a copy to carry.
+async fn runners_add(
+    client: &Client,
+    json: bool,
+    id: String,
+    out: Option<std::path::PathBuf>,
+) -> Result<(), CallError> {
+    let response = client.send::<method::RunnersAdd>(&RunnersAddRequest { id }).await?;
+    if let Some(out) = &out {
+        write_credential(out, &response.credential)?;
+    }
+    if json {
+        output::json(&response);
+    } else {
+        output::runner_added(&response, out.as_deref());
+    }
+    Ok(())
+}
+
+/// Writes a runner credential where the operator asked, mode 0600.
+fn write_credential(path: &std::path::Path, wire: &RunnerCredentialWire) -> Result<(), CallError> {
+    let credential = canopy_config::RunnerCredential {
+        workspace_id: wire.workspace_id.clone(),
+        runner_id: wire.runner_id.to_string(),
+        nats: canopy_config::NatsLogin { user: wire.nats_user.clone(), password: wire.nats_password.clone() },
+        token: wire.token.clone(),
+    };
+    write_secret(path, &canopy_config::credentials::to_text(&credential))
+}
+
+/// Writes a secret where the operator asked, mode 0600.
+fn write_secret(path: &std::path::Path, text: &str) -> Result<(), CallError> {
+    canopy_sys::write_private(path, text.as_bytes())
+        .map_err(|e| CallError::Unreachable(format!("writing {}: {e}", path.display())))
+}

@@ -1,0 +1,26 @@
+//! The runs area: a Manager's subagent runs, newest first.
+//!
+//! Runs are started and merged by agents through their tools; the operator only lists them.
+
+use canopy_proto::api::*;
+use canopy_proto::method;
+
+use super::call::call;
+use crate::client::Client;
+use crate::exit::code;
+
+/// `canopy runs --agent A [--open]`.
+pub async fn list(client: &Client, json: bool, agent: String, open: bool) -> u8 {
+    let request = RunsListRequest { agent: Some(agent), open };
+    let result = call::<method::RunsList>(client, json, &request, |r: &RunsListResponse| {
+        for run in &r.runs {
+            let ended = run.ended_at.as_deref().unwrap_or("-");
+            println!(
+                "{:8} {:10} {:14} started {} ended {ended}",
+                run.handle, run.status, run.definition, run.started_at
+            );
+        }
+    })
+    .await;
+    code(json, result)
+}
