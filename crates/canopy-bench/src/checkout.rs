@@ -1,5 +1,5 @@
 //! The workspace figures: how long an agent's checkout and a run's checkout take to make on
-//! a repository of a few thousand files, through `canopy_workspace::Git` exactly as the
+//! a repository of a few thousand files, through `canopy_git::Git` exactly as the
 //! daemon calls it, beside git's own cheapest ways to get a work tree, in the same run.
 //!
 //! An agent's checkout (`clone --shared` of the mirror, then its branch) is set beside a plain
@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use canopy_harness::SandboxSettings;
-use canopy_workspace::Git;
+use canopy_git::Git;
 
 use crate::figure::{Figure, percentile};
 

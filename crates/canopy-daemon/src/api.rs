@@ -72,7 +72,7 @@ pub struct Parts {
     pub data_dir: PathBuf,
     /// The managed NATS server, reloaded when credentials change; `None` for an external one.
     pub nats: Option<Arc<canopy_bus::ManagedNats>>,
-    pub git: Arc<canopy_workspace::Git>,
+    pub git: Arc<canopy_git::Git>,
     pub workspace_id: String,
 }
 

@@ -73,7 +73,7 @@ pub struct DaemonOptions {
     /// How scripted-harness scripts are checked (roles at start, an agent's own script).
     pub check_script: ScriptCheck,
     /// How git runs, and the sandbox it gets in a checkout a session has written.
-    pub git: canopy_workspace::Git,
+    pub git: canopy_git::Git,
 }
 
 impl std::fmt::Debug for DaemonOptions {
@@ -215,7 +215,7 @@ fn build_api(
     link: &Link,
     workspace: &canopy_core::Workspace,
     check_script: ScriptCheck,
-    git: canopy_workspace::Git,
+    git: canopy_git::Git,
 ) -> Result<Api, DaemonError> {
     let secrets = Arc::new(Secrets {
         runners: std::sync::RwLock::new(link.credentials.runner_tokens()),

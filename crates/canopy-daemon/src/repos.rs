@@ -4,7 +4,7 @@
 //! its check, the decision by command or by an operator's reply in its topic (`MergeReplies`),
 //! landing on the canonical repository), retention and `repos.gc`.
 //!
-//! Git runs through `canopy-workspace` (which confines it in any checkout a session has
+//! Git runs through `canopy-git` (which confines it in any checkout a session has
 //! written); one repository's mirror is changed by one task at a time (`repo_lock`). The
 //! decisions and their records are the store's, the rules core's; this module joins them.
 //! An approval returns at once (`merging`); landing, and a request's check, run as tasks
@@ -20,7 +20,7 @@ use canopy_core::repos::{self as rules};
 use canopy_core::{Error, MergeRequest, Message};
 use canopy_proto::api::*;
 use canopy_store::{Checkout, CheckoutState, Landed, MergeCheck, MergeSpec, RepoRow, ops};
-use canopy_workspace::{GitError, MergeOutcome};
+use canopy_git::{GitError, MergeOutcome};
 
 use canopy_config::Config;
 use canopy_store::Store;
@@ -42,7 +42,7 @@ pub struct Repos {
     config: Arc<Config>,
     data_dir: PathBuf,
     /// How git runs (confined in any checkout a session has written).
-    git: Arc<canopy_workspace::Git>,
+    git: Arc<canopy_git::Git>,
     /// One task at a time changes a repository's mirror, by repository name.
     repo_locks: Arc<DashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// One pass at a time makes the checkouts still preparing.
@@ -88,7 +88,7 @@ impl Repos {
         ends: RunEnds,
         config: Arc<Config>,
         data_dir: PathBuf,
-        git: Arc<canopy_workspace::Git>,
+        git: Arc<canopy_git::Git>,
     ) -> Self {
         Repos {
             store,
@@ -157,7 +157,7 @@ impl Repos {
         if existing.is_none() || !mirror.exists() {
             // A mirror without a record is a leftover of an attempt that did not commit.
             if existing.is_none() && mirror.exists() {
-                canopy_workspace::remove_dir(&mirror).map_err(|e| git_error("name", e))?;
+                canopy_git::remove_dir(&mirror).map_err(|e| git_error("name", e))?;
             }
             self.git.create_mirror(&source, &mirror, &base).await.map_err(|e| match e {
                 GitError::Invalid(m) if m.contains("no branch") => Error::invalid("base", m),
@@ -248,7 +248,7 @@ impl Repos {
                 }
             };
             // Nothing has run in a checkout still preparing: an earlier attempt's is ours to redo.
-            canopy_workspace::remove_dir(&dir)?;
+            canopy_git::remove_dir(&dir)?;
             self.git.create_checkout(&mirror, &dir, &checkout.branch, &start, &handle).await?;
             Ok::<_, GitError>(start)
         }
@@ -504,10 +504,10 @@ impl Repos {
             MergeOutcome::Merged { commit, fast_forward } => (commit, fast_forward),
             MergeOutcome::UpToDate { commit } => (commit, true),
         };
-        let detail = format!("into {} at {}", own.branch, canopy_workspace::short(&commit));
+        let detail = format!("into {} at {}", own.branch, canopy_git::short(&commit));
         let who = caller.clone();
         self.store.write(move |conn| ops::close_run_checkout(conn, &who, run, CheckoutState::Merged, &detail)).await?;
-        if let Err(e) = canopy_workspace::remove_dir(&run_dir) {
+        if let Err(e) = canopy_git::remove_dir(&run_dir) {
             tracing::warn!(run, error = %e, "removing a merged run's checkout failed");
         }
         Ok(RunsMergeResponse {
@@ -543,7 +543,7 @@ impl Repos {
         }
         let who = caller.clone();
         self.store.write(move |conn| ops::close_run_checkout(conn, &who, run, CheckoutState::Discarded, "")).await?;
-        canopy_workspace::remove_dir(&dir).map_err(|e| git_error("run_id", e))?;
+        canopy_git::remove_dir(&dir).map_err(|e| git_error("run_id", e))?;
         Ok(RunsDiscardResponse {
             discarded: true,
             message: format!("run {run}'s checkout is removed; its branch is not merged"),
@@ -684,7 +684,7 @@ impl Repos {
             }
         };
         // A scratch checkout left behind is removed by the next check's `remove_dir` or `repos.gc`.
-        if let Err(e) = canopy_workspace::remove_dir(&scratch) {
+        if let Err(e) = canopy_git::remove_dir(&scratch) {
             tracing::warn!(error = %e, dir = %scratch.display(), "removing a merge check's scratch checkout failed");
         }
         result
@@ -864,7 +864,7 @@ impl Repos {
                     continue;
                 }
             }
-            if let Err(e) = canopy_workspace::remove_dir(&dir) {
+            if let Err(e) = canopy_git::remove_dir(&dir) {
                 tracing::warn!(agent = %checkout.account, error = %e, "removing a stale checkout failed");
                 continue;
             }
@@ -899,7 +899,7 @@ impl Repos {
         for entry in std::fs::read_dir(&sessions).into_iter().flatten().flatten() {
             let handle = entry.file_name().to_string_lossy().into_owned();
             let work = entry.path().join("work");
-            if !canopy_workspace::is_checkout(&work) {
+            if !canopy_git::is_checkout(&work) {
                 continue;
             }
             let why = match owned(&handle) {
@@ -933,7 +933,7 @@ impl Repos {
         }
         for c in checkouts.iter().filter(|c| c.state == CheckoutState::Ready) {
             let dir = self.checkout_dir(c.account.as_str());
-            if !canopy_workspace::is_checkout(&dir) {
+            if !canopy_git::is_checkout(&dir) {
                 leftovers.push(Leftover {
                     path: dir.display().to_string(),
                     why: format!("{}'s checkout is missing", c.account),
@@ -942,7 +942,7 @@ impl Repos {
         }
         if !req.dry_run {
             for path in &remove {
-                canopy_workspace::remove_dir(path).map_err(|e| git_error("dry_run", e))?;
+                canopy_git::remove_dir(path).map_err(|e| git_error("dry_run", e))?;
             }
         }
         Ok(ReposGcResponse { leftovers, removed: !req.dry_run })

@@ -68,7 +68,7 @@ impl Fixture {
             secrets: Arc::new(Secrets { runners: Default::default(), session_secret: "test-secret".into() }),
             data_dir: data.root().to_owned(),
             nats: None,
-            git: Arc::new(canopy_workspace::Git::new("git", sandbox, Duration::from_secs(60))),
+            git: Arc::new(canopy_git::Git::new("git", sandbox, Duration::from_secs(60))),
             workspace_id: report.workspace.id.clone(),
         });
         let operator = Caller { handle: Handle::from_trusted(report.operator), kind: AccountKind::Operator };

@@ -1,4 +1,4 @@
-//! Raw baselines and fixtures for `canopy bench`: the cheapest durable write this store can
+//! Raw baselines and fixtures for `canopy-bench`: the cheapest durable write this store can
 //! do, so a benchmark can print Canopy's figures beside what SQLite alone costs on the same
 //! machine, and the fillers that give a benchmark a workspace of a given size.
 //!

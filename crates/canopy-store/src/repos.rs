@@ -9,7 +9,7 @@
 //! <title>`), then only by an operator's decision `merging` and `merged` or `refused`, or
 //! `denied`. An agent's attempt to decide is refused, audited and told to the operators, and
 //! that record commits although the attempt fails. The git itself is the daemon's
-//! (`canopy-workspace`); the rules and the sentences are `canopy_core::repos`'s.
+//! (`canopy-git`); the rules and the sentences are `canopy_core::repos`'s.
 
 use canopy_core::acl::Caller;
 use canopy_core::repos::{self as rules, say};

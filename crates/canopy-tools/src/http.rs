@@ -5,7 +5,7 @@
 //! to the daemon. One listener serves every session of a runner; a plain `tools/call` takes
 //! the direct path (`direct.rs`), everything else rmcp's streamable-HTTP service.
 //! `serve_fixed` (feature `testing`) is the same front answering a fixed body, the raw
-//! baseline of `canopy bench`'s MCP figure.
+//! baseline of `canopy-bench`'s MCP figure.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -116,7 +116,7 @@ where
 
 /// The same front as `serve` (listener, `TCP_NODELAY`, bearer check, HTTP/1.1 keep-alive)
 /// answering every authorized request with `answer` once its body is read: the raw baseline
-/// `canopy bench` measures an MCP tool call against. Serves nothing else. Benchmark
+/// `canopy-bench` measures an MCP tool call against. Serves nothing else. Benchmark
 /// scaffolding: only with the `testing` feature, never in the shipped binary.
 #[cfg(feature = "testing")]
 pub async fn serve_fixed(

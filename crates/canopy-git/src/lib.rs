@@ -1,7 +1,7 @@
-//! Git workspaces: Canopy's mirror of each repository, the checkout each agent and each
+//! Git: Canopy's mirror of each repository, the checkout each agent and each
 //! subagent run works in, the merges between them, and the check command.
 //!
-//! The mechanism ([why](../../../docs/decisions.md#workspaces)): a repository's canonical copy
+//! The mechanism ([why](../../../docs/decisions.md#repositories-and-checkouts)): a repository's canonical copy
 //! is the operator's; Canopy keeps a bare mirror of it in `<data>/repos/<name>.git`, and every
 //! checkout is a `git clone --shared` of the mirror (its objects through `alternates`), bound
 //! read-write into its own session's sandbox while the mirror is bound read-only. So a session

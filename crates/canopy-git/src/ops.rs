@@ -1,4 +1,4 @@
-//! The workspace operations: mirrors, checkouts, publishing a branch into the mirror, status,
+//! The git operations: mirrors, checkouts, publishing a branch into the mirror, status,
 //! a run's summary, merges (into a Manager's checkout, and into the canonical repository
 //! through a scratch checkout), the check command, and removal.
 //!
