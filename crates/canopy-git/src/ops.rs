@@ -123,6 +123,8 @@ impl Git {
         }
         .await;
         if made.is_err() {
+            // Cleanup after a failure: the clone's error is the answer, and a leftover is
+            // removed by the next attempt (`register_repo`) or `repos.gc`.
             let _ = std::fs::remove_dir_all(mirror);
         }
         made
@@ -194,6 +196,8 @@ impl Git {
         }
         .await;
         if made.is_err() {
+            // Cleanup after a failure: the checkout's error is the answer, and a leftover is
+            // removed by the next attempt (every checkout starts with `remove_dir`).
             let _ = std::fs::remove_dir_all(dest);
         }
         made
@@ -322,6 +326,7 @@ impl Git {
         message: &str,
         result_ref: &str,
     ) -> Result<MergeOutcome, GitError> {
+        // An earlier merge's scratch checkout, if one was left: none is the usual case.
         let _ = std::fs::remove_dir_all(scratch);
         self.create_checkout(mirror, scratch, "canopy-merge", base, "Canopy").await?;
         let already = self.trusted_any(scratch, &["merge-base", "--is-ancestor", head, "HEAD"]).await?;
@@ -332,6 +337,8 @@ impl Git {
         let out = self.trusted_any(scratch, &["merge", "--no-edit", "-m", message, head]).await?;
         if !out.ok() {
             let conflicted = self.trusted_any(scratch, &["diff", "--name-only", "--diff-filter=U"]).await?;
+            // The scratch checkout is thrown away after the merge either way; the abort only
+            // tidies it, so its failure changes nothing.
             let _ = self.trusted_any(scratch, &["merge", "--abort"]).await;
             return Ok(MergeOutcome::Conflict { files: lines(&conflicted.stdout) });
         }
