@@ -33,8 +33,9 @@ use crate::edge::encode;
 use crate::holds::BudgetGate;
 use crate::wire::Wire;
 
-/// Most notices one call to `deliver_notices` carries (a notice's delivery can raise another,
-/// the loop guard's; this bounds the chain even if a rule ever let one raise itself).
+/// Most notices one call to `deliver_notices` carries beyond those handed in (a notice's
+/// delivery can raise another, the loop guard's; this bounds the chain even if a rule ever let
+/// one raise itself).
 const MAX_NOTICE_CHAIN: usize = 10_000;
 
 /// What delivery reads and writes in the store.
@@ -118,11 +119,13 @@ impl Delivery {
             handle: canopy_core::Handle::from_trusted("canopy".into()),
             kind: canopy_core::AccountKind::System,
         };
+        // Every notice handed in is carried; only those raised on the way count against the bound.
+        let bound = notices.len().saturating_add(MAX_NOTICE_CHAIN);
         let mut queue: VecDeque<Message> = notices.into();
         let mut carried = 0;
         while let Some(message) = queue.pop_front() {
             carried += 1;
-            if carried > MAX_NOTICE_CHAIN {
+            if carried > bound {
                 tracing::error!(left = queue.len() + 1, "a chain of notices passed its bound; the rest wait for a turn");
                 return;
             }

@@ -168,12 +168,16 @@ impl Gate {
         let (who, target) = (caller.clone(), handle.clone());
         let (despawned, notice) = match self.store.write(move |conn| ops::despawn(conn, &who, &target)).await {
             Ok(done) => done,
-            Err(Error::Forbidden { action, reason }) => {
-                // Refused, and recorded: an attempt on an agent outside one's subtree is audited.
+            Err(Error::Forbidden { action, reason }) if !caller.is_operator() => {
+                // An agent reaching outside its subtree is recorded; the refusal stands either way.
                 let (target, why) = (handle.to_string(), reason.clone());
-                self.store
+                let audited = self
+                    .store
                     .write(move |conn| ops::record_act(conn, &caller, "agents.despawn.refused", &target, &why))
-                    .await?;
+                    .await;
+                if let Err(e) = audited {
+                    tracing::warn!(error = %e, handle = %handle, "auditing a refused despawn failed");
+                }
                 return Err(Error::Forbidden { action, reason });
             }
             Err(e) => return Err(e),

@@ -90,8 +90,10 @@ pub async fn init(dir: &DataDir, options: &InitOptions) -> Result<InitReport, Er
     load_or_create(&dir.session_secret(), "").map_err(io(format!("writing {}", dir.session_secret().display())))?;
     if !dir.config().exists() {
         std::fs::write(dir.config(), DEFAULT_TOML).map_err(io(format!("writing {}", dir.config().display())))?;
-        std::fs::set_permissions(dir.config(), std::fs::Permissions::from_mode(0o644))
-            .map_err(io(format!("setting the mode of {}", dir.config().display())))?;
+        // The file holds no secret; its mode is a courtesy, and the workspace already exists.
+        if let Err(e) = std::fs::set_permissions(dir.config(), std::fs::Permissions::from_mode(0o644)) {
+            tracing::warn!(error = %e, path = %dir.config().display(), "setting canopy.toml's mode failed");
+        }
     }
     Ok(InitReport {
         workspace,

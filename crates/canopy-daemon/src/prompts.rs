@@ -143,7 +143,9 @@ impl Prompts {
         // The refusal is recorded before it is answered: an agent reaching past its role is
         // something the operator reads in `canopy audit`.
         let (who, what, why) = (caller.clone(), tool.to_owned(), reason.clone());
-        self.store.write(move |conn| ops::record_act(conn, &who, "tools.refused", &what, &why)).await?;
+        if let Err(e) = self.store.write(move |conn| ops::record_act(conn, &who, "tools.refused", &what, &why)).await {
+            tracing::warn!(error = %e, agent = %caller.handle, tool, "auditing a refused tool call failed");
+        }
         Err(Error::Forbidden { action: tool.to_owned(), reason })
     }
 
