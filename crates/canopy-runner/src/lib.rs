@@ -7,17 +7,18 @@
 //! what happens to the daemon through one batching `reporter`. The runner also serves the
 //! native tools over MCP on loopback, admitting only the tokens of sessions it hosts. It
 //! decides restarts (backoff, crash loops) but not placement: the daemon does that.
+//!
+//! Files import downward only: `wiring` starts a `runner`; `runner` uses `requests`,
+//! `restarts`, `session` and `reporter`; all of them read `options`, which imports none of
+//! them. Nothing imports this file: it only declares and re-exports.
 
+mod options;
 mod reporter;
+mod requests;
+mod restarts;
 mod runner;
 mod session;
 pub mod wiring;
 
-pub use runner::{RunnerError, RunnerHandle, RunnerOptions, RunnerSettings, RunnerToken, spawn};
-
-/// The longest a runner waits for the daemon's answer to a call of its own (sync, pull,
-/// acknowledgement, reports), never more than `[daemon] request_timeout`. The daemon answers
-/// these in milliseconds; a reply lost with a NATS server or a daemon that died is noticed
-/// after this and the call is retried, instead of holding deliveries for the full request
-/// timeout. Tool calls keep the request timeout: a merge's check may take long.
-const LIVE_CALL: std::time::Duration = std::time::Duration::from_secs(2);
+pub use options::{RunnerOptions, RunnerSettings, RunnerToken, TokenUnreadable};
+pub use runner::{RunnerError, RunnerHandle, spawn};

@@ -13,12 +13,14 @@ use canopy_proto::api::{SessionReport, SessionsReportRequest};
 use canopy_proto::method;
 use tokio::sync::mpsc;
 
+use crate::options::RunnerToken;
+
 /// Most reports sent in one request.
 const BATCH: usize = 200;
 
 pub(crate) fn spawn(
     api: ApiClient,
-    token: crate::RunnerToken,
+    token: RunnerToken,
     runner_id: RunnerId,
     capacity: usize,
 ) -> (mpsc::Sender<SessionReport>, tokio::task::JoinHandle<()>) {
@@ -33,7 +35,13 @@ pub(crate) fn spawn(
                     Err(_) => break,
                 }
             }
-            send(&api, &token.get(), &runner_id, &mut batch).await;
+            match token.get() {
+                Ok(token) => send(&api, &token, &runner_id, &mut batch).await,
+                Err(e) => {
+                    tracing::error!(error = %e, lost = batch.len(), "dropping session reports");
+                    batch.clear();
+                }
+            }
         }
     });
     (tx, task)

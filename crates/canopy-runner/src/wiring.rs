@@ -79,14 +79,10 @@ pub fn harness_settings(config: &Config, kind: HarnessKind) -> HarnessSettings {
     }
 }
 
-/// How the daemon runs git: `[workspaces]`, confined in checkouts by the same `[sandbox]`
+/// How the daemon runs git: `[git]`, confined in checkouts by the same `[sandbox]`
 /// as every session.
-pub fn git(config: &Config, data_dir: &Path) -> canopy_workspace::Git {
-    canopy_workspace::Git::new(
-        config.git.program.clone(),
-        sandbox_settings(config, data_dir),
-        config.git.check_timeout,
-    )
+pub fn git(config: &Config, data_dir: &Path) -> canopy_git::Git {
+    canopy_git::Git::new(config.git.program.clone(), sandbox_settings(config, data_dir), config.git.check_timeout)
 }
 
 /// The sandbox settings the runner applies to every launch.

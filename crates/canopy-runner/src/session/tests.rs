@@ -6,19 +6,17 @@
 
 #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use canopy_bus::{ApiClient, Bus, ManagedNats, NatsServerConfig};
-use canopy_harness::SandboxSettings;
 use canopy_proto::Subjects;
-use canopy_proto::api::{PromptMode, ScriptSource, SessionAssignment, SessionReport};
+use canopy_proto::api::SessionReport;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+use super::testing::{assignment, message, options};
 use super::{SessionCommand, SessionContext, SessionExit, SessionSlot, spawn};
-use crate::{RunnerOptions, RunnerSettings};
 
 /// A harness in `sh`: ready at once; the start input is a turn that ends at once; any later
 /// prompt starts a turn that keeps running; a steer is queued for the running turn.
@@ -37,15 +35,6 @@ while IFS= read -r line; do
   esac
 done
 "#;
-
-fn message(seq: u64, body: &str) -> canopy_core::Message {
-    serde_json::from_value(json!({
-        "seq": seq, "channel": "home-a", "topic": "t", "body": body, "mentions": [],
-        "sender": { "handle": "ops", "kind": "operator", "role": null },
-        "created_at": "2026-12-01T00:00:00Z",
-    }))
-    .unwrap()
-}
 
 /// What the stand-in daemon is told to do, and what it saw.
 struct Daemon {
@@ -69,6 +58,7 @@ async fn serve(bus: Bus, subjects: Subjects, daemon: Daemon) {
             json!({ "ok": { "total": messages.len(), "wake": true, "messages": messages } })
         } else if request.subject.ends_with(".deliveries.ack") {
             if body["steered"] == false {
+                // The test may have stopped counting acknowledgements; the answer goes on.
                 let _ = daemon.acks.send(());
                 if daemon.hold_acks {
                     continue;
@@ -78,6 +68,7 @@ async fn serve(bus: Bus, subjects: Subjects, daemon: Daemon) {
         } else {
             json!({ "error": { "code": "not_found", "message": "the stand-in daemon does not serve this" } })
         };
+        // A caller that gave up finds no answer, as against a real daemon.
         let _ = bus.publish(&reply, answer.to_string().into()).await;
     }
 }
@@ -111,54 +102,8 @@ async fn start(hold_acks: bool) -> Running {
     served.flush().await.unwrap();
     let bus = Bus::connect(nats.url(), &canopy_bus::Login::open(), "runner", true).await.unwrap();
     let api = ApiClient::new(bus, subjects, Duration::from_millis(500));
-    let settings = RunnerSettings {
-        sync_interval: Duration::from_secs(60),
-        capacity: 4,
-        restart_backoff_min: Duration::from_millis(100),
-        restart_backoff_max: Duration::from_secs(1),
-        crash_loop_count: 5,
-        crash_loop_window: Duration::from_secs(60),
-        ready_timeout: Duration::from_secs(10),
-        stop_grace: Duration::from_secs(1),
-        max_line_bytes: 1 << 20,
-        report_queue: 64,
-        quiet_window: Duration::from_millis(10),
-        coalesce_cap: Duration::from_millis(50),
-        delivery_batch: 10,
-        delivery_resync: Duration::from_secs(3600),
-    };
-    let options = RunnerOptions {
-        api,
-        id: canopy_core::RunnerId::parse("r1").unwrap(),
-        token: crate::RunnerToken::fixed("cnr_test"),
-        name: "test".into(),
-        sessions_dir: dir.path().join("sessions"),
-        scripted_program: "/bin/sh".into(),
-        scripted_args: vec!["-c".into(), HARNESS.into()],
-        harnesses: HashMap::new(),
-        sandbox: SandboxSettings::required(dir.path().join("data")),
-        settings,
-    };
-    let assignment = SessionAssignment {
-        agent: "a".into(),
-        display_name: "A".into(),
-        role: "manager".into(),
-        incarnation: canopy_core::Incarnation(1),
-        token: "cns_test".into(),
-        harness: "scripted".into(),
-        script: Some(ScriptSource { name: "s.toml".into(), text: String::new() }),
-        system_prompt: "prompt".into(),
-        prompt_mode: PromptMode::Replace,
-        prompt_hash: String::new(),
-        cwd: String::new(),
-        repo_mirror: None,
-        subagents: Vec::new(),
-        model: String::new(),
-        harness_tools: Vec::new(),
-        run: None,
-        home_channel: "home-a".into(),
-        charter: String::new(),
-    };
+    let options = options(api, dir.path(), HARNESS);
+    let assignment = assignment();
     let (reports_tx, reports) = mpsc::channel(1024);
     let (exits_tx, exits) = mpsc::channel(16);
     let slot = spawn(SessionContext {
