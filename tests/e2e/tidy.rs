@@ -44,7 +44,8 @@ fn modules(src: &Path) -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
     for file in files {
         let Ok(relative) = file.strip_prefix(src) else { continue };
-        let parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned()).collect();
+        let parts: Vec<String> =
+            relative.iter().map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned()).collect();
         let test = parts.iter().any(|p| p == "tests" || p == "testing");
         let root = parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main");
         if test || root || parts.first().is_some_and(|p| p == "bin") {
@@ -108,9 +109,11 @@ fn imports(module: &str, code: &str, known: &std::collections::BTreeSet<String>)
             continue;
         }
         let rest: String = tokens[i..tokens.len().min(i + 400)].iter().collect();
-        let start = ["crate::", "super::", "self::"].into_iter().find(|p| rest.starts_with(p)).map(str::to_owned).or_else(
-            || children.iter().find(|c| rest.starts_with(&format!("{c}::"))).map(|c| format!("{c}::")),
-        );
+        let start = ["crate::", "super::", "self::"]
+            .into_iter()
+            .find(|p| rest.starts_with(p))
+            .map(str::to_owned)
+            .or_else(|| children.iter().find(|c| rest.starts_with(&format!("{c}::"))).map(|c| format!("{c}::")));
         let Some(start) = start else {
             i += 1;
             continue;
@@ -118,7 +121,9 @@ fn imports(module: &str, code: &str, known: &std::collections::BTreeSet<String>)
         let base: Vec<String> = match start.as_str() {
             "crate::" => Vec::new(),
             // In `a/mod.rs` (a directory module) `super` is a's parent, `self` is a.
-            "super::" if is_dir_module(module) => parent[..parent.len().saturating_sub(1)].iter().map(|s| s.to_string()).collect(),
+            "super::" if is_dir_module(module) => {
+                parent[..parent.len().saturating_sub(1)].iter().map(|s| s.to_string()).collect()
+            }
             "super::" => parent[..parent.len().saturating_sub(1)].iter().map(|s| s.to_string()).collect(),
             "self::" => parent.iter().map(|s| s.to_string()).collect(),
             child => {

@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use canopy_harness::SandboxSettings;
 use canopy_git::Git;
+use canopy_harness::SandboxSettings;
 
 use crate::figure::{Figure, percentile};
 

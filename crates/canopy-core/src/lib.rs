@@ -24,10 +24,10 @@ pub mod names;
 pub mod notices;
 pub mod redact;
 pub mod render;
+pub mod repos;
 pub mod schedule;
 pub mod spawn;
 pub mod tree;
-pub mod repos;
 
 pub use error::{Error, ErrorCode};
 pub use ids::{Incarnation, RunnerId, Seq};

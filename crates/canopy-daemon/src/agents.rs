@@ -256,7 +256,6 @@ impl Agents {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;

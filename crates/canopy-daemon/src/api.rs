@@ -108,15 +108,8 @@ impl Api {
             ends,
             config.clone(),
         );
-        let gate = Gate::new(
-            store.clone(),
-            delivery.clone(),
-            roles,
-            repos.clone(),
-            budgets.clone(),
-            notifier,
-            config.clone(),
-        );
+        let gate =
+            Gate::new(store.clone(), delivery.clone(), roles, repos.clone(), budgets.clone(), notifier, config.clone());
         let agents = Agents::new(
             store.clone(),
             delivery.clone(),

@@ -53,13 +53,7 @@ pub struct Auth {
 
 impl Auth {
     pub fn new(store: Store, secrets: Arc<Secrets>) -> Self {
-        Auth {
-            store,
-            secrets,
-            operators: Arc::default(),
-            session_tokens: Arc::default(),
-            revocations: Arc::default(),
-        }
+        Auth { store, secrets, operators: Arc::default(), session_tokens: Arc::default(), revocations: Arc::default() }
     }
 
     /// The caller a request's token belongs to.

@@ -277,13 +277,7 @@ struct Served {
 }
 
 impl Served {
-    fn start(
-        api: Api,
-        config: &Config,
-        requests: Requests,
-        bus: &Bus,
-        subjects: &Subjects,
-    ) -> Served {
+    fn start(api: Api, config: &Config, requests: Requests, bus: &Bus, subjects: &Subjects) -> Served {
         let serving = CancellationToken::new();
         let tracker = TaskTracker::new();
         // One bound on requests in flight, over NATS or in process.
@@ -295,8 +289,7 @@ impl Served {
         // The clients in this process (the embedded runner, the console) call the handler directly.
         let local: Arc<dyn canopy_bus::api::LocalApi> =
             Arc::new(InProcess { api: shared, permits, tracker: tracker.clone() });
-        let in_process =
-            ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout).in_process(local);
+        let in_process = ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout).in_process(local);
         Served { server, serving, tracker, in_process }
     }
 
@@ -333,7 +326,8 @@ impl Clients {
         // The console, when on: a failure to serve it (its port taken) is logged, not fatal, so
         // the agents keep running; `canopy web` then says the daemon serves no console.
         let web = match web {
-            Some(start) if config.web.enabled => match start(dir.clone(), (**config).clone(), in_process.clone()).await {
+            Some(start) if config.web.enabled => match start(dir.clone(), (**config).clone(), in_process.clone()).await
+            {
                 Ok(started) => Some(started),
                 Err(e) => {
                     tracing::error!(error = %e, "the operator console could not start; the daemon runs without it");
@@ -355,9 +349,9 @@ impl Clients {
             .map_err(|source| DaemonError::Io { what: format!("writing {}", dir.daemon_json().display()), source })?;
         tracing::info!(workspace = %workspace.id, nats = %url, dir = %dir.root().display(), "canopy daemon ready");
         let runner = match embedded {
-            Some(start) if config.runner.embedded => Some(
-                start(dir.clone(), (**config).clone(), in_process.clone()).await.map_err(DaemonError::Runner)?,
-            ),
+            Some(start) if config.runner.embedded => {
+                Some(start(dir.clone(), (**config).clone(), in_process.clone()).await.map_err(DaemonError::Runner)?)
+            }
             _ => None,
         };
         Ok(Clients { web: web.map(|(_, stop)| stop), runner })

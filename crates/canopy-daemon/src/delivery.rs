@@ -126,7 +126,10 @@ impl Delivery {
         while let Some(message) = queue.pop_front() {
             carried += 1;
             if carried > bound {
-                tracing::error!(left = queue.len() + 1, "a chain of notices passed its bound; the rest wait for a turn");
+                tracing::error!(
+                    left = queue.len() + 1,
+                    "a chain of notices passed its bound; the rest wait for a turn"
+                );
                 return;
             }
             self.publish_messages(std::slice::from_ref(&message)).await;

@@ -4,10 +4,9 @@
 
 use bytes::Bytes;
 use canopy_core::Error;
-use canopy_proto::api::*;
 use canopy_proto::Reply;
+use canopy_proto::api::*;
 use serde::Serialize;
-
 
 /// Longest display name, in bytes.
 pub const MAX_DISPLAY_NAME: usize = 128;
@@ -76,7 +75,9 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Bytes {
 /// Checks an idempotency key: 1 to `MAX_IDEMPOTENCY_KEY` printable ASCII characters.
 pub(crate) fn idempotency_key(key: Option<&str>) -> Result<(), Error> {
     match key {
-        Some(key) if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || !key.bytes().all(|b| b.is_ascii_graphic()) => {
+        Some(key)
+            if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || !key.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
             Err(Error::invalid(
                 "idempotency_key",
                 format!("must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"),

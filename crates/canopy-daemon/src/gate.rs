@@ -12,11 +12,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use canopy_config::Config;
 use canopy_core::acl::Caller;
 use canopy_core::gate::Reply;
 use canopy_core::{Error, Handle, Message, RoleName, SpawnRequest};
 use canopy_proto::api::*;
-use canopy_config::Config;
 use canopy_store::{SpawnPolicy, SpawnSpec, Store, ops, parse_request_id};
 use futures_util::future::BoxFuture;
 
@@ -269,11 +269,13 @@ mod tests {
         let reply = |body: &str| req(json!({ "channel": "home-m1", "topic": topic, "body": body }));
         // The reply handlers are reached through the post, as a session's tool call reaches them.
         fx.api.messages.messages_post(agent("m1"), reply("approve")).await.unwrap_or_else(|e| panic!("{e}"));
-        let pending = fx.api.gate.spawn_list(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        let pending =
+            fx.api.gate.spawn_list(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(pending.requests[0].state, SpawnState::Pending, "an agent's approve decides nothing");
         assert!(fx.audited().await.iter().any(|a| a.contains("refused")), "{:?}", fx.audited().await);
         fx.api.messages.messages_post(fx.operator.clone(), reply("approve")).await.unwrap_or_else(|e| panic!("{e}"));
-        let decided = fx.api.gate.spawn_list(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        let decided =
+            fx.api.gate.spawn_list(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
         let decided = decided.requests.iter().find(|r| r.id == request.id).map(|r| r.state);
         assert!(matches!(decided, Some(SpawnState::Approved | SpawnState::Spawned)), "{decided:?}");
     }

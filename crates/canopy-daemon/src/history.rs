@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use canopy_config::Config;
 use canopy_core::acl::Caller;
 use canopy_core::continuity::{DEFAULT_HISTORY_LIMIT, HistoryCursor, MAX_HISTORY_LIMIT, continuity_block};
 use canopy_core::{Error, Incarnation};
 use canopy_proto::api::*;
-use canopy_config::Config;
 use canopy_store::{HistoryQuery, PRUNE_BATCH, Pruned, Store, ops};
 
 /// The history area. Cheap to clone.

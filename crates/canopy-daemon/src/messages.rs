@@ -45,12 +45,7 @@ impl Messages {
         self.subscribe(caller, req, false).await
     }
 
-    async fn subscribe(
-        &self,
-        caller: Caller,
-        req: ChannelRequest,
-        join: bool,
-    ) -> Result<canopy_core::Channel, Error> {
+    async fn subscribe(&self, caller: Caller, req: ChannelRequest, join: bool) -> Result<canopy_core::Channel, Error> {
         let channel = ChannelName::parse(&req.channel).map_err(|e| Error::name("channel", e))?;
         self.store
             .write(move |conn| {

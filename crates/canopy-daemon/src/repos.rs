@@ -18,9 +18,9 @@ use canopy_core::acl::Caller;
 use canopy_core::gate::Reply;
 use canopy_core::repos::{self as rules};
 use canopy_core::{Error, MergeRequest, Message};
+use canopy_git::{GitError, MergeOutcome};
 use canopy_proto::api::*;
 use canopy_store::{Checkout, CheckoutState, Landed, MergeCheck, MergeSpec, RepoRow, ops};
-use canopy_git::{GitError, MergeOutcome};
 
 use canopy_config::Config;
 use canopy_store::Store;
@@ -984,7 +984,8 @@ mod tests {
             Err(canopy_core::Error::InvalidArgument { reason, .. }) => assert!(reason.contains("no repository")),
             other => panic!("{other:?}"),
         }
-        let listed = fx.api.repos.repos_list(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
+        let listed =
+            fx.api.repos.repos_list(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
         assert!(listed.repos.is_empty());
     }
 }

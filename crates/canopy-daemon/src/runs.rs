@@ -89,7 +89,6 @@ fn run_info(run: canopy_store::Run) -> RunInfo {
     }
 }
 
-
 impl Runs {
     pub fn new(
         store: Store,

@@ -129,4 +129,3 @@ pub(crate) async fn serve(
         });
     }
 }
-

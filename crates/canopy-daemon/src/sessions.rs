@@ -126,7 +126,6 @@ impl Sessions {
         })
     }
 
-
     pub(crate) async fn runners_sync(
         &self,
         runner: canopy_core::RunnerId,
@@ -147,8 +146,9 @@ impl Sessions {
         let live = self
             .store
             .write(move |conn| {
-                let hash_for =
-                    |agent: &str, incarnation: Incarnation| crate::auth::token_hash(&auth.session_token(agent, incarnation));
+                let hash_for = |agent: &str, incarnation: Incarnation| {
+                    crate::auth::token_hash(&auth.session_token(agent, incarnation))
+                };
                 ops::sync_runner(conn, &beat, &hash_for)
             })
             .await?;
@@ -445,9 +445,11 @@ mod tests {
     async fn a_stopped_agent_is_not_placed_and_its_runner_is_poked() {
         let fx = Fixture::new().await;
         fx.manager("m1").await;
-        fx.api.sessions.agents_stop(fx.operator.clone(), req(json!({ "handle": "m1" }))).await.unwrap_or_else(|e| {
-            panic!("{e}")
-        });
+        fx.api
+            .sessions
+            .agents_stop(fx.operator.clone(), req(json!({ "handle": "m1" })))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         let placed = fx.api.sessions.runners_sync(RunnerId::from_trusted("r1".into()), sync("r1")).await;
         let placed = placed.unwrap_or_else(|e| panic!("{e}"));
         assert!(!placed.start.iter().any(|s| s.agent == "m1"), "{:?}", placed.start);

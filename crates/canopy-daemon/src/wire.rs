@@ -13,8 +13,12 @@ use futures_util::future::BoxFuture;
 /// bus's, in words (every caller only logs or forwards them).
 pub trait Wire: Send + Sync + 'static {
     fn publish<'a>(&'a self, subject: &'a str, payload: Bytes) -> BoxFuture<'a, Result<(), String>>;
-    fn request<'a>(&'a self, subject: &'a str, payload: Bytes, timeout: Duration)
-    -> BoxFuture<'a, Result<Bytes, String>>;
+    fn request<'a>(
+        &'a self,
+        subject: &'a str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Bytes, String>>;
 }
 
 impl Wire for canopy_bus::Bus {

@@ -118,12 +118,9 @@ async fn an_idle_recipient_is_woken_and_a_busy_one_queued_each_by_a_doorbell_on_
 async fn a_mentioned_busy_recipient_is_steered_through_its_runner() {
     let steer = subjects().runner_steer(&RunnerId::from_trusted(RUNNER.to_owned()));
     let wire = Arc::new(Recording::new(move |subject, _| match subject == steer {
-        true => Ok(encode(&SteerReply {
-            steered: true,
-            turn_id: Some("t7".into()),
-            reason: None,
-            written_at_us: Some(40),
-        })),
+        true => {
+            Ok(encode(&SteerReply { steered: true, turn_id: Some("t7".into()), reason: None, written_at_us: Some(40) }))
+        }
         false => Err("no responder".into()),
     }));
     let delivery = delivery(Arc::default(), wire.clone(), Arc::default());
