@@ -827,7 +827,7 @@ impl Repos {
 
     /// At start: merges a stopped daemon left half-done are pending again; unchecked
     /// requests are checked; checkouts still preparing are made.
-    pub async fn recover_workspaces(&self) {
+    pub async fn recover(&self) {
         match self.store.write(ops::recover_merges).await {
             Ok((notices, checking)) => {
                 self.delivery.deliver_notices(notices).await;

@@ -185,48 +185,56 @@ impl Sessions {
             .filter(|((s, _), _)| self.budgets.gate().hold(s.agent.as_str()).is_none())
             // An account whose checkout is not made (yet, or ever) does not start without it.
             .filter(|(_, checkout)| checkout.as_ref().is_none_or(|c| c.state == canopy_store::CheckoutState::Ready))
-            .map(|((s, rendered), checkout)| {
-                let checkout = checkout
-                    .filter(|c| c.state == canopy_store::CheckoutState::Ready)
-                    .map(|c| self.repos.session_checkout(&c));
-                let (model, harness_tools) = self.prompts.harness_asks(&s);
-                SessionAssignment {
-                    token: self.auth.session_token(s.agent.as_str(), s.incarnation),
-                    prompt_mode: match rendered.as_ref().map(|r| r.delivery) {
-                        Some(PromptMode::Append) => PromptMode::Append,
-                        _ => PromptMode::Replace,
-                    },
-                    prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
-                    system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
-                    cwd: match &checkout {
-                        Some((dir, _)) => dir.display().to_string(),
-                        None => self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
-                    },
-                    repo_mirror: checkout.map(|(_, mirror)| mirror.display().to_string()),
-                    subagents: match s.run.is_none() && crate::bundle::has_native_subagents(&s.harness) {
-                        true => self.prompts.native_subagents(s.role.as_str()),
-                        false => Vec::new(),
-                    },
-                    model,
-                    harness_tools,
-                    run: s.run.map(|(id, definition, brief)| RunAssignment {
-                        id,
-                        definition,
-                        manager: s.parent.clone().unwrap_or_default(),
-                        brief,
-                    }),
-                    agent: s.agent.to_string(),
-                    display_name: s.display_name,
-                    role: s.role.to_string(),
-                    incarnation: s.incarnation,
-                    harness: s.harness,
-                    script: s.script_name.zip(s.script).map(|(name, text)| ScriptSource { name, text }),
-                    home_channel: s.home_channel,
-                    charter: s.charter,
-                }
-            })
+            .map(|((s, rendered), checkout)| self.assignment(s, rendered, checkout))
             .collect();
         Ok(RunnersSyncResponse { keep, start, more })
+    }
+
+    /// What a runner is told to start for one placed session: its prompt, token, working
+    /// directory (its checkout when it has a ready one), harness and run.
+    fn assignment(
+        &self,
+        s: canopy_store::LiveSession,
+        rendered: Option<canopy_prompt::Rendered>,
+        checkout: Option<canopy_store::Checkout>,
+    ) -> SessionAssignment {
+        let checkout =
+            checkout.filter(|c| c.state == canopy_store::CheckoutState::Ready).map(|c| self.repos.session_checkout(&c));
+        let (model, harness_tools) = self.prompts.harness_asks(&s);
+        SessionAssignment {
+            token: self.auth.session_token(s.agent.as_str(), s.incarnation),
+            prompt_mode: match rendered.as_ref().map(|r| r.delivery) {
+                Some(PromptMode::Append) => PromptMode::Append,
+                _ => PromptMode::Replace,
+            },
+            prompt_hash: rendered.as_ref().map(|r| r.hash.clone()).unwrap_or_default(),
+            system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
+            cwd: match &checkout {
+                Some((dir, _)) => dir.display().to_string(),
+                None => self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
+            },
+            repo_mirror: checkout.map(|(_, mirror)| mirror.display().to_string()),
+            subagents: match s.run.is_none() && crate::bundle::has_native_subagents(&s.harness) {
+                true => self.prompts.native_subagents(s.role.as_str()),
+                false => Vec::new(),
+            },
+            model,
+            harness_tools,
+            run: s.run.map(|(id, definition, brief)| RunAssignment {
+                id,
+                definition,
+                manager: s.parent.clone().unwrap_or_default(),
+                brief,
+            }),
+            agent: s.agent.to_string(),
+            display_name: s.display_name,
+            role: s.role.to_string(),
+            incarnation: s.incarnation,
+            harness: s.harness,
+            script: s.script_name.zip(s.script).map(|(name, text)| ScriptSource { name, text }),
+            home_channel: s.home_channel,
+            charter: s.charter,
+        }
     }
 
     pub(crate) async fn sessions_report(
