@@ -14,10 +14,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use canopy_config::Config;
-use canopy_core::Error;
+use canopy_core::acl::Caller;
+use canopy_core::{AccountKind, Error};
 use canopy_proto::api::*;
 use canopy_proto::{Method, Subjects, decode_request};
-use canopy_store::Store;
+use canopy_store::{Store, ops};
 
 use crate::agents::Agents;
 use crate::auth::{Auth, Secrets};
@@ -45,6 +46,8 @@ use crate::wire::Wire;
 #[derive(Clone)]
 pub struct Api {
     subjects: Subjects,
+    /// For the audit of refused requests.
+    store: Store,
     pub(crate) auth: Auth,
     pub(crate) agents: Agents,
     pub(crate) messages: Messages,
@@ -143,9 +146,10 @@ impl Api {
         let mut replies = Replies::default();
         replies.register(Arc::new(SpawnReplies(gate.clone())));
         replies.register(Arc::new(MergeReplies(repos.clone())));
-        let messages = Messages::new(store, delivery, replies, config);
+        let messages = Messages::new(store.clone(), delivery, replies, config);
         Api {
             subjects,
+            store,
             auth,
             agents,
             messages,
@@ -162,6 +166,10 @@ impl Api {
     }
 }
 
+/// Methods whose handler records an agent's refused attempt itself, in the same transaction as
+/// what it tells the operators (a post the policy forbids; deciding a spawn or merge request).
+const AUDITED_BY_HANDLER: [Method; 3] = [Method::MessagesPost, Method::SpawnDecide, Method::MergesDecide];
+
 /// The dispatch, generated from the method table (`canopy_proto::api_methods!`): a runner
 /// method needs a runner credential; an operator method an operator's token; any other an
 /// account's token that passes the per-role tool check. Then the request is decoded as the
@@ -176,17 +184,23 @@ macro_rules! dispatch {
     }};
     (@call $api:ident, Operators, $area:ident . $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
         let caller = $api.auth.authenticate($token).await?;
-        canopy_core::acl::require_operator(&caller, $method.as_str())?;
-        let request: $req = decode_request($payload)?;
-        let response: $resp = $api.$area.$handler(caller, request).await?;
-        ok(response)
+        let answer: Result<$resp, Error> = async {
+            canopy_core::acl::require_operator(&caller, $method.as_str())?;
+            let request: $req = decode_request($payload)?;
+            $api.$area.$handler(caller.clone(), request).await
+        }
+        .await;
+        ok($api.audited(&caller, $method, answer).await?)
     }};
     (@call $api:ident, Anyone, $area:ident . $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
         let caller = $api.auth.authenticate($token).await?;
-        $api.prompts.check_tool(&caller, $method).await?;
-        let request: $req = decode_request($payload)?;
-        let response: $resp = $api.$area.$handler(caller, request).await?;
-        ok(response)
+        let answer: Result<$resp, Error> = async {
+            $api.prompts.check_tool(&caller, $method).await?;
+            let request: $req = decode_request($payload)?;
+            $api.$area.$handler(caller.clone(), request).await
+        }
+        .await;
+        ok($api.audited(&caller, $method, answer).await?)
     }};
     ($(($variant:ident, $area:ident . $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
         impl Api {
@@ -203,6 +217,24 @@ macro_rules! dispatch {
 canopy_proto::api_methods!(dispatch);
 
 impl Api {
+    /// Records an agent's refused request (`forbidden`: a method only operators call, a tool its
+    /// role lacks, an act outside its subtree or its channels) in the audit log as
+    /// `<method>.refused`, then returns the answer unchanged. A failed record is logged: the
+    /// refusal stands either way.
+    async fn audited<T>(&self, caller: &Caller, method: Method, answer: Result<T, Error>) -> Result<T, Error> {
+        if let Err(Error::Forbidden { action, reason }) = &answer
+            && caller.kind == AccountKind::Agent
+            && !AUDITED_BY_HANDLER.contains(&method)
+        {
+            let (who, act, what, why) =
+                (caller.clone(), format!("{}.refused", method.as_str()), action.clone(), reason.clone());
+            if let Err(e) = self.store.write(move |conn| ops::record_act(conn, &who, &act, &what, &why)).await {
+                tracing::warn!(error = %e, agent = %caller.handle, method = method.as_str(), "auditing a refusal failed");
+            }
+        }
+        answer
+    }
+
     /// Handles one request and returns the reply payload.
     pub async fn handle(&self, subject: &str, token: Option<&str>, payload: &[u8]) -> Bytes {
         let method = self.subjects.api_suffix(subject).unwrap_or(subject);
@@ -213,5 +245,41 @@ impl Api {
                 refusal(&err)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::testing::Fixture;
+
+    #[tokio::test]
+    async fn an_agents_refused_requests_are_audited_once_each_and_an_operators_are_not() {
+        let fx = Fixture::new().await;
+        fx.manager("m1").await;
+        let token = fx.token("m1").await;
+        let answer = fx.call(&token, "operators.list", json!({})).await;
+        assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+        // A post the policy forbids is recorded by its own handler, once.
+        let post = json!({ "channel": "announcements", "topic": "news", "body": "hi", "create_topic": true });
+        let answer = fx.call(&token, "messages.post", post).await;
+        assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+        let audited = fx.audited().await;
+        assert_eq!(audited.iter().filter(|a| *a == "operators.list.refused").count(), 1, "{audited:?}");
+        assert_eq!(audited.iter().filter(|a| a.starts_with("messages.post")).count(), 1, "{audited:?}");
+        // A refusal that is no `forbidden` (a bad argument) is an error, not an audit record.
+        let answer = fx.call(&token, "messages.post", json!({ "channel": "home-m1", "topic": "x", "body": " " })).await;
+        assert_eq!(answer["error"]["code"], "invalid_argument", "{answer}");
+        assert_eq!(fx.audited().await.len(), audited.len());
+    }
+
+    #[tokio::test]
+    async fn a_request_without_a_known_token_is_refused_naming_why() {
+        let fx = Fixture::new().await;
+        let answer = fx.call("cnp_not-a-token", "whoami", json!({})).await;
+        assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+        let answer = fx.call("cnp_not-a-token", "no.such.method", json!({})).await;
+        assert!(answer["error"]["code"].is_string(), "{answer}");
     }
 }

@@ -165,23 +165,7 @@ impl Gate {
         req: AgentsDespawnRequest,
     ) -> Result<AgentsDespawnResponse, Error> {
         let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
-        let (who, target) = (caller.clone(), handle.clone());
-        let (despawned, notice) = match self.store.write(move |conn| ops::despawn(conn, &who, &target)).await {
-            Ok(done) => done,
-            Err(Error::Forbidden { action, reason }) if !caller.is_operator() => {
-                // An agent reaching outside its subtree is recorded; the refusal stands either way.
-                let (target, why) = (handle.to_string(), reason.clone());
-                let audited = self
-                    .store
-                    .write(move |conn| ops::record_act(conn, &caller, "agents.despawn.refused", &target, &why))
-                    .await;
-                if let Err(e) = audited {
-                    tracing::warn!(error = %e, handle = %handle, "auditing a refused despawn failed");
-                }
-                return Err(Error::Forbidden { action, reason });
-            }
-            Err(e) => return Err(e),
-        };
+        let (despawned, notice) = self.store.write(move |conn| ops::despawn(conn, &caller, &handle)).await?;
         self.delivery.deliver_notices(notice.into_iter().collect()).await;
         self.delivery.poke_runners().await;
         Ok(AgentsDespawnResponse { despawned: despawned.into_iter().map(|h| h.to_string()).collect() })
@@ -287,6 +271,9 @@ mod tests {
         fx.manager("m2").await;
         let refused = fx.api.gate.agents_despawn(agent("m1"), req(json!({ "handle": "m2" }))).await;
         assert!(matches!(refused, Err(canopy_core::Error::Forbidden { .. })), "{refused:?}");
+        let token = fx.token("m1").await;
+        let answer = fx.call(&token, "agents.despawn", json!({ "handle": "m2" })).await;
+        assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
         assert!(fx.audited().await.iter().any(|a| a == "agents.despawn.refused"), "{:?}", fx.audited().await);
         let roster = fx.api.agents.roster(fx.operator.clone(), req(json!({}))).await.unwrap_or_else(|e| panic!("{e}"));
         assert!(roster.agents.iter().any(|a| a.handle.as_str() == "m2" && a.presence != Presence::Despawned));

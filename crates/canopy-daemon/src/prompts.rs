@@ -1,6 +1,6 @@
 //! The prompts area (`Prompts`): `prompts.render`, `prompts.skill`, `prompts.rule`, the
 //! rendering a runner sync needs, what a session's harness is asked for, and the per-role
-//! tool check every agent call passes (a refusal is audited).
+//! tool check every agent call passes.
 //!
 //! The rendering is `canopy_prompt`'s and the facts are `bundle`'s. Uses the store, the
 //! bundle, the role defaults and `RunEnds` (a run whose session was lost is ended, not
@@ -140,12 +140,6 @@ impl Prompts {
             return Ok(());
         }
         let reason = format!("the tool {tool} is not registered for {} (role {})", caller.handle, role.role);
-        // The refusal is recorded before it is answered: an agent reaching past its role is
-        // something the operator reads in `canopy audit`.
-        let (who, what, why) = (caller.clone(), tool.to_owned(), reason.clone());
-        if let Err(e) = self.store.write(move |conn| ops::record_act(conn, &who, "tools.refused", &what, &why)).await {
-            tracing::warn!(error = %e, agent = %caller.handle, tool, "auditing a refused tool call failed");
-        }
         Err(Error::Forbidden { action: tool.to_owned(), reason })
     }
 
@@ -416,10 +410,14 @@ mod tests {
         let m1 = fx.manager("m1").await;
         let start = req(json!({ "definition": "implementer", "brief": "fix the parser; report the diff" }));
         let run = fx.api.runs.runs_start(m1.clone(), start).await.unwrap_or_else(|e| panic!("{e}"));
-        let run = agent(&run.run.handle);
-        let refused = fx.api.prompts.check_tool(&run, Method::SpawnRequest).await;
+        let refused = fx.api.prompts.check_tool(&agent(&run.run.handle), Method::SpawnRequest).await;
         assert!(matches!(refused, Err(canopy_core::Error::Forbidden { .. })), "{refused:?}");
-        assert!(fx.audited().await.iter().any(|a| a == "tools.refused"), "{:?}", fx.audited().await);
+        // Through the dispatch, as the run's session calls it: refused and on record.
+        let token = fx.token(&run.run.handle).await;
+        let ask = json!({ "handle": "c", "name": "C", "role": "manager", "charter": "x", "reason": "y" });
+        let answer = fx.call(&token, "spawn.request", ask).await;
+        assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+        assert!(fx.audited().await.iter().any(|a| a == "spawn.request.refused"), "{:?}", fx.audited().await);
         // Its Manager's role registers every tool; an operator passes.
         assert!(fx.api.prompts.check_tool(&m1, Method::SpawnRequest).await.is_ok());
         assert!(fx.api.prompts.check_tool(&fx.operator, Method::SpawnRequest).await.is_ok());

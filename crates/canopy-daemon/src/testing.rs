@@ -84,6 +84,25 @@ impl Fixture {
         agent(handle)
     }
 
+    /// A live session's token for `handle` (placed by a runner's sync, as the runner gets it).
+    pub(crate) async fn token(&self, handle: &str) -> String {
+        let sync = req(serde_json::json!({ "runner_id": "r1", "boot": "b1", "name": "test runner",
+            "mcp_url": "http://127.0.0.1:1/mcp", "capacity": 100, "running": [] }));
+        let runner = canopy_core::RunnerId::from_trusted("r1".into());
+        let placed = self.api.sessions.runners_sync(runner, sync).await.unwrap_or_else(|e| panic!("sync: {e}"));
+        match placed.start.into_iter().find(|s| s.agent == handle) {
+            Some(session) => session.token,
+            None => panic!("{handle} was not placed"),
+        }
+    }
+
+    /// Calls a method as a client does (its token, its JSON), through the whole dispatch.
+    pub(crate) async fn call(&self, token: &str, method: &str, body: serde_json::Value) -> serde_json::Value {
+        let payload = serde_json::to_vec(&body).unwrap_or_default();
+        let answer = self.api.handle(method, Some(token), &payload).await;
+        serde_json::from_slice(&answer).unwrap_or_else(|e| panic!("{method}'s answer did not parse: {e}"))
+    }
+
     /// The audit log's actions, oldest first.
     pub(crate) async fn audited(&self) -> Vec<String> {
         let log = self.api.gate.audit_list(self.operator.clone(), req(serde_json::json!({}))).await;
