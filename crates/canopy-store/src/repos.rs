@@ -1,4 +1,4 @@
-//! Repositories, checkouts and merge requests: the facts of the workspaces, not their git.
+//! Repositories, checkouts and merge requests: their facts, not their git.
 //!
 //! A checkout row belongs to an account (a standing agent or a run) and says which repository
 //! and branch it has and where it stands: `preparing` (recorded with its account, which is

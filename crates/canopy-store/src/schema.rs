@@ -238,7 +238,7 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE runners ADD COLUMN boot TEXT NOT NULL DEFAULT '';
     "#,
-    // Workspaces: repositories, a checkout per agent or run, merge requests.
+    // Repositories, a checkout per agent or run, merge requests.
     r#"
     CREATE TABLE repos (
         id             INTEGER PRIMARY KEY,

@@ -1,4 +1,4 @@
-//! Workspaces end to end, on real git repositories in temporary directories: a checkout per
+//! Repositories end to end, on real git repositories in temporary directories: a checkout per
 //! agent, isolated run checkouts whose reports carry branch, commits and diffstat,
 //! `runs_merge` with and without a conflict, `runs_discard`, and the merge gate (approved by
 //! command and by reply, denied, refused for a failing check, an agent's own attempt, a push
