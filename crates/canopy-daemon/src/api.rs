@@ -30,11 +30,12 @@ use crate::edge::{ok, refusal};
 use crate::gate::{Gate, SpawnReplies};
 use crate::history::History;
 use crate::holds::BudgetGate;
+use crate::merges::{MergeReplies, Merges};
 use crate::messages::Messages;
 use crate::notify::Notifier;
 use crate::prompts::Prompts;
 use crate::replies::Replies;
-use crate::repos::{MergeReplies, Repos};
+use crate::repos::Repos;
 use crate::roles::RoleDefaults;
 use crate::run_ends::RunEnds;
 use crate::runs::Runs;
@@ -55,6 +56,7 @@ pub struct Api {
     pub(crate) gate: Gate,
     pub(crate) runs: Runs,
     pub(crate) repos: Repos,
+    pub(crate) merges: Merges,
     pub(crate) prompts: Prompts,
     pub(crate) history: History,
     pub(crate) budgets: Budgets,
@@ -93,15 +95,7 @@ impl Api {
         let budgets = Budgets::new(store.clone(), delivery.clone(), holds, &config);
         let prompts =
             Prompts::new(store.clone(), bundles, roles.clone(), config.clone(), data_dir.clone(), ends.clone());
-        let repos = Repos::new(
-            store.clone(),
-            delivery.clone(),
-            notifier.clone(),
-            ends.clone(),
-            config.clone(),
-            data_dir.clone(),
-            git,
-        );
+        let repos = Repos::new(store.clone(), delivery.clone(), ends.clone(), config.clone(), data_dir.clone(), git);
         let runs = Runs::new(
             store.clone(),
             delivery.clone(),
@@ -111,8 +105,15 @@ impl Api {
             ends,
             config.clone(),
         );
-        let gate =
-            Gate::new(store.clone(), delivery.clone(), roles, repos.clone(), budgets.clone(), notifier, config.clone());
+        let gate = Gate::new(
+            store.clone(),
+            delivery.clone(),
+            roles,
+            repos.clone(),
+            budgets.clone(),
+            notifier.clone(),
+            config.clone(),
+        );
         let agents = Agents::new(
             store.clone(),
             delivery.clone(),
@@ -143,9 +144,10 @@ impl Api {
             workspace_id.clone(),
             nats,
         );
+        let merges = Merges::new(store.clone(), delivery.clone(), notifier, repos.clone());
         let mut replies = Replies::default();
         replies.register(Arc::new(SpawnReplies(gate.clone())));
-        replies.register(Arc::new(MergeReplies(repos.clone())));
+        replies.register(Arc::new(MergeReplies(merges.clone())));
         let messages = Messages::new(store.clone(), delivery, replies, config);
         Api {
             subjects,
@@ -157,6 +159,7 @@ impl Api {
             gate,
             runs,
             repos,
+            merges,
             prompts,
             history,
             budgets,

@@ -248,7 +248,8 @@ async fn recover(dir: &DataDir, api: &Api, store: &Store) -> Result<(), DaemonEr
         .register_configured_repos()
         .await
         .map_err(|(key, e)| DaemonError::Config(ConfigError { path: dir.config(), key, message: e.to_string() }))?;
-    api.repos.recover().await;
+    api.merges.recover().await;
+    api.repos.prepare_checkouts().await;
     // The embedded runner of an earlier daemon process died with it: its sessions end now,
     // not when its heartbeat expires, so nothing is shown or routed to a dead runner.
     let embedded = canopy_core::RunnerId::from_trusted(canopy_config::EMBEDDED_RUNNER.to_owned());

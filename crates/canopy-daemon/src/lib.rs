@@ -30,6 +30,7 @@ pub mod history;
 pub mod holds;
 pub mod init;
 pub mod logins;
+pub mod merges;
 pub mod messages;
 pub mod notify;
 pub mod prompts;

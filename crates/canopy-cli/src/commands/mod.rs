@@ -13,6 +13,7 @@ mod credentials;
 mod gate;
 mod history;
 mod local;
+mod merges;
 mod messages;
 mod prompts;
 mod repos;
@@ -86,7 +87,7 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         Command::Audit { since } => gate::audit(client, json, since).await,
         Command::Runs { agent, open } => runs::list(client, json, agent, open).await,
         Command::Repos(command) => repos::repos(client, json, command).await,
-        Command::Merges { state, command } => repos::merges(client, json, state, command).await,
+        Command::Merges { state, command } => merges::merges(client, json, state, command).await,
         Command::Prompt(command) => prompts::render(client, json, command).await,
         Command::Usage { agent, since } => history::usage(client, json, agent, since).await,
         Command::Operators(command) => credentials::operators(client, json, command).await,

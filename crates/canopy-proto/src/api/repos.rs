@@ -1,5 +1,5 @@
-//! Repositories and checkouts: `repos.*` (add, list, gc), `workspace.status` and
-//! `merges.*` (request, list, decide).
+//! Repositories and checkouts: `repos.*` (add, list, gc) and `workspace.status`. The merge
+//! gate's requests are `merges`.
 //!
 //! Merging a subagent run's branch into its Manager's is `runs`.
 
@@ -103,41 +103,4 @@ pub struct RunBranch {
     pub branch: String,
     /// `done`, `failed` or `timed_out`.
     pub status: String,
-}
-
-/// `merges.request` (agents, as `merge_request`).
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MergesRequestRequest {
-    /// One line; the request is discussed under topic `merge: <title>`.
-    pub title: String,
-    pub summary: String,
-    /// Your earlier requests this one stacks on (`merge-<n>`); they merge first.
-    #[serde(default)]
-    pub depends_on: Vec<String>,
-}
-
-/// `merges.list` (operators).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MergesListRequest {
-    #[serde(default)]
-    pub state: Option<canopy_core::MergeState>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MergesListResponse {
-    pub merges: Vec<canopy_core::MergeRequest>,
-}
-
-/// `merges.decide` (operators; an agent's attempt is refused and audited).
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MergesDecideRequest {
-    /// `merge-<n>`.
-    pub id: String,
-    pub approve: bool,
-    #[serde(default)]
-    pub reason: Option<String>,
 }
