@@ -17,6 +17,7 @@ pub mod fuzz;
 pub mod gate;
 pub mod harness;
 pub mod ids;
+pub mod issues;
 mod macros;
 pub mod mention;
 pub mod model;

@@ -1,0 +1,366 @@
+//! The issue ledger's rules (DESIGN section 17), decided from values: an issue's states and the
+//! moves between them, who may move, close, assign and file, what blocks an issue, `done`
+//! waiting for every sub-issue, and dependency cycles refused naming the cycle.
+//!
+//! The first step of issue 34: the store, the daemon's area, the tools and the operator's
+//! surfaces build on it. Decides nothing about storage or delivery, reads no clock, and knows
+//! an account only as the `Caller` and the tree facts the caller read.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::acl::Caller;
+use crate::macros::string_enum;
+use crate::{Error, Handle};
+
+/// Longest resolution line, in bytes.
+pub const MAX_RESOLUTION: usize = 1000;
+/// Longest note on a move, in bytes.
+pub const MAX_NOTE: usize = 4000;
+
+/// Where an issue is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IssueState {
+    Open,
+    InProgress,
+    Blocked,
+    InReview,
+    Done,
+    Wontdo,
+}
+string_enum!(IssueState {
+    Open => "open",
+    InProgress => "in_progress",
+    Blocked => "blocked",
+    InReview => "in_review",
+    Done => "done",
+    Wontdo => "wontdo",
+});
+
+impl IssueState {
+    /// `done` or `wontdo`: the issue is closed.
+    pub fn is_closed(self) -> bool {
+        matches!(self, IssueState::Done | IssueState::Wontdo)
+    }
+}
+
+/// What a `blocked` issue waits for: other issues, or the operator's answer to a question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Blocker {
+    Issues(Vec<u64>),
+    Operator { question: String },
+}
+
+/// A requested move, with what it must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move<'a> {
+    pub to: IssueState,
+    /// Why; every move carries one.
+    pub note: &'a str,
+    /// For `blocked`: what blocks it.
+    pub blocker: Option<&'a Blocker>,
+    /// For `done` and `wontdo`: the resolution line.
+    pub resolution: Option<&'a str>,
+}
+
+/// Whether `from` may move to `to` at all (who may move is `may_move`'s).
+pub fn allowed(from: IssueState, to: IssueState) -> bool {
+    use IssueState::*;
+    match (from, to) {
+        (a, b) if a == b => false,
+        // A closed issue only reopens.
+        (Done | Wontdo, Open) => true,
+        (Done | Wontdo, _) => false,
+        // `done` is reached from work, review or a cleared block, never straight from `open`.
+        (Open, Done) => false,
+        _ => true,
+    }
+}
+
+/// Checks a move of an issue owned by `owner` (`None`: nobody) by `caller`: only the owner or an
+/// operator moves or closes it, the move must be allowed, carry a note, name its blocker when it
+/// blocks, and a resolution line when it closes. `open_subissues` are the issue's sub-issues not
+/// closed; `done` waits for all of them.
+pub fn may_move(
+    caller: &Caller,
+    owner: Option<&Handle>,
+    from: IssueState,
+    change: &Move<'_>,
+    open_subissues: &[u64],
+) -> Result<(), Error> {
+    let what = format!("move the issue to {}", change.to);
+    if !caller.is_operator() && owner != Some(&caller.handle) {
+        let reason = match owner {
+            Some(owner) => format!("it is @{owner}'s; only its owner or an operator moves it"),
+            None => "it has no owner; only an operator moves it".to_owned(),
+        };
+        return Err(Error::Forbidden { action: what, reason });
+    }
+    if !allowed(from, change.to) {
+        return Err(Error::ConflictOn {
+            field: "state",
+            reason: format!("an issue {from} cannot move to {}", change.to),
+        });
+    }
+    one_line("note", change.note, MAX_NOTE, true)?;
+    match (change.to, change.blocker) {
+        (IssueState::Blocked, None) => {
+            return Err(Error::invalid("blocker", "a blocked issue names what blocks it: issues or a question"));
+        }
+        (IssueState::Blocked, Some(blocker)) => check_blocker(blocker)?,
+        (_, Some(_)) => return Err(Error::invalid("blocker", "only a move to blocked names a blocker")),
+        (_, None) => {}
+    }
+    match (change.to.is_closed(), change.resolution) {
+        (true, None) => return Err(Error::invalid("resolution", "closing an issue takes a resolution line")),
+        (true, Some(line)) => one_line("resolution", line, MAX_RESOLUTION, false)?,
+        (false, Some(_)) => return Err(Error::invalid("resolution", "only closing an issue takes a resolution")),
+        (false, None) => {}
+    }
+    if change.to == IssueState::Done && !open_subissues.is_empty() {
+        let open: Vec<String> = open_subissues.iter().map(|n| format!("#{n}")).collect();
+        return Err(Error::ConflictOn {
+            field: "state",
+            reason: format!("its sub-issues {} are not closed yet", open.join(", ")),
+        });
+    }
+    Ok(())
+}
+
+fn check_blocker(blocker: &Blocker) -> Result<(), Error> {
+    match blocker {
+        Blocker::Issues(issues) if issues.is_empty() => {
+            Err(Error::invalid("blocker", "name at least one issue, or ask the operator a question"))
+        }
+        Blocker::Issues(issues) if issues.len() > 50 => Err(Error::invalid("blocker", "at most 50 issues")),
+        Blocker::Issues(_) => Ok(()),
+        Blocker::Operator { question } => one_line("blocker", question, MAX_NOTE, true),
+    }
+}
+
+/// Text that is not empty and within `max` bytes; with `multiline` false, one line.
+fn one_line(field: &'static str, text: &str, max: usize, multiline: bool) -> Result<(), Error> {
+    if text.trim().is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    if text.len() > max {
+        return Err(Error::TooLarge { field, len: text.len(), max });
+    }
+    if !multiline && text.trim().contains('\n') {
+        return Err(Error::invalid(field, "is one line"));
+    }
+    Ok(())
+}
+
+/// Checks an assignment: an operator assigns to anyone; an agent only to itself or one of its
+/// descendants (`descendants`, read by the caller from the tree).
+pub fn may_assign(caller: &Caller, to: &Handle, descendants: &BTreeSet<Handle>) -> Result<(), Error> {
+    if caller.is_operator() || *to == caller.handle || descendants.contains(to) {
+        return Ok(());
+    }
+    Err(Error::Forbidden {
+        action: format!("assign an issue to @{to}"),
+        reason: format!("@{to} is not @{} or one of its descendants", caller.handle),
+    })
+}
+
+/// Where an agent files a new issue, and as whose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filing<'a> {
+    /// For itself.
+    Own,
+    /// For a descendant, as a sub-issue of one the caller owns (`parent_owner` is its owner).
+    ForDescendant { owner: &'a Handle, parent_owner: Option<&'a Handle> },
+    /// Up the tree: owned by the caller's parent, `open`, a request.
+    ToParent,
+}
+
+/// Checks an agent's filing (operators file anything; an unassigned one goes to the Supervisor's
+/// triage): for itself, for a descendant as a sub-issue of an issue it owns, or to its parent.
+pub fn may_file(caller: &Caller, filing: &Filing<'_>, descendants: &BTreeSet<Handle>) -> Result<(), Error> {
+    if caller.is_operator() {
+        return Ok(());
+    }
+    let refuse = |reason: String| Err(Error::Forbidden { action: "file an issue".into(), reason });
+    match filing {
+        Filing::Own | Filing::ToParent => Ok(()),
+        Filing::ForDescendant { owner, .. } if !descendants.contains(*owner) => {
+            refuse(format!("@{owner} is not one of @{}'s descendants", caller.handle))
+        }
+        Filing::ForDescendant { parent_owner, .. } if *parent_owner != Some(&caller.handle) => {
+            refuse("an issue for a report is a sub-issue of one you own".into())
+        }
+        Filing::ForDescendant { .. } => Ok(()),
+    }
+}
+
+/// Refuses `depends_on` edges that would close a cycle: `edges` are every issue's current
+/// dependencies; `issue` would depend on `on`. The error names the cycle (`#3 -> #5 -> #3`).
+pub fn check_dependencies(issue: u64, on: &[u64], edges: &BTreeMap<u64, Vec<u64>>) -> Result<(), Error> {
+    for &target in on {
+        if target == issue {
+            return Err(Error::ConflictOn { field: "depends_on", reason: format!("#{issue} cannot depend on itself") });
+        }
+        if let Some(path) = path(target, issue, edges) {
+            let mut cycle: Vec<String> = std::iter::once(issue).chain(path).map(|n| format!("#{n}")).collect();
+            cycle.dedup();
+            return Err(Error::ConflictOn {
+                field: "depends_on",
+                reason: format!("that closes a cycle: {}", cycle.join(" -> ")),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A path of dependencies from `from` to `to`, both ends included, if there is one.
+fn path(from: u64, to: u64, edges: &BTreeMap<u64, Vec<u64>>) -> Option<Vec<u64>> {
+    let mut came_from: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([from]);
+    let mut seen = BTreeSet::from([from]);
+    while let Some(node) = queue.pop_front() {
+        if node == to {
+            let mut path = vec![to];
+            let mut at = to;
+            while let Some(&previous) = came_from.get(&at) {
+                path.push(previous);
+                at = previous;
+            }
+            path.reverse();
+            return Some(path);
+        }
+        for &next in edges.get(&node).into_iter().flatten() {
+            if seen.insert(next) {
+                came_from.insert(next, node);
+                queue.push_back(next);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AccountKind;
+    use IssueState::*;
+
+    fn agent(handle: &str) -> Caller {
+        Caller { handle: Handle::from_trusted(handle.into()), kind: AccountKind::Agent }
+    }
+
+    fn operator() -> Caller {
+        Caller { handle: Handle::from_trusted("op".into()), kind: AccountKind::Operator }
+    }
+
+    fn handle(h: &str) -> Handle {
+        Handle::from_trusted(h.into())
+    }
+
+    fn to(state: IssueState) -> Move<'static> {
+        Move { to: state, note: "because", blocker: None, resolution: None }
+    }
+
+    #[test]
+    fn states_round_trip_and_closed_ones_only_reopen() {
+        for state in IssueState::ALL {
+            assert_eq!(IssueState::parse(state.as_str()), Some(*state));
+        }
+        assert!(allowed(Open, InProgress) && allowed(InProgress, Done) && allowed(Blocked, InProgress));
+        assert!(allowed(InReview, Done) && allowed(Open, Wontdo) && allowed(Done, Open));
+        assert!(!allowed(Open, Done), "done is reached from work");
+        assert!(!allowed(Done, InProgress) && !allowed(Wontdo, Done) && !allowed(Open, Open));
+    }
+
+    #[test]
+    fn only_the_owner_or_an_operator_moves_an_issue() {
+        let owner = handle("m1");
+        assert!(may_move(&agent("m1"), Some(&owner), Open, &to(InProgress), &[]).is_ok());
+        assert!(may_move(&operator(), Some(&owner), Open, &to(InProgress), &[]).is_ok());
+        let other = may_move(&agent("m2"), Some(&owner), Open, &to(InProgress), &[]);
+        assert!(matches!(other, Err(Error::Forbidden { .. })), "{other:?}");
+        let nobody = may_move(&agent("m1"), None, Open, &to(InProgress), &[]);
+        assert!(matches!(nobody, Err(Error::Forbidden { reason, .. }) if reason.contains("no owner")));
+    }
+
+    #[test]
+    fn a_move_carries_a_note_a_block_names_its_blocker_and_a_close_its_resolution() {
+        let owner = handle("m1");
+        let m1 = agent("m1");
+        let silent = Move { note: " ", ..to(InProgress) };
+        assert!(matches!(
+            may_move(&m1, Some(&owner), Open, &silent, &[]),
+            Err(Error::InvalidArgument { field: "note", .. })
+        ));
+        let unnamed = may_move(&m1, Some(&owner), InProgress, &to(Blocked), &[]);
+        assert!(matches!(unnamed, Err(Error::InvalidArgument { field: "blocker", .. })));
+        let question = Blocker::Operator { question: "which database?".into() };
+        let blocked = Move { blocker: Some(&question), ..to(Blocked) };
+        assert!(may_move(&m1, Some(&owner), InProgress, &blocked, &[]).is_ok());
+        let none = Blocker::Issues(Vec::new());
+        let empty = Move { blocker: Some(&none), ..to(Blocked) };
+        assert!(may_move(&m1, Some(&owner), InProgress, &empty, &[]).is_err());
+        let unresolved = may_move(&m1, Some(&owner), InProgress, &to(Done), &[]);
+        assert!(matches!(unresolved, Err(Error::InvalidArgument { field: "resolution", .. })));
+        let two_lines = Move { resolution: Some("merged\nand more"), ..to(Done) };
+        assert!(may_move(&m1, Some(&owner), InProgress, &two_lines, &[]).is_err());
+        let resolved = Move { resolution: Some("merged as merge-4"), ..to(Done) };
+        assert!(may_move(&m1, Some(&owner), InProgress, &resolved, &[]).is_ok());
+        let stray = Move { resolution: Some("x"), ..to(InReview) };
+        assert!(may_move(&m1, Some(&owner), InProgress, &stray, &[]).is_err());
+    }
+
+    #[test]
+    fn done_waits_for_every_sub_issue_and_names_the_open_ones() {
+        let owner = handle("m1");
+        let resolved = Move { resolution: Some("shipped"), ..to(Done) };
+        let refused = may_move(&agent("m1"), Some(&owner), InReview, &resolved, &[7, 9]);
+        match refused {
+            Err(Error::ConflictOn { field: "state", reason }) => assert!(reason.contains("#7, #9"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        let wontdo = Move { resolution: Some("superseded"), ..to(Wontdo) };
+        assert!(may_move(&agent("m1"), Some(&owner), InReview, &wontdo, &[7]).is_ok(), "wontdo does not wait");
+    }
+
+    #[test]
+    fn an_agent_assigns_only_to_itself_or_its_descendants() {
+        let descendants: BTreeSet<Handle> = [handle("w1"), handle("w2")].into();
+        assert!(may_assign(&agent("m1"), &handle("m1"), &descendants).is_ok());
+        assert!(may_assign(&agent("m1"), &handle("w2"), &descendants).is_ok());
+        assert!(matches!(may_assign(&agent("m1"), &handle("m2"), &descendants), Err(Error::Forbidden { .. })));
+        assert!(may_assign(&operator(), &handle("m2"), &BTreeSet::new()).is_ok());
+    }
+
+    #[test]
+    fn an_agent_files_for_itself_up_to_its_parent_or_a_sub_issue_for_a_report() {
+        let descendants: BTreeSet<Handle> = [handle("w1")].into();
+        let (m1, w1, m2) = (handle("m1"), handle("w1"), handle("m2"));
+        assert!(may_file(&agent("m1"), &Filing::Own, &descendants).is_ok());
+        assert!(may_file(&agent("m1"), &Filing::ToParent, &descendants).is_ok());
+        let sub = Filing::ForDescendant { owner: &w1, parent_owner: Some(&m1) };
+        assert!(may_file(&agent("m1"), &sub, &descendants).is_ok());
+        let loose = Filing::ForDescendant { owner: &w1, parent_owner: None };
+        assert!(may_file(&agent("m1"), &loose, &descendants).is_err(), "a report's issue is a sub-issue");
+        let sideways = Filing::ForDescendant { owner: &m2, parent_owner: Some(&m1) };
+        assert!(may_file(&agent("m1"), &sideways, &descendants).is_err());
+        assert!(may_file(&operator(), &sideways, &BTreeSet::new()).is_ok());
+    }
+
+    #[test]
+    fn a_dependency_that_closes_a_cycle_is_refused_naming_it() {
+        let edges: BTreeMap<u64, Vec<u64>> = [(5, vec![8]), (8, vec![3]), (4, vec![])].into();
+        assert!(check_dependencies(3, &[4], &edges).is_ok());
+        match check_dependencies(3, &[5], &edges) {
+            Err(Error::ConflictOn { field: "depends_on", reason }) => {
+                assert!(reason.ends_with("#3 -> #5 -> #8 -> #3"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(check_dependencies(3, &[3], &edges).is_err());
+    }
+}
