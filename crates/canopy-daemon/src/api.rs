@@ -187,23 +187,27 @@ macro_rules! dispatch {
     }};
     (@call $api:ident, Operators, $area:ident . $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
         let caller = $api.auth.authenticate($token).await?;
+        // Kept only for an agent, whose refusals are audited.
+        let agent = (caller.kind == AccountKind::Agent).then(|| caller.clone());
         let answer: Result<$resp, Error> = async {
             canopy_core::acl::require_operator(&caller, $method.as_str())?;
             let request: $req = decode_request($payload)?;
-            $api.$area.$handler(caller.clone(), request).await
+            $api.$area.$handler(caller, request).await
         }
         .await;
-        ok($api.audited(&caller, $method, answer).await?)
+        ok($api.audited(agent.as_ref(), $method, answer).await?)
     }};
     (@call $api:ident, Anyone, $area:ident . $handler:ident, $req:ty, $resp:ty, $token:ident, $payload:ident, $method:ident) => {{
         let caller = $api.auth.authenticate($token).await?;
+        // Kept only for an agent, whose refusals are audited.
+        let agent = (caller.kind == AccountKind::Agent).then(|| caller.clone());
         let answer: Result<$resp, Error> = async {
             $api.prompts.check_tool(&caller, $method).await?;
             let request: $req = decode_request($payload)?;
-            $api.$area.$handler(caller.clone(), request).await
+            $api.$area.$handler(caller, request).await
         }
         .await;
-        ok($api.audited(&caller, $method, answer).await?)
+        ok($api.audited(agent.as_ref(), $method, answer).await?)
     }};
     ($(($variant:ident, $area:ident . $handler:ident, $name:literal, $req:ty => $resp:ty, $access:ident, $who:literal, $what:literal, $tool:expr)),* $(,)?) => {
         impl Api {
@@ -220,13 +224,13 @@ macro_rules! dispatch {
 canopy_proto::api_methods!(dispatch);
 
 impl Api {
-    /// Records an agent's refused request (`forbidden`: a method only operators call, a tool its
+    /// Records an agent's (`agent`: the caller when it is one) refused request (`forbidden`: a method only operators call, a tool its
     /// role lacks, an act outside its subtree or its channels) in the audit log as
     /// `<method>.refused`, then returns the answer unchanged. A failed record is logged: the
     /// refusal stands either way.
-    async fn audited<T>(&self, caller: &Caller, method: Method, answer: Result<T, Error>) -> Result<T, Error> {
+    async fn audited<T>(&self, agent: Option<&Caller>, method: Method, answer: Result<T, Error>) -> Result<T, Error> {
         if let Err(Error::Forbidden { action, reason }) = &answer
-            && caller.kind == AccountKind::Agent
+            && let Some(caller) = agent
             && !AUDITED_BY_HANDLER.contains(&method)
         {
             let (who, act, what, why) =

@@ -23,7 +23,7 @@ impl BudgetGate {
 
     /// Why `handle` is held, if a spent budget covers it.
     pub fn hold(&self, handle: &str) -> Option<String> {
-        self.snapshot().held.get(handle).cloned()
+        self.holds.read().unwrap_or_else(std::sync::PoisonError::into_inner).held.get(handle).cloned()
     }
 
     /// Refuses to start spending for an agent a spent budget covers.

@@ -38,9 +38,4 @@ impl Replies {
             handler.react(poster, message).await;
         }
     }
-
-    /// The registered handlers' names, in order.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.handlers.iter().map(|h| h.name()).collect()
-    }
 }

@@ -96,22 +96,12 @@ pub(crate) fn fatal_report(exit: &SessionExit) -> SessionReport {
 mod tests {
     use super::*;
 
+    /// The tests' runner settings, with the backoff and crash-loop numbers these tests count.
     fn settings() -> RunnerSettings {
         RunnerSettings {
-            sync_interval: Duration::from_secs(60),
-            capacity: 4,
-            restart_backoff_min: Duration::from_millis(100),
             restart_backoff_max: Duration::from_millis(300),
             crash_loop_count: 4,
-            crash_loop_window: Duration::from_secs(60),
-            ready_timeout: Duration::from_secs(10),
-            stop_grace: Duration::from_secs(1),
-            max_line_bytes: 1 << 20,
-            report_queue: 64,
-            quiet_window: Duration::from_millis(10),
-            coalesce_cap: Duration::from_millis(50),
-            delivery_batch: 10,
-            delivery_resync: Duration::from_secs(3600),
+            ..crate::session::testing::settings()
         }
     }
 

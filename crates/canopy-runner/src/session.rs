@@ -74,6 +74,6 @@ pub(crate) fn spawn(context: SessionContext) -> SessionSlot {
 }
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
