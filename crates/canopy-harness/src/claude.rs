@@ -228,17 +228,16 @@ fn conversation(spec: &LaunchSpec, resume: Resume) -> (Conversation, Option<Stri
 
 /// Writes the prompt and MCP files and adds Claude Code's arguments and environment.
 pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) -> Result<Box<dyn Codec>, LaunchError> {
-    let files = |path: std::path::PathBuf| move |source| LaunchError::Files { path, source };
     let write = |name: &str, text: &[u8]| {
         let path = spec.session_dir.join(name);
-        std::fs::write(&path, text).map_err(files(path))
+        std::fs::write(&path, text).map_err(LaunchError::files(path))
     };
     write(PROMPT_FILE, spec.prompt.text().as_bytes())?;
     let mcp = serde_json::to_vec_pretty(&mcp_config(&spec.mcp_url, &spec.mcp_token)).unwrap_or_default();
     // The token is a credential: the file is created readable by the session's user only.
     crate::launch::write_private(spec.session_dir.join(MCP_CONFIG_FILE), &mcp)?;
     let config_dir = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir).join(CONFIG_DIR);
-    std::fs::create_dir_all(&config_dir).map_err(files(config_dir.clone()))?;
+    std::fs::create_dir_all(&config_dir).map_err(LaunchError::files(config_dir.clone()))?;
     let (conversation, note) = conversation(spec, resume);
     command.args(arguments(spec, &conversation)).env("CLAUDE_CONFIG_DIR", &config_dir);
     for (key, value) in QUIET_ENV {

@@ -57,14 +57,13 @@ pub const OPENAI_KEY_ENV: &str = "OPENAI_API_KEY";
 /// codec that performs the handshake.
 pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) -> Result<Box<dyn Codec>, LaunchError> {
     let home = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir).join(CODEX_HOME_DIR);
-    std::fs::create_dir_all(&home).map_err(|source| LaunchError::Files { path: home.clone(), source })?;
+    std::fs::create_dir_all(&home).map_err(LaunchError::files(home.clone()))?;
     // The prompt as given, for the operator (and tests) to compare with what the model got.
     let prompt_path = spec.session_dir.join(PROMPT_FILE);
-    std::fs::write(&prompt_path, spec.prompt.text())
-        .map_err(|source| LaunchError::Files { path: prompt_path, source })?;
+    std::fs::write(&prompt_path, spec.prompt.text()).map_err(LaunchError::files(prompt_path))?;
     let config = config_toml(spec.model.as_deref(), spec.provider.as_ref(), spec.sandbox.mode)?;
     let config_path = home.join(CONFIG_FILE);
-    std::fs::write(&config_path, config).map_err(|source| LaunchError::Files { path: config_path, source })?;
+    std::fs::write(&config_path, config).map_err(LaunchError::files(config_path))?;
     command.arg("app-server").env("CODEX_HOME", &home).env(TOKEN_ENV, &spec.mcp_token);
     // The API key is the one credential passed through from Canopy's own environment, by
     // the name the configuration gives; an entry in `[harness.codex] env` wins.

@@ -3,9 +3,9 @@
 //! conversation, and what a confined session is granted.
 //!
 //! The vocabulary the codecs (`claude`, `codex`, `omp`, `pi`, `scripted`) and `session`
-//! share, below both, so neither imports the other. Owns `write_private`, the one way a
-//! launch writes a file that may hold a credential, and `forget_record`, how a failed resume
-//! is forgotten. Does not start processes (`session` does) or build a harness's command
+//! share, below both, so neither imports the other. Owns `write_private`, how a launch writes
+//! a file that may hold a credential (0600), and `forget_record`, how a failed resume is
+//! forgotten. Does not start processes (`session` does) or build a harness's command
 //! line (each adapter does).
 
 use std::path::PathBuf;
@@ -127,6 +127,14 @@ pub enum LaunchError {
     Unconfinable(#[from] Unconfinable),
 }
 
+impl LaunchError {
+    /// The error of a file or directory `path` a launch could not make, for `map_err`.
+    pub(crate) fn files(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> LaunchError {
+        let path = path.into();
+        move |source| LaunchError::Files { path, source }
+    }
+}
+
 /// Whether `prepare` may resume the agent's previous conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resume {
@@ -210,5 +218,5 @@ pub(crate) fn write_private(path: PathBuf, bytes: &[u8]) -> Result<(), LaunchErr
         .mode(0o600)
         .open(&path)
         .and_then(|mut file| file.write_all(bytes))
-        .map_err(|source| LaunchError::Files { path, source })
+        .map_err(LaunchError::files(path))
 }

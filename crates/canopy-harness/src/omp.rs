@@ -179,7 +179,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     let (provider, model) = provider_and_model(spec, "omp")?;
     let keep = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir);
     let agent_dir = keep.join(AGENT_DIR);
-    std::fs::create_dir_all(&agent_dir).map_err(|source| LaunchError::Files { path: agent_dir.clone(), source })?;
+    std::fs::create_dir_all(&agent_dir).map_err(LaunchError::files(agent_dir.clone()))?;
     let api = provider.api.as_deref().unwrap_or("anthropic-messages");
     let docs = [
         ("models.yml", models(&provider.base_url, api, provider.api_key_env.as_deref(), model)),
@@ -191,7 +191,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     }
     write_private(spec.session_dir.join(PROMPT_FILE), spec.prompt.text().as_bytes())?;
     let agents = spec.session_dir.join("home/.omp/agent/agents");
-    std::fs::create_dir_all(&agents).map_err(|source| LaunchError::Files { path: agents.clone(), source })?;
+    std::fs::create_dir_all(&agents).map_err(LaunchError::files(agents.clone()))?;
     for agent in &spec.subagents {
         let description = agent.description.replace(['\n', '"'], " ");
         let text =

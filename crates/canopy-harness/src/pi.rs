@@ -42,7 +42,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command, resume: Resume) 
     let (provider, model) = provider_and_model(spec, "pi")?;
     let keep = spec.agent_dir.as_ref().unwrap_or(&spec.session_dir);
     let agent_dir = keep.join(AGENT_DIR);
-    std::fs::create_dir_all(&agent_dir).map_err(|source| LaunchError::Files { path: agent_dir.clone(), source })?;
+    std::fs::create_dir_all(&agent_dir).map_err(LaunchError::files(agent_dir.clone()))?;
     let models = json!({
         "providers": {
             PROVIDER: {

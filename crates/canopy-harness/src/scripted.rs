@@ -36,7 +36,7 @@ pub(crate) fn prepare(spec: &LaunchSpec, command: &mut Command) -> Result<Box<dy
         .unwrap_or_else(|| "script.toml".into());
     let write = |name: &str, text: &str| {
         let path = spec.session_dir.join(name);
-        std::fs::write(&path, text).map_err(|source| LaunchError::Files { path, source })
+        std::fs::write(&path, text).map_err(LaunchError::files(path))
     };
     write(PROMPT_FILE, spec.prompt.text())?;
     write(&file_name, script_text)?;

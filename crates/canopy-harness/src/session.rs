@@ -12,7 +12,6 @@
 //! failed resume never fails the session.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -101,21 +100,20 @@ impl Session {
         resume: Resume,
         note: Option<HarnessEvent>,
     ) -> Result<(Session, mpsc::Receiver<HarnessEvent>), (Option<String>, LaunchError)> {
-        let mut resuming = None;
-        Session::spawn(spec, event_capacity, resume, note, &mut resuming).await.map_err(|e| (resuming, e))
+        let (command, codec) = prepare_command(spec, resume).map_err(|e| (None, e))?;
+        let resuming = codec.resuming();
+        Session::spawn(spec, event_capacity, command, codec, note).await.map_err(|e| (resuming, e))
     }
 
-    /// One launch: the command with the kind's files, the child, its first input, the tasks
-    /// that read its output and wait for its exit, then the wait until it is ready.
+    /// One launch of a prepared command: the child, its first input, the tasks that read its
+    /// output and wait for its exit, then the wait until it is ready.
     async fn spawn(
         spec: &LaunchSpec,
         event_capacity: usize,
-        resume: Resume,
+        command: Command,
+        mut codec: Box<dyn Codec>,
         note: Option<HarnessEvent>,
-        resuming: &mut Option<String>,
     ) -> Result<(Session, mpsc::Receiver<HarnessEvent>), LaunchError> {
-        let (command, mut codec) = prepare_command(spec, resume)?;
-        *resuming = codec.resuming();
         let mut child = start_child(spec, command)?;
         let pid = child.id().unwrap_or(0);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -270,9 +268,8 @@ impl Session {
 /// The harness's command in a clean environment (the user's own settings never leak into a
 /// session), with the kind's arguments and files added, and the codec that speaks to it.
 fn prepare_command(spec: &LaunchSpec, resume: Resume) -> Result<(Command, Box<dyn Codec>), LaunchError> {
-    let files = |path: PathBuf| move |source| LaunchError::Files { path, source };
-    std::fs::create_dir_all(spec.session_dir.join("home")).map_err(files(spec.session_dir.clone()))?;
-    std::fs::create_dir_all(&spec.cwd).map_err(files(spec.cwd.clone()))?;
+    std::fs::create_dir_all(spec.session_dir.join("home")).map_err(LaunchError::files(spec.session_dir.clone()))?;
+    std::fs::create_dir_all(&spec.cwd).map_err(LaunchError::files(spec.cwd.clone()))?;
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.program_args)
@@ -297,8 +294,7 @@ fn start_child(spec: &LaunchSpec, command: Command) -> Result<Child, LaunchError
         }
     };
     let stderr_path = spec.session_dir.join("stderr.log");
-    let stderr =
-        std::fs::File::create(&stderr_path).map_err(|source| LaunchError::Files { path: stderr_path, source })?;
+    let stderr = std::fs::File::create(&stderr_path).map_err(LaunchError::files(stderr_path))?;
     command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
     canopy_sys::new_session(&mut command);
     canopy_sys::die_with_parent(&mut command);

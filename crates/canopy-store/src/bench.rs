@@ -13,7 +13,8 @@ use crate::{Store, sql};
 pub async fn prepare(store: &Store) -> Result<(), Error> {
     store
         .write(|c| {
-            c.execute_batch("CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+            c.execute("CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, body BLOB NOT NULL)", [])
+                .map(|_| ())
                 .map_err(sql("creating the baseline table"))
         })
         .await

@@ -96,10 +96,6 @@ impl<'a> Db<'a> {
         self.conn.execute(sql, params)
     }
 
-    pub(crate) fn execute_batch(&self, sql: &str) -> rusqlite::Result<()> {
-        self.conn.execute_batch(sql)
-    }
-
     pub(crate) fn query_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
     where
         P: rusqlite::Params,

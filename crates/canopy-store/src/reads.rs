@@ -95,9 +95,9 @@ impl ReadPool {
             // Kept, it would answer every later read from the old snapshot: closed instead.
             tracing::warn!(error = %e, "rolling back a read cut short failed; closing its connection");
             drop(pooled);
-            return (!passed).then_some(result);
+        } else {
+            self.give_back(pooled);
         }
-        self.give_back(pooled);
         (!passed).then_some(result)
     }
 

@@ -318,7 +318,8 @@ pub fn decide_spawn(
                 (SpawnState::Spawned, say::spawned(caller.handle.as_str(), &request))
             }
             Err(e) => {
-                conn.execute_batch("ROLLBACK TO spawn; RELEASE spawn").map_err(sql("undoing a spawn"))?;
+                conn.execute("ROLLBACK TO spawn", []).map_err(sql("undoing a spawn"))?;
+                conn.execute("RELEASE spawn", []).map_err(sql("undoing a spawn"))?;
                 (SpawnState::Failed, say::spawn_failed(caller.handle.as_str(), &request, &e.to_string()))
             }
         }

@@ -23,8 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use crate::CanopyTools;
-/// Kept reachable here, beside the endpoint that checks it.
-pub use crate::bearer::bearer;
+use crate::bearer::bearer;
 
 /// Decides whether a bearer token belongs to a session this endpoint serves.
 pub type TokenCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;

@@ -5,7 +5,7 @@
 //! Responses reuse the model types from `canopy-core`.
 //!
 //! One file per area, named as the daemon's areas and the CLI's commands are: `agents`,
-//! `messages`, `sessions`, `delivery`, `gate`, `runs`, `repos`, `prompts`, `history`,
+//! `messages`, `sessions`, `delivery`, `gate`, `runs`, `repos`, `merges`, `prompts`, `history`,
 //! `budgets`, `credentials`. This module only re-exports them, so `canopy_proto::api::*`
 //! names every wire type; an area imports from a lower one, never the other way.
 
