@@ -11,7 +11,7 @@ use canopy_proto::api::{InterruptReply, InterruptRequest, SteerReply, SteerReque
 use canopy_proto::{Reply, WireError};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::session::SessionCommand;
+use crate::session::{SessionCommand, not_interrupted, refused};
 
 /// The answer to a steer request: refused at once when it cannot be read, names no session
 /// live here, or arrived after the poster's deadline (`now_ms`, Unix milliseconds, is
@@ -21,8 +21,6 @@ pub(crate) async fn answer_steer(
     session: Option<mpsc::Sender<SessionCommand>>,
     now_ms: u64,
 ) -> SteerReply {
-    let refused =
-        |reason: String| SteerReply { steered: false, turn_id: None, reason: Some(reason), written_at_us: None };
     match (parsed, session) {
         (Err(e), _) => refused(format!("bad steer request: {e}")),
         (Ok(_), None) => refused("the session is not live on this runner".into()),
@@ -43,14 +41,13 @@ pub(crate) async fn answer_interrupt(
     parsed: Result<InterruptRequest, serde_json::Error>,
     session: Option<mpsc::Sender<SessionCommand>>,
 ) -> InterruptReply {
-    let refused = |reason: String| InterruptReply { interrupted: false, turn_id: None, reason: Some(reason) };
     match (parsed, session) {
-        (Err(e), _) => refused(format!("bad interrupt request: {e}")),
-        (Ok(_), None) => refused("the session is not live on this runner".into()),
+        (Err(e), _) => not_interrupted(&format!("bad interrupt request: {e}")),
+        (Ok(_), None) => not_interrupted("the session is not live on this runner"),
         (Ok(_), Some(commands)) => {
             let (reply, answer) = oneshot::channel();
             let interrupt = SessionCommand::Interrupt { reply };
-            ask(&commands, interrupt, answer).await.unwrap_or_else(|| refused("the session ended".into()))
+            ask(&commands, interrupt, answer).await.unwrap_or_else(|| not_interrupted("the session ended"))
         }
     }
 }

@@ -10,11 +10,11 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use canopy_core::Presence;
-use canopy_proto::api::{ReportedActivity, SessionReport};
+use canopy_proto::api::SessionReport;
 use tokio::time::Instant;
 
 use crate::options::RunnerSettings;
-use crate::session::SessionExit;
+use crate::session::{SessionExit, ended_report};
 
 /// What the runner does after a crash.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,43 +53,20 @@ pub(crate) fn judge_crash(
 
 /// The report of a crash the runner judged.
 pub(crate) fn crash_report(exit: &SessionExit, verdict: &Verdict) -> SessionReport {
-    SessionReport {
-        agent: exit.agent.clone(),
-        incarnation: exit.incarnation,
-        presence: Some(if verdict.crash_loop { Presence::Crashed } else { Presence::Starting }),
-        reason: Some(verdict.reason.clone()),
-        activity: Some(ReportedActivity {
-            kind: if verdict.crash_loop { "crash_loop" } else { "session_crashed" }.into(),
-            turn_id: None,
-            summary: verdict.reason.clone(),
-            detail: serde_json::Value::Null,
-        }),
-        ended: true,
-        crash_loop: verdict.crash_loop,
-        fatal: false,
-        usage: None,
-    }
+    let (presence, kind) = match verdict.crash_loop {
+        true => (Presence::Crashed, "crash_loop"),
+        false => (Presence::Starting, "session_crashed"),
+    };
+    let report = ended_report(exit.agent.clone(), exit.incarnation, presence, kind, verdict.reason.clone());
+    SessionReport { crash_loop: verdict.crash_loop, ..report }
 }
 
 /// The report of a session that cannot start and whose restart cannot help: the agent stops
 /// at once, and the operator is told why in its home channel.
 pub(crate) fn fatal_report(exit: &SessionExit) -> SessionReport {
-    SessionReport {
-        agent: exit.agent.clone(),
-        incarnation: exit.incarnation,
-        presence: Some(Presence::Crashed),
-        reason: Some(exit.reason.clone()),
-        activity: Some(ReportedActivity {
-            kind: "session_failed".into(),
-            turn_id: None,
-            summary: exit.reason.clone(),
-            detail: serde_json::Value::Null,
-        }),
-        ended: true,
-        crash_loop: true,
-        fatal: true,
-        usage: None,
-    }
+    let report =
+        ended_report(exit.agent.clone(), exit.incarnation, Presence::Crashed, "session_failed", exit.reason.clone());
+    SessionReport { crash_loop: true, fatal: true, ..report }
 }
 
 #[cfg(test)]

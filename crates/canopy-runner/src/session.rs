@@ -30,6 +30,8 @@ use canopy_core::Incarnation;
 use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use interface::{SessionCommand, SessionContext, SessionExit};
+pub(crate) use reports::ended_report;
+pub(crate) use steer::{not_interrupted, refused};
 
 /// How many commands (doorbells, steers, interrupts) wait for a session before the runner's
 /// doorbells fold and its steers wait.

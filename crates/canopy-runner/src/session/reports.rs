@@ -71,22 +71,32 @@ impl Reports {
         self.send(event_report(self.blank(), &self.model, event)).await;
     }
 
-    /// The session ended: its last presence and why.
-    pub async fn ended(&self, reason: String, presence: Presence) {
-        let activity = ReportedActivity {
-            kind: "session_ended".into(),
-            turn_id: None,
-            summary: reason.clone(),
-            detail: serde_json::Value::Null,
-        };
-        let report = SessionReport {
-            presence: Some(presence),
-            reason: Some(reason),
-            activity: Some(activity),
-            ended: true,
-            ..self.blank()
-        };
-        self.send(report).await;
+    /// The session ended (stopped as asked): it is offline, and why.
+    pub async fn ended(&self, reason: String) {
+        self.send(ended_report(self.agent.clone(), self.incarnation, Presence::Offline, "session_ended", reason)).await;
+    }
+}
+
+/// The report that a session ended: its last presence, why, and its activity line `kind`.
+pub(crate) fn ended_report(
+    agent: String,
+    incarnation: canopy_core::Incarnation,
+    presence: Presence,
+    kind: &str,
+    reason: String,
+) -> SessionReport {
+    let activity =
+        ReportedActivity { kind: kind.into(), turn_id: None, summary: reason.clone(), detail: serde_json::Value::Null };
+    SessionReport {
+        agent,
+        incarnation,
+        presence: Some(presence),
+        reason: Some(reason),
+        activity: Some(activity),
+        ended: true,
+        crash_loop: false,
+        fatal: false,
+        usage: None,
     }
 }
 
@@ -175,7 +185,7 @@ mod tests {
     #[tokio::test]
     async fn an_end_is_reported_as_ended_with_its_reason() {
         let (reports, mut rx) = reports();
-        reports.ended("stopped (exited 0)".into(), Presence::Offline).await;
+        reports.ended("stopped (exited 0)".into()).await;
         let report = rx.recv().await.unwrap();
         assert!(report.ended);
         assert_eq!((report.presence, report.reason.as_deref()), (Some(Presence::Offline), Some("stopped (exited 0)")));

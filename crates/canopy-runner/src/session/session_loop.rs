@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use canopy_core::{Presence, RunnerId};
+use canopy_core::RunnerId;
 use canopy_harness::{HarnessEvent, SendMode, SendOutcome, Session};
 use canopy_proto::api::{ContinuityWhen, SessionAssignment, SessionReport};
 use tokio::sync::{mpsc, oneshot};
@@ -240,7 +240,7 @@ impl SessionLoop {
             EndReport::Failed => {
                 self.reports.activity("session_failed", ending.reason.clone(), serde_json::Value::Null).await;
             }
-            EndReport::Stopped => self.reports.ended(format!("stopped ({})", ending.reason), Presence::Offline).await,
+            EndReport::Stopped => self.reports.ended(format!("stopped ({})", ending.reason)).await,
         }
         let exit = ending.exit(&self.assignment.agent, self.assignment.incarnation);
         if self.exits.send(exit).await.is_err() {

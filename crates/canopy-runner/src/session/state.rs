@@ -92,7 +92,8 @@ impl LoopState {
                 self.fatal = Some(text.clone());
                 return EventStep::Stop;
             }
-            HarnessEvent::Text { text, .. } => self.last_text.clone_from(text),
+            // A run's last words are its report; a standing session keeps none.
+            HarnessEvent::Text { text, .. } if self.run => self.last_text.clone_from(text),
             HarnessEvent::TurnEnded { status, .. } if self.run && !self.run_reported => {
                 self.schedule.run_ended();
                 self.run_reported = true;
@@ -147,7 +148,6 @@ impl LoopState {
             self.commands_closed = true;
             return CommandStep::Stop;
         };
-        let turn = self.running_turn();
         match command {
             SessionCommand::Hint => {
                 self.schedule.hint(now);
@@ -155,11 +155,11 @@ impl LoopState {
             }
             // Bound to the turn running now; the harness refuses it if that turn ends first,
             // and the daemon then rings for a turn-start delivery.
-            SessionCommand::Steer { message, reply } => match turn {
+            SessionCommand::Steer { message, reply } => match self.running_turn() {
                 Some(turn_id) => CommandStep::Steer { message, turn_id, reply },
                 None => CommandStep::RefuseSteer { reply, answer: refused("no turn is running".into()) },
             },
-            SessionCommand::Interrupt { reply } => match turn {
+            SessionCommand::Interrupt { reply } => match self.running_turn() {
                 Some(turn_id) => CommandStep::Interrupt { turn_id, reply },
                 None if self.schedule.stopping() => {
                     CommandStep::RefuseInterrupt { reply, answer: not_interrupted("the session is stopping") }
@@ -174,11 +174,9 @@ impl LoopState {
         (!self.schedule.stopping()).then(|| self.schedule.turn().map(str::to_owned)).flatten()
     }
 
-    /// Starts the turn-start delivery due at `now`, if one may start.
+    /// Starts the turn-start delivery due at `now`, if one may start (none while stopping:
+    /// the schedule is never due then).
     pub fn start_delivery(&mut self, now: Instant) -> Option<Delivery> {
-        if self.schedule.stopping() {
-            return None;
-        }
         self.schedule.start_delivery(now)
     }
 

@@ -47,6 +47,8 @@ async fn a_launch_carries_the_agent_its_directories_and_its_harnesss_settings() 
     assert_eq!((spec.mcp_url.as_str(), spec.mcp_token.as_str()), ("http://127.0.0.1:9/mcp", "cns_test"));
     assert!(spec.env.contains(&("CANOPY_AGENT".into(), "a".into())));
     assert!(spec.env.contains(&("CANOPY_INCARNATION".into(), "1".into())));
+    assert_eq!(spec.sandbox, options.sandbox, "every launch is confined as the runner is configured");
+    assert_eq!(spec.sandbox.mode, canopy_harness::SandboxMode::Required);
     let mut claude = assignment();
     claude.harness = "claude".into();
     let spec = prepare(&claude, &options, "").unwrap();
