@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use crate::setup::Bench;
 
 /// Payload for the raw baselines: `n` bytes (300 is the size of a typical post).
-pub fn payload(n: usize) -> Bytes {
+pub(crate) fn payload(n: usize) -> Bytes {
     Bytes::from(vec![b'x'; n])
 }
 

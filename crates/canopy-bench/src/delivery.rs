@@ -56,7 +56,11 @@ async fn post_burst(bench: &Bench, homes: &[String], total: usize) -> Result<f64
 /// Each poster is a load generator as lean as the raw baseline's: its request is encoded once
 /// (the same body every time; no idempotency key, so each is a new message) and each reply is
 /// checked to be a success without building the response, so the figure is the daemon's.
-pub async fn post_burst_timed(bench: &Bench, homes: &[String], total: usize) -> Result<(f64, Vec<Duration>), String> {
+pub(crate) async fn post_burst_timed(
+    bench: &Bench,
+    homes: &[String],
+    total: usize,
+) -> Result<(f64, Vec<Duration>), String> {
     let posters = homes.len();
     let subject = bench.api.subjects.api(method::MessagesPost::METHOD);
     let started = Instant::now();

@@ -13,7 +13,6 @@ use std::process::ExitCode;
 use canopy_bus::CallError;
 use canopy_cli::exit::{fail, fail_usage};
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 /// Measure delivery performance beside raw NATS and SQLite baselines, on a temporary
 /// workspace (build with --release for meaningful numbers).
@@ -57,34 +56,12 @@ fn main() -> ExitCode {
             // A usage message that cannot be written has nowhere else to go; the exit code
             // below still tells the caller.
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(canopy_cli::EXIT_USAGE) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() { ExitCode::from(canopy_cli::exit::EXIT_USAGE) } else { ExitCode::SUCCESS };
         }
     };
-    init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let code = runtime.block_on(bench(parsed));
-    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    ExitCode::from(code)
-}
-
-/// Warnings and errors on stderr (`RUST_LOG` sets the level), as `canopy` logs a command
-/// that is not a daemon or a runner.
-fn init_logging() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let installed =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).try_init();
-    if let Err(e) = installed {
-        // Nothing else in this process installs one; if something did, it keeps logging.
-        eprintln!("warning: setting up logging: {e}");
-    }
+    // Warnings and errors on stderr (`RUST_LOG` sets the level), as `canopy` logs a command.
+    canopy_cli::log_to_stderr("warn", false);
+    canopy_cli::block_on(bench(parsed))
 }
 
 /// Runs the benchmark and prints each figure beside its baseline; the exit code.
@@ -97,10 +74,7 @@ async fn bench(args: Args) -> u8 {
     match canopy_bench::run(options).await {
         Ok(figures) => {
             if args.json {
-                match serde_json::to_string_pretty(&figures) {
-                    Ok(text) => println!("{text}"),
-                    Err(e) => eprintln!("error: encoding output: {e}"),
-                }
+                canopy_cli::json(&figures);
             } else {
                 print!("{}", canopy_bench::table(&figures));
             }

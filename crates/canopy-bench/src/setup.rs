@@ -8,7 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-use canopy_bus::ApiClient;
 use canopy_cli::sandbox::{Sandbox, Setup, Stopped};
 use canopy_config::RunnerCredential;
 use canopy_proto::api::*;
@@ -17,10 +16,10 @@ use canopy_store::Store;
 use futures_util::StreamExt;
 
 /// The runner id the broadcast figure registers, so sessions exist without processes.
-pub const FAKE_RUNNER: &str = "bench-fake-runner";
+pub(crate) const FAKE_RUNNER: &str = "bench-fake-runner";
 
 /// The in-process runner's id.
-pub const BENCH_RUNNER: &str = "bench-runner";
+pub(crate) const BENCH_RUNNER: &str = "bench-runner";
 
 /// How the benchmark's `canopy.toml` differs from the defaults.
 const EDITS: &[(&str, &str)] = &[
@@ -35,14 +34,9 @@ pub fn fake_runner() -> canopy_core::RunnerId {
     canopy_core::RunnerId::from_trusted(FAKE_RUNNER.to_owned())
 }
 
-/// A sandbox set up for the benchmark, with its runners and raw stores.
+/// A sandbox set up for the benchmark, with its runners and raw stores; its sandbox's
+/// clients and operator token are reached through it (`Deref`).
 pub struct Bench {
-    /// The sandbox's operator client over NATS.
-    pub api: ApiClient,
-    /// The sandbox's in-process client.
-    pub in_process: ApiClient,
-    /// The operator's token.
-    pub operator: String,
     sandbox: Sandbox,
     /// The stand-in runner's API token.
     runner_token: String,
@@ -55,6 +49,14 @@ pub struct Bench {
     pub(crate) raw_posts: tokio::sync::OnceCell<(canopy_core::acl::Caller, Vec<canopy_core::ChannelName>)>,
     /// A reader of the workspace's database, for row counts.
     reader: Store,
+}
+
+impl std::ops::Deref for Bench {
+    type Target = Sandbox;
+
+    fn deref(&self) -> &Sandbox {
+        &self.sandbox
+    }
 }
 
 impl Bench {
@@ -84,17 +86,9 @@ impl Bench {
             Ok::<_, String>((bench_runner, fake.token, raw, reader))
         };
         match opened.await {
-            Ok((bench_runner, runner_token, raw, reader)) => Ok(Bench {
-                api: sandbox.api.clone(),
-                in_process: sandbox.in_process.clone(),
-                operator: sandbox.operator.clone(),
-                sandbox,
-                runner_token,
-                bench_runner,
-                raw,
-                raw_posts: tokio::sync::OnceCell::new(),
-                reader,
-            }),
+            Ok((bench_runner, runner_token, raw, reader)) => {
+                Ok(Bench { sandbox, runner_token, bench_runner, raw, raw_posts: tokio::sync::OnceCell::new(), reader })
+            }
             Err(e) => {
                 sandbox.stop().await;
                 Err(e)

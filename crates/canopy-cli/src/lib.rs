@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 pub use args::Cli;
-pub use exit::{EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE};
+pub use output::{json, log_to_stderr};
 
 /// Parses the process's arguments, runs the command, and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -49,10 +49,16 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             // A usage message that cannot be written has nowhere else to go (no logging
             // yet); the exit code below still tells the caller.
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() { ExitCode::from(exit::EXIT_USAGE) } else { ExitCode::SUCCESS };
         }
     };
     output::init_logging(&cli);
+    block_on(commands::run(cli))
+}
+
+/// Runs a command on a fresh runtime and makes its code the process's exit code; blocking
+/// tasks (stdin readers) that may never finish are not waited for.
+pub fn block_on(command: impl std::future::Future<Output = u8>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -60,8 +66,7 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(commands::run(cli));
-    // Do not wait for blocking tasks (stdin readers) that may never finish.
+    let code = runtime.block_on(command);
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     ExitCode::from(code)
 }

@@ -61,6 +61,12 @@ pub fn init_logging(cli: &Cli) {
     } else {
         "warn"
     };
+    log_to_stderr(default, matches!(cli.log_format, LogFormat::Json));
+}
+
+/// `tracing` on stderr, at `RUST_LOG`'s level or else `default`, as JSON lines or text (in
+/// colour on a terminal): every command's, and the benchmark binary's.
+pub fn log_to_stderr(default: &str, json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -68,9 +74,9 @@ pub fn init_logging(cli: &Cli) {
         .with_ansi(colour(&std::io::stderr()));
     // Fails only when a subscriber is installed already (a test, or a binary embedding
     // the CLI that set its own): that one keeps logging.
-    let _ = match cli.log_format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+    let _ = match json {
+        true => builder.json().try_init(),
+        false => builder.try_init(),
     };
 }
 

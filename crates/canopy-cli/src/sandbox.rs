@@ -2,8 +2,10 @@
 //! torn down by `stop`. `canopy demo` plays in one; the benchmark (`canopy-bench`, its own
 //! binary) measures in one, which is why this module is public.
 //!
-//! Owns the sandbox's life (init, start, stop, start again) and its operator's clients. Does
-//! not measure anything: the benchmark's raw baselines and stand-in runner are
+//! Owns the sandbox's life (init, start, stop) and its operator's client; what only the
+//! benchmark uses (a client in the daemon's process, stopping the daemon alone and starting it
+//! again, the configuration read) is behind the `testing` feature, out of the shipped binary.
+//! Does not measure anything: the benchmark's raw baselines and stand-in runner are
 //! `canopy-bench`'s, and nothing here touches an existing workspace.
 
 use std::path::Path;
@@ -18,7 +20,7 @@ use canopy_proto::method;
 use tokio::sync::oneshot;
 
 /// How a sandbox's workspace differs from a fresh `canopy init`.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct Setup<'a> {
     /// Text edits (from, to) to the generated `canopy.toml`, each applied once.
     pub edits: &'a [(&'a str, &'a str)],
@@ -34,10 +36,12 @@ pub struct Sandbox {
     /// The operator's client over NATS, as the CLI calls the daemon.
     pub api: ApiClient,
     /// The same API called in this process, as the embedded runner and the console call it.
+    #[cfg(feature = "testing")]
     pub in_process: ApiClient,
     /// The operator's token.
     pub operator: String,
     data: DataDir,
+    #[cfg(feature = "testing")]
     config: Config,
     nats: ManagedNats,
     daemon: tokio::task::JoinHandle<Result<(), canopy_daemon::DaemonError>>,
@@ -48,6 +52,7 @@ pub struct Sandbox {
 }
 
 /// A sandbox whose daemon has stopped: its server and workspace remain until dropped.
+#[cfg(feature = "testing")]
 pub struct Stopped {
     pub nats: ManagedNats,
     pub data: DataDir,
@@ -93,6 +98,7 @@ impl Sandbox {
 
     /// Starts the daemon again on a stopped sandbox's workspace and server (after its
     /// database was filled, say).
+    #[cfg(feature = "testing")]
     pub async fn resume(stopped: Stopped) -> Result<Sandbox, String> {
         Sandbox::launch(stopped.dir, stopped.data, stopped.nats).await
     }
@@ -101,7 +107,12 @@ impl Sandbox {
     async fn launch(dir: tempfile::TempDir, data: DataDir, nats: ManagedNats) -> Result<Sandbox, String> {
         let config = Config::load(&data.config()).map_err(|e| e.to_string())?;
         let (stop, stopped) = oneshot::channel::<()>();
+        #[cfg(feature = "testing")]
         let (client, in_process) = oneshot::channel::<ApiClient>();
+        #[cfg(feature = "testing")]
+        let client = Some(client);
+        #[cfg(not(feature = "testing"))]
+        let client = None;
         let daemon_options = canopy_daemon::DaemonOptions {
             dir: data.clone(),
             git: canopy_runner::wiring::git(&config, data.root()),
@@ -109,7 +120,7 @@ impl Sandbox {
             nats_url: Some(nats.url().to_owned()),
             embedded: Some(Box::new(canopy_runner::wiring::embedded)),
             web: None,
-            client: Some(client),
+            client,
             check_script: canopy_harness::scripted::check_script,
         };
         let daemon = tokio::spawn(canopy_daemon::run(daemon_options, async move {
@@ -143,8 +154,21 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        #[cfg(feature = "testing")]
         let in_process = in_process.await.map_err(|_| "the daemon gave no client in this process".to_owned())?;
-        Ok(Sandbox { api, in_process, operator, data, config, nats, daemon, stop, dir })
+        Ok(Sandbox {
+            api,
+            #[cfg(feature = "testing")]
+            in_process,
+            operator,
+            data,
+            #[cfg(feature = "testing")]
+            config,
+            nats,
+            daemon,
+            stop,
+            dir,
+        })
     }
 
     /// The workspace's data directory.
@@ -153,6 +177,7 @@ impl Sandbox {
     }
 
     /// The workspace's configuration, as the daemon read it.
+    #[cfg(feature = "testing")]
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -164,12 +189,20 @@ impl Sandbox {
 
     /// Stops the daemon and the server; the workspace is removed.
     pub async fn stop(self) {
-        self.stop_daemon().await.nats.shutdown().await;
+        self.halt().await.0.shutdown().await;
     }
 
     /// Stops the in-process daemon, keeping the server and the workspace (for a figure that
     /// restarts the daemon as its own process).
+    #[cfg(feature = "testing")]
     pub async fn stop_daemon(self) -> Stopped {
+        let (nats, data, operator, dir) = self.halt().await;
+        Stopped { nats, data, operator, dir }
+    }
+
+    /// Stops the in-process daemon; what remains is the server, the workspace, the operator's
+    /// token and the directory.
+    async fn halt(self) -> (ManagedNats, DataDir, String, tempfile::TempDir) {
         if self.stop.send(()).is_err() {
             // The daemon's shutdown future is gone: it has ended already; the join says how.
             tracing::debug!("the sandbox's daemon had stopped before it was asked to");
@@ -179,14 +212,7 @@ impl Sandbox {
             Ok(Err(e)) => tracing::warn!("the sandbox's daemon ended with an error: {e}"),
             Err(e) => tracing::warn!("the sandbox's daemon task failed: {e}"),
         }
-        Stopped { nats: self.nats, data: self.data, operator: self.operator, dir: self.dir }
-    }
-}
-
-impl Stopped {
-    /// The stopped sandbox's own directory beside the workspace (`Sandbox::scratch`).
-    pub fn scratch(&self) -> &Path {
-        self.dir.path()
+        (self.nats, self.data, self.operator, self.dir)
     }
 }
 
