@@ -243,6 +243,142 @@ fn path(from: u64, to: u64, edges: &BTreeMap<u64, Vec<u64>>) -> Option<Vec<u64>>
     None
 }
 
+/// Longest issue title, in bytes.
+pub const MAX_TITLE: usize = 200;
+/// Longest issue body or comment, in bytes.
+pub const MAX_BODY: usize = 65_536;
+/// Most labels on one issue.
+pub const MAX_LABELS: usize = 20;
+/// Most dependencies of one issue.
+pub const MAX_DEPENDS_ON: usize = 50;
+
+/// An issue as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Issue {
+    /// `#N` in the workspace.
+    pub number: u64,
+    pub title: String,
+    /// Markdown.
+    pub body: String,
+    pub state: IssueState,
+    /// An agent or an operator; none: nobody (the Supervisor triages it).
+    pub owner: Option<Handle>,
+    pub reporter: Handle,
+    /// The issue this is a sub-issue of.
+    pub parent: Option<u64>,
+    pub depends_on: Vec<u64>,
+    pub labels: Vec<String>,
+    /// What a `blocked` issue waits for.
+    pub blocker: Option<Blocker>,
+    /// The resolution line of a closed issue.
+    pub resolution: Option<String>,
+    /// Where an imported issue came from (`github#123`).
+    pub source: Option<String>,
+    /// The issue's own budget in dollars: runs for it are held once it is spent.
+    pub budget_usd: Option<f64>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// What happened to an issue: one line of its append-only history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueEvent {
+    pub at: String,
+    /// Who did it (`canopy` for the daemon's own events).
+    pub actor: Handle,
+    /// `filed`, `assigned`, `moved`, `commented`, `edited`, `run`, `merge`, `landed`,
+    /// `unblocked`, `sub_issue_closed`, `budget`, `imported`.
+    pub kind: String,
+    /// The note, comment or what changed.
+    pub text: String,
+}
+
+/// An issue's spend: its own usage and its sub-issues' (all levels), in dollars and tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueSpend {
+    pub usd: f64,
+    pub tokens: u64,
+    pub subissues_usd: f64,
+    pub subissues_tokens: u64,
+}
+
+/// A row of an issue list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueSummary {
+    pub number: u64,
+    pub title: String,
+    pub state: IssueState,
+    pub owner: Option<Handle>,
+    pub parent: Option<u64>,
+    pub labels: Vec<String>,
+    pub blocker: Option<Blocker>,
+    /// The issue's own spend in dollars.
+    pub spend_usd: f64,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// Checks a title: one line, not empty, within `MAX_TITLE`.
+pub fn check_title(title: &str) -> Result<String, Error> {
+    one_line("title", title, MAX_TITLE, false)?;
+    Ok(title.trim().to_owned())
+}
+
+/// Checks a body or comment: within `MAX_BODY` (`field` names it); a comment must say something.
+pub fn check_text(field: &'static str, text: &str, may_be_empty: bool) -> Result<String, Error> {
+    if may_be_empty && text.trim().is_empty() {
+        return Ok(String::new());
+    }
+    one_line(field, text, MAX_BODY, true)?;
+    Ok(text.trim_end().to_owned())
+}
+
+/// Checks labels: at most `MAX_LABELS`, each 1-50 characters of letters, digits, `-`, `_`,
+/// `.`, `:` or `/`; returns them sorted without repeats.
+pub fn check_labels(labels: &[String]) -> Result<Vec<String>, Error> {
+    if labels.len() > MAX_LABELS {
+        return Err(Error::invalid("labels", format!("at most {MAX_LABELS} labels")));
+    }
+    let mut out = BTreeSet::new();
+    for label in labels {
+        let label = label.trim();
+        let fine = |c: char| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | ' ');
+        if label.is_empty() || label.len() > 50 || !label.chars().all(fine) {
+            return Err(Error::invalid(
+                "labels",
+                format!("{label:?} is not a label (1-50 letters, digits, spaces, - _ . : /)"),
+            ));
+        }
+        out.insert(label.to_owned());
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// Parses `#N` or `N` as an issue number (`field` names it in the error).
+pub fn parse_number(field: &'static str, text: &str) -> Result<u64, Error> {
+    let digits = text.trim().trim_start_matches('#');
+    match digits.parse::<u64>() {
+        Ok(n) if n > 0 && n <= i64::MAX as u64 => Ok(n),
+        _ => Err(Error::invalid(field, format!("{text:?} is not an issue number (#N)"))),
+    }
+}
+
+/// The topic an issue is discussed under in its owner's home channel: `issue #N: <title>`,
+/// cut to a topic's length.
+pub fn topic(number: u64, title: &str) -> String {
+    let full = format!("issue #{number}: {}", title.trim());
+    let max = crate::names::MAX_TOPIC_CHARS;
+    if full.chars().count() <= max {
+        return full;
+    }
+    let kept: String = full.chars().take(max - 1).collect();
+    format!("{}…", kept.trim_end())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,6 +485,22 @@ mod tests {
         let sideways = Filing::ForDescendant { owner: &m2, parent_owner: Some(&m1) };
         assert!(may_file(&agent("m1"), &sideways, &descendants).is_err());
         assert!(may_file(&operator(), &sideways, &BTreeSet::new()).is_ok());
+    }
+
+    #[test]
+    fn titles_labels_numbers_and_topics_are_checked() {
+        assert_eq!(check_title("  Fix the login  ").unwrap(), "Fix the login");
+        assert!(check_title("two\nlines").is_err() && check_title(" ").is_err());
+        assert!(check_title(&"x".repeat(MAX_TITLE + 1)).is_err());
+        let labels = check_labels(&["ui".into(), "bug".into(), "ui".into()]).unwrap();
+        assert_eq!(labels, vec!["bug".to_owned(), "ui".to_owned()]);
+        assert!(check_labels(&["no\nline".into()]).is_err());
+        assert_eq!(parse_number("issue", "#12").unwrap(), 12);
+        assert!(parse_number("issue", "0").is_err() && parse_number("issue", "x").is_err());
+        assert_eq!(topic(3, "Ship it"), "issue #3: Ship it");
+        let long = topic(3, &"word ".repeat(40));
+        assert!(long.chars().count() <= crate::names::MAX_TOPIC_CHARS && long.ends_with('…'));
+        assert!(crate::TopicName::parse(&long).is_ok());
     }
 
     #[test]

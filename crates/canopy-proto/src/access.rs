@@ -135,6 +135,15 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         // A source that is not a repository.
         Method::ReposAdd => "invalid_argument no no no no no no no no no",
         Method::Whoami => "ok ok ok ok ok ok no no no no",
+        // On an issue lead owns: anyone reads and comments; a run has no issue tools.
+        Method::IssuesList | Method::IssuesShow | Method::IssuesComment => SESSIONS_BUT_RUNS,
+        // Filed for lead: lead itself, its ancestor only as a sub-issue of its own (none
+        // named here), its report as a request up the tree.
+        Method::IssuesCreate => "ok no ok ok no no no no no no",
+        // Lead's issue given to lead's report: lead, an ancestor of both, or an operator.
+        Method::IssuesAssign => "ok ok ok no no no no no no no",
+        // Lead's issue edited: its owner or an operator.
+        Method::IssuesUpdate => "ok no ok no no no no no no no",
         Method::AgentsCreate
         | Method::AgentsList
         | Method::AgentsShow
@@ -161,6 +170,9 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         | Method::RunnersRemove
         | Method::CredentialsRotate
         | Method::MergesList
+        | Method::IssuesBudget
+        | Method::IssuesImport
+        | Method::IssuesExport
         | Method::ReposList
         | Method::ReposGc => OPERATORS,
         Method::RunnersSync | Method::SessionsReport => RUNNERS,

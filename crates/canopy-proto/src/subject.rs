@@ -76,6 +76,17 @@ impl Subjects {
         format!("{}.runner.poke", self.prefix)
     }
 
+    /// `canopy.<ws>.evt.issue.<number>`: published after each committed change to an issue
+    /// (an `IssueEvent` body: a doorbell; readers read the issue through the API).
+    pub fn issue_event(&self, number: u64) -> String {
+        format!("{}.evt.issue.{number}", self.prefix)
+    }
+
+    /// `canopy.<ws>.evt.issue.>`: every issue change in the workspace.
+    pub fn issue_events_all(&self) -> String {
+        format!("{}.evt.issue.>", self.prefix)
+    }
+
     /// `canopy.<ws>.evt.activity.>`: every stored activity item in the workspace.
     pub fn activity_events_all(&self) -> String {
         format!("{}.evt.activity.>", self.prefix)

@@ -27,6 +27,9 @@ pub struct WhoamiResponse {
     /// For an agent: the native tools registered for its session (its MCP tool list).
     #[serde(default)]
     pub tools: Vec<String>,
+    /// Issues blocked on the operator's answer: every one for an operator, an agent's own.
+    #[serde(default)]
+    pub waiting_issues: Vec<canopy_core::issues::IssueSummary>,
 }
 
 /// `agents.create`: provision a standing agent (operators only).

@@ -14,6 +14,10 @@ pub struct MergesRequestRequest {
     /// Your earlier requests this one stacks on (`merge-<n>`); they merge first.
     #[serde(default)]
     pub depends_on: Vec<String>,
+    /// Issues this request works on: when it lands, each one's owner is told (the owner
+    /// closes it).
+    #[serde(default)]
+    pub issues: Vec<u64>,
 }
 
 /// `merges.list` (operators).

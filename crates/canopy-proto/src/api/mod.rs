@@ -5,7 +5,7 @@
 //! Responses reuse the model types from `canopy-core`.
 //!
 //! One file per area, named as the daemon's areas and the CLI's commands are: `agents`,
-//! `messages`, `sessions`, `delivery`, `gate`, `runs`, `repos`, `merges`, `prompts`, `history`,
+//! `messages`, `sessions`, `delivery`, `gate`, `runs`, `repos`, `merges`, `issues`, `prompts`, `history`,
 //! `budgets`, `credentials`. This module only re-exports them, so `canopy_proto::api::*`
 //! names every wire type; an area imports from a lower one, never the other way.
 
@@ -15,6 +15,7 @@ mod credentials;
 mod delivery;
 mod gate;
 mod history;
+mod issues;
 mod merges;
 mod messages;
 mod prompts;
@@ -28,6 +29,7 @@ pub use credentials::*;
 pub use delivery::*;
 pub use gate::*;
 pub use history::*;
+pub use issues::*;
 pub use merges::*;
 pub use messages::*;
 pub use prompts::*;

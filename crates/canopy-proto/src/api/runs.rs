@@ -36,6 +36,9 @@ pub struct RunInfo {
     /// For a subagent the harness ran itself (omp's `task`): its id there; `id` is then 0.
     #[serde(default)]
     pub native: Option<String>,
+    /// The issue it works on.
+    #[serde(default)]
+    pub issue: Option<u64>,
 }
 
 /// `runs.start` (agents, as the `agents_run_subagent` tool): brief an ephemeral implementer.
@@ -53,6 +56,10 @@ pub struct RunsStartRequest {
     /// your current HEAD), or of the repository's base when the repository is not yours.
     #[serde(default)]
     pub base: Option<String>,
+    /// The issue the run works on (one you own): its usage counts toward the issue, and its
+    /// report names it.
+    #[serde(default)]
+    pub issue: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
