@@ -379,6 +379,75 @@ pub fn topic(number: u64, title: &str) -> String {
     format!("{}…", kept.trim_end())
 }
 
+/// What Canopy says in an issue's topic. The wording is here; who is told is the store's.
+pub mod say {
+    /// To the owner of a new issue (or the Supervisor, for one nobody owns).
+    pub fn filed(by: &str, number: u64, title: &str, body: &str, to_parent: bool, unassigned: bool) -> String {
+        let what = match (to_parent, unassigned) {
+            (true, _) => format!("{by} asks this of you, up the tree: #{number} {title}. It is yours now."),
+            (_, true) => format!(
+                "{by} filed #{number} {title} with no owner. Triage it: give it to the Manager whose lane it is."
+            ),
+            _ => format!("{by} filed #{number} {title}. It is yours."),
+        };
+        with_body(what, body)
+    }
+
+    /// To the new owner of a reassigned issue, with what happened so far.
+    pub fn assigned(by: &str, number: u64, title: &str, note: Option<&str>, history: &[String]) -> String {
+        let mut text = format!("{by} gave you #{number} {title}.");
+        if let Some(note) = note {
+            text.push_str(&format!(" Note: {note}"));
+        }
+        if !history.is_empty() {
+            text.push_str("\nSo far:\n");
+            text.push_str(&history.join("\n"));
+        }
+        text
+    }
+
+    /// To the previous owner of a reassigned issue.
+    pub fn taken(by: &str, number: u64, to: &str) -> String {
+        format!("{by} gave #{number} to {to}: it is no longer yours; leave its state to its owner.")
+    }
+
+    /// To the owner, when someone else moved its issue.
+    pub fn moved_for_you(by: &str, number: u64, from: &str, to: &str, note: &str) -> String {
+        format!("{by} moved #{number} from {from} to {to}: {note}")
+    }
+
+    /// To the owner, when someone else commented.
+    pub fn commented(by: &str, number: u64, text: &str) -> String {
+        format!("{by} commented on #{number}:\n\n{text}")
+    }
+
+    /// To a blocked or dependent issue's owner, when an issue it waits for closed.
+    pub fn unblocked(number: u64, waiting: u64, state: &str, resolution: &str) -> String {
+        format!("#{number}, which #{waiting} waits for, is {state}: {resolution}")
+    }
+
+    /// To the parent issue's owner, when a sub-issue closed.
+    pub fn subissue_closed(number: u64, parent: u64, state: &str, resolution: &str) -> String {
+        format!("Sub-issue #{number} of #{parent} is {state}: {resolution}")
+    }
+
+    /// To a linked issue's owner, when a merge request that names it landed.
+    pub fn landed(merge: &str, number: u64, commit: &str) -> String {
+        let short = &commit[..commit.len().min(10)];
+        format!(
+            "{merge}, which works on #{number}, landed ({short}). #{number} stays as it is until you close it: \
+             move it to done with a resolution when the work is finished."
+        )
+    }
+
+    fn with_body(head: String, body: &str) -> String {
+        match body.trim().is_empty() {
+            true => head,
+            false => format!("{head}\n\n{}", crate::redact::cut(body.trim(), 2000)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

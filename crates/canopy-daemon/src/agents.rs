@@ -126,15 +126,18 @@ impl Agents {
             canopy_core::AccountKind::Agent => self.prompts.tools_of(&caller).await?,
             _ => Vec::new(),
         };
-        let (account, workspace) = self
+        let (account, workspace, waiting_issues) = self
             .store
             .read(move |conn| {
                 let account = ops::account(conn, "caller", caller.handle.as_str())?;
                 let workspace = ops::workspace(conn)?.ok_or_else(|| Error::Internal("no workspace row".into()))?;
-                Ok((account, workspace))
+                // Issues blocked on the operator: every one for an operator, an agent's own.
+                let owner = (!caller.is_operator()).then_some(&caller.handle);
+                Ok((account, workspace, ops::waiting_issues(conn, owner)?))
             })
             .await?;
-        Ok(WhoamiResponse { account, workspace, version: env!("CARGO_PKG_VERSION").to_owned(), tools })
+        let version = env!("CARGO_PKG_VERSION").to_owned();
+        Ok(WhoamiResponse { account, workspace, version, tools, waiting_issues })
     }
 
     pub(crate) async fn agents_create(

@@ -30,6 +30,7 @@ use crate::edge::{ok, refusal};
 use crate::gate::{Gate, SpawnReplies};
 use crate::history::History;
 use crate::holds::BudgetGate;
+use crate::issues::Issues;
 use crate::merges::{MergeReplies, Merges};
 use crate::messages::Messages;
 use crate::notify::Notifier;
@@ -57,6 +58,7 @@ pub struct Api {
     pub(crate) runs: Runs,
     pub(crate) repos: Repos,
     pub(crate) merges: Merges,
+    pub(crate) issues: Issues,
     pub(crate) prompts: Prompts,
     pub(crate) history: History,
     pub(crate) budgets: Budgets,
@@ -93,6 +95,7 @@ impl Api {
         let notifier = Notifier::new(config.clone(), data_dir.clone());
         let ends = RunEnds::new(store.clone(), delivery.clone(), config.clone());
         let budgets = Budgets::new(store.clone(), delivery.clone(), holds, &config);
+        let issues = Issues::new(store.clone(), delivery.clone(), wire.clone(), subjects.clone(), budgets.clone());
         let prompts =
             Prompts::new(store.clone(), bundles, roles.clone(), config.clone(), data_dir.clone(), ends.clone());
         let repos = Repos::new(store.clone(), delivery.clone(), ends.clone(), config.clone(), data_dir.clone(), git);
@@ -144,7 +147,7 @@ impl Api {
             workspace_id.clone(),
             nats,
         );
-        let merges = Merges::new(store.clone(), delivery.clone(), notifier, repos.clone());
+        let merges = Merges::new(store.clone(), delivery.clone(), notifier, repos.clone(), issues.clone());
         let mut replies = Replies::default();
         replies.register(Arc::new(SpawnReplies(gate.clone())));
         replies.register(Arc::new(MergeReplies(merges.clone())));
@@ -160,6 +163,7 @@ impl Api {
             runs,
             repos,
             merges,
+            issues,
             prompts,
             history,
             budgets,

@@ -23,7 +23,7 @@ use std::time::Instant;
 use canopy_config::Config;
 use canopy_core::acl::Caller;
 use canopy_core::delivery::{LoopGuard, LoopLimits, PlanRecipient, RecipientFacts, plan};
-use canopy_core::{ChannelName, Error, Message, RunnerId, Seq};
+use canopy_core::{ChannelName, Error, Handle, Message, RunnerId, Seq};
 use canopy_proto::Subjects;
 use canopy_proto::api::*;
 use canopy_store::{Reach, Recipient, Store, ops};
@@ -40,8 +40,9 @@ const MAX_NOTICE_CHAIN: usize = 10_000;
 
 /// What delivery reads and writes in the store.
 pub trait DeliveryStore: Send + Sync + 'static {
-    /// Whom a notice in `channel` reaches (Canopy's system account is the sender).
-    fn notice_reach(&self, channel: ChannelName) -> BoxFuture<'_, Result<Reach, Error>>;
+    /// Whom a notice in `channel` reaches (Canopy's system account is the sender), marking
+    /// `mentions` as mentioned.
+    fn notice_reach(&self, channel: ChannelName, mentions: Vec<Handle>) -> BoxFuture<'_, Result<Reach, Error>>;
     /// Records that these agents' wakes for message `seq` were held (the loop guard, a budget).
     fn record_held(&self, agents: Vec<i64>, seq: Seq) -> BoxFuture<'_, Result<(), Error>>;
     /// Commits the loop guard's notice to both agents of a pair; returns the notices.
@@ -49,10 +50,10 @@ pub trait DeliveryStore: Send + Sync + 'static {
 }
 
 impl DeliveryStore for Store {
-    fn notice_reach(&self, channel: ChannelName) -> BoxFuture<'_, Result<Reach, Error>> {
+    fn notice_reach(&self, channel: ChannelName, mentions: Vec<Handle>) -> BoxFuture<'_, Result<Reach, Error>> {
         Box::pin(self.read(move |conn| {
             let (channel_id, sender) = ops::channel_and_system(conn, &channel)?;
-            ops::reach(conn, channel_id, sender, &[])
+            ops::reach(conn, channel_id, sender, &mentions)
         }))
     }
 
@@ -115,6 +116,16 @@ impl Delivery {
     /// reports): each is already committed; its event is published and its recipients are
     /// reached and rung like any post's. A notice raised on the way joins the queue.
     pub async fn deliver_notices(&self, notices: Vec<Message>) {
+        self.carry_notices(notices, false).await
+    }
+
+    /// `deliver_notices` for notices that carry someone's words (an issue comment): their
+    /// `@mentions` steer a busy agent, as in any post.
+    pub async fn deliver_mentioning(&self, notices: Vec<Message>) {
+        self.carry_notices(notices, true).await
+    }
+
+    async fn carry_notices(&self, notices: Vec<Message>, steer_mentions: bool) {
         let system = Caller {
             handle: canopy_core::Handle::from_trusted("canopy".into()),
             kind: canopy_core::AccountKind::System,
@@ -133,7 +144,8 @@ impl Delivery {
                 return;
             }
             self.publish_messages(std::slice::from_ref(&message)).await;
-            let reach = match self.store.notice_reach(message.channel.clone()).await {
+            let mentions = if steer_mentions { message.mentions.clone() } else { Vec::new() };
+            let reach = match self.store.notice_reach(message.channel.clone(), mentions).await {
                 Ok(reach) => reach,
                 Err(e) => {
                     tracing::warn!(error = %e, seq = %message.seq, "reading a notice's recipients failed; they read it at their next turn");

@@ -6,7 +6,7 @@
 //!
 //! - services: `delivery` (carries a committed post; uses the store and the `wire`), `holds`
 //!   (the budget snapshot), `notify`, `run_ends`, `auth`, `replies` (reactions to posts);
-//! - areas: `budgets`, `prompts`, `repos`, `runs`, `gate`, `agents`, `sessions`, `history`,
+//! - areas: `budgets`, `issues`, `prompts`, `repos`, `runs`, `gate`, `agents`, `sessions`, `history`,
 //!   `credentials`, `messages`; `api` dispatches each method to its area (the method table
 //!   names it); `daemon` and `serve` are the lifecycle and the request loop.
 //!
@@ -29,6 +29,7 @@ pub mod gate;
 pub mod history;
 pub mod holds;
 pub mod init;
+pub mod issues;
 pub mod logins;
 pub mod merges;
 pub mod messages;

@@ -20,6 +20,7 @@ use canopy_store::{Landed, MergeCheck, MergeSpec, RepoRow, Store, ops};
 use futures_util::future::BoxFuture;
 
 use crate::delivery::Delivery;
+use crate::issues::Issues;
 use crate::notify::Notifier;
 use crate::replies::ReplyHandler;
 use crate::repos::{Repos, git_error};
@@ -31,6 +32,7 @@ pub struct Merges {
     delivery: Delivery,
     notifier: Notifier,
     repos: Repos,
+    issues: Issues,
 }
 
 /// The merge gate's reading of an operator's reply in a `merge: ...` topic.
@@ -53,8 +55,8 @@ impl ReplyHandler for MergeReplies {
 /// Longest merge request summary, in bytes.
 const MAX_SUMMARY: usize = 8192;
 impl Merges {
-    pub fn new(store: Store, delivery: Delivery, notifier: Notifier, repos: Repos) -> Self {
-        Merges { store, delivery, notifier, repos }
+    pub fn new(store: Store, delivery: Delivery, notifier: Notifier, repos: Repos, issues: Issues) -> Self {
+        Merges { store, delivery, notifier, repos, issues }
     }
 
     pub(crate) async fn merges_request(
@@ -102,6 +104,7 @@ impl Merges {
             title,
             summary,
             depends_on,
+            issues: req.issues,
         };
         let who = caller.clone();
         let request = self.store.write(move |conn| ops::request_merge(conn, &who, &spec)).await?;
@@ -296,8 +299,19 @@ impl Merges {
         }
         .await;
         let landed = landed.unwrap_or_else(|e: Error| Landed::Refused(e.to_string()));
-        match self.store.write(move |conn| ops::finish_merge(conn, id, &landed)).await {
-            Ok((_, notice)) => self.delivery.deliver_notices(vec![notice]).await,
+        let finished = self.store.write(move |conn| {
+            let (request, notice) = ops::finish_merge(conn, id, &landed)?;
+            let told = match &landed {
+                Landed::Merged { commit, .. } => ops::issues_merge_landed(conn, id, commit)?,
+                Landed::Refused(_) => Default::default(),
+            };
+            Ok((request, notice, told))
+        });
+        match finished.await {
+            Ok((_, notice, told)) => {
+                self.delivery.deliver_notices(vec![notice]).await;
+                self.issues.publish(told).await;
+            }
             Err(e) => tracing::warn!(id, error = %e, "recording a merge's outcome failed"),
         }
     }

@@ -55,6 +55,7 @@ fn native_runs(manager: &str, items: Vec<canopy_core::ActivityItem>, open_only: 
                 ended_at: None,
                 branch: None,
                 native: Some(id),
+                issue: None,
             }),
             _ => {
                 let status = match payload.get("status").and_then(|v| v.as_str()) {
@@ -86,6 +87,7 @@ fn run_info(run: canopy_store::Run) -> RunInfo {
         ended_at: run.ended_at,
         branch: None,
         native: None,
+        issue: run.issue,
     }
 }
 
@@ -144,6 +146,7 @@ impl Runs {
             max_running: self.config.runs.max_per_manager,
             timeout_ms: self.config.runs.timeout.as_millis() as i64,
             checkout,
+            issue: req.issue,
         };
         let home = format!("home-{}", caller.handle);
         let manager = caller.handle.to_string();

@@ -519,5 +519,8 @@ pub fn holds(conn: &Db<'_>) -> Result<Holds, Error> {
             }
         }
     }
+    for (handle, reason) in crate::issues::held_runs(conn)? {
+        out.held.entry(handle).or_insert(reason);
+    }
     Ok(out)
 }

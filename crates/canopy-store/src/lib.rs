@@ -16,6 +16,7 @@ mod checkpoint;
 mod delivery;
 mod governance;
 mod history;
+mod issues;
 mod memo;
 mod messages;
 mod notices;
@@ -43,6 +44,7 @@ pub use budgets::{Charged, Estimate, Holds, RoleBudget};
 pub use channels::ChannelSpec;
 pub use delivery::{Pending, Reach, Recipient};
 pub use history::{HistoryPage, HistoryQuery};
+pub use issues::{Changed as IssuesChanged, Imported, IssueChange, IssueQuery, IssueView, NewIssue, Owners};
 pub use messages::{Page, PostSpec, Posted};
 pub use notices::SESSION_NOTICE_TOPIC;
 pub use repos::{Checkout, CheckoutState, Landed, MergeCheck, MergeDecided, MergeSpec, NewCheckout, RepoRow};
@@ -270,6 +272,10 @@ pub mod ops {
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unpin, unsubscribe_self,
     };
     pub use crate::history::{continuity_facts, history_owners, history_search, index_text};
+    pub use crate::issues::{
+        assign_issue, comment_issue, export_issues, file_issue, import_issues, issue, issue_spend, issue_view,
+        list_issues, merge_landed as issues_merge_landed, set_issue_budget, update_issue, waiting_issues,
+    };
     pub use crate::messages::{post, post_and_reach, post_audited, read_channel, sync};
     pub use crate::notices::notice;
     pub use crate::repos::{

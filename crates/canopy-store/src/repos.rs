@@ -372,6 +372,8 @@ pub struct MergeSpec {
     pub title: String,
     pub summary: String,
     pub depends_on: Vec<i64>,
+    /// Issues it works on (the requester's or its reports'): their owners are told when it lands.
+    pub issues: Vec<u64>,
 }
 
 /// What the check of a request's merged tree found.
@@ -494,7 +496,9 @@ pub fn request_merge(conn: &Db<'_>, caller: &Caller, spec: &MergeSpec) -> Result
         ],
     )
     .map_err(sql("recording a merge request"))?;
-    let request = load_merge(conn, conn.last_insert_rowid())?;
+    let id = conn.last_insert_rowid();
+    crate::issues::link_merge(conn, &requester, &spec.issues, id)?;
+    let request = load_merge(conn, id)?;
     audit(
         conn,
         Some(requester.id),

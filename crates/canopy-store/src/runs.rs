@@ -34,6 +34,8 @@ pub struct RunSpec {
     pub timeout_ms: i64,
     /// The run's checkout: its repository and the commit its branch starts from.
     pub checkout: Option<crate::repos::NewCheckout>,
+    /// The issue the run works on (the Manager's, or one in its subtree).
+    pub issue: Option<u64>,
 }
 
 /// How a run ended (or that it has not).
@@ -76,6 +78,8 @@ pub struct Run {
     pub status: RunStatus,
     pub started_at: String,
     pub ended_at: Option<String>,
+    /// The issue it works on.
+    pub issue: Option<u64>,
 }
 
 /// The topic a run's outcome is posted under in its Manager's home channel.
@@ -83,8 +87,8 @@ pub fn run_topic(id: i64) -> TopicName {
     TopicName::from_trusted(format!("run: {id}"))
 }
 
-const RUN_SELECT: &str = "SELECT r.id, a.handle, m.handle, r.definition, r.status, r.started_at, r.ended_at \
-     FROM runs r JOIN accounts a ON a.id = r.account_id JOIN accounts m ON m.id = r.manager_id";
+const RUN_SELECT: &str = "SELECT r.id, a.handle, m.handle, r.definition, r.status, r.started_at, r.ended_at, \
+     r.issue FROM runs r JOIN accounts a ON a.id = r.account_id JOIN accounts m ON m.id = r.manager_id";
 
 fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
     Ok(Run {
@@ -95,6 +99,7 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
         status: RunStatus::parse(&row.get::<_, String>(4)?),
         started_at: rfc3339(row.get(5)?),
         ended_at: row.get::<_, Option<i64>>(6)?.map(rfc3339),
+        issue: row.get::<_, Option<i64>>(7)?.map(|n| n as u64),
     })
 }
 
@@ -157,6 +162,9 @@ pub fn start_run(conn: &Db<'_>, caller: &Caller, spec: &RunSpec) -> Result<Run, 
     if let Some(new) = &spec.checkout {
         let branch = canopy_core::repos::run_branch(caller.handle.as_str(), id);
         crate::repos::record_checkout(conn, account_id, &branch, new)?;
+    }
+    if let Some(issue) = spec.issue {
+        crate::issues::link_run(conn, &manager, issue, id)?;
     }
     audit(conn, Some(manager.id), "runs.start", &handle, &format!("definition={}", spec.definition))?;
     load(conn, id)
@@ -222,7 +230,10 @@ pub fn finish_run(conn: &Db<'_>, id: i64, status: RunStatus, report: &str) -> Re
         // `Running` returned early above; timed out keeps the match total without a panic.
         RunStatus::TimedOut | RunStatus::Running => RunEnd::TimedOut,
     };
-    let body = canopy_core::notices::run_ended(id, &run.definition, end, report);
+    let mut body = canopy_core::notices::run_ended(id, &run.definition, end, report);
+    if let Some(issue) = run.issue {
+        body = format!("For issue #{issue}. {body}");
+    }
     let message = notice_in_home(conn, manager_id, &run_topic(id), &body)?;
     audit(conn, None, "runs.finish", run.handle.as_str(), status.as_str())?;
     Ok(Some((load(conn, id)?, message)))

@@ -359,6 +359,62 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX accounts_kind ON accounts(kind);
     CREATE INDEX channels_kind ON channels(kind);
     "#,
+    // The work ledger (issue 34): issues with their owner, parent, labels, dependencies,
+    // blocker (JSON) and an append-only history; the runs and merge requests that link them;
+    // usage attributed to an issue (a run's to its issue, a turn to its owner's one
+    // `in_progress` issue). An imported issue keeps its source (`github#12`), unique.
+    r#"
+    CREATE TABLE issues (
+        number       INTEGER PRIMARY KEY,
+        title        TEXT NOT NULL,
+        body         TEXT NOT NULL,
+        state        TEXT NOT NULL CHECK (state IN ('open', 'in_progress', 'blocked', 'in_review', 'done', 'wontdo')),
+        owner_id     INTEGER REFERENCES accounts(id),
+        reporter_id  INTEGER NOT NULL REFERENCES accounts(id),
+        parent       INTEGER REFERENCES issues(number),
+        blocker      TEXT,
+        resolution   TEXT,
+        source       TEXT UNIQUE,
+        budget_usd   REAL,
+        topic        TEXT NOT NULL,
+        created_at   INTEGER NOT NULL,
+        updated_at   INTEGER NOT NULL
+    );
+    CREATE INDEX issues_owner ON issues(owner_id, state, number);
+    CREATE INDEX issues_state ON issues(state, number);
+    CREATE INDEX issues_parent ON issues(parent) WHERE parent IS NOT NULL;
+    CREATE TABLE issue_labels (
+        label   TEXT NOT NULL,
+        issue   INTEGER NOT NULL REFERENCES issues(number),
+        PRIMARY KEY (label, issue)
+    ) WITHOUT ROWID;
+    CREATE INDEX issue_labels_issue ON issue_labels(issue);
+    CREATE TABLE issue_deps (
+        issue     INTEGER NOT NULL REFERENCES issues(number),
+        on_issue  INTEGER NOT NULL REFERENCES issues(number),
+        PRIMARY KEY (issue, on_issue)
+    ) WITHOUT ROWID;
+    CREATE INDEX issue_deps_on ON issue_deps(on_issue);
+    CREATE TABLE issue_events (
+        id        INTEGER PRIMARY KEY,
+        issue     INTEGER NOT NULL REFERENCES issues(number),
+        at        INTEGER NOT NULL,
+        actor_id  INTEGER NOT NULL REFERENCES accounts(id),
+        kind      TEXT NOT NULL,
+        text      TEXT NOT NULL
+    );
+    CREATE INDEX issue_events_issue ON issue_events(issue, id);
+    CREATE TABLE issue_links (
+        issue  INTEGER NOT NULL REFERENCES issues(number),
+        kind   TEXT NOT NULL CHECK (kind IN ('run', 'merge')),
+        ref    INTEGER NOT NULL,
+        PRIMARY KEY (issue, kind, ref)
+    ) WITHOUT ROWID;
+    CREATE INDEX issue_links_ref ON issue_links(kind, ref);
+    ALTER TABLE usage ADD COLUMN issue INTEGER;
+    CREATE INDEX usage_issue ON usage(issue) WHERE issue IS NOT NULL;
+    ALTER TABLE runs ADD COLUMN issue INTEGER REFERENCES issues(number);
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -858,6 +858,7 @@ async fn only_an_operator_decides_a_merge_and_stacks_merge_bottom_up() {
                 title: title.into(),
                 summary: "s".into(),
                 depends_on,
+                issues: Vec::new(),
             };
             let made = store.write(move |c| ops::request_merge(c, &agent("web"), &spec)).await.unwrap();
             let id = ops::merge_number(&made);
@@ -884,6 +885,7 @@ async fn only_an_operator_decides_a_merge_and_stacks_merge_bottom_up() {
         title: "Top".into(),
         summary: "s".into(),
         depends_on: vec![],
+        issues: Vec::new(),
     };
     let open_title = store.write(move |c| ops::request_merge(c, &agent("web"), &dup)).await;
     assert_eq!(open_title.err().map(|e| e.code()), Some(ErrorCode::Conflict));

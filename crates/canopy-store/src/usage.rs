@@ -61,10 +61,12 @@ pub(crate) fn record_usage(
     }
     // Tokens without a price count at the estimate's dollars: never free.
     let charged_usd = cost.unwrap_or(estimate.usd);
-    conn.prepare_cached(
+    conn.prepare_cached(&format!(
         "INSERT INTO usage (agent_id, incarnation, turn_id, at, input_tokens, output_tokens, cache_read_tokens, \
-         cache_write_tokens, cost_usd, cost_computed, charged_usd) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-    )
+             cache_write_tokens, cost_usd, cost_computed, charged_usd, issue) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
+             ?9, ?10, ?11, {})",
+        crate::issues::USAGE_ISSUE
+    ))
     .and_then(|mut s| {
         s.execute(params![
             agent_id,
@@ -100,8 +102,12 @@ pub(crate) fn record_estimate(
     }
     let tokens = estimate.tokens.min(MAX_TOKENS_PER_REPORT) as i64;
     conn.prepare_cached(
-        "INSERT INTO usage (agent_id, incarnation, turn_id, at, input_tokens, output_tokens, cache_read_tokens, \
-         cache_write_tokens, cost_usd, cost_computed, estimated, charged_usd) VALUES (?1, ?2, ?3, ?4, ?5, 0, 0, 0, ?6, 0, 1, ?6)",
+        &format!(
+            "INSERT INTO usage (agent_id, incarnation, turn_id, at, input_tokens, output_tokens, cache_read_tokens, \
+             cache_write_tokens, cost_usd, cost_computed, estimated, charged_usd, issue) VALUES (?1, ?2, ?3, ?4, ?5, 0, \
+             0, 0, ?6, 0, 1, ?6, {})",
+            crate::issues::USAGE_ISSUE
+        ),
     )
     .and_then(|mut s| {
         s.execute(params![agent_id, incarnation.get() as i64, turn_id, conn.now_ms(), tokens, estimate.usd])

@@ -21,7 +21,7 @@ struct Facts {
 }
 
 impl DeliveryStore for Facts {
-    fn notice_reach(&self, _channel: ChannelName) -> BoxFuture<'_, Result<Reach, Error>> {
+    fn notice_reach(&self, _channel: ChannelName, _mentions: Vec<Handle>) -> BoxFuture<'_, Result<Reach, Error>> {
         let reach = self.reach.clone();
         Box::pin(async move { Ok(reach) })
     }
