@@ -351,6 +351,11 @@ impl World {
             let request = json!({ "handle": handle, "name": "Child", "charter": "c", "reason": "matrix" });
             self.setup(Method::SpawnRequest, 2, request)["id"].clone()
         };
+        // A fresh issue of lead's, filed by the operator.
+        let lead_issue = || {
+            let request = json!({ "title": format!("lead's issue {n}"), "owner": "lead" });
+            self.setup(Method::IssuesCreate, 0, request)["number"].clone()
+        };
         let victim = || {
             let handle = format!("victim-{n}");
             let request =
@@ -417,6 +422,14 @@ impl World {
             Method::MergesRequest => json!({ "title": format!("matrix {n}"), "summary": "s" }),
             Method::MergesDecide => json!({ "id": "merge-999", "approve": true }),
             Method::ReposAdd => json!({ "name": format!("repo-{n}"), "source": "/nonexistent/matrix" }),
+            Method::IssuesList | Method::IssuesExport => json!({}),
+            Method::IssuesCreate => json!({ "title": format!("matrix {n}"), "owner": "lead" }),
+            Method::IssuesShow => json!({ "issue": lead_issue() }),
+            Method::IssuesComment => json!({ "issue": lead_issue(), "text": format!("comment {n}") }),
+            Method::IssuesAssign => json!({ "issue": lead_issue(), "owner": "lint" }),
+            Method::IssuesUpdate => json!({ "issue": lead_issue(), "labels": ["matrix"] }),
+            Method::IssuesBudget => json!({ "issue": lead_issue(), "usd": 5.0 }),
+            Method::IssuesImport => json!({ "source": format!("matrix-{n}"), "issues": [] }),
             Method::PromptsSkill => json!({ "name": "comms-playbook" }),
             Method::PromptsRule => json!({ "name": "never-merge" }),
             Method::AgentsCreate => {
@@ -506,7 +519,7 @@ fn the_authorization_matrix_holds_for_every_method_and_caller() {
 }
 
 /// A live session's token, as its harness holds it.
-fn session_token(env: &TestEnv, handle: &str) -> String {
+pub(crate) fn session_token(env: &TestEnv, handle: &str) -> String {
     let pid = env.wait_harness_pid(handle, 1);
     crate::sessions::process_env(pid)["CANOPY_MCP_TOKEN"].clone()
 }
