@@ -31,6 +31,7 @@ mod fuzz;
 mod gate;
 mod governance;
 mod interrupt;
+mod issues;
 mod lifecycle;
 mod omp;
 mod operator;
