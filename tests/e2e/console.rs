@@ -1,11 +1,15 @@
 //! The operator console in a real headless Chromium: log in with `canopy web`'s link, see a
 //! scripted Manager's spawn request arrive live, approve one and deny one with a reason, post
 //! and see the outcomes, watch a running turn's tool call and a steer land, restart the daemon
-//! under the open page, and refuse forged requests. Then, without a browser, that every page
-//! and action goes through the API with the logged-in operator's own token. With
+//! under the open page, and refuse forged requests. The Issues board: file an issue for an
+//! agent from the form, assign it, comment on it, and see its card change columns live when its
+//! state changes through the API, and the Waiting page name it once it waits on the operator.
+//! Then, without a browser, that every page and action goes through the API with the
+//! logged-in operator's own token. With
 //! `CANOPY_CONSOLE_SHOTS=<dir>` it also writes each page's screenshot (`scripts/console-shots.sh`).
 
-use serde_json::Value;
+use canopy_proto::Method;
+use serde_json::{Value, json};
 
 use crate::env::TestEnv;
 use crate::webdriver::{Browser, http};
@@ -184,6 +188,118 @@ fn the_console_shows_the_tree_live_and_decides_what_waits_in_a_real_browser() {
     browser.wait_text("Logged out");
     let (status, _, _) = http("GET", &format!("{base}/tree"), &[("Cookie", &cookie)], "");
     assert_eq!(status, 401, "a logged-out session still reads");
+}
+
+/// Calls an issues method as the operator (through the API, as the CLI would): its answer.
+fn as_operator(env: &TestEnv, method: Method, body: Value) -> Value {
+    let (bus, token) = (env.bus(), env.token());
+    let subject = env.subjects().api(method);
+    let reply = crate::wire::request(env, &bus, &subject, Some(token.as_str()), body.to_string().as_bytes());
+    reply.get("ok").cloned().unwrap_or_else(|| panic!("{}: {reply}", method.as_str()))
+}
+
+/// The script of agents that only own issues here: they say nothing, whatever reaches them.
+const QUIET: &str = "";
+
+/// True once the board's `state` column holds the card of issue `number`, and no other column does.
+fn card_in(state: &str, number: u64) -> String {
+    format!(
+        "const cards = document.querySelectorAll('article.card[data-issue=\"{number}\"]'); \
+         return cards.length === 1 && !!cards[0].closest('#col-{state}');"
+    )
+}
+
+#[test]
+fn the_issues_board_files_assigns_comments_and_moves_a_card_live_in_a_real_browser() {
+    let env = TestEnv::started_with(QUICK);
+    env.create_scripted("lead", QUIET);
+    env.create_scripted("scout", QUIET);
+    let browser = Browser::start(1400);
+    let login = link(&env);
+    let base = login.split("/login/").next().unwrap().to_owned();
+    browser.go(&login);
+    browser.wait_text("Spawn requests (0)");
+    browser.wait_text("Issues waiting on you (0)");
+
+    // Filed from the form, for an agent: the card is in the open column.
+    browser.go(&format!("{base}/issues"));
+    browser.wait_text("File an issue");
+    browser.fill("form.file input[name=title]", "Fix the flaky login test");
+    browser.type_into("form.file textarea[name=body]", "It fails one run in five.");
+    browser.fill("form.file input[name=owner]", "lead");
+    browser.fill("form.file input[name=labels]", "ci, flaky");
+    browser.click("form.file button[type=submit]");
+    browser.wait_true(
+        "const o = document.querySelector('form.file [data-outcome]'); return !!o && /Filed #\\d+/.test(o.innerText) && /lead/.test(o.innerText);",
+        "the filing's outcome never showed",
+    );
+    let listed = as_operator(&env, Method::IssuesList, json!({ "include_closed": true }));
+    let filed = listed["issues"].as_array().unwrap().iter().find(|i| i["title"] == "Fix the flaky login test").cloned();
+    let filed = filed.unwrap_or_else(|| panic!("the form filed nothing: {listed}"));
+    assert_eq!(filed["owner"], "lead", "{filed}");
+    assert_eq!(filed["labels"], json!(["ci", "flaky"]), "{filed}");
+    let number = filed["number"].as_u64().unwrap();
+    browser.wait_true(&card_in("open", number), "the filed issue's card is not in the open column");
+    let card = format!("article.card[data-issue=\"{number}\"]");
+    let text = browser.eval(&format!("return document.querySelector('{card}').innerText;"));
+    let text = text.as_str().unwrap_or_default();
+    assert!(text.contains(&format!("#{number} Fix the flaky login test")), "{text}");
+    assert!(text.contains("lead") && text.contains("$0.00"), "{text}");
+    let labels = browser.eval(&format!(
+        "return Array.from(document.querySelectorAll('{card} a.label')).map((a) => a.innerText).join(',');"
+    ));
+    assert_eq!(labels, "ci,flaky");
+    shoot(&browser, "issues");
+
+    // Its page: assigned to another agent, then a comment, each shown once it lands.
+    browser.click(&format!("{card} h3 a"));
+    browser.wait_text("It fails one run in five.");
+    browser.fill("form.assign input[name=owner]", "scout");
+    browser.type_into("form.assign input[name=note]", "scout knows the login flow");
+    browser.click("form.assign button[type=submit]");
+    browser.wait_true(
+        "const o = document.querySelector('#issue [data-field=owner]'); return !!o && o.innerText.trim() === 'scout';",
+        "the issue never showed its new owner",
+    );
+    browser.type_into("form.comment textarea[name=text]", "Seen again on main today");
+    browser.click("form.comment button[type=submit]");
+    browser.wait_true(
+        "return /Seen again on main today/.test(document.getElementById('events').innerText);",
+        "the comment never joined the history",
+    );
+    let shown = as_operator(&env, Method::IssuesShow, json!({ "issue": number }));
+    assert_eq!(shown["issue"]["owner"], "scout", "{shown}");
+    let events = shown["events"].as_array().unwrap();
+    let by_ops = |kind: &str, needle: &str| {
+        events
+            .iter()
+            .any(|e| e["kind"] == kind && e["actor"] == "ops" && e["text"].as_str().unwrap_or("").contains(needle))
+    };
+    assert!(by_ops("commented", "Seen again on main today"), "the comment is not the operator's: {shown}");
+    assert!(events.iter().any(|e| e["kind"] == "assigned" && e["actor"] == "ops"), "no assignment by ops: {shown}");
+    shoot(&browser, "issue");
+
+    // Its state changes elsewhere: the card moves columns on the open board without a reload.
+    browser.go(&format!("{base}/issues"));
+    browser.wait_true(&card_in("open", number), "the card left the open column early");
+    browser.eval(MARK);
+    let moved = json!({ "issue": number, "state": "in_progress", "note": "picking it up" });
+    assert_eq!(as_operator(&env, Method::IssuesUpdate, moved)["state"], "in_progress");
+    browser.wait_true(&card_in("in_progress", number), "the card never moved to in progress");
+    assert_eq!(browser.eval(NOT_RELOADED), Value::Bool(true), "the card moved by a reload");
+
+    // Blocked on the operator: the card says the question, and the Waiting page names the issue.
+    let question = "Which browsers must the login support?";
+    let blocked = json!({ "issue": number, "state": "blocked", "note": "need an answer", "question": question });
+    assert_eq!(as_operator(&env, Method::IssuesUpdate, blocked)["state"], "blocked");
+    browser.wait_true(&card_in("blocked", number), "the card never moved to blocked");
+    browser.wait_text(&format!("operator: {question}"));
+    assert_eq!(browser.eval(NOT_RELOADED), Value::Bool(true), "the card moved by a reload");
+    browser.go(&format!("{base}/"));
+    browser.wait_text("Issues waiting on you (1)");
+    browser.wait_text(question);
+    browser.click(&format!("#waiting-issue-{number} h3 a"));
+    browser.wait_text("Seen again on main today");
 }
 
 /// Logs in over HTTP with `token` (as `canopy web` and a browser would): the session cookie.

@@ -32,6 +32,7 @@ mod gate;
 mod governance;
 mod interrupt;
 mod issues;
+mod issues_cli;
 mod lifecycle;
 mod omp;
 mod operator;

@@ -32,6 +32,7 @@ pub const PARTS: &[&str] = &[
     "prompt",
     "sandbox",
     "checkout",
+    "issues",
     "history",
     "posters",
     "agents",

@@ -1,7 +1,7 @@
 //! The benchmark (`canopy-bench`, its own binary; the shipped `canopy` does not link it): the
 //! figures of DESIGN section 11 (delivery and the budget check in `delivery.rs`, restart and
 //! memory in `restart.rs`, prompt render in `prompt.rs`, session start confined vs unconfined
-//! in `sandbox.rs`, checkouts in `checkout.rs`, the MCP tool call in `mcp.rs`, the history
+//! in `sandbox.rs`, checkouts in `checkout.rs`, the issue ledger in `issues.rs`, the MCP tool call in `mcp.rs`, the history
 //! figures in `large.rs`), each printed beside its raw baseline (`baseline.rs`) measured in
 //! the same run on the same machine (these machines are noisy; ratios hold, absolute times
 //! do not).
@@ -18,6 +18,7 @@ pub mod check;
 pub mod checkout;
 pub mod delivery;
 pub mod figure;
+pub mod issues;
 pub mod large;
 pub mod mcp;
 pub mod prompt;
@@ -75,6 +76,10 @@ pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
     if only.has("checkout") {
         eprintln!("bench: checkouts...");
         figures.extend(checkout::figures(options.quick).await?);
+    }
+    if only.has("issues") {
+        eprintln!("bench: the issue ledger...");
+        figures.extend(issues::figures(options.quick).await?);
     }
     Ok(figures)
 }

@@ -32,7 +32,7 @@ struct Args {
     #[arg(long)]
     check: bool,
     /// Only these groups of figures, comma-separated: post, steer, mcp, broadcast, budget,
-    /// restart, prompt, sandbox, checkout; with --large: history, posters, agents.
+    /// restart, prompt, sandbox, checkout, issues; with --large: history, posters, agents.
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(canopy_bench::PARTS))]
     only: Vec<String>,
     /// Print machine-readable JSON instead of text.

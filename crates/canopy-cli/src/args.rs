@@ -44,6 +44,7 @@ pub enum CompleteWhat {
     Handles,
     Channels,
     Requests,
+    Issues,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -163,6 +164,15 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<MergesCommand>,
     },
+    /// The work ledger: issues that are not closed (filters below), or file, show, assign,
+    /// move, comment on, close, edit, budget, import from GitHub or export them.
+    #[command(args_conflicts_with_subcommands = true)]
+    Issues {
+        #[command(flatten)]
+        list: IssuesListArgs,
+        #[command(subcommand)]
+        command: Option<IssuesCommand>,
+    },
     /// Spawn requests, newest first.
     Requests {
         /// pending, approved, spawned, failed, denied, expired or cancelled.
@@ -204,7 +214,7 @@ pub enum Command {
         since: Option<std::time::Duration>,
     },
     /// Print a shell completion script: `source <(canopy completions bash)`. Bash also
-    /// completes handles, channels and request ids from the running daemon.
+    /// completes handles, channels, request ids and issue numbers from the running daemon.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         #[arg(value_enum)]
@@ -215,7 +225,7 @@ pub enum Command {
     /// Completion candidates from the running daemon, one per line (used by the scripts).
     #[command(hide = true)]
     Complete {
-        /// handles, channels or requests.
+        /// handles, channels, requests or issues.
         #[arg(value_enum)]
         what: CompleteWhat,
     },
@@ -400,6 +410,166 @@ pub enum MergesCommand {
         #[arg(long)]
         reason: String,
     },
+}
+
+/// `canopy issues`: which issues to list.
+#[derive(Debug, Clone, Default, Args)]
+pub struct IssuesListArgs {
+    /// Only issues in this state: open, in_progress, blocked, in_review, done or wontdo.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only issues this account owns, or `nobody` for unassigned ones.
+    #[arg(long, conflicts_with = "subtree")]
+    pub owner: Option<String>,
+    /// Only issues owned by this agent or one of its descendants.
+    #[arg(long)]
+    pub subtree: Option<String>,
+    /// Only issues with this label.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Closed issues too (done, wontdo).
+    #[arg(long)]
+    pub all: bool,
+    /// At most this many issues (default: every one that matches).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IssuesCommand {
+    /// File an issue (state open); without --assign it has no owner and the Supervisor
+    /// triages it.
+    New(IssuesNewArgs),
+    /// One issue: its fields, body, sub-issues, runs, merge requests and spend, then its
+    /// events oldest first.
+    Show {
+        /// The issue, `N` or `#N`.
+        issue: String,
+    },
+    /// Give an issue an owner; its topic moves to the owner's home channel.
+    Assign {
+        /// The issue, `N` or `#N`.
+        issue: String,
+        /// The new owner's handle (an agent or an operator).
+        owner: String,
+        /// Why, told to the new owner.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Move an issue to another state, with a note; `blocked` names what blocks it.
+    Move {
+        /// The issue, `N` or `#N`.
+        issue: String,
+        /// open, in_progress, blocked or in_review (`close` closes).
+        state: String,
+        /// Why it moves.
+        #[arg(long)]
+        note: String,
+        /// For blocked: an issue it waits for (repeatable).
+        #[arg(long = "blocked-by")]
+        blocked_by: Vec<String>,
+        /// For blocked: the question it waits on the operator's answer to.
+        #[arg(long)]
+        question: Option<String>,
+    },
+    /// Comment on an issue; the comment reaches its owner in the issue's topic.
+    Comment {
+        /// The issue, `N` or `#N`.
+        issue: String,
+        /// The comment (markdown); read from stdin when absent or `-`.
+        text: Option<String>,
+    },
+    /// Close an issue as done (every sub-issue closed first), or with --wontdo as not to be
+    /// done, with a one-line resolution.
+    Close {
+        /// The issue, `N` or `#N`.
+        issue: String,
+        /// One line saying how it ended.
+        #[arg(long)]
+        resolution: String,
+        /// Close it as wontdo instead of done.
+        #[arg(long)]
+        wontdo: bool,
+        /// The note on the move (default: the resolution).
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Change an issue's title, body, labels or dependencies.
+    Edit(IssuesEditArgs),
+    /// Set or clear an issue's dollar budget: runs for it are held once it is spent.
+    Budget {
+        /// The issue, `N` or `#N`.
+        issue: String,
+        /// US dollars.
+        #[arg(long, required_unless_present = "clear", conflicts_with = "clear")]
+        usd: Option<f64>,
+        /// Remove the budget.
+        #[arg(long)]
+        clear: bool,
+    },
+    /// File issues from GitHub's JSON, as `gh issue list --state all --limit 1000 --json
+    /// number,title,body,labels,state` prints it; issues imported before are skipped.
+    Import {
+        /// The JSON file (`-`: stdin). It is checked whole before anything is filed.
+        file: PathBuf,
+        /// Where the issues come from (`github:owner/repo`); each keeps `<source>#<number>`.
+        #[arg(long, default_value = "github")]
+        source: String,
+    },
+    /// Write every issue as JSON lines, one issue per line, lowest number first.
+    Export {
+        /// Write to this file instead of stdout (replaced only once every issue is written).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+}
+
+// `canopy issues new`.
+#[derive(Debug, Clone, Args)]
+pub struct IssuesNewArgs {
+    /// One line.
+    #[arg(long)]
+    pub title: String,
+    /// Markdown: what, why, what done means; `-` reads it from stdin.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Its owner's handle (default: nobody; the Supervisor triages it).
+    #[arg(long)]
+    pub assign: Option<String>,
+    /// A label (repeatable).
+    #[arg(long = "label")]
+    pub labels: Vec<String>,
+    /// The issue this is a sub-issue of, `N` or `#N`.
+    #[arg(long)]
+    pub parent: Option<String>,
+    /// An issue this one depends on (repeatable).
+    #[arg(long = "depends-on")]
+    pub depends_on: Vec<String>,
+}
+
+// `canopy issues edit`: each flag given replaces what the issue has.
+#[derive(Debug, Clone, Args)]
+pub struct IssuesEditArgs {
+    /// The issue, `N` or `#N`.
+    pub issue: String,
+    /// A new title.
+    #[arg(long)]
+    pub title: Option<String>,
+    /// A new body; `-` reads it from stdin.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// The labels (repeatable), replacing the issue's.
+    #[arg(long = "label", conflicts_with = "clear_labels")]
+    pub labels: Vec<String>,
+    /// Remove every label.
+    #[arg(long)]
+    pub clear_labels: bool,
+    /// The issues it depends on (repeatable), replacing its dependencies.
+    #[arg(long = "depends-on", conflicts_with = "clear_depends_on")]
+    pub depends_on: Vec<String>,
+    /// Remove every dependency.
+    #[arg(long)]
+    pub clear_depends_on: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -644,6 +814,8 @@ pub enum BundleCommand {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
+
     use clap::CommandFactory;
 
     /// `agents create` keeps its help and flags now that they are a struct of their own.
@@ -659,6 +831,51 @@ mod tests {
         let flags: Vec<&str> = create.get_arguments().filter_map(|a| a.get_long()).collect();
         let expected = ["handle", "name", "role", "parent", "charter", "harness", "script", "persona", "repo"];
         assert_eq!(&flags[..expected.len()], &expected[..]);
+    }
+
+    /// `canopy issues` lists with its filters, takes subcommands after them, and refuses a
+    /// list filter given to a subcommand rather than ignoring it.
+    #[test]
+    fn issues_lists_with_filters_or_runs_a_subcommand() {
+        use clap::Parser;
+        let parse = |args: &[&str]| super::Cli::try_parse_from(std::iter::once("canopy").chain(args.iter().copied()));
+        let cli = parse(&["issues", "--state", "blocked", "--subtree", "web", "--all", "--json"]).unwrap();
+        match cli.command {
+            super::Command::Issues { list, command: None } => {
+                assert_eq!(
+                    (list.state.as_deref(), list.subtree.as_deref(), list.all),
+                    (Some("blocked"), Some("web"), true)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(cli.json);
+        let cli = parse(&[
+            "--json",
+            "issues",
+            "move",
+            "#3",
+            "blocked",
+            "--note",
+            "n",
+            "--blocked-by",
+            "4",
+            "--blocked-by",
+            "#5",
+        ])
+        .unwrap();
+        match cli.command {
+            super::Command::Issues { command: Some(super::IssuesCommand::Move { issue, blocked_by, .. }), .. } => {
+                assert_eq!((issue.as_str(), blocked_by), ("#3", vec!["4".to_owned(), "#5".to_owned()]));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(&["issues", "--state", "open", "show", "3"]).is_err(), "a list filter on a subcommand");
+        assert!(parse(&["issues", "--owner", "a", "--subtree", "b"]).is_err());
+        assert!(parse(&["issues", "budget", "3"]).is_err(), "--usd or --clear");
+        assert!(parse(&["issues", "budget", "3", "--usd", "5", "--clear"]).is_err());
+        assert!(parse(&["issues", "--limit", "0"]).is_err());
+        assert!(parse(&["issues", "close", "3"]).is_err(), "a close takes a resolution");
     }
 
     /// The benchmark is its own binary (`canopy-bench`), not a command of the shipped one.

@@ -1,6 +1,6 @@
 //! Shell completion and the manual page, both generated from the clap grammar
 //! (`clap_complete`, `clap_mangen`), and `canopy complete`, the candidates the bash script
-//! asks the running daemon for (handles, channels, pending request ids). Owns the small
+//! asks the running daemon for (handles, channels, pending request ids, open issue numbers). Owns the small
 //! bash wrapper that routes those positions to `canopy complete`; zsh and fish get the
 //! static scripts. Does not change anything: every candidate comes from a read.
 
@@ -17,15 +17,29 @@ use crate::client::Client;
 /// The bash positions whose values come from the daemon, and the function that answers
 /// them before handing everything else to clap's completion.
 const BASH_DYNAMIC: &str = r#"
-# Handles, channels and request ids come from the running daemon (`canopy complete`).
+# Handles, channels, request ids and issue numbers come from the running daemon (`canopy complete`).
 _canopy_dynamic() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" what=""
-    case "$prev" in
-        --channel) what=channels ;;
-        --agent|--parent|--handle|--poster) what=handles ;;
-        watch|show|start|stop|interrupt|despawn|budget|reparent) what=handles ;;
-        approve|deny) what=requests ;;
-    esac
+    local before="${COMP_WORDS[COMP_CWORD-2]}"
+    if [[ " ${COMP_WORDS[*]:1:COMP_CWORD-1} " == *" issues "* ]]; then
+        # Issue numbers, owners and states of `canopy issues ...`.
+        case "$prev" in
+            show|assign|move|comment|close|edit|budget|--parent|--depends-on|--blocked-by) what=issues ;;
+            --owner|--subtree|--assign) what=handles ;;
+            --state) COMPREPLY=( $(compgen -W "open in_progress blocked in_review done wontdo" -- "$cur") ); return 0 ;;
+        esac
+        case "$before" in
+            assign) what=handles ;;
+            move) COMPREPLY=( $(compgen -W "open in_progress blocked in_review" -- "$cur") ); return 0 ;;
+        esac
+    else
+        case "$prev" in
+            --channel) what=channels ;;
+            --agent|--parent|--handle|--poster) what=handles ;;
+            watch|show|start|stop|interrupt|despawn|budget|reparent) what=handles ;;
+            approve|deny) what=requests ;;
+        esac
+    fi
     if [[ -n "$what" && "$cur" != -* ]]; then
         COMPREPLY=( $(compgen -W "$(canopy complete "$what" 2>/dev/null)" -- "$cur") )
         return 0
@@ -94,6 +108,11 @@ pub async fn candidates(dir: &DataDir, what: CompleteWhat) -> u8 {
             }
             ids
         }
+        // The first page of open issues: a completion answers at once or not at all.
+        CompleteWhat::Issues => match client.send::<method::IssuesList>(&IssuesListRequest::default()).await {
+            Ok(r) => r.issues.into_iter().map(|i| i.number.to_string()).collect(),
+            Err(_) => Vec::new(),
+        },
     };
     let mut text = names.join("\n");
     text.push('\n');

@@ -6,14 +6,18 @@
 //!    starts with its charter and the CI Manager is told.
 //! 2. A post reaches an idle agent at its turn start; an `@mention` steers a busy one.
 //! 3. The Supervisor broadcasts; every agent receives it.
-//! 4. On a git repository: a run changes a file in its own checkout, its Manager merges the
-//!    run and asks to merge; the operator approves, and the file is on the base branch.
+//! 4. On a git repository, from an issue: the operator files `#1` for the Web Manager, which
+//!    moves it `in_progress` and briefs a run for it; the run changes a file in its own
+//!    checkout, the Manager merges the run and asks to merge, linking `#1`; the operator
+//!    approves, the file is on the base branch, and the Manager, told the merge landed, closes
+//!    `#1` with a resolution. The issue's history and spend are printed as `canopy issues show`.
 //!
 //! Everything it started is stopped before it exits.
 
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
+use canopy_core::issues::IssueState;
 use canopy_proto::api::*;
 use canopy_proto::{ApiMethod, method};
 
@@ -44,16 +48,32 @@ match = { kind = "message" }
 actions = [{ say = "noted" }]
 "#;
 
-/// The web Manager: a run on its repository, then the run merged and a merge request.
+/// The web Manager, one rule per turn of its issue: told of `#1`, it takes it and briefs a run
+/// for it; given the run's report, it merges the run, asks to merge linking `#1` and puts it in
+/// review; told the merge landed, it closes `#1`. Rules match on the text Canopy delivers
+/// (whatever else shares the turn, and whether it comes at a session start or later); the first
+/// rule that matches wins, so the close comes first. The usage lines stand in for the model's
+/// cost of a turn: they come after `#1` is `in_progress`, so they count toward it.
 const WEB_LEAD: &str = r#"
 [[rule]]
-match = { kind = "start", text_contains = "Session 1 started" }
-actions = [{ call = "agents_run_subagent", args = { definition = "implementer", brief = "Add a CHANGELOG.md entry for release 2.4." } }]
-[[rule]]
-match = { kind = "message", topic = "run: 1" }
+match = { text_contains = "works on #1, landed" }
 actions = [
+  { call = "issues_update", args = { issue = 1, state = "done", note = "merge-1 landed; CHANGELOG.md on main has the 2.4 entry.", resolution = "The 2.4 changelog entry is on web's main (merge-1)." } },
+]
+[[rule]]
+match = { text_contains = "filed #1 " }
+actions = [
+  { call = "issues_update", args = { issue = 1, state = "in_progress", note = "Briefing a run to write the entry." } },
+  { usage = { input_tokens = 2400, output_tokens = 300, cost_usd = 0.03 } },
+  { call = "agents_run_subagent", args = { definition = "implementer", brief = "Add a CHANGELOG.md entry for release 2.4.", issue = 1 } },
+]
+[[rule]]
+match = { kind = "message", text_contains = "Report: added CHANGELOG.md" }
+actions = [
+  { usage = { input_tokens = 3100, output_tokens = 250, cost_usd = 0.02 } },
   { call = "runs_merge", args = { run_id = 1 } },
-  { call = "merge_request", args = { title = "Changelog for 2.4", summary = "Adds the 2.4 entry to CHANGELOG.md (run 1)." } },
+  { call = "merge_request", args = { title = "Changelog for 2.4", summary = "Adds the 2.4 entry to CHANGELOG.md (run 1).", issues = [1] } },
+  { call = "issues_update", args = { issue = 1, state = "in_review", note = "Run 1 is merged into my branch; its merge request waits for the operator." } },
 ]
 [[rule]]
 match = { kind = "message" }
@@ -66,6 +86,7 @@ const CHANGELOG_RUN: &str = r#"
 match = { kind = "start" }
 actions = [
   { shell = "printf '# Changelog\n\n## 2.4\n- Release notes drafted in the Canopy demo.\n' > CHANGELOG.md && git add CHANGELOG.md && git commit -qm 'Add the 2.4 changelog entry'", expect = "ok" },
+  { usage = { input_tokens = 5200, output_tokens = 900, cost_usd = 0.06 } },
   { say = "Report: added CHANGELOG.md with the 2.4 entry, committed as 'Add the 2.4 changelog entry'." },
 ]
 "#;
@@ -338,7 +359,8 @@ async fn play_broadcast(demo: &Demo) -> Result<(), String> {
 }
 
 async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
-    say("\nFlow 4: a run changes a file in its own checkout; only the operator merges it into main.");
+    say("\nFlow 4: an issue, owned end to end: a run changes a file in its own checkout; only the operator merges it");
+    say("into main, and only the issue's owner closes it.");
     let root = demo.sandbox.scratch().join("web");
     std::fs::create_dir_all(&root).map_err(|e| format!("creating the demo repository: {e}"))?;
     git(&root, &["init", "-q", "-b", "main"])?;
@@ -355,7 +377,17 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
         .await?;
     say(&format!("  - registered repository web (the operator's, on main); Canopy mirrors it in {}", added.mirror));
     demo.create_on("web-lead", "Web Manager", Some(WEB_LEAD), Some("web")).await?;
-    say("  - created the Web Manager with its own checkout on canopy/web-lead; it briefs run 1");
+    say("  - created the Web Manager with its own checkout on canopy/web-lead");
+    let filed = file_the_issue(demo).await?;
+    let taken = wait_issue(demo, filed.number, "the Web Manager to take #1", Duration::from_secs(60), |d| {
+        d.issue.state != IssueState::Open
+    })
+    .await?;
+    say(&format!(
+        "  - the Web Manager moved #{} to in_progress (issues_update, with a note) and briefed run 1 for it \
+         (agents_run_subagent, issue = {})",
+        taken.issue.number, taken.issue.number
+    ));
     let request = loop_until(demo, "the merge request", |merges: &[canopy_core::MergeRequest]| {
         merges.iter().find(|m| m.state == canopy_core::MergeState::Pending).cloned()
     })
@@ -363,7 +395,9 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
     say(
         "  - run 1 committed in its own checkout on canopy/web-lead/run-1; its report named branch, commit and diffstat",
     );
-    say("  - the Web Manager merged run 1 into its branch (runs_merge) and asked to merge (merge_request):");
+    say(
+        "  - the Web Manager merged run 1 into its branch (runs_merge) and asked to merge, linking #1 (merge_request, issues = [1]):",
+    );
     for line in request.commits.iter().map(|c| format!("commit {c}")).chain(request.diffstat.lines().map(str::to_owned))
     {
         say(&format!("      | {}", line.trim()));
@@ -377,7 +411,10 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
     };
     demo.send::<method::MergesDecide>(&decision).await?;
     if !approve {
-        say(&format!("  - {} is denied; main is unchanged", request.id));
+        say(&format!(
+            "  - {} is denied; main is unchanged, and #{} is still its owner's to finish",
+            request.id, filed.number
+        ));
         return Ok(());
     }
     let id = request.id.clone();
@@ -393,7 +430,91 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
     for line in on_main.lines().filter(|l| !l.is_empty()) {
         say(&format!("      | {line}"));
     }
+    say(&format!("  - the merge itself closes nothing: Canopy tells #{}'s owner in the issue's topic", filed.number));
+    let closed = wait_issue(demo, filed.number, "the Web Manager to close #1", Duration::from_secs(60), |d| {
+        d.issue.state.is_closed()
+    })
+    .await?;
+    say(&format!(
+        "  - the Web Manager closed #{} itself at its next turn: {}, resolution \"{}\"",
+        closed.issue.number,
+        closed.issue.state,
+        closed.issue.resolution.as_deref().unwrap_or_default()
+    ));
+    // Usage reaches the daemon with the runner's reports: give the last of it a moment.
+    let shown = wait_issue(demo, filed.number, "the issue's spend", Duration::from_secs(5), |d| d.spend.usd > 0.0)
+        .await
+        .unwrap_or(closed);
+    show_issue(&shown);
     Ok(())
+}
+
+/// The operator files `#1` for the Web Manager, as `canopy issues new --assign web-lead` does.
+async fn file_the_issue(demo: &Demo) -> Result<canopy_core::issues::Issue, String> {
+    let request = IssuesCreateRequest {
+        title: "Changelog for release 2.4".into(),
+        body: "Add the 2.4 entry to web's CHANGELOG.md and land it on main.".into(),
+        owner: Some("web-lead".into()),
+        parent: None,
+        labels: vec!["release".into()],
+        depends_on: Vec::new(),
+    };
+    let filed: canopy_core::issues::Issue = demo.send::<method::IssuesCreate>(&request).await?;
+    // The Web Manager's script names the issue by its number: a fresh workspace's first is 1.
+    if filed.number != 1 {
+        return Err(format!("the demo's issue is #{}, not #1", filed.number));
+    }
+    say(&format!(
+        "  - operator files #{} \"{}\" for the Web Manager (canopy issues new --assign web-lead); it reaches \
+         #home-web-lead, topic \"{}\"",
+        filed.number,
+        filed.title,
+        canopy_core::issues::topic(filed.number, &filed.title)
+    ));
+    Ok(filed)
+}
+
+/// Polls `issues.show` for issue `number` until `ready` holds, for at most `patience`.
+async fn wait_issue(
+    demo: &Demo,
+    number: u64,
+    what: &str,
+    patience: Duration,
+    ready: impl Fn(&IssueDetail) -> bool,
+) -> Result<IssueDetail, String> {
+    let deadline = Instant::now() + patience;
+    loop {
+        let detail: IssueDetail = demo.send::<method::IssuesShow>(&IssuesShowRequest { issue: number }).await?;
+        if ready(&detail) {
+            return Ok(detail);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what} (#{number} is {})", detail.issue.state));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Prints an issue as `canopy issues show` does: what it is, its history, its links, its spend.
+fn show_issue(detail: &IssueDetail) {
+    let issue = &detail.issue;
+    let owner = issue.owner.as_ref().map_or("nobody", |o| o.as_str());
+    say(&format!("  - canopy issues show {}:", issue.number));
+    say(&format!("      | #{} {} ({}, owner {owner})", issue.number, issue.title, issue.state));
+    if let Some(resolution) = &issue.resolution {
+        say(&format!("      | resolution: {resolution}"));
+    }
+    for event in &detail.events {
+        // The time of day is enough within a demo's minute.
+        let at = event.at.get(11..19).unwrap_or(&event.at);
+        say(&format!("      | {at}  {:<9} {:<9} {}", event.actor.as_str(), event.kind, event.text));
+    }
+    let links: Vec<&str> = detail.runs.iter().chain(&detail.merges).map(String::as_str).collect();
+    if !links.is_empty() {
+        say(&format!("      | links: {}", links.join(", ")));
+    }
+    let spend = &detail.spend;
+    say(&format!("      | spend: ${:.2} ({} tokens), sub-issues ${:.2}", spend.usd, spend.tokens, spend.subissues_usd));
 }
 
 /// Polls the merge requests until `found` picks one.

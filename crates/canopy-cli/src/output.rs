@@ -355,18 +355,60 @@ pub fn waiting(spawns: &[SpawnRequest], merges: &[canopy_core::MergeRequest]) ->
 /// `5m ago`, `in 23h`: an RFC 3339 time relative to now (as given when it does not parse).
 pub fn relative(at: &str) -> String {
     let Ok(then) = humantime::parse_rfc3339_weak(at) else { return at.to_owned() };
-    let short = |d: std::time::Duration| {
-        let s = d.as_secs();
-        match s {
-            0..60 => format!("{s}s"),
-            60..3600 => format!("{}m", s / 60),
-            3600..86_400 => format!("{}h", s / 3600),
-            _ => format!("{}d", s / 86_400),
-        }
-    };
     match std::time::SystemTime::now().duration_since(then) {
         Ok(ago) => format!("{} ago", short(ago)),
         Err(ahead) => format!("in {}", short(ahead.duration())),
+    }
+}
+
+/// How old an RFC 3339 time is at `now`, short (`45s`, `5m`, `23h`, `3d`), for an age
+/// column; `-` when it does not parse, `0s` when it lies ahead (clocks differ a little).
+pub fn age(at: &str, now: std::time::SystemTime) -> String {
+    match humantime::parse_rfc3339_weak(at) {
+        Ok(then) => short(now.duration_since(then).unwrap_or_default()),
+        Err(_) => "-".to_owned(),
+    }
+}
+
+/// A duration in its largest whole unit: `45s`, `5m`, `23h`, `3d`.
+fn short(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// What opens the list of issues blocked on the operator: how many, and how to answer.
+pub fn waiting_issues_heading(n: usize) -> String {
+    let noun = if n == 1 { "issue is blocked" } else { "issues are blocked" };
+    format!("{n} {noun} on your answer (answer with `canopy issues comment N TEXT`)")
+}
+
+/// Issues blocked on the operator's answer, one line each: `#N title: question`, each cut
+/// to one line (`status` and `whoami` show them).
+pub fn waiting_issues(issues: &[canopy_core::issues::IssueSummary]) -> Vec<String> {
+    issues
+        .iter()
+        .map(|i| {
+            let question = match &i.blocker {
+                Some(canopy_core::issues::Blocker::Operator { question }) => question.as_str(),
+                _ => "",
+            };
+            format!("#{} {}: {}", i.number, one_line(&i.title, 60), one_line(question, 100))
+        })
+        .collect()
+}
+
+/// `text` on one line (runs of whitespace, newlines too, become one space), cut to `max`
+/// characters with `…`.
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max.saturating_sub(1)) {
+        Some((at, _)) if flat.chars().count() > max => format!("{}…", flat[..at].trim_end()),
+        _ => flat,
     }
 }
 
@@ -549,6 +591,8 @@ pub struct Status {
     pub merges: Vec<canopy_core::MergeRequest>,
     /// The newest messages of `#incidents`, oldest first.
     pub incidents: Vec<Message>,
+    /// Issues blocked on the operator's answer (from `whoami`).
+    pub waiting_issues: Vec<canopy_core::issues::IssueSummary>,
 }
 
 /// `canopy status`, one screen.
@@ -583,7 +627,14 @@ pub fn status(s: &Status) {
     }
     match waiting(&s.spawns, &s.merges) {
         Some(line) => println!("waiting   {line}"),
-        None => println!("waiting   nothing waits for you"),
+        None if s.waiting_issues.is_empty() => println!("waiting   nothing waits for you"),
+        None => {}
+    }
+    if !s.waiting_issues.is_empty() {
+        println!("waiting on you: {}", waiting_issues_heading(s.waiting_issues.len()));
+        for line in waiting_issues(&s.waiting_issues) {
+            println!("  {line}");
+        }
     }
     let alerts: Vec<String> = s
         .agents

@@ -358,6 +358,22 @@ pub fn check_labels(labels: &[String]) -> Result<Vec<String>, Error> {
     Ok(out.into_iter().collect())
 }
 
+/// Labels from another tracker, made ours: a character a label may not hold becomes `-`,
+/// each is cut to 50 characters, empty ones and repeats drop, and at most `MAX_LABELS` stay
+/// (GitHub allows any text in a label; an import should not fail on one).
+pub fn imported_labels<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let fine = |c: char| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | ' ');
+    let mut out = BTreeSet::new();
+    for name in names {
+        let mapped: String = name.trim().chars().map(|c| if fine(c) { c } else { '-' }).take(50).collect();
+        let label = mapped.trim_matches(|c| c == '-' || c == ' ').to_owned();
+        if !label.is_empty() && out.len() < MAX_LABELS {
+            out.insert(label);
+        }
+    }
+    out.into_iter().collect()
+}
+
 /// Parses `#N` or `N` as an issue number (`field` names it in the error).
 pub fn parse_number(field: &'static str, text: &str) -> Result<u64, Error> {
     let digits = text.trim().trim_start_matches('#');
@@ -564,6 +580,9 @@ mod tests {
         let labels = check_labels(&["ui".into(), "bug".into(), "ui".into()]).unwrap();
         assert_eq!(labels, vec!["bug".to_owned(), "ui".to_owned()]);
         assert!(check_labels(&["no\nline".into()]).is_err());
+        let imported = imported_labels(["P1 (high)", "🚀 launch", "ui", "ui", "   "]);
+        assert_eq!(imported, vec!["P1 -high".to_owned(), "launch".to_owned(), "ui".to_owned()]);
+        assert!(check_labels(&imported).is_ok());
         assert_eq!(parse_number("issue", "#12").unwrap(), 12);
         assert!(parse_number("issue", "0").is_err() && parse_number("issue", "x").is_err());
         assert_eq!(topic(3, "Ship it"), "issue #3: Ship it");

@@ -202,7 +202,7 @@ impl Issues {
                 source: format!("{source}#{}", imported.number),
                 title: imported.title,
                 body: imported.body,
-                labels: imported.labels.into_iter().map(|l| l.name).collect(),
+                labels: rules::imported_labels(imported.labels.iter().map(|l| l.name.as_str())),
                 closed,
             });
         }

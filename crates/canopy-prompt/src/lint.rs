@@ -31,6 +31,7 @@ pub const TOOL_PREFIXES: &[&str] = &[
     "workspace_",
     "runs_",
     "merge_",
+    "issues_",
 ];
 
 /// One problem the lint found.

@@ -201,6 +201,34 @@ fn the_lint_catches_a_planted_tool_name() {
     );
 }
 
+/// The issue tools are a tool family: a run (which has none) naming one is caught, and a
+/// line that requires one is kept only for roles that have it.
+#[test]
+fn the_lint_knows_the_issue_tools() {
+    let (_dir, bundle) = planted(|root| {
+        let delta = root.join("agents/implementer.md");
+        let text = std::fs::read_to_string(&delta).unwrap();
+        std::fs::write(&delta, format!("{text}Close your issue with `issues_update`.\n")).unwrap();
+        let skill = root.join("skills/alpha/SKILL.md");
+        let text = std::fs::read_to_string(&skill).unwrap();
+        std::fs::write(&skill, format!("{text}Move it with `issues_update`. <!-- requires: issues_update -->\n"))
+            .unwrap();
+    });
+    let bundle = Arc::new(bundle.unwrap());
+    let catalog: Vec<&str> = CATALOG.iter().copied().chain(["issues_update"]).collect();
+    let findings: Vec<String> = lint(&Renderer::new(bundle.clone(), &catalog)).iter().map(|f| f.to_string()).collect();
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert!(
+        findings[0].starts_with("agents/implementer.md:8:") && findings[0].contains("issues_update"),
+        "{findings:#?}"
+    );
+    // The manager (no issue tools in its role) does not see the line, the supervisor (all) does.
+    let renderer = Renderer::new(bundle, &catalog);
+    let gated = canopy_prompt::gated(&renderer);
+    assert!(gated.iter().any(|g| g.role == "manager" && g.waits_for == ["issues_update"]), "{gated:#?}");
+    assert!(!gated.iter().any(|g| g.role == "supervisor"), "{gated:#?}");
+}
+
 #[test]
 fn frontmatter_errors_name_the_file_and_line() {
     let (_dir, bundle) = planted(|root| {

@@ -77,7 +77,7 @@ impl Subjects {
     }
 
     /// `canopy.<ws>.evt.issue.<number>`: published after each committed change to an issue
-    /// (an `IssueEvent` body: a doorbell; readers read the issue through the API).
+    /// (an `IssueChanged` body: a doorbell; readers read the issue through the API).
     pub fn issue_event(&self, number: u64) -> String {
         format!("{}.evt.issue.{number}", self.prefix)
     }

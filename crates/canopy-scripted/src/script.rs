@@ -756,6 +756,37 @@ actions = []
         );
     }
 
+    /// The issue tools need no action of their own: a `call` names them, and numbers and
+    /// lists of numbers (`issue`, `issues`, `blocked_by`) reach the tool as JSON integers.
+    #[test]
+    fn issue_tools_are_called_like_any_tool() {
+        let script = ok(r#"
+[[rule]]
+match = { kind = "message", text_contains = "filed #1" }
+actions = [
+  { call = "issues_update", args = { issue = 1, state = "in_progress", note = "on it" } },
+  { call = "agents_run_subagent", args = { definition = "implementer", brief = "do it", issue = 1 } },
+  { call = "merge_request", args = { title = "t", summary = "s", issues = [1, 2] } },
+  { call = "issues_update", args = { issue = 2, state = "blocked", note = "waits", blocked_by = [3] } },
+  { call = "issues_update", args = { issue = 1, state = "done", note = "landed", resolution = "shipped in merge-1" } },
+]
+"#);
+        let calls: Vec<(String, Value)> = script.rules[0]
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Call { tool, args } => Some((tool.clone(), args.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls[0], ("issues_update".into(), json!({"issue": 1, "state": "in_progress", "note": "on it"})));
+        assert_eq!(calls[1].1["issue"], json!(1));
+        assert_eq!(calls[2].1["issues"], json!([1, 2]));
+        assert_eq!(calls[3].1["blocked_by"], json!([3]));
+        assert_eq!(calls[4].1["resolution"], json!("shipped in merge-1"));
+        assert!(calls.iter().all(|(_, args)| args.as_object().is_some()));
+    }
+
     #[test]
     fn syntax_errors_name_the_line() {
         refused("[[rule]]\nactions = [\n  { say = \"hi\" },\n  { say = \"unterminated },\n]\n", 4, "invalid toml");

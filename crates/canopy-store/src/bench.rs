@@ -206,3 +206,122 @@ pub async fn row_count(store: &Store) -> Result<u64, Error> {
         })
         .await
 }
+
+/// Gives a stopped workspace a tree and a ledger for the issue figures: the agents
+/// `<prefix>-<i>` (from `fill_agents`) become a tree of tens (`<prefix>-<i>`'s parent is
+/// `<prefix>-<i/10>`, and `lead` is `<prefix>-1`'s parent), and each of them and `lead` owns
+/// `per_agent` issues (one in five done, one in ten labelled `ui`). Opens its own
+/// connection: the daemon must not be running. Returns the issues written.
+pub fn fill_issues(db: &std::path::Path, prefix: &str, lead: &str, per_agent: usize) -> Result<u64, Error> {
+    let mut conn = rusqlite::Connection::open(db).map_err(sql("opening the database"))?;
+    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;").map_err(sql("setting pragmas"))?;
+    let tx = conn.transaction().map_err(sql("starting the issue fill"))?;
+    let id = |handle: &str| {
+        tx.query_row("SELECT id FROM accounts WHERE handle = ?1", [handle], |r| r.get::<_, i64>(0))
+            .map_err(sql("finding an agent"))
+    };
+    let lead_id = id(lead)?;
+    let agents: Vec<(i64, String)> = tx
+        .prepare("SELECT id, handle FROM accounts WHERE handle LIKE ?1 || '-%' ORDER BY id")
+        .and_then(|mut s| s.query_map([prefix], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(sql("listing agents"))?;
+    let by_index: std::collections::HashMap<usize, i64> = agents
+        .iter()
+        .filter_map(|(id, handle)| handle.rsplit('-').next()?.parse::<usize>().ok().map(|i| (i, *id)))
+        .collect();
+    for (&i, &agent) in &by_index {
+        let parent = match i {
+            0 => continue,
+            1 => Some(lead_id),
+            _ => by_index.get(&(i / 10)).copied(),
+        };
+        tx.execute("UPDATE accounts SET parent_id = ?1 WHERE id = ?2", rusqlite::params![parent, agent])
+            .map_err(sql("shaping the tree"))?;
+    }
+    let now = canopy_sys::unix_ms();
+    let mut number: i64 = 0;
+    {
+        let mut issue = tx
+            .prepare(
+                "INSERT INTO issues (number, title, body, state, owner_id, reporter_id, topic, created_at, updated_at) \
+                 VALUES (?1, ?2, 'body', ?3, ?4, ?4, ?5, ?6, ?6)",
+            )
+            .map_err(sql("preparing the issue fill"))?;
+        let mut label = tx
+            .prepare("INSERT INTO issue_labels (label, issue) VALUES ('ui', ?1)")
+            .map_err(sql("preparing the label fill"))?;
+        let owners = std::iter::once(lead_id).chain(agents.iter().map(|(id, _)| *id));
+        for owner in owners {
+            for k in 0..per_agent {
+                number += 1;
+                let state = if k % 5 == 4 { "done" } else { "open" };
+                let title = format!("issue {number}");
+                let topic = canopy_core::issues::topic(number as u64, &title);
+                issue.execute(rusqlite::params![number, title, state, owner, topic, now]).map_err(sql("filling"))?;
+                if number % 10 == 0 {
+                    label.execute([number]).map_err(sql("labelling"))?;
+                }
+            }
+        }
+    }
+    tx.commit().map_err(sql("committing the issue fill"))?;
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").map_err(sql("checkpointing"))?;
+    Ok(number as u64)
+}
+
+/// Records `count` usage reports for `handle` through the writer, one write each, as a turn's
+/// end does (incarnation 1): with `attributed`, the shipped write (the row names the agent's
+/// issue); without, the same write naming none, the baseline.
+pub async fn usage_writes(store: &Store, handle: &str, count: usize, attributed: bool) -> Result<(), Error> {
+    let handle = handle.to_owned();
+    let agent_id = store
+        .read(move |c| {
+            c.query_row("SELECT id FROM accounts WHERE handle = ?1", [&handle], |r| r.get::<_, i64>(0))
+                .map_err(sql("finding an agent"))
+        })
+        .await?;
+    let issue_sql = if attributed { crate::issues::USAGE_ISSUE } else { "NULL" };
+    for i in 0..count {
+        let report = crate::UsageReport {
+            turn_id: Some(format!("bench-{i}")),
+            input_tokens: 1000,
+            output_tokens: 100,
+            cost_usd: Some(0.001),
+            ..crate::UsageReport::default()
+        };
+        store
+            .write(move |c| {
+                let mut charged = crate::Charged { notices: Vec::new(), changed: false };
+                let estimate = crate::Estimate { usd: 0.0, tokens: 0 };
+                let incarnation = canopy_core::Incarnation(1);
+                crate::usage::record_usage_as(c, agent_id, incarnation, &report, estimate, &mut charged, issue_sql)
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Files `count` issues owned by `handle`, one `in_progress` (a Manager working on one issue,
+/// the case attribution looks up), through the store's own filing.
+pub async fn own_issues(store: &Store, handle: &str, count: usize) -> Result<(), Error> {
+    use canopy_core::acl::Caller;
+    use canopy_core::{AccountKind, Handle};
+    let caller = Caller { handle: Handle::from_trusted(handle.to_owned()), kind: AccountKind::Agent };
+    store
+        .write(move |c| {
+            for i in 0..count {
+                let spec = crate::NewIssue { title: format!("bench issue {i}"), ..crate::NewIssue::default() };
+                let (issue, _) = crate::ops::file_issue(c, &caller, &spec)?;
+                if i == 0 {
+                    let change = crate::IssueChange {
+                        state: Some(canopy_core::issues::IssueState::InProgress),
+                        note: Some("working".into()),
+                        ..crate::IssueChange::default()
+                    };
+                    crate::ops::update_issue(c, &caller, issue.number, &change)?;
+                }
+            }
+            Ok(())
+        })
+        .await
+}

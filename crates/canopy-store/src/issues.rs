@@ -165,7 +165,7 @@ fn summary_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<IssueSummary> {
 }
 
 fn not_found(number: u64) -> Error {
-    Error::invalid("issue", format!("#{number} does not exist"))
+    Error::NotFound { field: "issue", what: format!("issue #{number}") }
 }
 
 /// One issue by number.
@@ -288,7 +288,7 @@ fn check_exist(conn: &Db<'_>, field: &'static str, issues: &[u64]) -> Result<(),
             .query_row("SELECT EXISTS (SELECT 1 FROM issues WHERE number = ?1)", params![n as i64], |r| r.get(0))
             .map_err(sql("reading an issue"))?;
         if !found {
-            return Err(Error::invalid(field, format!("#{n} does not exist")));
+            return Err(Error::NotFound { field, what: format!("issue #{n}") });
         }
     }
     Ok(())
@@ -392,7 +392,7 @@ pub fn file_issue(conn: &Db<'_>, caller: &Caller, spec: &NewIssue) -> Result<(Is
         return Err(Error::invalid("owner", "an issue belongs to an agent or an operator"));
     }
     let parent = match spec.parent {
-        Some(p) => Some(row(conn, p).map_err(|_| Error::invalid("parent", format!("#{p} does not exist")))?),
+        Some(p) => Some(row(conn, p).map_err(|_| Error::NotFound { field: "parent", what: format!("issue #{p}") })?),
         None => None,
     };
     let to_parent = !caller.is_operator() && owner.as_ref().is_some_and(|o| Some(o.id) == reporter.parent_id);
@@ -940,7 +940,8 @@ pub(crate) fn link_merge(conn: &Db<'_>, requester: &AccountRef, issues: &[u64], 
         return Err(Error::invalid("issues", "at most 20 issues"));
     }
     for &number in issues.iter().collect::<BTreeSet<_>>() {
-        let current = row(conn, number).map_err(|_| Error::invalid("issues", format!("#{number} does not exist")))?;
+        let current =
+            row(conn, number).map_err(|_| Error::NotFound { field: "issues", what: format!("issue #{number}") })?;
         owned_below(conn, requester, &current, number, "issues")?;
         conn.execute(
             "INSERT OR IGNORE INTO issue_links (issue, kind, ref) VALUES (?1, 'merge', ?2)",

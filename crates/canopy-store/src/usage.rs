@@ -40,6 +40,20 @@ pub(crate) fn record_usage(
     estimate: Estimate,
     charged: &mut Charged,
 ) -> Result<(), Error> {
+    record_usage_as(conn, agent_id, incarnation, usage, estimate, charged, crate::issues::USAGE_ISSUE)
+}
+
+/// `record_usage`, with the SQL expression that names the row's issue (`USAGE_ISSUE`; the
+/// benchmark's baseline passes `NULL`, the same write without the attribution).
+pub(crate) fn record_usage_as(
+    conn: &Db<'_>,
+    agent_id: i64,
+    incarnation: Incarnation,
+    usage: &UsageReport,
+    estimate: Estimate,
+    charged: &mut Charged,
+    issue_sql: &str,
+) -> Result<(), Error> {
     // A trillion tokens per report is past any model call; the cap keeps SUM() from
     // overflowing on a runner's nonsense.
     let clamp = |n: u64| n.min(MAX_TOKENS_PER_REPORT) as i64;
@@ -64,8 +78,7 @@ pub(crate) fn record_usage(
     conn.prepare_cached(&format!(
         "INSERT INTO usage (agent_id, incarnation, turn_id, at, input_tokens, output_tokens, cache_read_tokens, \
              cache_write_tokens, cost_usd, cost_computed, charged_usd, issue) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
-             ?9, ?10, ?11, {})",
-        crate::issues::USAGE_ISSUE
+             ?9, ?10, ?11, {issue_sql})"
     ))
     .and_then(|mut s| {
         s.execute(params![

@@ -52,7 +52,9 @@
       // A refused feed (the session ended) is closed for good: reload to the login page.
       if (feed.readyState === EventSource.CLOSED) setTimeout(() => location.reload(), 2000);
     };
-    ["message", "activity", "resync"].forEach((kind) => feed.addEventListener(kind, soon));
+    // An issue change (`issue`: number and state) refreshes as a message does: the board's
+    // columns and an issue's page are live regions like any other.
+    ["message", "activity", "issue", "resync"].forEach((kind) => feed.addEventListener(kind, soon));
     feed.addEventListener("logout", () => location.reload());
   }
   follow();

@@ -9,12 +9,14 @@
 //! - `auth.rs`: one-time login links, browser sessions (kept in `web/sessions.json`), CSRF.
 //! - `console.rs`: what every handler shares: the `Console`, the logged-in session, `call`.
 //! - `server.rs`: the listener (its port kept in `web/port`), routes, actions.
-//! - `pages.rs`: the pages, rendered on the server with compile-checked `maud` templates.
+//! - `pages.rs`: the pages, rendered on the server with compile-checked `maud` templates;
+//!   `issue_pages.rs`: the Issues board and an issue's page, on `pages.rs`'s helpers.
 //! - `live.rs`: server-sent events from the daemon's event subjects, resumable by cursor.
 //! - `link.rs`: the client side of `canopy web`: asks a running console for a login link.
 
 mod auth;
 mod console;
+mod issue_pages;
 mod link;
 mod live;
 mod pages;

@@ -1,9 +1,10 @@
 //! `GET /events`: the page's live feed, server-sent events from the same event subjects the
-//! CLI's `tail` and `watch` follow (`evt.message.>`, `evt.activity.>`).
+//! CLI's `tail` and `watch` follow (`evt.message.>`, `evt.activity.>`), and issue changes
+//! (`evt.issue.>`).
 //!
 //! Events are doorbells, so the feed never carries what the page must not miss: each says what
-//! changed (`message` with channel, topic and sequence, `activity` with the agent) and the page
-//! reads the news through its own routes. Every `message` event has the id `m<seq>`; a browser
+//! changed (`message` with channel, topic and sequence, `activity` with the agent, `issue` with
+//! its number and state) and the page reads the news through its own routes. Every `message` event has the id `m<seq>`; a browser
 //! that reconnects (after a network blip or a daemon restart) sends it back as
 //! `Last-Event-ID`, and the feed first replays what was committed since through the API
 //! (`messages.sync` with the session's token), then says `resync`. It also says `resync` when
@@ -19,7 +20,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use canopy_core::Seq;
-use canopy_proto::api::{ActivityEvent, MessageEvent, SyncRequest, WhoamiRequest};
+use canopy_proto::api::{ActivityEvent, IssueChanged, MessageEvent, SyncRequest, WhoamiRequest};
 use canopy_proto::method;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
@@ -50,6 +51,22 @@ fn message_event(channel: &str, topic: &str, seq: Seq) -> Event {
     Event::default().event("message").id(format!("m{}", seq.get())).data(data.to_string())
 }
 
+/// The `issue` event for a change published on `subject` (`…evt.issue.<number>`): its number
+/// and state. The subject alone still rings the bell when the body cannot be read (the state
+/// is then null): the page reads the issue itself.
+fn issue_event(subject: &str, payload: &[u8]) -> Option<Event> {
+    Some(Event::default().event("issue").data(issue_data(subject, payload)?.to_string()))
+}
+
+fn issue_data(subject: &str, payload: &[u8]) -> Option<serde_json::Value> {
+    let changed = serde_json::from_slice::<IssueChanged>(payload).ok();
+    let number = match &changed {
+        Some(c) => c.issue.number,
+        None => subject.rsplit('.').next()?.parse::<u64>().ok()?,
+    };
+    Some(serde_json::json!({ "number": number, "state": changed.map(|c| c.issue.state) }))
+}
+
 /// Replays every message after `after` (through the API, with the session's token) and
 /// returns the newest sequence seen; `None` when the API could not be read.
 async fn replay(console: &Console, session: &Session, mut after: Seq, tx: &mpsc::Sender<Event>) -> Option<Seq> {
@@ -72,11 +89,12 @@ async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>
     let bus = &console.api.bus;
     let subjects = &console.api.subjects;
     let mut connection = bus.connection_events();
-    let (messages, activity) = match (
+    let (messages, activity, issues) = match (
         bus.subscribe(&subjects.message_events_all()).await,
         bus.subscribe(&subjects.activity_events_all()).await,
+        bus.subscribe(&subjects.issue_events_all()).await,
     ) {
-        (Ok(m), Ok(a)) => (m, a),
+        (Ok(m), Ok(a), Ok(i)) => (m, a, i),
         _ => {
             // Ending the feed either way; a send that fails means the browser already left.
             let _ = tx.send(Event::default().event("unavailable").data("the daemon's events cannot be followed")).await;
@@ -85,6 +103,7 @@ async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>
     };
     let mut messages = messages;
     let mut activity = activity;
+    let mut issues = issues;
     if tx.send(Event::default().retry(RETRY).comment("connected")).await.is_err() {
         return; // The browser left already.
     }
@@ -130,6 +149,13 @@ async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>
                     Err(_) => continue,
                 }
             }
+            i = issues.next() => {
+                let Some(i) = i else { return };
+                match issue_event(&i.subject, &i.payload) {
+                    Some(event) => event,
+                    None => continue,
+                }
+            }
             change = connection.recv() => match change {
                 // Doorbells rung while the connection was down are lost: read what they rang for.
                 Ok(canopy_bus::ConnectionEvent::Connected) => {
@@ -163,5 +189,43 @@ async fn feed(console: Shared, id: String, session: Session, cursor: Option<Seq>
         if tx.send(event).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use canopy_core::Handle;
+    use canopy_core::issues::{IssueEvent, IssueState, IssueSummary};
+
+    use super::*;
+
+    #[test]
+    fn an_issue_change_rings_with_its_number_and_state_and_the_subject_alone_still_rings() {
+        let changed = IssueChanged {
+            issue: IssueSummary {
+                number: 7,
+                title: "t".into(),
+                state: IssueState::InProgress,
+                owner: None,
+                parent: None,
+                labels: Vec::new(),
+                blocker: None,
+                spend_usd: 0.0,
+                created_at: "2026-01-01T00:00:00Z".into(),
+                updated_at: "2026-01-01T00:00:00Z".into(),
+            },
+            event: IssueEvent {
+                at: "2026-01-01T00:00:00Z".into(),
+                actor: Handle::from_trusted("ops".into()),
+                kind: "moved".into(),
+                text: "go".into(),
+            },
+        };
+        let payload = serde_json::to_vec(&changed).unwrap_or_default();
+        let data = issue_data("canopy.w.evt.issue.7", &payload);
+        assert_eq!(data, Some(serde_json::json!({ "number": 7, "state": "in_progress" })));
+        let unread = issue_data("canopy.w.evt.issue.12", b"{}");
+        assert_eq!(unread, Some(serde_json::json!({ "number": 12, "state": null })));
+        assert_eq!(issue_data("canopy.w.evt.issue.x", b"{}"), None);
     }
 }

@@ -2,9 +2,12 @@
 //! compiler, every value escaped). Pure: each takes what the API returned and the time, and
 //! returns markup; the `data-live` regions are what the script refreshes on a live event.
 //! The script and the style sheet are embedded here (`assets/`), no build step, no CDN.
+//! The frame and the helpers here are shared with `issue_pages.rs` (the Issues pages), which
+//! this file does not use.
 
 use canopy_bus::CallError;
 use canopy_core::budget::say;
+use canopy_core::issues::{Blocker, IssueSummary};
 use canopy_core::{
     ActivityItem, AuditEntry, Channel, MergeRequest, MergeState, Message, Presence, RosterEntry, Seq, SpawnRequest,
     SpawnState, Topic, TreeNode,
@@ -18,13 +21,13 @@ pub const JS: &str = include_str!("../assets/console.js");
 pub const CSS: &str = include_str!("../assets/console.css");
 
 /// Milliseconds since the epoch of an RFC 3339 time; `None` when it does not parse.
-fn ms_of(at: &str) -> Option<i64> {
+pub fn ms_of(at: &str) -> Option<i64> {
     let then = humantime::parse_rfc3339_weak(at).ok()?;
     i64::try_from(then.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()
 }
 
 /// A duration as an operator reads it: `45s`, `12m`, `3h 5m`, `2d 4h`.
-fn span(ms: i64) -> String {
+pub fn span(ms: i64) -> String {
     let s = ms.max(0) / 1000;
     match s {
         0..60 => format!("{s}s"),
@@ -40,7 +43,7 @@ fn when(at: &str) -> String {
     format!("{} UTC", trimmed.replace('T', " "))
 }
 
-fn time(at: &str) -> Markup {
+pub fn time(at: &str) -> Markup {
     html! { time datetime=(at) { (when(at)) } }
 }
 
@@ -71,6 +74,7 @@ pub fn page(title: &str, session: &Session, body: Markup) -> Markup {
                         a.brand href="/" { "Canopy" }
                         a href="/" { "Waiting" }
                         a href="/tree" { "Tree" }
+                        a href="/issues" { "Issues" }
                         a href="/channels" { "Channels" }
                         a href="/audit" { "Audit" }
                     }
@@ -111,7 +115,7 @@ pub fn logged_in_page() -> Markup {
 }
 
 /// A query value, percent-encoded (topic names are free text).
-fn query(value: &str) -> String {
+pub fn query(value: &str) -> String {
     value
         .bytes()
         .map(|b| match b {
@@ -184,9 +188,31 @@ fn decide_forms(action: &str, label: &str, csrf: &str) -> Markup {
     }
 }
 
-/// *Waiting*: every pending spawn and merge request, with one-click decisions, and the latest
-/// decisions as they land.
-pub fn waiting(spawns: &[SpawnRequest], merges: &[MergeRequest], now_ms: i64, csrf: &str) -> Markup {
+/// What a blocked issue waits for: issues (each a link), or the operator's answer.
+pub fn blocker(b: &Blocker) -> Markup {
+    html! {
+        @match b {
+            Blocker::Issues(numbers) => {
+                "blocked by "
+                @for (i, n) in numbers.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    a href=(format!("/issues/{n}")) { "#" (n) }
+                }
+            }
+            Blocker::Operator { question } => { "operator: " (question) }
+        }
+    }
+}
+
+/// *Waiting*: every pending spawn and merge request, with one-click decisions, the issues
+/// blocked on the operator's answer, and the latest decisions as they land.
+pub fn waiting(
+    spawns: &[SpawnRequest],
+    merges: &[MergeRequest],
+    issues: &[IssueSummary],
+    now_ms: i64,
+    csrf: &str,
+) -> Markup {
     let pending: Vec<&SpawnRequest> = spawns.iter().filter(|r| r.state == SpawnState::Pending).collect();
     let waiting_merges: Vec<&MergeRequest> = merges.iter().filter(|m| m.state == MergeState::Pending).collect();
     let decided: Vec<&SpawnRequest> = spawns.iter().filter(|r| r.state != SpawnState::Pending).take(10).collect();
@@ -224,6 +250,19 @@ pub fn waiting(spawns: &[SpawnRequest], merges: &[MergeRequest], now_ms: i64, cs
                         dt { "Age" } dd { (ms_of(&m.created_at).map(|t| span(now_ms - t)).unwrap_or_default()) }
                     }
                     (decide_forms(&format!("/merges/{}", m.id), &m.id, csrf))
+                }
+            }
+            h2 #issues-waiting { "Issues waiting on you (" (issues.len()) ")" }
+            @if issues.is_empty() { p.quiet { "No issue waits for your answer." } }
+            @for i in issues {
+                article.request id=(format!("waiting-issue-{}", i.number)) data-issue=(i.number) {
+                    h3 { a href=(format!("/issues/{}", i.number)) { "#" (i.number) " " (i.title) } }
+                    dl {
+                        dt { "Owner" } dd { (i.owner.as_ref().map_or("nobody", |o| o.as_str())) }
+                        @if let Some(b) = &i.blocker { dt { "Asks" } dd.blocker { (blocker(b)) } }
+                        dt { "Waiting for" } dd { (ms_of(&i.updated_at).map(|t| span(now_ms - t)).unwrap_or_default()) }
+                    }
+                    p.quiet { "Answer with a comment on the issue: it reaches the owner in the issue's topic." }
                 }
             }
             h2 { "Latest decisions" }

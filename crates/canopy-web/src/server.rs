@@ -20,6 +20,7 @@ use axum::{Form, Router};
 use canopy_bus::{ApiClient, CallError};
 use canopy_config::{Config, DataDir};
 use canopy_core::ErrorCode;
+use canopy_core::issues::{IssueState, IssueSummary};
 use canopy_proto::api::*;
 use canopy_proto::{ApiMethod, method};
 use maud::Markup;
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Auth, Session, cookie, same};
 use crate::console::{Console, LoggedIn, Refusal, Shared, call, logged_in};
+use crate::issue_pages::{self, Board, CLOSED_SHOWN, IssueFilter};
 use crate::live;
 use crate::pages;
 use crate::{CSRF_HEADER, SESSION_COOKIE};
@@ -118,6 +120,10 @@ fn router(console: Shared) -> Router {
         .route("/channels", get(channels))
         .route("/channels/{channel}", get(channel))
         .route("/agents/{handle}", get(agent))
+        .route("/issues", get(issues_board).post(file_issue))
+        .route("/issues/{number}", get(issue))
+        .route("/issues/{number}/assign", post(assign_issue))
+        .route("/issues/{number}/comment", post(comment_issue))
         .route("/audit", get(audit))
         .route("/events", get(live::events))
         .route("/link", post(link))
@@ -210,7 +216,8 @@ async fn waiting(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) 
     let body = async {
         let spawns = call::<method::SpawnList>(&console, &session, &SpawnListRequest { state: None }).await?.requests;
         let merges = call::<method::MergesList>(&console, &session, &MergesListRequest { state: None }).await?.merges;
-        Ok(pages::waiting(&spawns, &merges, canopy_sys::unix_ms(), &session.csrf))
+        let issues = call::<method::Whoami>(&console, &session, &WhoamiRequest {}).await?.waiting_issues;
+        Ok(pages::waiting(&spawns, &merges, &issues, canopy_sys::unix_ms(), &session.csrf))
     }
     .await;
     page(&session, "Waiting", body)
@@ -219,22 +226,27 @@ async fn waiting(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) 
 async fn tree(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) -> Response {
     let body = async {
         let tree = call::<method::Tree>(&console, &session, &TreeRequest { depth: None }).await?;
-        let mut roster = Vec::new();
-        let mut after = None;
-        loop {
-            let request = RosterRequest { after: after.take(), limit: Some(500), ..RosterRequest::default() };
-            let page = call::<method::Roster>(&console, &session, &request).await?;
-            after = page.agents.last().map(|a| a.handle.to_string());
-            roster.extend(page.agents);
-            if page.more == 0 || after.is_none() {
-                break;
-            }
-        }
+        let roster = roster(&console, &session).await?;
         let usage = call::<method::Usage>(&console, &session, &UsageRequest { agent: None, since_secs: None }).await?;
         Ok(pages::tree(&tree.root, &roster, &usage))
     }
     .await;
     page(&session, "Tree", body)
+}
+
+/// The whole roster, a page of 500 at a time.
+async fn roster(console: &Console, session: &Session) -> Result<Vec<canopy_core::RosterEntry>, CallError> {
+    let mut roster = Vec::new();
+    let mut after = None;
+    loop {
+        let request = RosterRequest { after: after.take(), limit: Some(500), ..RosterRequest::default() };
+        let page = call::<method::Roster>(console, session, &request).await?;
+        after = page.agents.last().map(|a| a.handle.to_string());
+        roster.extend(page.agents);
+        if page.more == 0 || after.is_none() {
+            return Ok(roster);
+        }
+    }
 }
 
 async fn channels(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) -> Response {
@@ -518,4 +530,247 @@ async fn post_message(State(console): State<Shared>, headers: HeaderMap, Form(fo
     };
     let posted = call::<method::MessagesPost>(&console, &session, &request).await;
     outcome(posted.map(|r| pages::posted(&r)), "Posted")
+}
+
+/// The most pages of open issues (200 each) the board reads; past them it asks for a filter.
+const OPEN_PAGES: usize = 10;
+/// The most pages of one closed state the board reads for its newest issues.
+const CLOSED_PAGES: usize = 5;
+/// How far below the highest open issue the read of a closed state starts, at first.
+const CLOSED_LOOKBACK: u64 = 500;
+
+#[derive(Deserialize)]
+struct BoardQuery {
+    subtree: Option<String>,
+    owner: Option<String>,
+    label: Option<String>,
+}
+
+/// A form or query value, trimmed; `None` when empty. A handle may be typed as `@name`.
+fn given(value: &str) -> Option<String> {
+    Some(value.trim().trim_start_matches('@').to_owned()).filter(|v| !v.is_empty())
+}
+
+/// An issue number typed in a path or a form (`3` or `#3`), or the refusal the API would give.
+fn issue_number(field: &'static str, text: &str) -> Result<u64, CallError> {
+    canopy_core::issues::parse_number(field, text).map_err(|e| CallError::Refused((&e).into()))
+}
+
+/// The board's list request for `state` (none: every issue not closed), from `after` on.
+fn list_request(filter: &IssueFilter, state: Option<IssueState>, after: Option<u64>) -> IssuesListRequest {
+    IssuesListRequest {
+        state,
+        owner: given(&filter.owner),
+        subtree: given(&filter.subtree),
+        label: given(&filter.label),
+        include_closed: false,
+        after,
+        limit: Some(200),
+    }
+}
+
+/// Up to `pages` pages of what `request` lists, from its `after` on; true when more remain.
+async fn read_issues(
+    console: &Console,
+    session: &Session,
+    mut request: IssuesListRequest,
+    pages: usize,
+) -> Result<(Vec<IssueSummary>, bool), CallError> {
+    let mut issues = Vec::new();
+    for _ in 0..pages {
+        let page = call::<method::IssuesList>(console, session, &request).await?;
+        issues.extend(page.issues);
+        match page.next_after {
+            // A page that does not move the cursor ends the read (nothing more can come of it).
+            Some(next) if Some(next) != request.after => request.after = Some(next),
+            _ => return Ok((issues, false)),
+        }
+    }
+    Ok((issues, true))
+}
+
+/// The newest `CLOSED_SHOWN` issues in the closed `state`, newest first, and whether others
+/// exist. The API lists lowest number first, so the read starts `CLOSED_LOOKBACK` below `top`
+/// (the highest open issue the board read) and from the first issue when that finds too few;
+/// every read is bounded by `CLOSED_PAGES`.
+async fn newest_closed(
+    console: &Console,
+    session: &Session,
+    filter: &IssueFilter,
+    state: IssueState,
+    top: u64,
+) -> Result<(Vec<IssueSummary>, bool), CallError> {
+    let mut start = top.saturating_sub(CLOSED_LOOKBACK);
+    loop {
+        let request = list_request(filter, Some(state), (start > 0).then_some(start));
+        let (mut issues, capped) = read_issues(console, session, request, CLOSED_PAGES).await?;
+        if issues.len() >= CLOSED_SHOWN || start == 0 {
+            issues.sort_by_key(|i| std::cmp::Reverse(i.number));
+            let others = start > 0 || capped || issues.len() > CLOSED_SHOWN;
+            issues.truncate(CLOSED_SHOWN);
+            return Ok((issues, others));
+        }
+        start = 0;
+    }
+}
+
+/// The handles the forms offer: every agent's. Not read on a live refresh (the list is outside
+/// the live regions).
+async fn handles(console: &Console, session: &Session, live: bool) -> Result<Vec<canopy_core::Handle>, CallError> {
+    match live {
+        true => Ok(Vec::new()),
+        false => Ok(roster(console, session).await?.into_iter().map(|a| a.handle).collect()),
+    }
+}
+
+async fn issues_board(
+    State(console): State<Shared>,
+    LoggedIn(_, session): LoggedIn,
+    headers: HeaderMap,
+    Query(query): Query<BoardQuery>,
+) -> Response {
+    let live = headers.contains_key(LIVE_HEADER);
+    let filter = IssueFilter {
+        subtree: given(query.subtree.as_deref().unwrap_or("")).unwrap_or_default(),
+        owner: given(query.owner.as_deref().unwrap_or("")).unwrap_or_default(),
+        label: query.label.unwrap_or_default().trim().to_owned(),
+    };
+    let body = async {
+        let (open, open_capped) =
+            read_issues(&console, &session, list_request(&filter, None, None), OPEN_PAGES).await?;
+        let top = open.iter().map(|i| i.number).max().unwrap_or(0);
+        let mut closed = Vec::new();
+        for state in [IssueState::Done, IssueState::Wontdo] {
+            let (issues, others) = newest_closed(&console, &session, &filter, state, top).await?;
+            closed.push((state, issues, others));
+        }
+        let handles = handles(&console, &session, live).await?;
+        let board = Board { open, open_capped, closed };
+        Ok(issue_pages::board(&board, &filter, &handles, canopy_sys::unix_ms(), &session.csrf))
+    }
+    .await;
+    page(&session, "Issues", body)
+}
+
+async fn issue(
+    State(console): State<Shared>,
+    LoggedIn(_, session): LoggedIn,
+    headers: HeaderMap,
+    Path(number): Path<String>,
+) -> Response {
+    let live = headers.contains_key(LIVE_HEADER);
+    let body = async {
+        let number = issue_number("issue", &number)?;
+        let detail = call::<method::IssuesShow>(&console, &session, &IssuesShowRequest { issue: number }).await?;
+        let handles = handles(&console, &session, live).await?;
+        let title = format!("#{number} {}", detail.issue.title);
+        Ok((title, issue_pages::issue(&detail, &handles, canopy_sys::unix_ms(), &session.csrf)))
+    }
+    .await;
+    match body {
+        Ok((title, markup)) => pages::page(&title, &session, markup).into_response(),
+        Err(e) => failed(&session, &format!("#{}", number.trim_start_matches('#')), &e),
+    }
+}
+
+/// A textarea's text as typed: browsers send its line breaks as CRLF.
+fn typed(text: &str) -> String {
+    text.replace("\r\n", "\n")
+}
+
+#[derive(Deserialize)]
+struct FileForm {
+    csrf: Option<String>,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    body: String,
+    /// The handle to assign it to; empty: nobody (the Supervisor triages it).
+    #[serde(default)]
+    owner: String,
+    /// Comma-separated.
+    #[serde(default)]
+    labels: String,
+    /// `N` or `#N`; empty: not a sub-issue.
+    #[serde(default)]
+    parent: String,
+}
+
+async fn file_issue(State(console): State<Shared>, headers: HeaderMap, Form(form): Form<FileForm>) -> Response {
+    let session = match acting(&console, &headers, form.csrf.as_deref()) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let parent = match form.parent.trim() {
+        "" => None,
+        text => match issue_number("parent", text) {
+            Ok(n) => Some(n),
+            Err(e) => return outcome(Err(e), "Filed"),
+        },
+    };
+    let request = IssuesCreateRequest {
+        title: form.title,
+        body: typed(&form.body),
+        owner: given(&form.owner),
+        parent,
+        labels: form.labels.split(',').map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect(),
+        depends_on: Vec::new(),
+    };
+    let filed = call::<method::IssuesCreate>(&console, &session, &request).await;
+    outcome(filed.map(|i| issue_pages::filed(&i)), "Filed")
+}
+
+#[derive(Deserialize)]
+struct AssignForm {
+    csrf: Option<String>,
+    #[serde(default)]
+    owner: String,
+    #[serde(default)]
+    note: String,
+}
+
+async fn assign_issue(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Path(number): Path<String>,
+    Form(form): Form<AssignForm>,
+) -> Response {
+    let session = match acting(&console, &headers, form.csrf.as_deref()) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let assigned = async {
+        let issue = issue_number("issue", &number)?;
+        let owner = given(&form.owner).unwrap_or_default();
+        let request = IssuesAssignRequest { issue, owner, note: given(&form.note) };
+        call::<method::IssuesAssign>(&console, &session, &request).await
+    }
+    .await;
+    outcome(assigned.map(|i| issue_pages::assigned(&i)), "Assigned")
+}
+
+#[derive(Deserialize)]
+struct CommentForm {
+    csrf: Option<String>,
+    #[serde(default)]
+    text: String,
+}
+
+async fn comment_issue(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Path(number): Path<String>,
+    Form(form): Form<CommentForm>,
+) -> Response {
+    let session = match acting(&console, &headers, form.csrf.as_deref()) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let commented = async {
+        let issue = issue_number("issue", &number)?;
+        let request = IssuesCommentRequest { issue, text: typed(&form.text) };
+        call::<method::IssuesComment>(&console, &session, &request).await
+    }
+    .await;
+    outcome(commented.map(|i| issue_pages::commented(&i)), "Commented")
 }

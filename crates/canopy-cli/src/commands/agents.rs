@@ -22,6 +22,12 @@ pub async fn whoami(client: &Client, json: bool) -> u8 {
             "{} ({}) in workspace {} ({}), daemon {}",
             r.account.handle, r.account.kind, r.workspace.name, r.workspace.id, r.version
         );
+        if !r.waiting_issues.is_empty() {
+            println!("Waiting on you: {}", output::waiting_issues_heading(r.waiting_issues.len()));
+            for line in output::waiting_issues(&r.waiting_issues) {
+                println!("  {line}");
+            }
+        }
     })
     .await;
     code(json, result)

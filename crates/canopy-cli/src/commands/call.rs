@@ -1,14 +1,19 @@
-//! What every area's commands share: one API call printed as JSON or as text, and the banner
-//! of what waits for the operator that opens a human listing.
+//! What every area's commands share: one API call printed as JSON or as text, the banner
+//! of what waits for the operator that opens a human listing, and text read from stdin (a
+//! message's or an issue's body) no further than its limit.
 //!
 //! Kept apart from `mod.rs` so the areas import this file and `mod.rs` imports the areas,
 //! with no circle between them. Knows no command of its own.
 
+use std::io::Read;
+
+use canopy_core::ErrorCode;
 use canopy_proto::ApiMethod;
 use canopy_proto::api::{MergesListRequest, SpawnListRequest};
 use canopy_proto::method;
 
 use crate::client::{CallError, Client};
+use crate::exit::{fail, fail_usage};
 use crate::output;
 
 /// Calls a method and prints the response as JSON or through `human`.
@@ -39,4 +44,45 @@ pub async fn waiting_banner(client: &Client, json: bool) {
     if let Some(line) = output::waiting(&spawns, &merges) {
         println!("{line}");
     }
+}
+
+/// Text from stdin that cannot be sent: past the limit (refused, exit 1, as the daemon would
+/// refuse it), or not text (a usage error, exit 64).
+pub enum BadStdin {
+    TooLarge(String),
+    NotText(String),
+}
+
+impl BadStdin {
+    /// Prints the error naming `field` and returns its exit code.
+    pub fn fail(self, json: bool, field: &str) -> u8 {
+        match self {
+            BadStdin::NotText(why) => fail_usage(json, field, &why),
+            BadStdin::TooLarge(why) => {
+                let wire =
+                    canopy_proto::WireError { code: ErrorCode::LimitExceeded, message: why, field: Some(field.into()) };
+                fail(json, &CallError::Refused(wire))
+            }
+        }
+    }
+}
+
+/// Reads `what` (`the message body`) from stdin, no further than `max` bytes (`limit` names
+/// where the limit comes from), so text past it is refused by the daemon's rule and code
+/// rather than lost in transport. One trailing newline is dropped: `echo text |` and editors
+/// end the text with a newline that is not the text's.
+pub fn text_from_stdin(what: &str, max: usize, limit: &str) -> Result<String, BadStdin> {
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| BadStdin::NotText(format!("reading {what} from stdin: {e}")))?;
+    if bytes.len() > max {
+        return Err(BadStdin::TooLarge(format!("{what} is more than {max} bytes; the limit is {max} ({limit})")));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        BadStdin::NotText(format!("{what} on stdin is not UTF-8 text (at byte {})", e.utf8_error().valid_up_to()))
+    })?;
+    let trimmed = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t));
+    Ok(trimmed.map(str::to_owned).unwrap_or(text))
 }

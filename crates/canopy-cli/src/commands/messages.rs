@@ -4,20 +4,18 @@
 //! Does not decide who receives a post: the daemon answers with each recipient's outcome,
 //! printed as it is.
 
-use std::io::Read;
-
 use canopy_config::{Config, DataDir};
-use canopy_core::{ChannelKind, ErrorCode, PostPolicy, Seq};
+use canopy_core::{ChannelKind, PostPolicy, Seq};
 use canopy_proto::api::*;
 use canopy_proto::method;
 use futures_util::StreamExt;
 
-use super::call::call;
+use super::call::{call, text_from_stdin};
 use crate::args::{
     BoardCommand, ChannelsCommand, KindArg, PostArgs, PostPolicyArg, ReadArgs, TailArgs, TopicsCommand, WakeArg,
 };
 use crate::client::{CallError, Client, Follower};
-use crate::exit::{code, fail, fail_usage};
+use crate::exit::code;
 use crate::output;
 
 /// `canopy channels [list|create]`.
@@ -98,18 +96,13 @@ pub async fn board(client: &Client, json: bool, channel: String, command: Option
 pub async fn post(dir: &DataDir, client: &Client, json: bool, mut args: PostArgs) -> u8 {
     let body = match args.body.take() {
         Some(body) if body != "-" => body,
-        _ => match body_from_stdin(dir) {
-            Ok(body) => body,
-            Err(BadBody::NotText(why)) => return fail_usage(json, "body", &why),
-            Err(BadBody::TooLarge(why)) => {
-                let wire = canopy_proto::WireError {
-                    code: ErrorCode::LimitExceeded,
-                    message: why,
-                    field: Some("body".into()),
-                };
-                return fail(json, &CallError::Refused(wire));
+        _ => {
+            let max = Config::load(&dir.config()).unwrap_or_default().limits.max_body_bytes;
+            match text_from_stdin("the message body", max, "`[limits] max_body_bytes`") {
+                Ok(body) => body,
+                Err(bad) => return bad.fail(json, "body"),
             }
-        },
+        }
     };
     let request = PostRequest {
         channel: args.channel,
@@ -127,35 +120,6 @@ pub async fn post(dir: &DataDir, client: &Client, json: bool, mut args: PostArgs
     })
     .await;
     code(json, result)
-}
-
-/// A message body from stdin that cannot be sent: past the limit (refused, exit 1, as the
-/// daemon would), or not text (a usage error, exit 64).
-enum BadBody {
-    TooLarge(String),
-    NotText(String),
-}
-
-/// The body from stdin, read no further than the limit `canopy.toml` sets, so a body past it
-/// is refused by the daemon's rule and code rather than lost in transport.
-fn body_from_stdin(dir: &DataDir) -> Result<String, BadBody> {
-    let max = Config::load(&dir.config()).unwrap_or_default().limits.max_body_bytes;
-    let mut bytes = Vec::new();
-    std::io::stdin()
-        .take(max as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| BadBody::NotText(format!("reading the message body from stdin: {e}")))?;
-    if bytes.len() > max {
-        return Err(BadBody::TooLarge(format!(
-            "body is more than {max} bytes; the limit is {max} (`[limits] max_body_bytes`)"
-        )));
-    }
-    let body = String::from_utf8(bytes).map_err(|e| {
-        BadBody::NotText(format!("the body on stdin is not UTF-8 text (at byte {})", e.utf8_error().valid_up_to()))
-    })?;
-    // `echo text |` and editors end the text with a newline that is not the message's.
-    let trimmed = body.strip_suffix('\n').map(|b| b.strip_suffix('\r').unwrap_or(b));
-    Ok(trimmed.map(str::to_owned).unwrap_or(body))
 }
 
 /// `canopy read`: a channel's newest page, or forwards from `--after`/the start.

@@ -12,6 +12,7 @@ mod call;
 mod credentials;
 mod gate;
 mod history;
+mod issues;
 mod local;
 mod merges;
 mod messages;
@@ -88,6 +89,7 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         Command::Runs { agent, open } => runs::list(client, json, agent, open).await,
         Command::Repos(command) => repos::repos(client, json, command).await,
         Command::Merges { state, command } => merges::merges(client, json, state, command).await,
+        Command::Issues { list, command } => issues::issues(client, json, list, command).await,
         Command::Prompt(command) => prompts::render(client, json, command).await,
         Command::Usage { agent, since } => history::usage(client, json, agent, since).await,
         Command::Operators(command) => credentials::operators(client, json, command).await,

@@ -82,6 +82,7 @@ async fn read_status(dir: &DataDir, client: &Client, json: bool) -> Result<(), C
         spawns,
         merges,
         incidents,
+        waiting_issues: whoami.waiting_issues,
     };
     match json {
         true => output::json(&status),
