@@ -7,8 +7,10 @@
 //! call that posts as the agent, turn-start delivery, a steer at a tool boundary, a steer that
 //! falls back to the next turn, `canopy agents interrupt` during a model call (the turn ends
 //! interrupted, the same session takes the next message), a `kill -9` of the CLI (incarnation
-//! 2 resumes the conversation, or starts fresh when the recorded one is missing), and an
-//! implementer run whose delta rides Claude Code's append mechanism. The codec's side of
+//! 2 resumes the conversation, or starts fresh when the recorded one is missing), an
+//! implementer run whose delta rides Claude Code's append mechanism, and a Manager working an
+//! issue through the issue tools (a sub-issue for its report, its own issue closed once that
+//! one is done). The codec's side of
 //! interrupt (cancelled queued steers) is tested at the harness level
 //! (`crates/canopy-harness/tests/claude.rs`).
 
@@ -616,4 +618,66 @@ fn a_missing_harness_program_stops_the_agent_naming_its_setting() {
     assert!(reason.contains("[harness.claude] bin") && reason.contains("canopy doctor"), "{entry}");
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(env.roster_entry("nobin")["incarnation"], 1, "no crash loop");
+}
+
+/// A report that takes an issue it is given and finishes it.
+const FINISHES_ITS_ISSUE: &str = r#"
+[[rule]]
+match = { kind = "message", text_contains = "gave you #2" }
+actions = [
+  { call = "issues_update", args = { issue = 2, state = "in_progress", note = "building the form" } },
+  { call = "issues_update", args = { issue = 2, state = "done", note = "built", resolution = "The form is on w1's branch." } },
+]
+
+[[rule]]
+actions = [{ say = "noted" }]
+"#;
+
+#[test]
+fn a_claude_manager_splits_its_issue_hands_a_sub_issue_to_its_report_and_closes_its_own() {
+    let fake = FakeAnthropic::start(Vec::new());
+    let env = claude_env(&fake);
+    create_claude_agent(&env, "cc");
+    let script = env.script("w1.toml", FINISHES_ITS_ISSUE);
+    env.json(&["agents", "create", "--handle", "w1", "--name", "w1", "--parent", "cc", "--script", &script]);
+    env.settled("cc");
+    env.settled("w1");
+    // Its next turn: the issue filed for it. Then the turn its sub-issue's close starts.
+    for reply in [
+        Reply::canopy_tool("issues_update", json!({"issue": 1, "state": "in_progress", "note": "splitting it"})),
+        Reply::canopy_tool("issues_create", json!({"title": "Login form", "parent": 1, "body": "The form only."})),
+        Reply::canopy_tool("issues_assign", json!({"issue": 2, "owner": "w1", "note": "yours"})),
+        Reply::text("the form is w1's"),
+        Reply::canopy_tool(
+            "issues_update",
+            json!({"issue": 1, "state": "done", "note": "the form was the last part", "resolution": "Login ships with w1's form."}),
+        ),
+        Reply::text("closed #1"),
+    ] {
+        fake.push(reply);
+    }
+    let filed = env.json(&["issues", "new", "--title", "Ship the login page", "--assign", "cc"]);
+    assert_eq!(filed["number"], 1, "{filed}");
+    crate::assert_eventually!(
+        env.json(&["issues", "show", "1"])["issue"]["state"] == "done",
+        "cc never closed #1: {}",
+        env.json(&["issues", "show", "1"])
+    );
+    let one = env.json(&["issues", "show", "1"]);
+    assert_eq!(one["issue"]["resolution"], "Login ships with w1's form.", "{one}");
+    let moves: Vec<String> = one["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "moved" && e["actor"] == "cc")
+        .map(|e| e["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(moves[0].starts_with("open -> in_progress") && moves[1].starts_with("in_progress -> done"), "{moves:?}");
+    let two = env.json(&["issues", "show", "2"]);
+    assert_eq!((two["issue"]["owner"].as_str(), two["issue"]["state"].as_str()), (Some("w1"), Some("done")));
+    assert_eq!((two["issue"]["reporter"].as_str(), two["issue"]["parent"].as_u64()), (Some("cc"), Some(1)));
+    // The model saw the issue arrive in its topic, and the sub-issue's close before closing.
+    let requests = fake.requests();
+    assert!(requests.iter().any(|r| occurrences(r, "issue #1: Ship the login page") > 0), "the topic never reached cc");
+    assert!(requests.iter().any(|r| occurrences(r, "Sub-issue #2 of #1 is done") > 0), "the close never reached cc");
 }
