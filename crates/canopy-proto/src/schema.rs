@@ -55,6 +55,7 @@ pub fn all() -> Vec<(String, Value)> {
     let mut out = method_schemas();
     out.push(("event.message.json".to_owned(), schema_for!(MessageEvent).to_value()));
     out.push(("event.activity.json".to_owned(), schema_for!(ActivityEvent).to_value()));
+    out.push(("event.issue.json".to_owned(), schema_for!(IssueChanged).to_value()));
     out.push(("runner.deliver.json".to_owned(), schema_for!(DeliverDoorbell).to_value()));
     out.push(("runner.steer.request.json".to_owned(), schema_for!(SteerRequest).to_value()));
     out.push(("runner.steer.reply.json".to_owned(), schema_for!(SteerReply).to_value()));
