@@ -2,9 +2,10 @@
 //! API with their own session tokens: assigning outside the subtree refused; a state change by
 //! a non-owner refused and audited; `done` with an open sub-issue refused naming it; a
 //! dependency cycle refused naming it; a blocker reaching `done` and a sub-issue closing reach
-//! the owner in the issue's topic; reassignment moves the topic and tells both owners; a
-//! Manager's turn counts toward its one `in_progress` issue; a spent issue budget holds runs
-//! for it; and all of it survives a daemon `kill -9`.
+//! the owner in the issue's topic; reassignment moves the topic and tells both owners; an
+//! unowned issue reaches the Supervisor to triage; a Manager's turn counts toward its one
+//! `in_progress` issue; a spent issue budget holds runs for it; lists page newest first too;
+//! and all of it survives a daemon `kill -9`.
 //!
 //! Owns these scenarios only; the CLI's commands and import are `issues_cli`'s, the board
 //! `console`'s, a linked merge landing the demo's.
@@ -174,6 +175,14 @@ fn the_ledger_s_rules_hold_end_to_end_and_survive_a_kill_9() {
     let closed = ledger.ok(&m1, "issues.update", early);
     assert_eq!((closed["state"].as_str(), closed["resolution"].as_str()), (Some("done"), Some("login page live")));
 
+    // Filed with no owner, an issue goes to the Supervisor to triage.
+    let loose = ledger.ok(&op, "issues.create", json!({ "title": "Nobody's yet" }));
+    assert_eq!((loose["number"].as_u64(), &loose["owner"]), (Some(4), &Value::Null), "{loose}");
+    crate::assert_eventually!(
+        ledger.told("home-supervisor", "issue #4: Nobody's yet").iter().any(|b| b.contains("Triage it")),
+        "the Supervisor was not told to triage #4"
+    );
+
     // A kill -9 loses nothing committed.
     let before = ledger.show(1);
     let Ledger { mut env, .. } = ledger;
@@ -185,7 +194,13 @@ fn the_ledger_s_rules_hold_end_to_end_and_survive_a_kill_9() {
     assert_eq!(after["issue"]["state"], "done");
     assert_eq!(after["subissues"][0]["number"], 2);
     let listed = ledger.ok(&ledger.operator, "issues.list", json!({ "include_closed": true }));
-    assert_eq!(listed["issues"].as_array().unwrap().len(), 3, "{listed}");
+    assert_eq!(listed["issues"].as_array().unwrap().len(), 4, "{listed}");
+    let newest =
+        ledger.ok(&ledger.operator, "issues.list", json!({ "include_closed": true, "newest": true, "limit": 2 }));
+    let numbers: Vec<u64> = newest["issues"].as_array().unwrap().iter().filter_map(|i| i["number"].as_u64()).collect();
+    assert_eq!((numbers, newest["next_after"].as_u64()), (vec![4, 3], Some(3)), "{newest}");
+    let nobody = ledger.ok(&ledger.operator, "issues.list", json!({ "owner": "nobody" }));
+    assert_eq!(nobody["issues"][0]["number"], 4, "{nobody}");
     let mine = ledger.ok(&ledger.operator, "issues.list", json!({ "owner": "m2" }));
     assert_eq!(mine["issues"][0]["number"], 3, "{mine}");
     // Bad input is refused naming the field.

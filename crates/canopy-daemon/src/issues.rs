@@ -101,6 +101,8 @@ impl Issues {
             include_closed: req.include_closed,
             label,
             after: req.after.unwrap_or(0),
+            before: req.before,
+            newest: req.newest,
             limit: page(req.limit, LIST_PAGE)?,
         };
         let (issues, next_after) = self.store.read(move |conn| ops::list_issues(conn, &query)).await?;

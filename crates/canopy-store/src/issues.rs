@@ -75,6 +75,10 @@ pub struct IssueQuery {
     pub include_closed: bool,
     pub label: Option<String>,
     pub after: u64,
+    /// Only numbers below this.
+    pub before: Option<u64>,
+    /// Highest number first.
+    pub newest: bool,
     pub limit: usize,
 }
 
@@ -755,7 +759,7 @@ pub fn list_issues(conn: &Db<'_>, query: &IssueQuery) -> Result<(Vec<IssueSummar
             )?)
         }
     };
-    let mut clauses = vec!["i.number > ?1".to_owned()];
+    let mut clauses = vec!["i.number > ?1".to_owned(), "(?6 IS NULL OR i.number < ?6)".to_owned()];
     match (&query.owners, &owners) {
         (Owners::Nobody, _) => clauses.push("i.owner_id IS NULL".into()),
         (_, Some(_)) => clauses.push("i.owner_id IN (SELECT value FROM json_each(?2))".into()),
@@ -770,7 +774,8 @@ pub fn list_issues(conn: &Db<'_>, query: &IssueQuery) -> Result<(Vec<IssueSummar
         clauses.push("i.number IN (SELECT issue FROM issue_labels WHERE label = ?4)".into());
     }
     let ids_json = serde_json::to_string(&owners.unwrap_or_default()).map_err(|e| Error::Internal(e.to_string()))?;
-    let sql_text = format!("{SUMMARY_SELECT} WHERE {} ORDER BY i.number LIMIT ?5", clauses.join(" AND "));
+    let order = if query.newest { "DESC" } else { "ASC" };
+    let sql_text = format!("{SUMMARY_SELECT} WHERE {} ORDER BY i.number {order} LIMIT ?5", clauses.join(" AND "));
     let mut page: Vec<IssueSummary> = conn
         .prepare_cached(&sql_text)
         .and_then(|mut s| {
@@ -780,7 +785,8 @@ pub fn list_issues(conn: &Db<'_>, query: &IssueQuery) -> Result<(Vec<IssueSummar
                     ids_json,
                     query.state.map(|s| s.as_str()),
                     query.label,
-                    query.limit as i64 + 1
+                    query.limit as i64 + 1,
+                    query.before.map(|b| b as i64)
                 ],
                 summary_from_row,
             )?

@@ -534,11 +534,6 @@ async fn post_message(State(console): State<Shared>, headers: HeaderMap, Form(fo
 
 /// The most pages of open issues (200 each) the board reads; past them it asks for a filter.
 const OPEN_PAGES: usize = 10;
-/// The most pages of one closed state the board reads for its newest issues.
-const CLOSED_PAGES: usize = 5;
-/// How far below the highest open issue the read of a closed state starts, at first.
-const CLOSED_LOOKBACK: u64 = 500;
-
 #[derive(Deserialize)]
 struct BoardQuery {
     subtree: Option<String>,
@@ -565,6 +560,8 @@ fn list_request(filter: &IssueFilter, state: Option<IssueState>, after: Option<u
         label: given(&filter.label),
         include_closed: false,
         after,
+        newest: false,
+        before: None,
         limit: Some(200),
     }
 }
@@ -590,28 +587,17 @@ async fn read_issues(
 }
 
 /// The newest `CLOSED_SHOWN` issues in the closed `state`, newest first, and whether others
-/// exist. The API lists lowest number first, so the read starts `CLOSED_LOOKBACK` below `top`
-/// (the highest open issue the board read) and from the first issue when that finds too few;
-/// every read is bounded by `CLOSED_PAGES`.
+/// exist: one page, newest first.
 async fn newest_closed(
     console: &Console,
     session: &Session,
     filter: &IssueFilter,
     state: IssueState,
-    top: u64,
 ) -> Result<(Vec<IssueSummary>, bool), CallError> {
-    let mut start = top.saturating_sub(CLOSED_LOOKBACK);
-    loop {
-        let request = list_request(filter, Some(state), (start > 0).then_some(start));
-        let (mut issues, capped) = read_issues(console, session, request, CLOSED_PAGES).await?;
-        if issues.len() >= CLOSED_SHOWN || start == 0 {
-            issues.sort_by_key(|i| std::cmp::Reverse(i.number));
-            let others = start > 0 || capped || issues.len() > CLOSED_SHOWN;
-            issues.truncate(CLOSED_SHOWN);
-            return Ok((issues, others));
-        }
-        start = 0;
-    }
+    let request =
+        IssuesListRequest { newest: true, limit: Some(CLOSED_SHOWN as u32), ..list_request(filter, Some(state), None) };
+    let page = call::<method::IssuesList>(console, session, &request).await?;
+    Ok((page.issues, page.next_after.is_some()))
 }
 
 /// The handles the forms offer: every agent's. Not read on a live refresh (the list is outside
@@ -638,10 +624,9 @@ async fn issues_board(
     let body = async {
         let (open, open_capped) =
             read_issues(&console, &session, list_request(&filter, None, None), OPEN_PAGES).await?;
-        let top = open.iter().map(|i| i.number).max().unwrap_or(0);
         let mut closed = Vec::new();
         for state in [IssueState::Done, IssueState::Wontdo] {
-            let (issues, others) = newest_closed(&console, &session, &filter, state, top).await?;
+            let (issues, others) = newest_closed(&console, &session, &filter, state).await?;
             closed.push((state, issues, others));
         }
         let handles = handles(&console, &session, live).await?;

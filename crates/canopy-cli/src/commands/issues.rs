@@ -112,8 +112,8 @@ async fn list_issues(client: &Client, json: bool, args: IssuesListArgs) -> Resul
         subtree: args.subtree,
         label: args.label,
         include_closed: args.all,
-        after: None,
         limit: None,
+        ..IssuesListRequest::default()
     };
     let wanted = args.limit.map(|n| n as usize);
     let mut all = IssuesListResponse { issues: Vec::new(), next_after: None };

@@ -31,6 +31,12 @@ pub struct IssuesListRequest {
     /// Start after this issue number (the previous page's `next_after`).
     #[serde(default)]
     pub after: Option<u64>,
+    /// Newest first (highest number first); the next page then starts `before` the last.
+    #[serde(default)]
+    pub newest: bool,
+    /// Only issues numbered below this (with `newest`, the previous page's `next_after`).
+    #[serde(default)]
+    pub before: Option<u64>,
     /// At most this many (default 50, at most 200).
     #[serde(default)]
     pub limit: Option<u32>,
@@ -40,7 +46,8 @@ pub struct IssuesListRequest {
 #[serde(deny_unknown_fields)]
 pub struct IssuesListResponse {
     pub issues: Vec<IssueSummary>,
-    /// Pass as `after` for the next page; none when this was the last.
+    /// The last number of this page: pass it as `after` (with `newest`, as `before`) for the
+    /// next page; none when this was the last.
     pub next_after: Option<u64>,
 }
 
