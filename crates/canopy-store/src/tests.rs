@@ -1345,3 +1345,90 @@ async fn reads_run_inline_until_the_budget_then_move_to_the_pool() {
         assert_eq!(n.unwrap(), 1);
     }
 }
+
+/// One usage report of `cost` dollars for `handle`, through the turn path's write.
+async fn spend(store: &Store, handle: &'static str, cost: f64) {
+    store
+        .write(move |c| {
+            let id = crate::views::require_account(c, "agent", handle)?.id;
+            let report = crate::UsageReport { input_tokens: 10, cost_usd: Some(cost), ..Default::default() };
+            let mut charged = crate::Charged { notices: Vec::new(), changed: false };
+            crate::usage::record_usage(c, id, Incarnation(1), &report, Estimate::default(), &mut charged)
+        })
+        .await
+        .unwrap();
+}
+
+async fn issue_spend(store: &Store, number: u64) -> f64 {
+    store.read(move |c| ops::issue_spend(c, number)).await.unwrap().usd
+}
+
+#[tokio::test]
+async fn usage_counts_toward_a_runs_issue_or_the_one_issue_in_progress_and_else_none() {
+    let (_dir, store) = workspace().await;
+    let ci = agent("ci-manager");
+    let file = |title: &'static str, parent: Option<u64>| {
+        let ci = ci.clone();
+        let store = store.clone();
+        async move {
+            let spec = crate::NewIssue { title: title.into(), parent, ..Default::default() };
+            store.write(move |c| ops::file_issue(c, &ci, &spec)).await.unwrap().0.number
+        }
+    };
+    let start = |number: u64| {
+        let ci = ci.clone();
+        let change = crate::IssueChange {
+            state: Some(canopy_core::issues::IssueState::InProgress),
+            note: Some("on it".into()),
+            ..Default::default()
+        };
+        let store = store.clone();
+        async move { store.write(move |c| ops::update_issue(c, &ci, number, &change)).await.unwrap() }
+    };
+    let (one, two) = (file("One", None).await, file("Two", None).await);
+    spend(&store, "ci-manager", 0.5).await;
+    assert_eq!(issue_spend(&store, one).await, 0.0, "an open issue is not being worked");
+    start(one).await;
+    spend(&store, "ci-manager", 0.25).await;
+    assert_eq!(issue_spend(&store, one).await, 0.25, "the one issue in progress");
+    start(two).await;
+    spend(&store, "ci-manager", 1.0).await;
+    assert_eq!((issue_spend(&store, one).await, issue_spend(&store, two).await), (0.25, 0.0), "two: unattributed");
+
+    // A run for #2 counts toward #2 whatever its Manager is doing.
+    let spec = crate::RunSpec {
+        definition: "implementer".into(),
+        brief: "b".into(),
+        role: RoleName::parse("implementer").unwrap(),
+        harness: String::new(),
+        script: None,
+        max_running: 4,
+        timeout_ms: 60_000,
+        checkout: None,
+        issue: Some(two),
+    };
+    let manager = ci.clone();
+    let run = store.write(move |c| ops::start_run(c, &manager, &spec)).await.unwrap();
+    assert_eq!(run.issue, Some(two));
+    spend(&store, "run-1", 0.125).await;
+    assert_eq!(issue_spend(&store, two).await, 0.125);
+    // A sub-issue's spend adds to its parent's total.
+    let part = file("Part", Some(two)).await;
+    let review = |number: u64| {
+        let ci = agent("ci-manager");
+        let change = crate::IssueChange {
+            state: Some(canopy_core::issues::IssueState::InReview),
+            note: Some("in review".into()),
+            ..Default::default()
+        };
+        let store = store.clone();
+        async move { store.write(move |c| ops::update_issue(c, &ci, number, &change)).await.unwrap() }
+    };
+    review(one).await;
+    review(two).await;
+    start(part).await;
+    spend(&store, "ci-manager", 0.5).await;
+    let view = store.read(move |c| ops::issue_view(c, two)).await.unwrap();
+    assert_eq!((view.subissues.len(), view.runs.clone()), (1, vec![1]));
+    assert_eq!((view.spend.usd, view.spend.subissues_usd), (0.125, 0.5));
+}
