@@ -4,7 +4,7 @@
 //!
 //! Measures nothing itself; every figure file builds on it, and it imports none of them.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -87,4 +87,20 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     }
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index.min(sorted.len() - 1)]
+}
+
+/// p99 of `samples` calls of `call`, in microseconds.
+pub async fn p99_of<F, Fut>(samples: usize, mut call: F) -> Result<f64, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let at = Instant::now();
+        call().await?;
+        times.push(at.elapsed());
+    }
+    times.sort();
+    Ok(percentile(&times, 0.99).as_secs_f64() * 1e6)
 }

@@ -12,28 +12,12 @@ use std::time::Instant;
 use canopy_proto::api::*;
 use canopy_proto::method;
 
-use crate::figure::{Figure, percentile};
+use crate::figure::{Figure, p99_of};
 use crate::setup::Bench;
 
 /// Agents in the tree and issues each owns: 1,000 x 100 (and the lead's 100).
 const AGENTS: usize = 1_000;
 const PER_AGENT: usize = 100;
-
-/// p99 of `samples` runs of `call`, in microseconds.
-async fn p99<F, Fut>(samples: usize, mut call: F) -> Result<f64, String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let mut times = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let at = Instant::now();
-        call().await?;
-        times.push(at.elapsed());
-    }
-    times.sort();
-    Ok(percentile(&times, 0.99).as_secs_f64() * 1e6)
-}
 
 /// The `issues_list` figures and the attribution figure.
 pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
@@ -60,7 +44,7 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
     let api = bench.api.clone();
     let list = |owner: Option<&'static str>| {
         let (api, token) = (api.clone(), token.clone());
-        p99(samples, move || {
+        p99_of(samples, move || {
             let (api, token) = (api.clone(), token.clone());
             async move {
                 let request = IssuesListRequest { owner: owner.map(str::to_owned), ..IssuesListRequest::default() };
@@ -74,7 +58,7 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
     };
     let own = list(None).await;
     let subtree = list(Some("subtree")).await;
-    let whoami = p99(samples, || {
+    let whoami = p99_of(samples, || {
         let (api, token) = (api.clone(), token.clone());
         async move { api.send::<method::Whoami>(&token, &WhoamiRequest {}).await.map(drop).map_err(|e| e.to_string()) }
     })

@@ -8,13 +8,11 @@
 //! posters (1, 16, 64, 256), each beside the raw baseline at the same concurrency; last,
 //! restart, memory and the roster with 1,000, 10,000 and 100,000 agents.
 
-use std::time::Instant;
-
 use canopy_proto::api::*;
 use canopy_proto::method;
 
 use crate::delivery::post_burst_timed;
-use crate::figure::{Figure, Parts, percentile};
+use crate::figure::{Figure, Parts, p99_of, percentile};
 use crate::setup::Bench;
 
 const POSTERS: usize = 64;
@@ -28,22 +26,6 @@ struct Measured {
     found_p99_us: f64,
     missed_p99_us: f64,
     read_p99_us: f64,
-}
-
-/// p99 of `samples` calls of `call`, in microseconds.
-async fn p99_of<F, Fut>(samples: usize, mut call: F) -> Result<f64, String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let mut times = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let at = Instant::now();
-        call().await?;
-        times.push(at.elapsed());
-    }
-    times.sort();
-    Ok(percentile(&times, 0.99).as_secs_f64() * 1e6)
 }
 
 async fn measure(history: usize, quick: bool) -> Result<Measured, String> {

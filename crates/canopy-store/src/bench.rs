@@ -294,7 +294,7 @@ pub async fn usage_writes(store: &Store, handle: &str, count: usize, attributed:
                 let mut charged = crate::Charged { notices: Vec::new(), changed: false };
                 let estimate = crate::Estimate { usd: 0.0, tokens: 0 };
                 let incarnation = canopy_core::Incarnation(1);
-                crate::usage::record_usage_as(c, agent_id, incarnation, &report, estimate, &mut charged, issue_sql)
+                crate::usage::record_usage(c, agent_id, incarnation, &report, estimate, &mut charged, issue_sql)
             })
             .await?;
     }

@@ -31,21 +31,10 @@ pub struct UsageReport {
 }
 
 /// Stores one usage report of a live session, replacing the estimate its turn was charged
-/// at its start, and charges the budgets that cover the agent.
+/// at its start, and charges the budgets that cover the agent. `issue_sql` is the SQL
+/// expression that names the row's issue: `issues::USAGE_ISSUE`, or `NULL` for the benchmark's
+/// baseline (the same write without the attribution).
 pub(crate) fn record_usage(
-    conn: &Db<'_>,
-    agent_id: i64,
-    incarnation: Incarnation,
-    usage: &UsageReport,
-    estimate: Estimate,
-    charged: &mut Charged,
-) -> Result<(), Error> {
-    record_usage_as(conn, agent_id, incarnation, usage, estimate, charged, crate::issues::USAGE_ISSUE)
-}
-
-/// `record_usage`, with the SQL expression that names the row's issue (`USAGE_ISSUE`; the
-/// benchmark's baseline passes `NULL`, the same write without the attribution).
-pub(crate) fn record_usage_as(
     conn: &Db<'_>,
     agent_id: i64,
     incarnation: Incarnation,
