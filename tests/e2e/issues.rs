@@ -110,6 +110,11 @@ fn the_ledger_s_rules_hold_end_to_end_and_survive_a_kill_9() {
     assert_eq!((two["number"].as_u64(), two["parent"].as_u64()), (Some(2), Some(1)), "{two}");
     let away = ledger.refused(&m1, "issues.assign", json!({ "issue": 1, "owner": "m2" }));
     assert_eq!(codes(&away).0, "forbidden", "{away}");
+    // Nobody hangs a sub-issue under another's issue (it would hold that issue open).
+    let hung = ledger.refused(&m2, "issues.create", json!({ "title": "Mine, under yours", "parent": 1 }));
+    assert_eq!(codes(&hung).0, "forbidden", "{hung}");
+    let huge = ledger.refused(&m1, "issues.show", json!({ "issue": u64::MAX }));
+    assert_eq!(huge["field"], "issue", "{huge}");
 
     // `done` waits for the open sub-issue and names it.
     let early = json!({ "issue": 1, "state": "done", "note": "shipped", "resolution": "login page live" });

@@ -2,9 +2,9 @@
 //! moves between them, who may move, close, assign and file, what blocks an issue, `done`
 //! waiting for every sub-issue, and dependency cycles refused naming the cycle.
 //!
-//! The first step of issue 34: the store, the daemon's area, the tools and the operator's
-//! surfaces build on it. Decides nothing about storage or delivery, reads no clock, and knows
-//! an account only as the `Caller` and the tree facts the caller read.
+//! Decides nothing about storage or delivery, reads no clock, and knows an account only as the
+//! `Caller` and the tree facts the caller read; the store checks these rules against the tree in
+//! each change's transaction.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -109,10 +109,10 @@ pub fn may_move(
     one_line("note", change.note, MAX_NOTE, true)?;
     match (change.to, change.blocker) {
         (IssueState::Blocked, None) => {
-            return Err(Error::invalid("blocker", "a blocked issue names what blocks it: issues or a question"));
+            return Err(Error::invalid("blocked_by", "a blocked issue names what blocks it: issues or a question"));
         }
         (IssueState::Blocked, Some(blocker)) => check_blocker(blocker)?,
-        (_, Some(_)) => return Err(Error::invalid("blocker", "only a move to blocked names a blocker")),
+        (_, Some(_)) => return Err(Error::invalid("blocked_by", "only a move to blocked names a blocker")),
         (_, None) => {}
     }
     match (change.to.is_closed(), change.resolution) {
@@ -134,11 +134,13 @@ pub fn may_move(
 fn check_blocker(blocker: &Blocker) -> Result<(), Error> {
     match blocker {
         Blocker::Issues(issues) if issues.is_empty() => {
-            Err(Error::invalid("blocker", "name at least one issue, or ask the operator a question"))
+            Err(Error::invalid("blocked_by", "name at least one issue, or ask the operator a question"))
         }
-        Blocker::Issues(issues) if issues.len() > 50 => Err(Error::invalid("blocker", "at most 50 issues")),
+        Blocker::Issues(issues) if issues.len() > MAX_DEPENDS_ON => {
+            Err(Error::invalid("blocked_by", format!("at most {MAX_DEPENDS_ON} issues")))
+        }
         Blocker::Issues(_) => Ok(()),
-        Blocker::Operator { question } => one_line("blocker", question, MAX_NOTE, true),
+        Blocker::Operator { question } => one_line("question", question, MAX_NOTE, true),
     }
 }
 
@@ -150,8 +152,8 @@ fn one_line(field: &'static str, text: &str, max: usize, multiline: bool) -> Res
     if text.len() > max {
         return Err(Error::TooLarge { field, len: text.len(), max });
     }
-    if !multiline && text.trim().contains('\n') {
-        return Err(Error::invalid(field, "is one line"));
+    if !multiline && text.trim().chars().any(char::is_control) {
+        return Err(Error::invalid(field, "is one line of text, without control characters"));
     }
     Ok(())
 }
@@ -173,29 +175,94 @@ pub fn may_assign(caller: &Caller, to: &Handle, descendants: &BTreeSet<Handle>) 
 pub enum Filing<'a> {
     /// For itself.
     Own,
-    /// For a descendant, as a sub-issue of one the caller owns (`parent_owner` is its owner).
-    ForDescendant { owner: &'a Handle, parent_owner: Option<&'a Handle> },
-    /// Up the tree: owned by the caller's parent, `open`, a request.
-    ToParent,
+    /// For a descendant, as a sub-issue of one the caller owns.
+    ForDescendant { owner: &'a Handle },
+    /// Up the tree: owned by the caller's parent (`parent`), `open`, a request.
+    ToParent { parent: &'a Handle },
 }
 
 /// Checks an agent's filing (operators file anything; an unassigned one goes to the Supervisor's
 /// triage): for itself, for a descendant as a sub-issue of an issue it owns, or to its parent.
-pub fn may_file(caller: &Caller, filing: &Filing<'_>, descendants: &BTreeSet<Handle>) -> Result<(), Error> {
+/// `under` is the owner of the parent issue named, if one is: an agent hangs a sub-issue only
+/// under an issue it owns, or, filing up, under one its parent owns, so no one can hold
+/// another's issue open with a sub-issue.
+pub fn may_file(
+    caller: &Caller,
+    filing: &Filing<'_>,
+    under: Option<Option<&Handle>>,
+    descendants: &BTreeSet<Handle>,
+) -> Result<(), Error> {
     if caller.is_operator() {
         return Ok(());
     }
     let refuse = |reason: String| Err(Error::Forbidden { action: "file an issue".into(), reason });
-    match filing {
-        Filing::Own | Filing::ToParent => Ok(()),
-        Filing::ForDescendant { owner, .. } if !descendants.contains(*owner) => {
+    let mine = under.map(|owner| owner == Some(&caller.handle));
+    match (filing, mine) {
+        (Filing::ForDescendant { owner }, _) if !descendants.contains(*owner) => {
             refuse(format!("@{owner} is not one of @{}'s descendants", caller.handle))
         }
-        Filing::ForDescendant { parent_owner, .. } if *parent_owner != Some(&caller.handle) => {
+        (Filing::ForDescendant { .. }, None | Some(false)) => {
             refuse("an issue for a report is a sub-issue of one you own".into())
         }
-        Filing::ForDescendant { .. } => Ok(()),
+        (Filing::ToParent { parent }, Some(false)) if under != Some(Some(*parent)) => {
+            refuse(format!("a request up the tree hangs under an issue of yours or of @{parent}'s"))
+        }
+        (Filing::Own, Some(false)) => refuse("a sub-issue hangs under an issue you own".into()),
+        _ => Ok(()),
     }
+}
+
+/// Checks who may give away an issue owned by `owner`: its owner, an ancestor of its owner
+/// (`descendants` are the caller's, despawned ones too), the Supervisor for one nobody owns, or
+/// an operator. Where it may go is `may_assign`'s.
+pub fn may_reassign(
+    caller: &Caller,
+    owner: Option<&Handle>,
+    is_supervisor: bool,
+    descendants: &BTreeSet<Handle>,
+) -> Result<(), Error> {
+    let allowed = match owner {
+        _ if caller.is_operator() => true,
+        Some(owner) => *owner == caller.handle || descendants.contains(owner),
+        None => is_supervisor,
+    };
+    if allowed {
+        return Ok(());
+    }
+    let whose = owner.map(|o| format!("it is @{o}'s")).unwrap_or_else(|| "it has no owner".into());
+    Err(Error::Forbidden {
+        action: "reassign the issue".into(),
+        reason: format!("{whose}; only its owner, an ancestor of its owner or an operator gives it away"),
+    })
+}
+
+/// Checks an edit (labels, dependencies, body, title): the owner's or an operator's, as moves are.
+pub fn may_edit(caller: &Caller, owner: Option<&Handle>, number: u64) -> Result<(), Error> {
+    match caller.is_operator() || owner == Some(&caller.handle) {
+        true => Ok(()),
+        false => Err(Error::Forbidden {
+            action: format!("change #{number}"),
+            reason: "only its owner or an operator changes an issue".into(),
+        }),
+    }
+}
+
+/// Checks linking a run or merge request to issue `number` owned by `owner`: the caller's own
+/// issue or one a descendant of its owns (`field` names the request's field).
+pub fn may_link(
+    caller: &Caller,
+    owner: Option<&Handle>,
+    number: u64,
+    descendants: &BTreeSet<Handle>,
+) -> Result<(), Error> {
+    if owner.is_some_and(|o| *o == caller.handle || descendants.contains(o)) {
+        return Ok(());
+    }
+    let whose = owner.map(|o| format!("@{o}'s")).unwrap_or_else(|| "nobody's".into());
+    Err(Error::Forbidden {
+        action: format!("link #{number}"),
+        reason: format!("it is {whose}, not yours or one of your reports'"),
+    })
 }
 
 /// Refuses `depends_on` edges that would close a cycle: `edges` are every issue's current
@@ -328,6 +395,24 @@ pub fn check_title(title: &str) -> Result<String, Error> {
     Ok(title.trim().to_owned())
 }
 
+/// Checks a note on a move or an assignment: not empty, within `MAX_NOTE`; returns it trimmed.
+pub fn check_note(note: &str) -> Result<String, Error> {
+    one_line("note", note, MAX_NOTE, true)?;
+    Ok(note.trim().to_owned())
+}
+
+/// Checks an issue number from the wire (`field` names it): 1 and up, and within what the
+/// store holds (`i64::MAX`).
+pub fn check_number(field: &'static str, number: u64) -> Result<u64, Error> {
+    match number {
+        1..=MAX_NUMBER => Ok(number),
+        _ => Err(Error::invalid(field, format!("{number} is not an issue number (1 to {MAX_NUMBER})"))),
+    }
+}
+
+/// The largest issue number.
+pub const MAX_NUMBER: u64 = i64::MAX as u64;
+
 /// Checks a body or comment: within `MAX_BODY` (`field` names it); a comment must say something.
 pub fn check_text(field: &'static str, text: &str, may_be_empty: bool) -> Result<String, Error> {
     if may_be_empty && text.trim().is_empty() {
@@ -337,35 +422,43 @@ pub fn check_text(field: &'static str, text: &str, may_be_empty: bool) -> Result
     Ok(text.trim_end().to_owned())
 }
 
-/// Checks labels: at most `MAX_LABELS`, each 1-50 characters of letters, digits, `-`, `_`,
-/// `.`, `:` or `/`; returns them sorted without repeats.
+/// Longest label, in characters.
+pub const MAX_LABEL_CHARS: usize = 50;
+
+/// A character a label may hold: letters, digits, spaces, `-`, `_`, `.`, `:`, `/`.
+fn label_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | ' ')
+}
+
+/// Checks labels: at most `MAX_LABELS`, each 1-50 characters of letters, digits, spaces, `-`,
+/// `_`, `.`, `:` or `/`; returns them sorted without repeats.
 pub fn check_labels(labels: &[String]) -> Result<Vec<String>, Error> {
     if labels.len() > MAX_LABELS {
         return Err(Error::invalid("labels", format!("at most {MAX_LABELS} labels")));
     }
-    let mut out = BTreeSet::new();
-    for label in labels {
-        let label = label.trim();
-        let fine = |c: char| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | ' ');
-        if label.is_empty() || label.len() > 50 || !label.chars().all(fine) {
-            return Err(Error::invalid(
-                "labels",
-                format!("{label:?} is not a label (1-50 letters, digits, spaces, - _ . : /)"),
-            ));
-        }
-        out.insert(label.to_owned());
+    labels.iter().map(|l| check_label("labels", l)).collect::<Result<BTreeSet<_>, _>>().map(|s| s.into_iter().collect())
+}
+
+/// Checks one label (`field` names it: `labels`, or a list's `label` filter).
+pub fn check_label(field: &'static str, label: &str) -> Result<String, Error> {
+    let label = label.trim();
+    if label.is_empty() || label.chars().count() > MAX_LABEL_CHARS || !label.chars().all(label_char) {
+        return Err(Error::invalid(
+            field,
+            format!("{label:?} is not a label (1-50 letters, digits, spaces, - _ . : /)"),
+        ));
     }
-    Ok(out.into_iter().collect())
+    Ok(label.to_owned())
 }
 
 /// Labels from another tracker, made ours: a character a label may not hold becomes `-`,
 /// each is cut to 50 characters, empty ones and repeats drop, and at most `MAX_LABELS` stay
 /// (GitHub allows any text in a label; an import should not fail on one).
 pub fn imported_labels<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let fine = |c: char| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | ' ');
     let mut out = BTreeSet::new();
     for name in names {
-        let mapped: String = name.trim().chars().map(|c| if fine(c) { c } else { '-' }).take(50).collect();
+        let mapped: String =
+            name.trim().chars().map(|c| if label_char(c) { c } else { '-' }).take(MAX_LABEL_CHARS).collect();
         let label = mapped.trim_matches(|c| c == '-' || c == ' ').to_owned();
         if !label.is_empty() && out.len() < MAX_LABELS {
             out.insert(label);
@@ -374,11 +467,39 @@ pub fn imported_labels<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<Stri
     out.into_iter().collect()
 }
 
+/// A title from another tracker, made ours: control characters become spaces, and a title past
+/// `MAX_TITLE` bytes is cut at a character with `…` (GitHub allows 256 characters).
+pub fn imported_title(title: &str) -> String {
+    let plain: String = title.trim().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    cut_bytes(&plain, MAX_TITLE)
+}
+
+/// A body from another tracker, cut to `MAX_BODY` bytes at a character with `…`.
+pub fn imported_body(body: &str) -> String {
+    cut_bytes(body.trim_end(), MAX_BODY)
+}
+
+fn cut_bytes(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The first ten characters of a commit id, as notices show it.
+pub fn short_commit(commit: &str) -> &str {
+    commit.char_indices().nth(10).map_or(commit, |(at, _)| &commit[..at])
+}
+
 /// Parses `#N` or `N` as an issue number (`field` names it in the error).
 pub fn parse_number(field: &'static str, text: &str) -> Result<u64, Error> {
     let digits = text.trim().trim_start_matches('#');
     match digits.parse::<u64>() {
-        Ok(n) if n > 0 && n <= i64::MAX as u64 => Ok(n),
+        Ok(n) if (1..=MAX_NUMBER).contains(&n) => Ok(n),
         _ => Err(Error::invalid(field, format!("{text:?} is not an issue number (#N)"))),
     }
 }
@@ -386,7 +507,8 @@ pub fn parse_number(field: &'static str, text: &str) -> Result<u64, Error> {
 /// The topic an issue is discussed under in its owner's home channel: `issue #N: <title>`,
 /// cut to a topic's length.
 pub fn topic(number: u64, title: &str) -> String {
-    let full = format!("issue #{number}: {}", title.trim());
+    let plain: String = title.trim().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let full = format!("issue #{number}: {plain}");
     let max = crate::names::MAX_TOPIC_CHARS;
     if full.chars().count() <= max {
         return full;
@@ -407,6 +529,13 @@ pub mod say {
             _ => format!("{by} filed #{number} {title}. It is yours."),
         };
         with_body(what, body)
+    }
+
+    /// To the Supervisor, when an import filed issues nobody owns.
+    pub fn imported(by: &str, count: usize) -> String {
+        format!(
+            "{by} imported {count} open issues with no owner. Triage them: list them by owner nobody, and give each to the Manager whose lane it is."
+        )
     }
 
     /// To the new owner of a reassigned issue, with what happened so far.
@@ -449,7 +578,7 @@ pub mod say {
 
     /// To a linked issue's owner, when a merge request that names it landed.
     pub fn landed(merge: &str, number: u64, commit: &str) -> String {
-        let short = &commit[..commit.len().min(10)];
+        let short = super::short_commit(commit);
         format!(
             "{merge}, which works on #{number}, landed ({short}). #{number} stays as it is until you close it: \
              move it to done with a resolution when the work is finished."
@@ -518,7 +647,7 @@ mod tests {
             Err(Error::InvalidArgument { field: "note", .. })
         ));
         let unnamed = may_move(&m1, Some(&owner), InProgress, &to(Blocked), &[]);
-        assert!(matches!(unnamed, Err(Error::InvalidArgument { field: "blocker", .. })));
+        assert!(matches!(unnamed, Err(Error::InvalidArgument { field: "blocked_by", .. })));
         let question = Blocker::Operator { question: "which database?".into() };
         let blocked = Move { blocker: Some(&question), ..to(Blocked) };
         assert!(may_move(&m1, Some(&owner), InProgress, &blocked, &[]).is_ok());
@@ -560,22 +689,51 @@ mod tests {
     #[test]
     fn an_agent_files_for_itself_up_to_its_parent_or_a_sub_issue_for_a_report() {
         let descendants: BTreeSet<Handle> = [handle("w1")].into();
+        let (m1, w1, m2, boss) = (handle("m1"), handle("w1"), handle("m2"), handle("boss"));
+        let up = Filing::ToParent { parent: &boss };
+        assert!(may_file(&agent("m1"), &Filing::Own, None, &descendants).is_ok());
+        assert!(may_file(&agent("m1"), &Filing::Own, Some(Some(&m1)), &descendants).is_ok());
+        assert!(may_file(&agent("m1"), &up, None, &descendants).is_ok());
+        assert!(may_file(&agent("m1"), &up, Some(Some(&boss)), &descendants).is_ok(), "under the parent's");
+        let sub = Filing::ForDescendant { owner: &w1 };
+        assert!(may_file(&agent("m1"), &sub, Some(Some(&m1)), &descendants).is_ok());
+        assert!(may_file(&agent("m1"), &sub, None, &descendants).is_err(), "a report's issue is a sub-issue");
+        let sideways = Filing::ForDescendant { owner: &m2 };
+        assert!(may_file(&agent("m1"), &sideways, Some(Some(&m1)), &descendants).is_err());
+        assert!(may_file(&operator(), &sideways, None, &BTreeSet::new()).is_ok());
+        // Nobody hangs a sub-issue under someone else's issue, holding it open.
+        for filing in [Filing::Own, up, sub] {
+            assert!(may_file(&agent("m1"), &filing, Some(Some(&m2)), &descendants).is_err(), "{filing:?}");
+            assert!(may_file(&agent("m1"), &filing, Some(None), &descendants).is_err(), "{filing:?}");
+        }
+    }
+
+    #[test]
+    fn who_gives_an_issue_away_edits_it_and_links_it() {
+        let below: BTreeSet<Handle> = [handle("w1")].into();
         let (m1, w1, m2) = (handle("m1"), handle("w1"), handle("m2"));
-        assert!(may_file(&agent("m1"), &Filing::Own, &descendants).is_ok());
-        assert!(may_file(&agent("m1"), &Filing::ToParent, &descendants).is_ok());
-        let sub = Filing::ForDescendant { owner: &w1, parent_owner: Some(&m1) };
-        assert!(may_file(&agent("m1"), &sub, &descendants).is_ok());
-        let loose = Filing::ForDescendant { owner: &w1, parent_owner: None };
-        assert!(may_file(&agent("m1"), &loose, &descendants).is_err(), "a report's issue is a sub-issue");
-        let sideways = Filing::ForDescendant { owner: &m2, parent_owner: Some(&m1) };
-        assert!(may_file(&agent("m1"), &sideways, &descendants).is_err());
-        assert!(may_file(&operator(), &sideways, &BTreeSet::new()).is_ok());
+        assert!(may_reassign(&agent("m1"), Some(&m1), false, &below).is_ok());
+        assert!(may_reassign(&agent("m1"), Some(&w1), false, &below).is_ok(), "an ancestor redistributes");
+        assert!(may_reassign(&agent("m1"), Some(&m2), false, &below).is_err());
+        assert!(may_reassign(&agent("m1"), None, false, &below).is_err());
+        assert!(may_reassign(&agent("sup"), None, true, &below).is_ok(), "the Supervisor triages");
+        assert!(may_reassign(&operator(), Some(&m2), false, &BTreeSet::new()).is_ok());
+        assert!(may_edit(&agent("m1"), Some(&m1), 1).is_ok() && may_edit(&operator(), None, 1).is_ok());
+        assert!(matches!(may_edit(&agent("m1"), Some(&w1), 1), Err(Error::Forbidden { .. })));
+        assert!(may_link(&agent("m1"), Some(&w1), 1, &below).is_ok());
+        assert!(matches!(may_link(&agent("m1"), Some(&m2), 1, &below), Err(Error::Forbidden { .. })));
+        assert!(may_link(&agent("m1"), None, 1, &below).is_err());
     }
 
     #[test]
     fn titles_labels_numbers_and_topics_are_checked() {
         assert_eq!(check_title("  Fix the login  ").ok().as_deref(), Some("Fix the login"));
-        assert!(check_title("two\nlines").is_err() && check_title(" ").is_err());
+        assert!(check_title("two\nlines").is_err() && check_title(" ").is_err() && check_title("a\tb").is_err());
+        assert_eq!(imported_title("a\tb"), "a b");
+        let long = imported_title(&"é".repeat(256));
+        assert!(long.len() <= MAX_TITLE && long.ends_with('…') && check_title(&long).is_ok());
+        assert!(check_labels(&["é".repeat(50)]).is_ok(), "fifty characters, not bytes");
+        assert_eq!(short_commit("0123456789abcdef"), "0123456789");
         assert!(check_title(&"x".repeat(MAX_TITLE + 1)).is_err());
         let labels = check_labels(&["ui".into(), "bug".into(), "ui".into()]).ok();
         assert_eq!(labels, Some(vec!["bug".to_owned(), "ui".to_owned()]));

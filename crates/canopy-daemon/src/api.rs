@@ -106,6 +106,7 @@ impl Api {
             budgets.clone(),
             repos.clone(),
             ends,
+            issues.clone(),
             config.clone(),
         );
         let gate = Gate::new(

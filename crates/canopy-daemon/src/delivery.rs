@@ -69,6 +69,11 @@ impl DeliveryStore for Store {
     }
 }
 
+/// Canopy's own account as a caller: the sender of its notices.
+pub fn canopy() -> Caller {
+    Caller { handle: Handle::from_trusted("canopy".into()), kind: canopy_core::AccountKind::System }
+}
+
 /// Carries committed messages to their recipients. Cheap to clone.
 #[derive(Clone)]
 pub struct Delivery {
@@ -116,20 +121,19 @@ impl Delivery {
     /// reports): each is already committed; its event is published and its recipients are
     /// reached and rung like any post's. A notice raised on the way joins the queue.
     pub async fn deliver_notices(&self, notices: Vec<Message>) {
-        self.carry_notices(notices, false).await
+        self.carry_notices(notices, None).await
     }
 
-    /// `deliver_notices` for notices that carry someone's words (an issue comment): their
-    /// `@mentions` steer a busy agent, as in any post.
-    pub async fn deliver_mentioning(&self, notices: Vec<Message>) {
-        self.carry_notices(notices, true).await
+    /// `deliver_notices` for notices that carry `author`'s words (an issue comment): planned as
+    /// `author`'s post, so its `@mentions` steer a busy agent and the loop guard counts the
+    /// pair, as in any post; `author` is not delivered its own words.
+    pub async fn deliver_words(&self, notices: Vec<Message>, author: &Caller) {
+        self.carry_notices(notices, Some(author)).await
     }
 
-    async fn carry_notices(&self, notices: Vec<Message>, steer_mentions: bool) {
-        let system = Caller {
-            handle: canopy_core::Handle::from_trusted("canopy".into()),
-            kind: canopy_core::AccountKind::System,
-        };
+    async fn carry_notices(&self, notices: Vec<Message>, author: Option<&Caller>) {
+        let system = canopy();
+        let sender = author.unwrap_or(&system);
         // Every notice handed in is carried; only those raised on the way count against the bound.
         let bound = notices.len().saturating_add(MAX_NOTICE_CHAIN);
         let mut queue: VecDeque<Message> = notices.into();
@@ -144,16 +148,17 @@ impl Delivery {
                 return;
             }
             self.publish_messages(std::slice::from_ref(&message)).await;
-            let mentions = if steer_mentions { message.mentions.clone() } else { Vec::new() };
-            let reach = match self.store.notice_reach(message.channel.clone(), mentions).await {
+            let mentions = if author.is_some() { message.mentions.clone() } else { Vec::new() };
+            let mut reach = match self.store.notice_reach(message.channel.clone(), mentions).await {
                 Ok(reach) => reach,
                 Err(e) => {
                     tracing::warn!(error = %e, seq = %message.seq, "reading a notice's recipients failed; they read it at their next turn");
                     continue;
                 }
             };
+            reach.recipients.retain(|r| r.handle != sender.handle);
             let post = Post {
-                sender: &system,
+                sender,
                 message: &message,
                 reach: &reach,
                 ack_only: false,

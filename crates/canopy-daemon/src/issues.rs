@@ -6,10 +6,10 @@
 //! Parses requests at the edge; the rules are `canopy_core::issues`' and the store checks them
 //! against the tree in the change's transaction. Uses the store, delivery, the wire and the
 //! budgets area (an issue budget changes the holds). Does not start runs or land merges: the
-//! runs and merges areas link them and hand what they changed to `publish`.
+//! runs and merges areas link issues in their own writes, then `announce` or `publish` them.
 
 use canopy_core::acl::Caller;
-use canopy_core::issues::{self as rules, Blocker, Issue};
+use canopy_core::issues::{self as rules, Blocker, Issue, check_number};
 use canopy_core::{Error, Handle};
 use canopy_proto::Subjects;
 use canopy_proto::api::*;
@@ -42,6 +42,11 @@ fn handle(field: &'static str, text: &str) -> Result<Handle, Error> {
     Handle::parse(text.trim().trim_start_matches('@')).map_err(|e| Error::name(field, e))
 }
 
+/// Checks issue numbers from the wire (`field` names them).
+pub(crate) fn numbers(field: &'static str, numbers: &[u64]) -> Result<(), Error> {
+    numbers.iter().try_for_each(|n| check_number(field, *n).map(drop))
+}
+
 fn page(limit: Option<u32>, (default, max): (u32, u32)) -> Result<usize, Error> {
     match limit {
         None => Ok(default as usize),
@@ -55,8 +60,9 @@ impl Issues {
         Issues { store, delivery, wire, subjects, budgets }
     }
 
-    /// Carries out what a committed change did: delivers its notices and publishes its events.
-    pub async fn publish(&self, changed: IssuesChanged) {
+    /// Carries out what `by`'s committed change did: delivers its notices (a comment's as
+    /// `by`'s words) and publishes its events.
+    pub async fn publish(&self, changed: IssuesChanged, by: &Caller) {
         for (issue, event) in changed.changes {
             let subject = self.subjects.issue_event(issue.number);
             if let Err(e) = self.wire.publish(&subject, encode(&IssueChanged { issue, event })).await {
@@ -64,15 +70,24 @@ impl Issues {
             }
         }
         self.delivery.deliver_notices(changed.notices).await;
-        self.delivery.deliver_mentioning(changed.mentioning).await;
+        self.delivery.deliver_words(changed.mentioning, by).await;
     }
 
-    async fn commit<F>(&self, work: F) -> Result<Issue, Error>
+    /// Publishes the newest event of each issue a run or merge request just linked.
+    pub async fn announce(&self, numbers: Vec<u64>, by: &Caller) {
+        match self.store.read(move |conn| ops::latest_changes(conn, &numbers)).await {
+            Ok(changes) => self.publish(IssuesChanged { changes, ..IssuesChanged::default() }, by).await,
+            Err(e) => tracing::warn!(error = %e, "reading linked issues for their events failed"),
+        }
+    }
+
+    async fn commit<F>(&self, caller: Caller, work: F) -> Result<Issue, Error>
     where
-        F: FnOnce(&canopy_store::Db<'_>) -> Result<(Issue, IssuesChanged), Error> + Send + 'static,
+        F: FnOnce(&canopy_store::Db<'_>, &Caller) -> Result<(Issue, IssuesChanged), Error> + Send + 'static,
     {
-        let (issue, changed) = self.store.write(work).await?;
-        self.publish(changed).await;
+        let by = caller.clone();
+        let (issue, changed) = self.store.write(move |conn| work(conn, &by)).await?;
+        self.publish(changed, &caller).await;
         Ok(issue)
     }
 
@@ -91,17 +106,16 @@ impl Issues {
             (Some("nobody"), None) => Owners::Nobody,
             (Some(h), None) => Owners::Of(handle("owner", h)?),
         };
-        let label = match req.label {
-            Some(l) => Some(rules::check_labels(&[l])?.remove(0)),
-            None => None,
-        };
+        let label = req.label.map(|l| rules::check_label("label", &l)).transpose()?;
+        let after = req.after.map(|n| check_number("after", n)).transpose()?;
+        let before = req.before.map(|n| check_number("before", n)).transpose()?;
         let query = IssueQuery {
             owners,
             state: req.state,
             include_closed: req.include_closed,
             label,
-            after: req.after.unwrap_or(0),
-            before: req.before,
+            after: after.unwrap_or(0),
+            before,
             newest: req.newest,
             limit: page(req.limit, LIST_PAGE)?,
         };
@@ -110,7 +124,8 @@ impl Issues {
     }
 
     pub(crate) async fn issues_show(&self, _caller: Caller, req: IssuesShowRequest) -> Result<IssueDetail, Error> {
-        let view = self.store.read(move |conn| ops::issue_view(conn, req.issue)).await?;
+        let number = check_number("issue", req.issue)?;
+        let view = self.store.read(move |conn| ops::issue_view(conn, number)).await?;
         Ok(IssueDetail {
             issue: view.issue,
             events: view.events,
@@ -127,6 +142,10 @@ impl Issues {
             Some(h) => Some(handle("owner", h)?),
             None => None,
         };
+        if let Some(parent) = req.parent {
+            check_number("parent", parent)?;
+        }
+        numbers("depends_on", &req.depends_on)?;
         let spec = NewIssue {
             title: req.title,
             body: req.body,
@@ -135,15 +154,19 @@ impl Issues {
             labels: req.labels,
             depends_on: req.depends_on,
         };
-        self.commit(move |conn| ops::file_issue(conn, &caller, &spec)).await
+        self.commit(caller, move |conn, caller| ops::file_issue(conn, caller, &spec)).await
     }
 
     pub(crate) async fn issues_assign(&self, caller: Caller, req: IssuesAssignRequest) -> Result<Issue, Error> {
+        let issue = check_number("issue", req.issue)?;
         let to = handle("owner", &req.owner)?;
-        self.commit(move |conn| ops::assign_issue(conn, &caller, req.issue, &to, req.note.as_deref())).await
+        self.commit(caller, move |conn, caller| ops::assign_issue(conn, caller, issue, &to, req.note.as_deref())).await
     }
 
     pub(crate) async fn issues_update(&self, caller: Caller, req: IssuesUpdateRequest) -> Result<Issue, Error> {
+        let issue = check_number("issue", req.issue)?;
+        numbers("blocked_by", &req.blocked_by)?;
+        numbers("depends_on", req.depends_on.as_deref().unwrap_or_default())?;
         let blocker = match (req.blocked_by.is_empty(), req.question) {
             (false, Some(_)) => {
                 return Err(Error::invalid("question", "a block waits for issues or for the operator, not both"));
@@ -162,15 +185,18 @@ impl Issues {
             body: req.body,
             title: req.title,
         };
-        self.commit(move |conn| ops::update_issue(conn, &caller, req.issue, &change)).await
+        self.commit(caller, move |conn, caller| ops::update_issue(conn, caller, issue, &change)).await
     }
 
     pub(crate) async fn issues_comment(&self, caller: Caller, req: IssuesCommentRequest) -> Result<Issue, Error> {
-        self.commit(move |conn| ops::comment_issue(conn, &caller, req.issue, &req.text)).await
+        let issue = check_number("issue", req.issue)?;
+        self.commit(caller, move |conn, caller| ops::comment_issue(conn, caller, issue, &req.text)).await
     }
 
     pub(crate) async fn issues_budget(&self, caller: Caller, req: IssuesBudgetRequest) -> Result<Issue, Error> {
-        let issue = self.commit(move |conn| ops::set_issue_budget(conn, &caller, req.issue, req.usd)).await?;
+        let number = check_number("issue", req.issue)?;
+        let issue =
+            self.commit(caller, move |conn, caller| ops::set_issue_budget(conn, caller, number, req.usd)).await?;
         self.budgets.refresh_budgets().await;
         Ok(issue)
     }
@@ -190,27 +216,22 @@ impl Issues {
         }
         let mut batch = Vec::with_capacity(req.issues.len());
         for (index, imported) in req.issues.into_iter().enumerate() {
-            let closed = match imported.state.to_ascii_uppercase().as_str() {
-                "" | "OPEN" => false,
-                "CLOSED" => true,
-                other => {
-                    return Err(Error::invalid(
-                        "issues",
-                        format!("item {index}: state {other:?} is not OPEN or CLOSED"),
-                    ));
-                }
+            let Some(closed) = imported.closed() else {
+                let state = &imported.state;
+                return Err(Error::invalid("issues", format!("item {index}: state {state:?} is not OPEN or CLOSED")));
             };
+            check_number("issues", imported.number)?;
             batch.push(Imported {
                 source: format!("{source}#{}", imported.number),
-                title: imported.title,
-                body: imported.body,
+                title: rules::imported_title(&imported.title),
+                body: rules::imported_body(&imported.body),
                 labels: rules::imported_labels(imported.labels.iter().map(|l| l.name.as_str())),
                 closed,
             });
         }
-        let (created, skipped, changed) =
-            self.store.write(move |conn| ops::import_issues(conn, &caller, &batch)).await?;
-        self.publish(changed).await;
+        let by = caller.clone();
+        let (created, skipped, changed) = self.store.write(move |conn| ops::import_issues(conn, &by, &batch)).await?;
+        self.publish(changed, &caller).await;
         Ok(IssuesImportResponse { created, skipped })
     }
 
@@ -220,7 +241,7 @@ impl Issues {
         req: IssuesExportRequest,
     ) -> Result<IssuesExportResponse, Error> {
         let limit = page(req.limit, EXPORT_PAGE)?;
-        let after = req.after.unwrap_or(0);
+        let after = req.after.map(|n| check_number("after", n)).transpose()?.unwrap_or(0);
         let (issues, next_after) = self.store.read(move |conn| ops::export_issues(conn, after, limit)).await?;
         Ok(IssuesExportResponse { issues, next_after })
     }

@@ -6,9 +6,10 @@
 //!
 //! Only an operator decides; an agent's attempt is refused and audited in the store. An
 //! approval returns at once (`merging`); landing, and a request's check, run as tasks whose
-//! outcome is posted in the requester's home channel. Uses the store, delivery, the notifier
-//! and the repos area (mirrors, locks, checkouts, git); does not make checkouts or merge runs
-//! into a Manager's checkout (`repos`).
+//! outcome is posted in the requester's home channel; a landed request's linked issues' owners
+//! are then told (the issues stay as they are). Uses the store, delivery, the notifier, the repos
+//! area (mirrors, locks, checkouts, git) and the issues area; does not make checkouts or merge
+//! runs into a Manager's checkout (`repos`).
 
 use canopy_core::acl::Caller;
 use canopy_core::gate::Reply;
@@ -64,6 +65,7 @@ impl Merges {
         caller: Caller,
         req: MergesRequestRequest,
     ) -> Result<MergeRequest, Error> {
+        crate::issues::numbers("issues", &req.issues)?;
         let own = self.repos.own_checkout(&caller).await?;
         let title = rules::check_title(&req.title)?;
         let summary = req.summary.trim().to_owned();
@@ -104,8 +106,9 @@ impl Merges {
             title,
             summary,
             depends_on,
-            issues: req.issues,
+            issues: req.issues.clone(),
         };
+        let linked = req.issues;
         let who = caller.clone();
         let request = self.store.write(move |conn| ops::request_merge(conn, &who, &spec)).await?;
         let id = ops::merge_number(&request);
@@ -117,6 +120,7 @@ impl Merges {
         drop(held);
         let merges = self.clone();
         tokio::spawn(async move { merges.check_merge(id).await });
+        self.issues.announce(linked, &caller).await;
         Ok(request)
     }
 
@@ -299,20 +303,21 @@ impl Merges {
         }
         .await;
         let landed = landed.unwrap_or_else(|e: Error| Landed::Refused(e.to_string()));
-        let finished = self.store.write(move |conn| {
-            let (request, notice) = ops::finish_merge(conn, id, &landed)?;
-            let told = match &landed {
-                Landed::Merged { commit, .. } => ops::issues_merge_landed(conn, id, commit)?,
-                Landed::Refused(_) => Default::default(),
-            };
-            Ok((request, notice, told))
-        });
-        match finished.await {
-            Ok((_, notice, told)) => {
-                self.delivery.deliver_notices(vec![notice]).await;
-                self.issues.publish(told).await;
-            }
+        let commit = match &landed {
+            Landed::Merged { commit, .. } => Some(commit.clone()),
+            Landed::Refused(_) => None,
+        };
+        match self.store.write(move |conn| ops::finish_merge(conn, id, &landed)).await {
+            Ok((_, notice)) => self.delivery.deliver_notices(vec![notice]).await,
             Err(e) => tracing::warn!(id, error = %e, "recording a merge's outcome failed"),
+        }
+        // The outcome is recorded first, on its own: telling the linked issues' owners cannot
+        // undo it.
+        if let Some(commit) = commit {
+            match self.store.write(move |conn| ops::issues_merge_landed(conn, id, &commit)).await {
+                Ok(told) => self.issues.publish(told, &crate::delivery::canopy()).await,
+                Err(e) => tracing::warn!(id, error = %e, "telling a landed merge's issues failed"),
+            }
         }
     }
 

@@ -4,7 +4,8 @@
 //!
 //! Uses the store, delivery, the prompts area (definitions, session defaults), budgets (a
 //! spent budget starts no run), repos (a run's checkout and its branch in the report) and
-//! `RunEnds`. Does not merge or discard a run's branch (`repos`).
+//! `RunEnds`, and issues (a run linked to an issue is announced on its event subject). Does not
+//! merge or discard a run's branch (`repos`).
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use dashmap::DashMap;
 
 use crate::budgets::Budgets;
 use crate::delivery::Delivery;
+use crate::issues::Issues;
 use crate::prompts::Prompts;
 use crate::repos::Repos;
 use crate::run_ends::RunEnds;
@@ -30,6 +32,7 @@ pub struct Runs {
     budgets: Budgets,
     repos: Repos,
     ends: RunEnds,
+    issues: Issues,
     config: Arc<Config>,
     /// Runs whose end is being summarised (their checkout read, their check run).
     finishing: Arc<DashMap<i64, ()>>,
@@ -99,9 +102,10 @@ impl Runs {
         budgets: Budgets,
         repos: Repos,
         ends: RunEnds,
+        issues: Issues,
         config: Arc<Config>,
     ) -> Self {
-        Runs { store, delivery, prompts, budgets, repos, ends, config, finishing: Arc::default() }
+        Runs { store, delivery, prompts, budgets, repos, ends, issues, config, finishing: Arc::default() }
     }
 
     /// Stops runs past their deadline (the daemon's periodic checks).
@@ -110,6 +114,9 @@ impl Runs {
     }
 
     pub(crate) async fn runs_start(&self, caller: Caller, req: RunsStartRequest) -> Result<RunsStartResponse, Error> {
+        if let Some(issue) = req.issue {
+            canopy_core::issues::check_number("issue", issue)?;
+        }
         canopy_prompt::bundle::check_name(&req.definition).map_err(|m| Error::invalid("definition", m))?;
         let renderer = self.prompts.bundles.refreshed();
         let bundle = renderer.bundle();
@@ -150,7 +157,11 @@ impl Runs {
         };
         let home = format!("home-{}", caller.handle);
         let manager = caller.handle.to_string();
-        let run = self.store.write(move |conn| ops::start_run(conn, &caller, &spec)).await?;
+        let starter = caller.clone();
+        let run = self.store.write(move |conn| ops::start_run(conn, &starter, &spec)).await?;
+        if let Some(issue) = run.issue {
+            self.issues.announce(vec![issue], &caller).await;
+        }
         if has_checkout {
             self.repos.prepare_checkouts().await;
         }

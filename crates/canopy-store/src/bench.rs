@@ -280,7 +280,6 @@ pub async fn usage_writes(store: &Store, handle: &str, count: usize, attributed:
                 .map_err(sql("finding an agent"))
         })
         .await?;
-    let issue_sql = if attributed { crate::issues::USAGE_ISSUE } else { "NULL" };
     for i in 0..count {
         let report = crate::UsageReport {
             turn_id: Some(format!("bench-{i}")),
@@ -294,7 +293,7 @@ pub async fn usage_writes(store: &Store, handle: &str, count: usize, attributed:
                 let mut charged = crate::Charged { notices: Vec::new(), changed: false };
                 let estimate = crate::Estimate { usd: 0.0, tokens: 0 };
                 let incarnation = canopy_core::Incarnation(1);
-                crate::usage::record_usage(c, agent_id, incarnation, &report, estimate, &mut charged, issue_sql)
+                crate::usage::record_usage(c, agent_id, incarnation, &report, estimate, &mut charged, attributed)
             })
             .await?;
     }

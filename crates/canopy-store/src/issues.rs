@@ -95,6 +95,9 @@ pub struct IssueView {
     pub topic: Option<String>,
 }
 
+/// Where the Supervisor is told of imported issues to triage.
+pub const IMPORT_TOPIC: &str = "issues: imported";
+
 /// One issue from another tracker.
 #[derive(Debug, Clone)]
 pub struct Imported {
@@ -220,14 +223,15 @@ fn row(conn: &Db<'_>, number: u64) -> Result<Row, Error> {
     Ok(Row { owner, topic: found.1, state: found.2, parent: found.3.map(|p| p as u64), title: found.4 })
 }
 
-/// The handles below `agent_id` in the tree (runs excluded).
-fn descendants(conn: &Db<'_>, agent_id: i64) -> Result<BTreeSet<Handle>, Error> {
+/// The handles below `agent_id` in the tree (runs excluded): the live ones, to give work to;
+/// with `despawned`, also those gone, whose issues an ancestor may still take back.
+fn descendants(conn: &Db<'_>, agent_id: i64, despawned: bool) -> Result<BTreeSet<Handle>, Error> {
     conn.prepare_cached(
         "WITH RECURSIVE down(id) AS (SELECT id FROM accounts WHERE parent_id = ?1 \
          UNION SELECT a.id FROM accounts a JOIN down ON a.parent_id = down.id) \
-         SELECT handle FROM accounts WHERE id IN down AND run_of IS NULL AND state != 'despawned'",
+         SELECT handle FROM accounts WHERE id IN down AND run_of IS NULL AND (?2 OR state != 'despawned')",
     )
-    .and_then(|mut s| s.query_map(params![agent_id], |r| Ok(Handle::from_trusted(r.get(0)?)))?.collect())
+    .and_then(|mut s| s.query_map(params![agent_id, despawned], |r| Ok(Handle::from_trusted(r.get(0)?)))?.collect())
     .map_err(sql("reading an agent's descendants"))
 }
 
@@ -399,18 +403,24 @@ pub fn file_issue(conn: &Db<'_>, caller: &Caller, spec: &NewIssue) -> Result<(Is
         Some(p) => Some(row(conn, p).map_err(|_| Error::NotFound { field: "parent", what: format!("issue #{p}") })?),
         None => None,
     };
+    if let (Some(p), Some(number)) = (&parent, spec.parent)
+        && p.state.is_closed()
+    {
+        return Err(Error::ConflictOn {
+            field: "parent",
+            reason: format!("#{number} is {}; reopen it first", p.state),
+        });
+    }
     let to_parent = !caller.is_operator() && owner.as_ref().is_some_and(|o| Some(o.id) == reporter.parent_id);
     if !caller.is_operator() {
         let filing = match &owner {
             Some(o) if o.id == reporter.id => Filing::Own,
-            _ if to_parent => Filing::ToParent,
-            Some(o) => Filing::ForDescendant {
-                owner: &o.handle,
-                parent_owner: parent.as_ref().and_then(|p| p.owner.as_ref().map(|a| &a.handle)),
-            },
+            Some(o) if to_parent => Filing::ToParent { parent: &o.handle },
+            Some(o) => Filing::ForDescendant { owner: &o.handle },
             None => Filing::Own,
         };
-        rules::may_file(caller, &filing, &descendants(conn, reporter.id)?)?;
+        let under = parent.as_ref().map(|p| p.owner.as_ref().map(|a| &a.handle));
+        rules::may_file(caller, &filing, under, &descendants(conn, reporter.id, false)?)?;
     }
     let new = NewIssue { title: title.clone(), body: body.clone(), labels, ..spec.clone() };
     let number = insert(conn, &new, owner.as_ref().map(|o| o.id), reporter.id, IssueState::Open, None)?;
@@ -430,24 +440,9 @@ pub fn file_issue(conn: &Db<'_>, caller: &Caller, spec: &NewIssue) -> Result<(Is
     Ok((issue(conn, number)?, out))
 }
 
-/// May `caller` give away an issue owned by `owner`? Its owner, an ancestor of its owner, the
-/// Supervisor for one nobody owns, or an operator.
-fn may_reassign(conn: &Db<'_>, caller: &Caller, actor: &AccountRef, owner: Option<&AccountRef>) -> Result<(), Error> {
-    if caller.is_operator() {
-        return Ok(());
-    }
-    let allowed = match owner {
-        Some(o) => o.id == actor.id || descendants(conn, actor.id)?.contains(&o.handle),
-        None => actor.parent_id.is_none(),
-    };
-    if allowed {
-        return Ok(());
-    }
-    let whose = owner.map(|o| format!("it is {}'s", o.handle)).unwrap_or_else(|| "it has no owner".into());
-    Err(Error::Forbidden {
-        action: "reassign the issue".into(),
-        reason: format!("{whose}; only its owner, an ancestor of its owner or an operator gives it away"),
-    })
+/// Whether `actor` is the Supervisor (the root agent), who triages issues nobody owns.
+fn is_supervisor(conn: &Db<'_>, actor: &AccountRef) -> Result<bool, Error> {
+    Ok(supervisor(conn)?.is_some_and(|s| s.id == actor.id))
 }
 
 /// The last events, one line each, for a new owner.
@@ -475,11 +470,17 @@ pub fn assign_issue(
     if target.kind == AccountKind::System {
         return Err(Error::invalid("owner", "an issue belongs to an agent or an operator"));
     }
-    if let Some(note) = note {
-        rules::check_text("note", note, false)?;
+    let note = note.map(rules::check_note).transpose()?;
+    let note = note.as_deref();
+    let owner = current.owner.as_ref().map(|o| &o.handle);
+    rules::may_reassign(caller, owner, is_supervisor(conn, &actor)?, &descendants(conn, actor.id, true)?)?;
+    rules::may_assign(caller, to, &descendants(conn, actor.id, false)?)?;
+    if current.state.is_closed() {
+        return Err(Error::ConflictOn {
+            field: "issue",
+            reason: format!("#{number} is {}; reopen it first", current.state),
+        });
     }
-    may_reassign(conn, caller, &actor, current.owner.as_ref())?;
-    rules::may_assign(caller, to, &descendants(conn, actor.id)?)?;
     if current.owner.as_ref().is_some_and(|o| o.id == target.id) {
         return Err(Error::ConflictOn { field: "owner", reason: format!("#{number} is already {to}'s") });
     }
@@ -531,11 +532,8 @@ pub fn update_issue(
     if change.state.is_none() && (change.blocker.is_some() || change.resolution.is_some()) {
         return Err(Error::invalid("state", "a blocker or a resolution comes with a move"));
     }
-    if edits && !caller.is_operator() && owner_handle != Some(&caller.handle) {
-        return Err(Error::Forbidden {
-            action: format!("change #{number}"),
-            reason: "only its owner or an operator changes an issue".into(),
-        });
+    if edits {
+        rules::may_edit(caller, owner_handle, number)?;
     }
     let mut out = Changed::default();
     if let Some(to) = change.state {
@@ -693,7 +691,7 @@ pub fn set_issue_budget(
 pub fn import_issues(conn: &Db<'_>, caller: &Caller, issues: &[Imported]) -> Result<(Vec<u64>, u32, Changed), Error> {
     let actor = require_account(conn, "caller", caller.handle.as_str())?;
     let mut created = Vec::new();
-    let mut skipped = 0u32;
+    let (mut skipped, mut open) = (0u32, 0usize);
     let mut out = Changed::default();
     for (index, imported) in issues.iter().enumerate() {
         let exists: bool = conn
@@ -722,6 +720,11 @@ pub fn import_issues(conn: &Db<'_>, caller: &Caller, issues: &[Imported]) -> Res
         }
         changed(&mut out, conn, number, actor.id, "imported", &imported.source)?;
         created.push(number);
+        open += usize::from(!imported.closed);
+    }
+    if open > 0 {
+        let body = say::imported(caller.handle.as_str(), open);
+        out.notices.extend(tell(conn, supervisor(conn)?.as_ref(), IMPORT_TOPIC, &body)?);
     }
     Ok((created, skipped, out))
 }
@@ -831,6 +834,17 @@ fn events(conn: &Db<'_>, number: u64, newest: usize) -> Result<Vec<IssueEvent>, 
     Ok(events)
 }
 
+/// Each issue as it now is with its newest event (for the event subject, after a link).
+pub fn latest_changes(conn: &Db<'_>, numbers: &[u64]) -> Result<Vec<(IssueSummary, IssueEvent)>, Error> {
+    let mut out = Vec::new();
+    for &number in numbers {
+        if let Some(event) = events(conn, number, 1)?.pop() {
+            out.push((summary(conn, number)?, event));
+        }
+    }
+    Ok(out)
+}
+
 /// An issue's own spend and its sub-issues' (every level).
 pub fn issue_spend(conn: &Db<'_>, number: u64) -> Result<IssueSpend, Error> {
     let sums = |query: &str| {
@@ -880,7 +894,7 @@ pub fn issue_view(conn: &Db<'_>, number: u64) -> Result<IssueView, Error> {
 /// the issue's own budget is spent.
 pub(crate) fn link_run(conn: &Db<'_>, manager: &AccountRef, number: u64, run_id: i64) -> Result<(), Error> {
     let current = row(conn, number)?;
-    owned_below(conn, manager, &current, number, "issue")?;
+    may_link(conn, manager, &current, number)?;
     if current.state.is_closed() {
         return Err(Error::ConflictOn { field: "issue", reason: format!("#{number} is {}", current.state) });
     }
@@ -913,6 +927,18 @@ fn spent_budget(conn: &Db<'_>, number: u64) -> Result<Option<(f64, f64)>, Error>
     .map_err(sql("reading an issue's budget"))
 }
 
+/// Whether the usage row just inserted on this connection spent its issue's own budget: the
+/// holds are then re-read at once, as when an agent budget is crossed.
+pub(crate) fn last_usage_spent_its_issue(conn: &Db<'_>) -> Result<bool, Error> {
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM usage u JOIN issues i ON i.number = u.issue \
+         WHERE u.id = last_insert_rowid() AND i.budget_usd IS NOT NULL \
+         AND (SELECT COALESCE(SUM(charged_usd), 0) FROM usage WHERE issue = i.number) >= i.budget_usd)",
+    )
+    .and_then(|mut s| s.query_row([], |r| r.get(0)))
+    .map_err(sql("checking an issue's budget"))
+}
+
 /// The handles of running runs whose issue's budget is spent, with why (for the budget holds).
 pub(crate) fn held_runs(conn: &Db<'_>) -> Result<Vec<(String, String)>, Error> {
     conn.prepare_cached(
@@ -930,14 +956,11 @@ pub(crate) fn held_runs(conn: &Db<'_>) -> Result<Vec<(String, String)>, Error> {
     .map_err(sql("reading spent issue budgets"))
 }
 
-fn owned_below(conn: &Db<'_>, by: &AccountRef, current: &Row, number: u64, field: &'static str) -> Result<(), Error> {
-    let owner = current.owner.as_ref();
-    let ok = owner.is_some_and(|o| o.id == by.id || descendants(conn, by.id).is_ok_and(|d| d.contains(&o.handle)));
-    if ok {
-        return Ok(());
-    }
-    let whose = owner.map(|o| format!("{}'s", o.handle)).unwrap_or_else(|| "nobody's".into());
-    Err(Error::invalid(field, format!("#{number} is {whose}, not yours or one of your reports'")))
+/// Checks that `by` may link issue `number`: its own, or one a descendant of its owns.
+fn may_link(conn: &Db<'_>, by: &AccountRef, current: &Row, number: u64) -> Result<(), Error> {
+    let caller = Caller { handle: by.handle.clone(), kind: by.kind };
+    let owner = current.owner.as_ref().map(|o| &o.handle);
+    rules::may_link(&caller, owner, number, &descendants(conn, by.id, true)?)
 }
 
 /// Links a merge request to issues its requester (or one of its reports) owns.
@@ -946,9 +969,11 @@ pub(crate) fn link_merge(conn: &Db<'_>, requester: &AccountRef, issues: &[u64], 
         return Err(Error::invalid("issues", "at most 20 issues"));
     }
     for &number in issues.iter().collect::<BTreeSet<_>>() {
-        let current =
-            row(conn, number).map_err(|_| Error::NotFound { field: "issues", what: format!("issue #{number}") })?;
-        owned_below(conn, requester, &current, number, "issues")?;
+        let current = match row(conn, number) {
+            Err(Error::NotFound { what, .. }) => return Err(Error::NotFound { field: "issues", what }),
+            other => other?,
+        };
+        may_link(conn, requester, &current, number)?;
         conn.execute(
             "INSERT OR IGNORE INTO issue_links (issue, kind, ref) VALUES (?1, 'merge', ?2)",
             params![number as i64, merge_id],

@@ -274,7 +274,8 @@ pub mod ops {
     pub use crate::history::{continuity_facts, history_owners, history_search, index_text};
     pub use crate::issues::{
         assign_issue, comment_issue, export_issues, file_issue, import_issues, issue, issue_spend, issue_view,
-        list_issues, merge_landed as issues_merge_landed, set_issue_budget, update_issue, waiting_issues,
+        latest_changes, list_issues, merge_landed as issues_merge_landed, set_issue_budget, update_issue,
+        waiting_issues,
     };
     pub use crate::messages::{post, post_and_reach, post_audited, read_channel, sync};
     pub use crate::notices::notice;

@@ -239,15 +239,7 @@ pub fn apply_reports(
         conn.execute("UPDATE presence SET last_seen = ?1 WHERE agent_id = ?2", params![now, agent_id])
             .map_err(sql("updating last seen"))?;
         if let Some(usage) = &report.usage {
-            crate::usage::record_usage(
-                conn,
-                agent_id,
-                report.incarnation,
-                usage,
-                estimate,
-                &mut charged,
-                crate::issues::USAGE_ISSUE,
-            )?;
+            crate::usage::record_usage(conn, agent_id, report.incarnation, usage, estimate, &mut charged, true)?;
         }
         if let Some((kind, turn_id, summary, detail)) = &report.activity {
             if let ("turn_started", Some(turn)) = (kind.as_str(), turn_id) {

@@ -1353,15 +1353,7 @@ async fn spend(store: &Store, handle: &'static str, cost: f64) {
             let id = crate::views::require_account(c, "agent", handle)?.id;
             let report = crate::UsageReport { input_tokens: 10, cost_usd: Some(cost), ..Default::default() };
             let mut charged = crate::Charged { notices: Vec::new(), changed: false };
-            crate::usage::record_usage(
-                c,
-                id,
-                Incarnation(1),
-                &report,
-                Estimate::default(),
-                &mut charged,
-                crate::issues::USAGE_ISSUE,
-            )
+            crate::usage::record_usage(c, id, Incarnation(1), &report, Estimate::default(), &mut charged, true)
         })
         .await
         .unwrap();

@@ -31,9 +31,9 @@ pub struct UsageReport {
 }
 
 /// Stores one usage report of a live session, replacing the estimate its turn was charged
-/// at its start, and charges the budgets that cover the agent. `issue_sql` is the SQL
-/// expression that names the row's issue: `issues::USAGE_ISSUE`, or `NULL` for the benchmark's
-/// baseline (the same write without the attribution).
+/// at its start, and charges the budgets that cover the agent. With `attribute`, the row names
+/// its issue (`issues::USAGE_ISSUE`) and a spent issue budget re-reads the holds; without, the
+/// benchmark's baseline: the same write with no attribution.
 pub(crate) fn record_usage(
     conn: &Db<'_>,
     agent_id: i64,
@@ -41,8 +41,9 @@ pub(crate) fn record_usage(
     usage: &UsageReport,
     estimate: Estimate,
     charged: &mut Charged,
-    issue_sql: &str,
+    attribute: bool,
 ) -> Result<(), Error> {
+    let issue_sql = if attribute { crate::issues::USAGE_ISSUE } else { "NULL" };
     // A trillion tokens per report is past any model call; the cap keeps SUM() from
     // overflowing on a runner's nonsense.
     let clamp = |n: u64| n.min(MAX_TOKENS_PER_REPORT) as i64;
@@ -85,6 +86,9 @@ pub(crate) fn record_usage(
         ])
     })
     .map_err(sql("storing usage"))?;
+    if attribute {
+        charged.changed |= crate::issues::last_usage_spent_its_issue(conn)?;
+    }
     let tokens = clamp(usage.input_tokens) + clamp(usage.cache_write_tokens) + clamp(usage.output_tokens);
     crate::budgets::charge(conn, agent_id, charged_usd, tokens, charged)
 }
@@ -115,6 +119,7 @@ pub(crate) fn record_estimate(
         s.execute(params![agent_id, incarnation.get() as i64, turn_id, conn.now_ms(), tokens, estimate.usd])
     })
     .map_err(sql("storing a turn's estimate"))?;
+    charged.changed |= crate::issues::last_usage_spent_its_issue(conn)?;
     crate::budgets::charge(conn, agent_id, estimate.usd, tokens, charged)
 }
 

@@ -382,14 +382,14 @@ fn parse_gh(text: &str) -> Result<Vec<ImportedIssue>, String> {
         if let Some(first) = seen.insert(issue.number, index + 1) {
             return Err(format!("{at}: #{} is also entry {first}", issue.number));
         }
-        issue.state = match issue.state.to_ascii_uppercase().as_str() {
-            "" | "OPEN" => "OPEN".to_owned(),
-            "CLOSED" => "CLOSED".to_owned(),
-            _ => return Err(format!("{at}: state {:?} is neither OPEN nor CLOSED", issue.state)),
+        issue.state = match issue.closed() {
+            Some(false) => "OPEN".to_owned(),
+            Some(true) => "CLOSED".to_owned(),
+            None => return Err(format!("{at}: state {:?} is neither OPEN nor CLOSED", issue.state)),
         };
         let labels = rules::imported_labels(issue.labels.iter().map(|l| l.name.as_str()));
-        let checked = rules::check_title(&issue.title)
-            .and_then(|_| rules::check_text("body", &issue.body, true))
+        let checked = rules::check_title(&rules::imported_title(&issue.title))
+            .and_then(|_| rules::check_text("body", &rules::imported_body(&issue.body), true))
             .and_then(|_| rules::check_labels(&labels));
         checked.map_err(|e| format!("{at}: {e}"))?;
         issues.push(issue);

@@ -175,6 +175,18 @@ pub struct ImportedIssue {
     pub state: String,
 }
 
+impl ImportedIssue {
+    /// Whether `gh` printed it closed: `OPEN` (or no state) is open and `CLOSED` closed, in any
+    /// case; `None` for anything else.
+    pub fn closed(&self) -> Option<bool> {
+        match self.state.trim().to_ascii_uppercase().as_str() {
+            "" | "OPEN" => Some(false),
+            "CLOSED" => Some(true),
+            _ => None,
+        }
+    }
+}
+
 /// A label as `gh` prints it (only the name is kept).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ImportedLabel {
