@@ -42,12 +42,16 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
     };
     let samples = if quick { 200 } else { 1_000 };
     let api = bench.api.clone();
-    let list = |owner: Option<&'static str>| {
+    let list = |owner: Option<&'static str>, subtree: Option<&'static str>| {
         let (api, token) = (api.clone(), token.clone());
         p99_of(samples, move || {
             let (api, token) = (api.clone(), token.clone());
             async move {
-                let request = IssuesListRequest { owner: owner.map(str::to_owned), ..IssuesListRequest::default() };
+                let request = IssuesListRequest {
+                    owner: owner.map(str::to_owned),
+                    subtree: subtree.map(str::to_owned),
+                    ..IssuesListRequest::default()
+                };
                 let page = api.send::<method::IssuesList>(&token, &request).await.map_err(|e| e.to_string())?;
                 match page.issues.len() {
                     50 => Ok(()),
@@ -56,8 +60,9 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
             }
         })
     };
-    let own = list(None).await;
-    let subtree = list(Some("subtree")).await;
+    let own = list(None, None).await;
+    let subtree = list(Some("subtree"), None).await;
+    let whole = list(None, Some("supervisor")).await;
     let whoami = p99_of(samples, || {
         let (api, token) = (api.clone(), token.clone());
         async move { api.send::<method::Whoami>(&token, &WhoamiRequest {}).await.map(drop).map_err(|e| e.to_string()) }
@@ -68,9 +73,11 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
     bench.stop().await;
     let (own, subtree, whoami) = (own?, subtree?, whoami?);
     let mut figures = Vec::new();
-    for (what, value) in
-        [("one agent's own page", own), ("a subtree filter (the lead and its 111 descendants: 11,200 issues)", subtree)]
-    {
+    for (what, value) in [
+        ("one agent's own page", own),
+        ("a subtree filter (the lead and its 111 descendants: 11,200 issues)", subtree),
+        ("the Supervisor's subtree (every agent: 100,100 issues)", whole?),
+    ] {
         figures.push(Figure {
             figure: format!("issues_list p99, {what}, with {issues} issues and {AGENTS} agents"),
             value,
