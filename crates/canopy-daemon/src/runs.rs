@@ -95,6 +95,8 @@ fn run_info(run: canopy_store::Run) -> RunInfo {
 }
 
 impl Runs {
+    /// One argument per service the area names (`Api::build` composes them).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
         delivery: Delivery,
