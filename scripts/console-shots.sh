@@ -8,6 +8,7 @@ scripts/install-bwrap.sh
 browser="$(scripts/install-chromium.sh)"
 eval "$browser"
 export CANOPY_TEST_CHROMIUM CANOPY_TEST_CHROMEDRIVER
-CANOPY_CONSOLE_SHOTS="$PWD/docs/console" cargo test -p canopy-e2e --test e2e --locked \
-  console::the_console_shows_the_tree_live_and_decides_what_waits_in_a_real_browser
+CANOPY_CONSOLE_SHOTS="$PWD/docs/console" cargo test -p canopy-e2e --test e2e --locked -- \
+  console::the_console_shows_the_tree_live_and_decides_what_waits_in_a_real_browser \
+  console::the_issues_board_files_assigns_comments_and_moves_a_card_live_in_a_real_browser
 ls -l docs/console/*.png
