@@ -945,6 +945,18 @@ fn spent_budget(conn: &Db<'_>, number: u64) -> Result<Option<(f64, f64)>, Error>
 /// Whether the usage row just inserted on this connection spent its issue's own budget: the
 /// holds are then re-read at once, as when an agent budget is crossed.
 pub(crate) fn last_usage_spent_its_issue(conn: &Db<'_>) -> Result<bool, Error> {
+    let any = || {
+        conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM issues WHERE budget_usd IS NOT NULL)")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(sql("looking for issue budgets"))
+    };
+    let budgets = match conn.memo {
+        Some(memo) => memo.any_issue_budget(any)?,
+        None => any()?,
+    };
+    if !budgets {
+        return Ok(false);
+    }
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM usage u JOIN issues i ON i.number = u.issue \
          WHERE u.id = last_insert_rowid() AND i.budget_usd IS NOT NULL \

@@ -1,6 +1,7 @@
 //! The writer's memo: rows every post reads and that change far less often than posts
 //! arrive (accounts by handle, a channel's post facts, a channel's agent subscribers with
-//! their live state), kept between jobs on the writer's thread.
+//! their live state), and whether any issue has a budget (every usage write asks), kept
+//! between jobs on the writer's thread.
 //!
 //! Coherent because the writer is the only writer: SQLite's update hook on the writer's
 //! connection marks a part stale the moment any row of a table it was read from changes
@@ -25,6 +26,7 @@ use crate::views::AccountRef;
 const ACCOUNTS: u8 = 1;
 const CHANNELS: u8 = 2;
 const RECIPIENTS: u8 = 4;
+const ISSUE_BUDGETS: u8 = 8;
 /// Entries per part before it is dropped and refilled.
 const MAX_ENTRIES: usize = 16_384;
 
@@ -35,6 +37,8 @@ pub(crate) fn parts_read_from(table: &str) -> u8 {
         "accounts" => ACCOUNTS | CHANNELS | RECIPIENTS,
         "channels" | "channel_posters" => CHANNELS,
         "subscriptions" | "presence" | "sessions" => RECIPIENTS,
+        // Whether any issue has a budget (every usage write asks).
+        "issues" => ISSUE_BUDGETS,
         _ => 0,
     }
 }
@@ -68,6 +72,8 @@ pub(crate) struct Memo {
     channels: RefCell<HashMap<String, (i64, Channel)>>,
     /// Every agent subscribed to a channel (the sender not yet left out), by channel id.
     recipients: RefCell<HashMap<i64, Vec<Recipient>>>,
+    /// Whether any issue has a budget of its own, once read.
+    issue_budgets: std::cell::Cell<Option<bool>>,
 }
 
 impl Memo {
@@ -82,6 +88,7 @@ impl Memo {
         self.accounts.borrow_mut().clear();
         self.channels.borrow_mut().clear();
         self.recipients.borrow_mut().clear();
+        self.issue_budgets.set(None);
     }
 
     fn drop_stale(&self) {
@@ -95,6 +102,20 @@ impl Memo {
         if stale & RECIPIENTS != 0 {
             self.recipients.borrow_mut().clear();
         }
+        if stale & ISSUE_BUDGETS != 0 {
+            self.issue_budgets.set(None);
+        }
+    }
+
+    /// Whether any issue has a budget, read by `read` when not remembered.
+    pub(crate) fn any_issue_budget(&self, read: impl FnOnce() -> Result<bool, Error>) -> Result<bool, Error> {
+        self.drop_stale();
+        if let Some(known) = self.issue_budgets.get() {
+            return Ok(known);
+        }
+        let found = read()?;
+        self.issue_budgets.set(Some(found));
+        Ok(found)
     }
 
     /// The account with this handle, read by `read` when not remembered (a missing account

@@ -415,6 +415,11 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX usage_issue ON usage(issue) WHERE issue IS NOT NULL;
     ALTER TABLE runs ADD COLUMN issue INTEGER REFERENCES issues(number);
     "#,
+    // Whether any issue has a budget, asked after every usage write once the ledger changed:
+    // answered off this index, not a scan of the ledger.
+    r#"
+    CREATE INDEX issues_budgeted ON issues(number) WHERE budget_usd IS NOT NULL;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.
