@@ -1346,17 +1346,19 @@ async fn reads_run_inline_until_the_budget_then_move_to_the_pool() {
     }
 }
 
-/// One usage report of `cost` dollars for `handle`, through the turn path's write.
-async fn spend(store: &Store, handle: &'static str, cost: f64) {
+/// One usage report of `cost` dollars for `handle`, through the turn path's write; whether it
+/// asks for the budget holds to be read again.
+async fn spend(store: &Store, handle: &'static str, cost: f64) -> bool {
     store
         .write(move |c| {
             let id = crate::views::require_account(c, "agent", handle)?.id;
             let report = crate::UsageReport { input_tokens: 10, cost_usd: Some(cost), ..Default::default() };
             let mut charged = crate::Charged { notices: Vec::new(), changed: false };
-            crate::usage::record_usage(c, id, Incarnation(1), &report, Estimate::default(), &mut charged, true)
+            crate::usage::record_usage(c, id, Incarnation(1), &report, Estimate::default(), &mut charged, true)?;
+            Ok(charged.changed)
         })
         .await
-        .unwrap();
+        .unwrap()
 }
 
 async fn issue_spend(store: &Store, number: u64) -> f64 {
@@ -1410,8 +1412,15 @@ async fn usage_counts_toward_a_runs_issue_or_the_one_issue_in_progress_and_else_
     let manager = ci.clone();
     let run = store.write(move |c| ops::start_run(c, &manager, &spec)).await.unwrap();
     assert_eq!(run.issue, Some(two));
-    spend(&store, "run-1", 0.125).await;
+    assert!(!spend(&store, "run-1", 0.125).await, "no issue has a budget");
     assert_eq!(issue_spend(&store, two).await, 0.125);
+    // An issue budget spent by a write asks for the holds at once (the memo saw the budget set).
+    let op = operator();
+    store.write(move |c| ops::set_issue_budget(c, &op, two, Some(0.2))).await.unwrap();
+    assert!(!spend(&store, "run-1", 0.05).await, "$0.175 of $0.20");
+    assert!(spend(&store, "run-1", 0.05).await, "$0.225 of $0.20: spent");
+    let held = store.read(|c| ops::holds(c)).await.unwrap();
+    assert!(held.held.get("run-1").is_some_and(|why| why.contains("#2")), "{:?}", held.held);
     // A sub-issue's spend adds to its parent's total.
     let part = file("Part", Some(two)).await;
     let review = |number: u64| {
@@ -1430,5 +1439,5 @@ async fn usage_counts_toward_a_runs_issue_or_the_one_issue_in_progress_and_else_
     spend(&store, "ci-manager", 0.5).await;
     let view = store.read(move |c| ops::issue_view(c, two)).await.unwrap();
     assert_eq!((view.subissues.len(), view.runs.clone()), (1, vec![1]));
-    assert_eq!((view.spend.usd, view.spend.subissues_usd), (0.125, 0.5));
+    assert_eq!((view.spend.usd, view.spend.subissues_usd), (0.225, 0.5));
 }
