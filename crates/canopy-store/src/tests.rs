@@ -1419,7 +1419,7 @@ async fn usage_counts_toward_a_runs_issue_or_the_one_issue_in_progress_and_else_
     store.write(move |c| ops::set_issue_budget(c, &op, two, Some(0.2))).await.unwrap();
     assert!(!spend(&store, "run-1", 0.05).await, "$0.175 of $0.20");
     assert!(spend(&store, "run-1", 0.05).await, "$0.225 of $0.20: spent");
-    let held = store.read(|c| ops::holds(c)).await.unwrap();
+    let held = store.read(ops::holds).await.unwrap();
     assert!(held.held.get("run-1").is_some_and(|why| why.contains("#2")), "{:?}", held.held);
     // A sub-issue's spend adds to its parent's total.
     let part = file("Part", Some(two)).await;
