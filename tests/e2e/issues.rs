@@ -122,8 +122,10 @@ fn the_ledger_s_rules_hold_end_to_end_and_survive_a_kill_9() {
     assert!(codes(&refused).0 == "conflict" && codes(&refused).1.contains("#2"), "{refused}");
 
     // A dependency cycle is refused, naming it.
-    let three = ledger.ok(&m1, "issues.create", json!({ "title": "Session store" }));
+    let three = ledger.ok(&m1, "issues.create", json!({ "title": "Session store", "idempotency_key": "store-1" }));
     assert_eq!(three["owner"], "m1", "an agent's own issue by default: {three}");
+    let retried = ledger.ok(&m1, "issues.create", json!({ "title": "Session store", "idempotency_key": "store-1" }));
+    assert_eq!(retried["number"], three["number"], "a retried filing files once: {retried}");
     ledger.ok(&m1, "issues.update", json!({ "issue": 1, "depends_on": [3] }));
     let cycle = ledger.refused(&m1, "issues.update", json!({ "issue": 3, "depends_on": [1] }));
     assert!(codes(&cycle).1.contains("#3 -> #1 -> #3"), "{cycle}");

@@ -545,6 +545,9 @@ pub struct IssuesNewArgs {
     /// An issue this one depends on (repeatable).
     #[arg(long = "depends-on")]
     pub depends_on: Vec<String>,
+    /// A retry with the same key returns the issue filed first instead of filing twice.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
 }
 
 // `canopy issues edit`: each flag given replaces what the issue has.

@@ -458,6 +458,7 @@ async fn file_the_issue(demo: &Demo) -> Result<canopy_core::issues::Issue, Strin
         parent: None,
         labels: vec!["release".into()],
         depends_on: Vec::new(),
+        idempotency_key: None,
     };
     let filed: canopy_core::issues::Issue = demo.send::<method::IssuesCreate>(&request).await?;
     // The Web Manager's script names the issue by its number: a fresh workspace's first is 1.

@@ -146,6 +146,7 @@ impl Issues {
             check_number("parent", parent)?;
         }
         numbers("depends_on", &req.depends_on)?;
+        crate::edge::idempotency_key(req.idempotency_key.as_deref())?;
         let spec = NewIssue {
             title: req.title,
             body: req.body,
@@ -153,6 +154,7 @@ impl Issues {
             parent: req.parent,
             labels: req.labels,
             depends_on: req.depends_on,
+            idempotency_key: req.idempotency_key,
         };
         self.commit(caller, move |conn, caller| ops::file_issue(conn, caller, &spec)).await
     }

@@ -38,6 +38,8 @@ pub struct NewIssue {
     pub parent: Option<u64>,
     pub labels: Vec<String>,
     pub depends_on: Vec<u64>,
+    /// A retry with the same key from the same reporter returns the first filing.
+    pub idempotency_key: Option<String>,
 }
 
 /// A change to an issue: a move and edits, each optional.
@@ -386,6 +388,15 @@ fn insert(
 /// an agent's for itself, for a descendant as a sub-issue of one it owns, or to its parent.
 pub fn file_issue(conn: &Db<'_>, caller: &Caller, spec: &NewIssue) -> Result<(Issue, Changed), Error> {
     let reporter = require_account(conn, "caller", caller.handle.as_str())?;
+    if let Some(key) = &spec.idempotency_key {
+        let filed: Option<i64> = conn
+            .prepare_cached("SELECT number FROM issues WHERE reporter_id = ?1 AND idempotency_key = ?2")
+            .and_then(|mut s| s.query_row(params![reporter.id, key], |r| r.get(0)).optional())
+            .map_err(sql("reading an issue by its idempotency key"))?;
+        if let Some(number) = filed {
+            return Ok((issue(conn, number as u64)?, Changed::default()));
+        }
+    }
     let title = rules::check_title(&spec.title)?;
     let body = rules::check_text("body", &spec.body, true)?;
     let labels = rules::check_labels(&spec.labels)?;
@@ -424,6 +435,10 @@ pub fn file_issue(conn: &Db<'_>, caller: &Caller, spec: &NewIssue) -> Result<(Is
     }
     let new = NewIssue { title: title.clone(), body: body.clone(), labels, ..spec.clone() };
     let number = insert(conn, &new, owner.as_ref().map(|o| o.id), reporter.id, IssueState::Open, None)?;
+    if let Some(key) = &spec.idempotency_key {
+        conn.execute("UPDATE issues SET idempotency_key = ?1 WHERE number = ?2", params![key, number as i64])
+            .map_err(sql("recording an issue's idempotency key"))?;
+    }
     let mut out = Changed::default();
     let owner_text = owner.as_ref().map(|o| format!("for {}", o.handle)).unwrap_or_else(|| "with no owner".into());
     changed(&mut out, conn, number, reporter.id, "filed", &format!("{title} ({owner_text})"))?;

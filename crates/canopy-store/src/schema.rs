@@ -420,6 +420,11 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX issues_budgeted ON issues(number) WHERE budget_usd IS NOT NULL;
     "#,
+    // A filing retried with its idempotency key returns the issue it filed (per reporter).
+    r#"
+    ALTER TABLE issues ADD COLUMN idempotency_key TEXT;
+    CREATE UNIQUE INDEX issues_idempotency ON issues(reporter_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -693,6 +693,8 @@ async fn file_issue(State(console): State<Shared>, headers: HeaderMap, Form(form
             Err(e) => return outcome(Err(e), "Filed"),
         },
     };
+    // The same form sent twice in one session (a double click, a resent request) files once.
+    let key = filing_key(&session.csrf, &[&form.title, &form.body, &form.owner, &form.labels, &form.parent]);
     let request = IssuesCreateRequest {
         title: form.title,
         body: typed(&form.body),
@@ -700,9 +702,19 @@ async fn file_issue(State(console): State<Shared>, headers: HeaderMap, Form(form
         parent,
         labels: form.labels.split(',').map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect(),
         depends_on: Vec::new(),
+        idempotency_key: Some(key),
     };
     let filed = call::<method::IssuesCreate>(&console, &session, &request).await;
     outcome(filed.map(|i| issue_pages::filed(&i)), "Filed")
+}
+
+/// An idempotency key for a filing: the session's and the form's words, hashed (FNV-1a).
+fn filing_key(session: &str, fields: &[&str]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in std::iter::once(session).chain(fields.iter().copied()).flat_map(|f| f.bytes().chain([0])) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("console-{hash:016x}")
 }
 
 #[derive(Deserialize)]

@@ -155,7 +155,7 @@ async fn list_issues(client: &Client, json: bool, args: IssuesListArgs) -> Resul
 
 /// `canopy issues new`.
 async fn new(client: &Client, json: bool, args: IssuesNewArgs) -> Result<(), Failed> {
-    let IssuesNewArgs { title, body, assign, labels, parent, depends_on } = args;
+    let IssuesNewArgs { title, body, assign, labels, parent, depends_on, idempotency_key } = args;
     // Numbers first: a typo is named before stdin is read.
     let parent = parent.as_deref().map(|p| number("parent", p)).transpose()?;
     let depends_on = numbers("depends_on", &depends_on)?;
@@ -163,7 +163,7 @@ async fn new(client: &Client, json: bool, args: IssuesNewArgs) -> Result<(), Fai
         None => String::new(),
         given => text_or_stdin(given, "the issue body", "body")?,
     };
-    let request = IssuesCreateRequest { title, body, owner: assign, parent, labels, depends_on };
+    let request = IssuesCreateRequest { title, body, owner: assign, parent, labels, depends_on, idempotency_key };
     Ok(call::<method::IssuesCreate>(client, json, &request, |i: &Issue| println!("{}", said("filed", i))).await?)
 }
 

@@ -96,6 +96,9 @@ pub struct IssuesCreateRequest {
     pub labels: Vec<String>,
     #[serde(default)]
     pub depends_on: Vec<u64>,
+    /// A retry with the same key (from the same reporter) returns the issue it filed first.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
 }
 
 /// `issues.assign` (tool `issues_assign`).
