@@ -208,6 +208,12 @@ fn runs_work_in_isolated_checkouts_and_their_manager_merges_or_discards_them() {
     assert_eq!(state("lead"), Some("ready".into()));
     assert_eq!(state("run-1"), Some("merged".into()));
     assert_eq!(state("run-2"), Some("discarded".into()));
+    // A merged or discarded run's checkout is gone: it is listed with no path.
+    let path = |agent: &str| {
+        listed["checkouts"].as_array().unwrap().iter().find(|c| c["agent"] == agent).unwrap()["path"].clone()
+    };
+    assert!(path("lead").is_string() && path("run-1").is_null() && path("run-2").is_null(), "{listed}");
+    assert!(!env.data_dir().join("sessions/run-1/work").exists());
     assert_eq!(env.json(&["repos", "gc", "--dry-run"])["leftovers"], serde_json::json!([]));
 
     // A run can start from another revision of the Manager's checkout than its HEAD.

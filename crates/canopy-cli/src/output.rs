@@ -471,7 +471,8 @@ pub fn repos(r: &ReposListResponse) {
     println!("{:agent$}  {:8}  {:branch$}  {:9}  path", "agent", "repo", "branch", "state");
     for c in &r.checkouts {
         let note = c.note.as_deref().map(|n| format!("  ({n})")).unwrap_or_default();
-        println!("{:agent$}  {:8}  {:branch$}  {:9}  {}{note}", c.agent, c.repo, c.branch, c.state, c.path);
+        let path = c.path.as_deref().unwrap_or("-");
+        println!("{:agent$}  {:8}  {:branch$}  {:9}  {path}{note}", c.agent, c.repo, c.branch, c.state);
     }
 }
 

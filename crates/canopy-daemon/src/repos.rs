@@ -175,7 +175,7 @@ impl Repos {
             repo: c.repo.name.clone(),
             branch: c.branch.clone(),
             state: c.state.as_str().to_owned(),
-            path: self.checkout_dir(c.account.as_str()).display().to_string(),
+            path: c.state.has_directory().then(|| self.checkout_dir(c.account.as_str()).display().to_string()),
             note: c.note.clone(),
         }
     }

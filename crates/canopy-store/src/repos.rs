@@ -70,6 +70,12 @@ impl CheckoutState {
         }
     }
 
+    /// Whether its directory is (or is about to be) on disk: not once merged, discarded or
+    /// removed, when it is gone and its branch stays in the mirror.
+    pub fn has_directory(self) -> bool {
+        matches!(self, CheckoutState::Preparing | CheckoutState::Ready | CheckoutState::Failed)
+    }
+
     fn parse(s: &str) -> Option<CheckoutState> {
         [
             CheckoutState::Preparing,

@@ -44,7 +44,9 @@ pub struct CheckoutInfo {
     pub branch: String,
     /// `preparing`, `ready`, `merged`, `discarded`, `removed` or `failed`.
     pub state: String,
-    pub path: String,
+    /// Its directory, while it has one (none once merged, discarded or removed).
+    #[serde(default)]
+    pub path: Option<String>,
     pub note: Option<String>,
 }
 
