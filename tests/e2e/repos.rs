@@ -164,6 +164,9 @@ fn runs_work_in_isolated_checkouts_and_their_manager_merges_or_discards_them() {
         assert!(body.contains("shared.txt | 2 +-"), "{body}");
         assert!(body.contains("tree: clean"), "{body}");
         assert!(body.contains("check: passed (`test -s shared.txt`"), "{body}");
+        // The first line says whether it is green.
+        let first = body.lines().next().unwrap_or_default();
+        assert!(first.contains("finished: done; check passed (`test -s shared.txt`"), "{first}");
         // Neither saw the other's write, though both wrote the same file at once.
         let shells: Vec<Value> =
             transcript(&env, &format!("run-{run}")).into_iter().filter(|l| l["kind"] == "shell").collect();

@@ -39,12 +39,30 @@ pub enum RunEnd {
     TimedOut,
 }
 
-/// A subagent run's report to its Manager: the headline, then the run's last words.
-pub fn run_ended(id: i64, definition: &str, end: RunEnd, report: &str) -> String {
-    let headline = match end {
-        RunEnd::Done => format!("Subagent run {id} ({definition}) finished: done."),
-        RunEnd::Failed => format!("Subagent run {id} ({definition}) failed."),
-        RunEnd::TimedOut => format!("Subagent run {id} ({definition}) timed out and was stopped."),
+/// What a subagent run's headline says besides how it ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunFacts<'a> {
+    /// The issue it worked on.
+    pub issue: Option<u64>,
+    /// Its check's line on its final tree (`passed (...)`, `failed (...)`).
+    pub check: Option<&'a str>,
+}
+
+/// A subagent run's report to its Manager: the headline (how it ended, for which issue, and its
+/// check, so the first line says whether it is green), then the run's last words.
+pub fn run_ended(id: i64, definition: &str, end: RunEnd, facts: RunFacts<'_>, report: &str) -> String {
+    let what = match facts.issue {
+        Some(issue) => format!("Subagent run {id} ({definition}, for issue #{issue})"),
+        None => format!("Subagent run {id} ({definition})"),
+    };
+    let ended = match end {
+        RunEnd::Done => "finished: done",
+        RunEnd::Failed => "failed",
+        RunEnd::TimedOut => "timed out and was stopped",
+    };
+    let headline = match facts.check {
+        Some(check) => format!("{what} {ended}; check {check}."),
+        None => format!("{what} {ended}."),
     };
     match report.trim() {
         "" => headline,
@@ -61,7 +79,16 @@ mod tests {
         assert!(session_stalled("ci", "no activity for 5m").contains("`canopy watch ci`"));
         assert!(session_stopped("ci", "bwrap missing", true).contains("retrying cannot help"));
         assert!(session_stopped("ci", "exit 101", false).contains("crashed repeatedly"));
-        assert_eq!(run_ended(3, "implementer", RunEnd::Failed, "  "), "Subagent run 3 (implementer) failed.");
-        assert!(run_ended(3, "implementer", RunEnd::Done, "all green").ends_with("done.\n\nall green"));
+        let none = RunFacts::default();
+        assert_eq!(run_ended(3, "implementer", RunEnd::Failed, none, "  "), "Subagent run 3 (implementer) failed.");
+        assert!(run_ended(3, "implementer", RunEnd::Done, none, "all green").ends_with("done.\n\nall green"));
+        let red = RunFacts { issue: Some(7), check: Some("failed (`cargo test`: exit 101, 2.0 s)") };
+        let first = run_ended(3, "implementer", RunEnd::Done, red, "done, I think");
+        assert_eq!(
+            first.lines().next(),
+            Some(
+                "Subagent run 3 (implementer, for issue #7) finished: done; check failed (`cargo test`: exit 101, 2.0 s)."
+            )
+        );
     }
 }

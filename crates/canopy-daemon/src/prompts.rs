@@ -232,7 +232,7 @@ impl Prompts {
             .collect();
         self.store.write(move |conn| ops::record_prompt_hashes(conn, &hashes)).await?;
         for (id, why) in lost {
-            self.ends.finish(id, RunStatus::Failed, why).await?;
+            self.ends.finish(id, RunStatus::Failed, why, None).await?;
         }
         Ok(out)
     }

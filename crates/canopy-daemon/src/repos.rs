@@ -236,7 +236,7 @@ impl Repos {
         }
         if let (Some(note), Some((run, _))) = (note, checkout.run.as_ref()) {
             let why = format!("its checkout of {} could not be made: {note}", checkout.repo.name);
-            if let Err(e) = self.ends.finish(*run, canopy_store::RunStatus::Failed, why).await {
+            if let Err(e) = self.ends.finish(*run, canopy_store::RunStatus::Failed, why, None).await {
                 tracing::warn!(run, error = %e, "failing a run without a checkout failed");
             }
         }
@@ -372,19 +372,21 @@ impl Repos {
         Ok(Some(canopy_store::NewCheckout { repo_id: row.id, start }))
     }
 
-    /// A finished run's report with its branch, commits, diffstat, tree and check appended.
-    pub(crate) async fn run_report_with_branch(&self, run: i64, report: String) -> String {
+    /// A finished run's report with its branch, commits, diffstat, tree and check appended,
+    /// and the check's line for the report's headline (none without a check).
+    pub(crate) async fn run_report_with_branch(&self, run: i64, report: String) -> (String, Option<String>) {
         let handle = format!("run-{run}");
         let checkout = match self.store.read(move |conn| ops::checkout(conn, &handle)).await {
             Ok(Some(c)) if c.state == CheckoutState::Ready => c,
-            _ => return report,
+            _ => return (report, None),
         };
         let dir = self.checkout_dir(checkout.account.as_str());
         let mirror = self.mirror(&checkout.repo);
         let summary = match self.git.summary(&mirror, &dir, &checkout.base_commit).await {
             Ok(summary) => summary,
             Err(e) => {
-                return format!("{report}\n\n---\nbranch: {} (its state could not be read: {e})", checkout.branch);
+                let report = format!("{report}\n\n---\nbranch: {} (its state could not be read: {e})", checkout.branch);
+                return (report, None);
             }
         };
         {
@@ -399,18 +401,19 @@ impl Repos {
             true => None,
             false => Some(self.git.check(&mirror, &dir, &checkout.repo.check).await),
         };
+        let line = check.as_ref().map(|c| c.line());
         let mut section = rules::run_branch_section(
             &checkout.branch,
             &checkout.base_commit,
             &summary.commits,
             &summary.diffstat,
             &summary.dirty,
-            check.as_ref().map(|c| c.line()).as_deref(),
+            line.as_deref(),
         );
         if let Some(check) = check.filter(|c| !c.passed && !c.tail.is_empty()) {
             section.push_str(&format!("check output (last lines):\n{}\n", canopy_core::redact::cut(&check.tail, 1500)));
         }
-        format!("{report}{section}")
+        (format!("{report}{section}"), line)
     }
 
     pub(crate) async fn runs_merge(&self, caller: Caller, req: RunsMergeRequest) -> Result<RunsMergeResponse, Error> {

@@ -25,10 +25,16 @@ impl RunEnds {
     }
 
     /// Ends a run once and tells its Manager; false when it had already ended.
-    pub async fn finish(&self, id: i64, status: RunStatus, report: String) -> Result<bool, Error> {
+    pub async fn finish(
+        &self,
+        id: i64,
+        status: RunStatus,
+        report: String,
+        check: Option<String>,
+    ) -> Result<bool, Error> {
         // The report is a message body: keep it within the body limit.
         let report = canopy_core::redact::cut(&report, self.config.limits.max_body_bytes.saturating_sub(512) / 4);
-        let done = self.store.write(move |conn| ops::finish_run(conn, id, status, &report)).await?;
+        let done = self.store.write(move |conn| ops::finish_run(conn, id, status, &report, check.as_deref())).await?;
         let Some((_, message)) = done else { return Ok(false) };
         self.delivery.deliver_notices(vec![message]).await;
         self.delivery.poke_runners().await;

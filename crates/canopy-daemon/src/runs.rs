@@ -235,8 +235,8 @@ impl Runs {
         }
         let runs = self.clone();
         tokio::spawn(async move {
-            let report = runs.repos.run_report_with_branch(run.id, req.report).await;
-            if let Err(e) = runs.ends.finish(run.id, status, report).await {
+            let (report, check) = runs.repos.run_report_with_branch(run.id, req.report).await;
+            if let Err(e) = runs.ends.finish(run.id, status, report, check).await {
                 tracing::warn!(run = run.id, error = %e, "recording a run's end failed");
             }
             runs.finishing.remove(&run.id);

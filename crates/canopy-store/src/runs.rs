@@ -200,7 +200,13 @@ pub fn list_runs(conn: &Db<'_>, manager: &str, open_only: bool) -> Result<Vec<Ru
 
 /// Ends a run once: records the status and report, retires its account and tells its
 /// Manager. `None` when it had already ended (a late report changes nothing).
-pub fn finish_run(conn: &Db<'_>, id: i64, status: RunStatus, report: &str) -> Result<Option<(Run, Message)>, Error> {
+pub fn finish_run(
+    conn: &Db<'_>,
+    id: i64,
+    status: RunStatus,
+    report: &str,
+    check: Option<&str>,
+) -> Result<Option<(Run, Message)>, Error> {
     let run = load(conn, id)?;
     if run.status != RunStatus::Running || status == RunStatus::Running {
         return Ok(None);
@@ -230,10 +236,8 @@ pub fn finish_run(conn: &Db<'_>, id: i64, status: RunStatus, report: &str) -> Re
         // `Running` returned early above; timed out keeps the match total without a panic.
         RunStatus::TimedOut | RunStatus::Running => RunEnd::TimedOut,
     };
-    let mut body = canopy_core::notices::run_ended(id, &run.definition, end, report);
-    if let Some(issue) = run.issue {
-        body = format!("For issue #{issue}. {body}");
-    }
+    let facts = canopy_core::notices::RunFacts { issue: run.issue, check };
+    let body = canopy_core::notices::run_ended(id, &run.definition, end, facts, report);
     let message = notice_in_home(conn, manager_id, &run_topic(id), &body)?;
     audit(conn, None, "runs.finish", run.handle.as_str(), status.as_str())?;
     Ok(Some((load(conn, id)?, message)))
@@ -247,7 +251,7 @@ pub fn expire_runs(conn: &Db<'_>) -> Result<Vec<(Run, Message)>, Error> {
         .map_err(sql("finding overdue runs"))?;
     let mut ended = Vec::new();
     for id in due {
-        if let Some(done) = finish_run(conn, id, RunStatus::TimedOut, "")? {
+        if let Some(done) = finish_run(conn, id, RunStatus::TimedOut, "", None)? {
             ended.push(done);
         }
     }
