@@ -390,6 +390,11 @@ fn only_an_operator_merges_into_the_base_and_only_what_passes_its_check() {
     assert!(body.contains("greeting.txt | 1 +"), "{body}");
     assert!(body.contains("Check on the merged tree: passed"), "{body}");
     assert_eq!(env.json(&["merges", "--state", "pending"])["merges"][0]["id"], "merge-1");
+    // The tool's answer waited for the check: it carries the result, not `checking`.
+    let asked = answer(&env.tool_result("lead", "merge_request", 0));
+    assert_eq!(asked["state"], "pending", "{asked}");
+    assert!(asked["check"].as_str().unwrap_or_default().starts_with("passed"), "{asked}");
+    assert!(asked["diffstat"].as_str().unwrap_or_default().contains("greeting.txt"), "{asked}");
 
     // The agent's own approval and pushes are refused; nothing moved.
     env.settled("lead");

@@ -55,6 +55,8 @@ impl ReplyHandler for MergeReplies {
 
 /// Longest merge request summary, in bytes.
 const MAX_SUMMARY: usize = 8192;
+/// How long `merges.request` waits for the check before answering `checking`.
+const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 impl Merges {
     pub fn new(store: Store, delivery: Delivery, notifier: Notifier, repos: Repos, issues: Issues) -> Self {
         Merges { store, delivery, notifier, repos, issues }
@@ -119,9 +121,14 @@ impl Merges {
             .map_err(|e| git_error("caller", e))?;
         drop(held);
         let merges = self.clone();
-        tokio::spawn(async move { merges.check_merge(id).await });
+        let checking = tokio::spawn(async move { merges.check_merge(id).await });
         self.issues.announce(linked, &caller).await;
-        Ok(request)
+        // The answer waits for the check a while, so it usually carries the commits, diffstat
+        // and result; a longer check goes on, and its result is posted in the request's topic.
+        match tokio::time::timeout(ANSWER_WAIT, checking).await {
+            Ok(Ok(())) => self.store.read(move |conn| ops::load_merge(conn, id)).await,
+            _ => Ok(request),
+        }
     }
 
     /// Checks a request's merged tree and posts the request for the operators.

@@ -126,7 +126,7 @@ macro_rules! api_methods {
             (MergesRequest, merges.merges_request, "merges.request", MergesRequestRequest => canopy_core::MergeRequest, Anyone,
                 "agents with a checkout",
                 "ask the operator to merge the caller's branch into the repository's base; checked, then posted for a decision",
-                Some(("merge_request", "Ask the operator to merge your branch, as committed now, into the repository's base branch (title, summary, optional depends_on: earlier requests it stacks on; optional issues: the issues it works on, whose owners are told when it lands). Returns at once; the check runs on the merged tree, then the request is posted in your home channel under merge: <title>, and the decision arrives as a message there."))),
+                Some(("merge_request", "Ask the operator to merge your branch, as committed now, into the repository's base branch (title, summary, optional depends_on: earlier requests it stacks on; optional issues: the issues it works on, whose owners are told when it lands). The check runs on the merged tree; the answer waits for it up to 10 s (state pending, with commits, diffstat and check), else answers checking and the result follows. The request is posted in your home channel under merge: <title>, and the decision arrives as a message there."))),
             (IssuesList, issues.issues_list, "issues.list", IssuesListRequest => IssuesListResponse, Anyone,
                 "any account",
                 "a page of issues by state, owner (me, reports, subtree, nobody, a handle), subtree and label",
