@@ -13,7 +13,7 @@ use canopy_core::acl::Caller;
 use canopy_core::issues::{
     self as rules, Blocker, Filing, Issue, IssueEvent, IssueSpend, IssueState, IssueSummary, Move, say,
 };
-use canopy_core::{AccountKind, Error, Handle, Message, TopicName};
+use canopy_core::{AccountKind, Error, Handle, Message, RoleName, TopicName};
 use rusqlite::{OptionalExtension, params};
 
 use crate::notices::notice_in_home;
@@ -225,16 +225,24 @@ fn row(conn: &Db<'_>, number: u64) -> Result<Row, Error> {
     Ok(Row { owner, topic: found.1, state: found.2, parent: found.3.map(|p| p as u64), title: found.4 })
 }
 
-/// The handles below `agent_id` in the tree (runs excluded): the live ones, to give work to;
-/// with `despawned`, also those gone, whose issues an ancestor may still take back.
-fn descendants(conn: &Db<'_>, agent_id: i64, despawned: bool) -> Result<BTreeSet<Handle>, Error> {
+/// Every account below `agent_id` in the tree, runs excluded: its id, handle, and whether it
+/// was despawned.
+fn below(conn: &Db<'_>, agent_id: i64) -> Result<Vec<(i64, Handle, bool)>, Error> {
     conn.prepare_cached(
         "WITH RECURSIVE down(id) AS (SELECT id FROM accounts WHERE parent_id = ?1 \
          UNION SELECT a.id FROM accounts a JOIN down ON a.parent_id = down.id) \
-         SELECT handle FROM accounts WHERE id IN down AND run_of IS NULL AND (?2 OR state != 'despawned')",
+         SELECT id, handle, state = 'despawned' FROM accounts WHERE id IN down AND run_of IS NULL",
     )
-    .and_then(|mut s| s.query_map(params![agent_id, despawned], |r| Ok(Handle::from_trusted(r.get(0)?)))?.collect())
+    .and_then(|mut s| {
+        s.query_map(params![agent_id], |r| Ok((r.get(0)?, Handle::from_trusted(r.get(1)?), r.get(2)?)))?.collect()
+    })
     .map_err(sql("reading an agent's descendants"))
+}
+
+/// The handles below `agent_id`: the live ones, to give work to; with `despawned`, also those
+/// gone, whose issues an ancestor may still take back.
+fn descendants(conn: &Db<'_>, agent_id: i64, despawned: bool) -> Result<BTreeSet<Handle>, Error> {
+    Ok(below(conn, agent_id)?.into_iter().filter(|(_, _, gone)| despawned || !gone).map(|(_, h, _)| h).collect())
 }
 
 fn event(conn: &Db<'_>, number: u64, actor_id: i64, kind: &str, text: &str) -> Result<IssueEvent, Error> {
@@ -273,12 +281,12 @@ fn tell(conn: &Db<'_>, to: Option<&AccountRef>, topic: &str, body: &str) -> Resu
     notice_in_home(conn, to.id, &TopicName::from_trusted(topic.to_owned()), body).map(Some)
 }
 
+/// The Supervisor (by its role), who triages what nobody owns.
 fn supervisor(conn: &Db<'_>) -> Result<Option<AccountRef>, Error> {
     let id: Option<i64> = conn
         .query_row(
-            "SELECT id FROM accounts WHERE kind = 'agent' AND parent_id IS NULL AND run_of IS NULL \
-             AND state != 'despawned' ORDER BY id LIMIT 1",
-            [],
+            "SELECT id FROM accounts WHERE role = ?1 AND state != 'despawned' ORDER BY id LIMIT 1",
+            [RoleName::SUPERVISOR],
             |r| r.get(0),
         )
         .optional()
@@ -455,11 +463,6 @@ pub fn file_issue(conn: &Db<'_>, caller: &Caller, spec: &NewIssue) -> Result<(Is
     Ok((issue(conn, number)?, out))
 }
 
-/// Whether `actor` is the Supervisor (the root agent), who triages issues nobody owns.
-fn is_supervisor(conn: &Db<'_>, actor: &AccountRef) -> Result<bool, Error> {
-    Ok(supervisor(conn)?.is_some_and(|s| s.id == actor.id))
-}
-
 /// The last events, one line each, for a new owner.
 fn history_lines(conn: &Db<'_>, number: u64) -> Result<Vec<String>, Error> {
     let mut events = events(conn, number, 20)?;
@@ -488,7 +491,8 @@ pub fn assign_issue(
     let note = note.map(rules::check_note).transpose()?;
     let note = note.as_deref();
     let owner = current.owner.as_ref().map(|o| &o.handle);
-    rules::may_reassign(caller, owner, is_supervisor(conn, &actor)?, &descendants(conn, actor.id, true)?)?;
+    let is_supervisor = actor.role.as_ref().is_some_and(RoleName::is_supervisor);
+    rules::may_reassign(caller, owner, is_supervisor, &descendants(conn, actor.id, true)?)?;
     rules::may_assign(caller, to, &descendants(conn, actor.id, false)?)?;
     if current.state.is_closed() {
         return Err(Error::ConflictOn {
@@ -770,12 +774,7 @@ pub fn list_issues(conn: &Db<'_>, query: &IssueQuery) -> Result<(Vec<IssueSummar
         }
         Owners::SubtreeOf(h) => {
             let id = require_account(conn, "subtree", h.as_str())?.id;
-            Some(ids(
-                conn,
-                "WITH RECURSIVE down(id) AS (SELECT ?1 UNION SELECT a.id FROM accounts a JOIN down ON a.parent_id = down.id) \
-                 SELECT id FROM down",
-                id,
-            )?)
+            Some(std::iter::once(id).chain(below(conn, id)?.into_iter().map(|(id, _, _)| id)).collect())
         }
     };
     let mut clauses = vec!["i.number > ?1".to_owned(), "(?6 IS NULL OR i.number < ?6)".to_owned()];

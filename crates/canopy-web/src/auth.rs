@@ -52,7 +52,8 @@ struct State {
     sessions: HashMap<String, Session>,
 }
 
-fn digest(secret: &str) -> String {
+/// SHA-256 of `secret`, in hex.
+pub(crate) fn digest(secret: &str) -> String {
     let hash = Sha256::digest(secret.as_bytes());
     hash.iter().map(|b| format!("{b:02x}")).collect()
 }

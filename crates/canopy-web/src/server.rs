@@ -708,13 +708,10 @@ async fn file_issue(State(console): State<Shared>, headers: HeaderMap, Form(form
     outcome(filed.map(|i| issue_pages::filed(&i)), "Filed")
 }
 
-/// An idempotency key for a filing: the session's and the form's words, hashed (FNV-1a).
+/// An idempotency key for a filing: the session's and the form's words, digested.
 fn filing_key(session: &str, fields: &[&str]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in std::iter::once(session).chain(fields.iter().copied()).flat_map(|f| f.bytes().chain([0])) {
-        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("console-{hash:016x}")
+    let words: Vec<&str> = std::iter::once(session).chain(fields.iter().copied()).collect();
+    format!("console-{}", crate::auth::digest(&words.join("\0")))
 }
 
 #[derive(Deserialize)]
