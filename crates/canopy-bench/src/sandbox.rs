@@ -44,6 +44,7 @@ pub async fn figures(quick: bool) -> Result<Vec<Figure>, String> {
                 ready_timeout: Duration::from_secs(30),
                 sandbox,
                 repo_mirror: None,
+                cwd_read_only: false,
                 subagents: Vec::new(),
             };
             let started = Instant::now();

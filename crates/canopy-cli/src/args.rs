@@ -155,10 +155,25 @@ pub enum Command {
     /// Repositories agents work on: add one, list them with every checkout, collect leftovers.
     #[command(subcommand)]
     Repos(ReposCommand),
-    /// Merge requests, newest first; approve one (Canopy merges it into the canonical
-    /// repository) or deny one.
+    /// Named checks' runs, newest first (by repository or branch), or one check's log.
+    #[command(args_conflicts_with_subcommands = true)]
+    Checks {
+        /// Only this repository's.
+        #[arg(long)]
+        repo: Option<String>,
+        /// Only this branch's (or `merge-N`'s).
+        #[arg(long)]
+        branch: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[command(subcommand)]
+        command: Option<ChecksCommand>,
+    },
+    /// Merge requests, newest first, with their conflicts; show one, approve one (it joins the
+    /// merge queue), deny one, or see the queue.
     Merges {
-        /// checking, pending, merging, merged, denied or refused.
+        /// checking, in_review, pending, queued, merging, merged, denied or refused.
         #[arg(long)]
         state: Option<String>,
         #[command(subcommand)]
@@ -381,9 +396,15 @@ pub enum ReposCommand {
         /// The branch merges land on.
         #[arg(long, default_value = "main")]
         base: String,
-        /// A command run (confined) on each run's tree and each merged tree, e.g. "cargo test".
+        /// A named check, `NAME=CMD` (repeatable), run confined on each run's tree, each new
+        /// commit of a Manager's branch, each merge request and in the merge queue; a bare
+        /// command is the check named `check`.
+        #[arg(long = "check", value_name = "NAME=CMD")]
+        checks: Vec<String>,
+        /// Whose word makes a merge request reviewed: `operator` (default) or `required` (a
+        /// reviewer run on every merge request).
         #[arg(long)]
-        check: Option<String>,
+        review: Option<String>,
     },
     /// The repositories and every checkout.
     List,
@@ -396,11 +417,38 @@ pub enum ReposCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ChecksCommand {
+    /// A check's output (its last MiB), `check-N`.
+    Log {
+        /// The check run, `check-N`.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum MergesCommand {
-    /// Approve a pending merge request and wait for Canopy to merge it.
+    /// Approve a merge request: it joins its repository's merge queue, which merges it only if
+    /// every check passes on the base as it is then; waits for the outcome.
     Approve {
         /// The request, `merge-N`.
         id: String,
+        /// Approve over a missing or negative review verdict, saying why (recorded).
+        #[arg(long = "override", value_name = "REASON")]
+        override_reason: Option<String>,
+        /// Return once it is queued instead of waiting for the queue.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// One request: its checks, review verdicts and comments, conflicts and place in the queue.
+    Show {
+        /// The request, `merge-N`.
+        id: String,
+    },
+    /// Each repository's merge queue, in order.
+    Queue {
+        /// Only this repository's.
+        #[arg(long)]
+        repo: Option<String>,
     },
     /// Deny a pending merge request.
     Deny {

@@ -372,7 +372,9 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
             name: "web".into(),
             source: root.display().to_string(),
             base: Some("main".into()),
-            check: Some("test -s CHANGELOG.md".into()),
+            check: None,
+            checks: [("changelog".to_owned(), "test -s CHANGELOG.md".to_owned())].into_iter().collect(),
+            review: None,
         })
         .await?;
     say(&format!("  - registered repository web (the operator's, on main); Canopy mirrors it in {}", added.mirror));
@@ -408,6 +410,7 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
         id: request.id.clone(),
         approve,
         reason: (!approve).then(|| "declined at the demo prompt".into()),
+        override_reason: None,
     };
     demo.send::<method::MergesDecide>(&decision).await?;
     if !approve {
@@ -419,7 +422,8 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
     }
     let id = request.id.clone();
     let merged = loop_until(demo, "the merge to land", |merges: &[canopy_core::MergeRequest]| {
-        merges.iter().find(|m| m.id == id && m.state != canopy_core::MergeState::Merging).cloned()
+        let landing = |s| matches!(s, canopy_core::MergeState::Queued | canopy_core::MergeState::Merging);
+        merges.iter().find(|m| m.id == id && !landing(m.state)).cloned()
     })
     .await?;
     if merged.state != canopy_core::MergeState::Merged {

@@ -410,6 +410,7 @@ async fn session_starts(
         ready_timeout: Duration::from_secs(30),
         sandbox: sandbox.clone(),
         repo_mirror: None,
+        cwd_read_only: false,
         subagents: Vec::new(),
     };
     let result = match Session::launch(spec, 64).await {

@@ -2,8 +2,8 @@
 
 use canopy_core::{Account, ActivityItem, Channel, Message, RosterEntry, SpawnRequest, Topic, TreeNode};
 use canopy_proto::api::{
-    AgentsBudgetResponse, BoardResponse, CredentialsChangedResponse, MergesListResponse, PostResponse, ReadResponse,
-    ReposGcResponse, ReposListResponse, RunnersAddResponse, UsageResponse,
+    AgentsBudgetResponse, BoardResponse, ConflictInfo, CredentialsChangedResponse, MergesListResponse, PostResponse,
+    ReadResponse, ReposGcResponse, ReposListResponse, RunnersAddResponse, UsageResponse,
 };
 use serde::Serialize;
 use tracing_subscriber::EnvFilter;
@@ -449,8 +449,14 @@ pub fn budget_change(r: &AgentsBudgetResponse) {
 
 /// A repository, one line.
 pub fn repo(r: &canopy_core::Repo) {
-    let check = if r.check.is_empty() { "no check".to_owned() } else { format!("check `{}`", r.check) };
-    println!("{}  {} (base {}, {check})", r.name, r.source, r.base);
+    let checks = match r.checks.is_empty() {
+        true => "no checks".to_owned(),
+        false => {
+            let named: Vec<String> = r.checks.iter().map(|c| format!("{} `{}`", c.name, c.command)).collect();
+            format!("checks {}", named.join(", "))
+        }
+    };
+    println!("{}  {} (base {}, review {}, {checks})", r.name, r.source, r.base, r.review.as_str());
 }
 
 /// `canopy repos list`: the repositories, then every checkout.
@@ -468,11 +474,33 @@ pub fn repos(r: &ReposListResponse) {
     println!();
     let agent = r.checkouts.iter().map(|c| c.agent.len()).max().unwrap_or(5).max(5);
     let branch = r.checkouts.iter().map(|c| c.branch.len()).max().unwrap_or(6).max(6);
-    println!("{:agent$}  {:8}  {:branch$}  {:9}  path", "agent", "repo", "branch", "state");
+    println!("{:agent$}  {:8}  {:branch$}  {:9}  {:9}  path", "agent", "repo", "branch", "state", "conflicts");
     for c in &r.checkouts {
         let note = c.note.as_deref().map(|n| format!("  ({n})")).unwrap_or_default();
         let path = c.path.as_deref().unwrap_or("-");
-        println!("{:agent$}  {:8}  {:branch$}  {:9}  {path}{note}", c.agent, c.repo, c.branch, c.state);
+        let clash = conflict_cell(&r.conflicts, &c.repo, &c.branch);
+        println!("{:agent$}  {:8}  {:branch$}  {:9}  {clash:9}  {path}{note}", c.agent, c.repo, c.branch, c.state);
+    }
+    if !r.conflicts.is_empty() {
+        println!();
+        conflicts(&r.conflicts);
+    }
+}
+
+/// A branch's conflicts as one cell: `-`, or how many it has.
+fn conflict_cell(conflicts: &[ConflictInfo], repo: &str, branch: &str) -> String {
+    let n = conflicts.iter().filter(|c| c.repo == repo && (c.branch == branch || c.other == branch)).count();
+    match n {
+        0 => "-".into(),
+        1 => "1 conflict".into(),
+        n => format!("{n} conflicts"),
+    }
+}
+
+/// Conflicts as lines: `conflict  branch  x  other: files`.
+pub fn conflicts(conflicts: &[ConflictInfo]) {
+    for c in conflicts {
+        println!("conflict  {}  x  {}: {}", c.branch, c.other, c.files.join(", "));
     }
 }
 
@@ -511,6 +539,14 @@ pub fn merges(r: &MergesListResponse) {
     }
     for m in &r.merges {
         merge(m);
+        let open = !matches!(
+            m.state,
+            canopy_core::MergeState::Merged | canopy_core::MergeState::Denied | canopy_core::MergeState::Refused
+        );
+        let clash = conflict_cell(&r.conflicts, &m.repo, &m.branch);
+        if open && clash != "-" {
+            println!("         {clash} (canopy merges show {})", m.id);
+        }
     }
 }
 

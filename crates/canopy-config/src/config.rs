@@ -80,6 +80,7 @@ impl Default for Config {
                 ("supervisor".to_owned(), scripted("supervisor.toml")),
                 ("manager".to_owned(), scripted("manager.toml")),
                 ("implementer".to_owned(), scripted("implementer.toml")),
+                ("reviewer".to_owned(), scripted("reviewer.toml")),
             ]),
         }
     }
@@ -303,6 +304,9 @@ pub struct RetentionConfig {
     /// removed this long after (their branches stay in Canopy's mirror).
     #[serde(with = "humantime_serde")]
     pub checkouts: Duration,
+    /// Check runs and their logs are deleted this long after they ended.
+    #[serde(with = "humantime_serde")]
+    pub checks: Duration,
 }
 
 impl Default for RetentionConfig {
@@ -314,6 +318,7 @@ impl Default for RetentionConfig {
             usage: Duration::from_secs(90 * DAY),
             interval: Duration::from_secs(600),
             checkouts: Duration::from_secs(30 * DAY),
+            checks: Duration::from_secs(14 * DAY),
         }
     }
 }
@@ -431,11 +436,19 @@ pub struct GitConfig {
     /// The longest a repository's check command may run.
     #[serde(with = "humantime_serde")]
     pub check_timeout: Duration,
+    /// How often the daemon looks for new commits on standing agents' branches and a moved
+    /// base branch (then checks them and test-merges every live branch).
+    #[serde(with = "humantime_serde")]
+    pub watch_interval: Duration,
 }
 
 impl Default for GitConfig {
     fn default() -> GitConfig {
-        GitConfig { program: PathBuf::from("git"), check_timeout: Duration::from_secs(600) }
+        GitConfig {
+            program: PathBuf::from("git"),
+            check_timeout: Duration::from_secs(600),
+            watch_interval: Duration::from_secs(15),
+        }
     }
 }
 
@@ -448,8 +461,20 @@ pub struct RepoConfig {
     pub source: String,
     #[serde(default = "default_base")]
     pub base: String,
+    /// The single check of old: the check named `check`.
     #[serde(default)]
     pub check: String,
+    /// Named checks, `name = "command"` (names and commands are checked when registered).
+    #[serde(default)]
+    pub checks: BTreeMap<String, String>,
+    /// `operator` (the operator's approval is the review) or `required` (a reviewer run on
+    /// every merge request, whose `approve` the operator's approval needs).
+    #[serde(default = "default_review")]
+    pub review: String,
+}
+
+fn default_review() -> String {
+    "operator".into()
 }
 
 fn default_base() -> String {
@@ -934,7 +959,10 @@ impl Config {
         if self.git.program.as_os_str().is_empty() {
             return Err(("git.program", "must name the git executable".into()));
         }
-        longer_than_zero(&[("git.check_timeout", self.git.check_timeout)])
+        longer_than_zero(&[
+            ("git.check_timeout", self.git.check_timeout),
+            ("git.watch_interval", self.git.watch_interval),
+        ])
     }
 
     fn validate_pricing(&self) -> Result<(), Invalid> {
@@ -994,6 +1022,7 @@ impl Config {
             ("retention.usage", retention.usage),
             ("retention.interval", retention.interval),
             ("retention.checkouts", retention.checkouts),
+            ("retention.checks", retention.checks),
         ])
     }
 

@@ -7,6 +7,7 @@
 
 pub mod acl;
 pub mod budget;
+pub mod checks;
 pub mod continuity;
 pub mod delivery;
 pub mod error;
@@ -26,6 +27,7 @@ pub mod notices;
 pub mod redact;
 pub mod render;
 pub mod repos;
+pub mod review;
 pub mod schedule;
 pub mod spawn;
 pub mod tree;

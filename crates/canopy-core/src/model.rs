@@ -413,8 +413,15 @@ pub struct Repo {
     pub source: String,
     /// The branch merges land on.
     pub base: String,
-    /// Run with `sh -c` on a run's tree and on a merge's merged tree (empty: none).
+    /// The command of the check named `check` (the single check of old; empty: none).
     pub check: String,
+    /// Every named check, run on each run's tree, each new commit of a standing agent's
+    /// branch, each merge request's merged tree and in the merge queue.
+    #[serde(default)]
+    pub checks: Vec<crate::checks::NamedCheck>,
+    /// Whose word makes a merge request reviewed.
+    #[serde(default)]
+    pub review: crate::review::ReviewPolicy,
     /// Canopy's mirror, which every checkout shares objects with.
     pub mirror: String,
     pub created_at: String,
@@ -426,8 +433,15 @@ pub struct Repo {
 pub enum MergeState {
     /// Its merged tree is being checked; the operator is asked once the check has run.
     Checking,
+    /// Checked, and waiting for a review's verdict (the repository requires one, or the last
+    /// verdict asked for changes).
+    InReview,
+    /// Waiting for the operator's decision.
     Pending,
-    /// Approved, and being merged into the canonical repository.
+    /// Approved, waiting in its repository's merge queue.
+    Queued,
+    /// At the head of the queue: merged onto the base in a scratch tree and checked there;
+    /// the base moves only when every check passes.
     Merging,
     Merged,
     Denied,
@@ -436,7 +450,9 @@ pub enum MergeState {
 }
 string_enum!(MergeState {
     Checking => "checking",
+    InReview => "in_review",
     Pending => "pending",
+    Queued => "queued",
     Merging => "merging",
     Merged => "merged",
     Denied => "denied",
@@ -472,6 +488,16 @@ pub struct MergeRequest {
     pub merged_commit: Option<String>,
     pub created_at: String,
     pub decided_at: Option<String>,
+    /// The newest review verdict on its current head (none: not reviewed, or reviewed at an
+    /// older head).
+    #[serde(default)]
+    pub verdict: Option<crate::review::Verdict>,
+    /// Why the operator approved it over a missing or negative verdict (`--override`).
+    #[serde(default)]
+    pub override_reason: Option<String>,
+    /// When it entered its repository's merge queue.
+    #[serde(default)]
+    pub queued_at: Option<String>,
 }
 
 /// One line of the audit log.

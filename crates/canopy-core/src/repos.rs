@@ -111,31 +111,31 @@ pub fn may_decide(caller: &Caller, approve: bool, id: &str) -> Result<(), Error>
     }
 }
 
-/// Only a pending request is decided.
-pub fn check_pending(request: &MergeRequest) -> Result<(), Error> {
+/// What a decision may act on: an approval on a request waiting for the operator or for a
+/// review (over which it needs an override); a denial also on one still in the queue.
+pub fn check_decidable(request: &MergeRequest, approve: bool) -> Result<(), Error> {
     match request.state {
-        MergeState::Pending => Ok(()),
+        MergeState::Pending | MergeState::InReview => Ok(()),
+        MergeState::Queued if !approve => Ok(()),
         MergeState::Checking => Err(Error::ConflictOn {
             field: "id",
             reason: format!("{} is still being checked; decide it once its request is posted", request.id),
         }),
         state => Err(Error::ConflictOn {
             field: "id",
-            reason: format!("{} is {state}, not pending; nothing changed", request.id),
+            reason: format!("{} is {state}, not waiting for a decision; nothing changed", request.id),
         }),
     }
 }
 
-/// A stacked request merges only after everything it depends on has merged.
+/// A stacked request is approved only while everything below it can still merge; the queue
+/// then merges the stack bottom-up.
 pub fn check_stack(request: &MergeRequest, below: &[(String, MergeState)]) -> Result<(), Error> {
-    match below.iter().find(|(_, state)| *state != MergeState::Merged) {
+    match below.iter().find(|(_, state)| matches!(state, MergeState::Denied | MergeState::Refused)) {
         None => Ok(()),
         Some((id, state)) => Err(Error::ConflictOn {
             field: "id",
-            reason: format!(
-                "{} depends on {id}, which is {state}: stacks merge bottom-up, so decide {id} first",
-                request.id
-            ),
+            reason: format!("{} depends on {id}, which is {state}: it cannot merge on top of it", request.id),
         }),
     }
 }
@@ -175,7 +175,7 @@ pub fn run_branch_section(
 
 /// Canopy's posts about merge requests, in the requester's home channel under the topic.
 pub mod say {
-    use crate::MergeRequest;
+    use crate::{MergeRequest, MergeState};
 
     pub fn requested(mentions: &[String], request: &MergeRequest) -> String {
         let commits = match request.commits.is_empty() {
@@ -188,8 +188,10 @@ pub mod say {
         };
         format!(
             "{mentions} {requester} asks to merge {branch} ({head}) into {repo}'s {base}. Request {id}.\n\
-             Summary: {summary}{stack}\nCommits:\n{commits}\nDiffstat:\n{diffstat}\nCheck on the merged tree: {check}\n\
-             To answer: `canopy merges approve {id}` or `canopy merges deny {id} --reason TEXT`, or reply `approve` or `deny <reason>` in this topic.",
+             Summary: {summary}{stack}\nCommits:\n{commits}\nDiffstat:\n{diffstat}\nChecks on the merged tree: {check}\n\
+             Review: {review}\n\
+             To answer: `canopy merges approve {id}` or `canopy merges deny {id} --reason TEXT`, or reply `approve` or `deny <reason>` in this topic. \
+             An approval puts it in the merge queue, which merges it only if every check passes on the base as it is then.",
             mentions = mentions.iter().map(|o| format!("@{o}")).collect::<Vec<_>>().join(" "),
             requester = request.requester,
             branch = request.branch,
@@ -200,6 +202,34 @@ pub mod say {
             summary = request.summary,
             diffstat = indent(&request.diffstat),
             check = request.check,
+            review = review_line(request),
+        )
+    }
+
+    fn review_line(request: &MergeRequest) -> String {
+        use crate::review::Verdict;
+        match (request.verdict, request.state) {
+            (Some(Verdict::Approve), _) => "approved by its reviewer".into(),
+            (Some(Verdict::ChangesRequested), _) => {
+                "changes requested (approving it anyway needs --override with a reason)".into()
+            }
+            (None, MergeState::InReview) => {
+                "required and not yet given (approving without it needs --override with a reason)".into()
+            }
+            (None, _) => "none yet (the operator's approval is the review)".into(),
+        }
+    }
+
+    /// An approval: the request is in its repository's queue.
+    pub fn queued(operator: &str, request: &MergeRequest, ahead: usize) -> String {
+        let place = match ahead {
+            0 => "next in the queue".to_owned(),
+            n => format!("in the queue behind {n}"),
+        };
+        format!(
+            "Approved by {operator}: {} is {place}. The queue merges it onto {}'s {} as it is then and runs every \
+             check on exactly that tree; {} moves only if they all pass.",
+            request.id, request.repo, request.base, request.base
         )
     }
 
@@ -246,7 +276,11 @@ pub mod say {
     }
 
     pub fn interrupted(request: &MergeRequest) -> String {
-        format!("The daemon restarted while {} was merging; it is pending again (approve it again).", request.id)
+        format!(
+            "The daemon restarted while {} was merging; it stays at the head of the queue and is merged (or found \
+             already merged) once, not twice.",
+            request.id
+        )
     }
 }
 
@@ -275,7 +309,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stack_merges_bottom_up() {
+    fn a_stack_is_approved_while_its_parents_can_merge_and_the_queue_state_decides_what_is_decidable() {
         let request = MergeRequest {
             id: "merge-2".into(),
             requester: crate::Handle::from_trusted("lead".into()),
@@ -295,10 +329,18 @@ mod tests {
             merged_commit: None,
             created_at: String::new(),
             decided_at: None,
+            verdict: None,
+            override_reason: None,
+            queued_at: None,
         };
-        let refused = check_stack(&request, &[("merge-1".into(), MergeState::Pending)]).unwrap_err();
-        assert!(refused.to_string().contains("decide merge-1 first"), "{refused}");
+        let refused = check_stack(&request, &[("merge-1".into(), MergeState::Denied)]).unwrap_err();
+        assert!(refused.to_string().contains("merge-1, which is denied"), "{refused}");
+        assert!(check_stack(&request, &[("merge-1".into(), MergeState::Pending)]).is_ok());
         assert!(check_stack(&request, &[("merge-1".into(), MergeState::Merged)]).is_ok());
+        assert!(check_decidable(&request, true).is_ok());
+        let queued = MergeRequest { state: MergeState::Queued, ..request.clone() };
+        assert!(check_decidable(&queued, false).is_ok(), "a queued request can still be denied");
+        assert!(check_decidable(&queued, true).is_err(), "and is not approved twice");
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::agents::Agents;
 use crate::auth::{Auth, Secrets};
 use crate::budgets::Budgets;
 use crate::bundle::Bundles;
+use crate::checks::Checks;
 use crate::credentials::Credentials;
 use crate::delivery::Delivery;
 use crate::edge::{ok, refusal};
@@ -41,6 +42,7 @@ use crate::roles::RoleDefaults;
 use crate::run_ends::RunEnds;
 use crate::runs::Runs;
 use crate::sessions::Sessions;
+use crate::watch::Watch;
 use crate::wire::Wire;
 
 /// The daemon's areas, each built once with what it uses; the dispatch table over them.
@@ -57,7 +59,9 @@ pub struct Api {
     pub(crate) gate: Gate,
     pub(crate) runs: Runs,
     pub(crate) repos: Repos,
+    pub(crate) checks: Checks,
     pub(crate) merges: Merges,
+    pub(crate) watch: Watch,
     pub(crate) issues: Issues,
     pub(crate) prompts: Prompts,
     pub(crate) history: History,
@@ -99,12 +103,14 @@ impl Api {
         let prompts =
             Prompts::new(store.clone(), bundles, roles.clone(), config.clone(), data_dir.clone(), ends.clone());
         let repos = Repos::new(store.clone(), delivery.clone(), ends.clone(), config.clone(), data_dir.clone(), git);
+        let checks = Checks::new(store.clone(), delivery.clone(), repos.clone(), config.clone());
         let runs = Runs::new(
             store.clone(),
             delivery.clone(),
             prompts.clone(),
             budgets.clone(),
             repos.clone(),
+            checks.clone(),
             ends,
             issues.clone(),
             config.clone(),
@@ -148,7 +154,16 @@ impl Api {
             workspace_id.clone(),
             nats,
         );
-        let merges = Merges::new(store.clone(), delivery.clone(), notifier, repos.clone(), issues.clone());
+        let merges = Merges::new(
+            store.clone(),
+            delivery.clone(),
+            notifier,
+            repos.clone(),
+            checks.clone(),
+            runs.clone(),
+            issues.clone(),
+        );
+        let watch = Watch::new(store.clone(), delivery.clone(), repos.clone(), checks.clone(), merges.clone());
         let mut replies = Replies::default();
         replies.register(Arc::new(SpawnReplies(gate.clone())));
         replies.register(Arc::new(MergeReplies(merges.clone())));
@@ -163,7 +178,9 @@ impl Api {
             gate,
             runs,
             repos,
+            checks,
             merges,
+            watch,
             issues,
             prompts,
             history,

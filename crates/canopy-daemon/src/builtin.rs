@@ -7,6 +7,7 @@ pub const SCRIPTS: &[(&str, &str)] = &[
     ("supervisor.toml", include_str!("../../../config/scripts/supervisor.toml")),
     ("manager.toml", include_str!("../../../config/scripts/manager.toml")),
     ("implementer.toml", include_str!("../../../config/scripts/implementer.toml")),
+    ("reviewer.toml", include_str!("../../../config/scripts/reviewer.toml")),
 ];
 
 /// A shipped script by file name.

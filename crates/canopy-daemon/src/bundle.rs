@@ -83,6 +83,9 @@ pub fn vocabulary(commands: Vec<String>) -> canopy_prompt::Vocabulary {
     states.extend(canopy_core::SpawnState::ALL.iter().map(|s| s.as_str().to_owned()));
     states.extend(canopy_core::AccountState::ALL.iter().map(|s| s.as_str().to_owned()));
     states.extend(canopy_core::issues::IssueState::ALL.iter().map(|s| s.as_str().to_owned()));
+    states.extend(canopy_core::MergeState::ALL.iter().map(|s| s.as_str().to_owned()));
+    states.extend(canopy_core::checks::CheckState::ALL.iter().map(|s| s.as_str().to_owned()));
+    states.extend(canopy_core::review::Verdict::ALL.iter().map(|s| s.as_str().to_owned()));
     states.extend(["steered", "queued", "woke", "held", "refused"].map(str::to_owned));
     states.extend(["running", "done", "failed", "timed_out"].map(str::to_owned));
     canopy_prompt::Vocabulary {

@@ -248,6 +248,7 @@ async fn recover(dir: &DataDir, api: &Api, store: &Store) -> Result<(), DaemonEr
         .register_configured_repos()
         .await
         .map_err(|(key, e)| DaemonError::Config(ConfigError { path: dir.config(), key, message: e.to_string() }))?;
+    api.checks.recover().await;
     api.merges.recover().await;
     api.repos.prepare_checkouts().await;
     // The embedded runner of an earlier daemon process died with it: its sessions end now,
@@ -392,13 +393,26 @@ fn background(api: &Api, config: &Config) -> Vec<tokio::task::JoinHandle<()>> {
                     last_prune = Some(tokio::time::Instant::now());
                     api.history.prune_records().await;
                     api.repos.prune_checkouts().await;
+                    api.checks.prune().await;
                 }
             }
         }
     });
     let history = api.history.clone();
     let text_index = tokio::spawn(async move { history.fill_text_index().await });
-    vec![checks, text_index]
+    // Branches and bases are watched on their own timer: a look runs git, and a slow one must
+    // not delay the checks above.
+    let watch = api.watch.clone();
+    let watch_every = config.git.watch_interval;
+    let branches = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(watch_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            watch.look().await;
+        }
+    });
+    vec![checks, text_index, branches]
 }
 
 fn secret(path: &std::path::Path, prefix: &str) -> Result<String, DaemonError> {

@@ -21,6 +21,7 @@ pub mod auth;
 pub mod budgets;
 pub mod builtin;
 pub mod bundle;
+pub mod checks;
 pub mod credentials;
 pub mod daemon;
 pub mod delivery;
@@ -44,6 +45,7 @@ mod serve;
 pub mod sessions;
 #[cfg(test)]
 mod testing;
+pub mod watch;
 pub mod wire;
 
 pub use daemon::{DaemonError, DaemonOptions, Embedded, StopEmbedded, run};

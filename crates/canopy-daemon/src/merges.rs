@@ -1,30 +1,39 @@
 //! The merge gate (`Merges`): `merges.request` (the Manager's branch published into the mirror,
-//! its merged tree checked in a scratch checkout, the request posted for the operators),
-//! `merges.list`, `merges.decide` and an operator's reply in the request's topic
-//! (`MergeReplies`), landing an approved request on the canonical repository, and recovery of
-//! requests a stopped daemon left half-done.
+//! its merged tree checked in a scratch checkout with every named check, the request posted for
+//! the operators), `merges.show`, `merges.list`, `merges.queue`, `merges.decide` and an
+//! operator's reply in the request's topic (`MergeReplies`), the merge queue that lands
+//! approved requests, reviews (`reviews.request` starts a reviewer run, `reviews.submit` records
+//! its verdict), and recovery of what a stopped daemon left half-done.
 //!
 //! Only an operator decides; an agent's attempt is refused and audited in the store. An
-//! approval returns at once (`merging`); landing, and a request's check, run as tasks whose
-//! outcome is posted in the requester's home channel; a landed request's linked issues' owners
-//! are then told (the issues stay as they are). Uses the store, delivery, the notifier, the repos
-//! area (mirrors, locks, checkouts, git) and the issues area; does not make checkouts or merge
-//! runs into a Manager's checkout (`repos`).
+//! approval puts the request in its repository's queue, worked by one task per repository:
+//! each entry is merged onto the base as it is then in a scratch tree, every check runs on
+//! exactly that tree, and the base moves only when all pass, so the base only ever holds trees
+//! that passed. A landed request's linked issues' owners are then told (the issues stay as they
+//! are). Uses the store, delivery, the notifier, the repos area (mirrors, locks, git), checks,
+//! runs (a reviewer run) and issues; does not make checkouts or merge runs into a Manager's
+//! checkout (`repos`), nor watch branches (`watch`).
+
+use std::sync::Arc;
 
 use canopy_core::acl::Caller;
+use canopy_core::checks::{CheckRun, CheckTrigger};
 use canopy_core::gate::Reply;
 use canopy_core::repos::{self as rules};
-use canopy_core::{Error, MergeRequest, Message};
+use canopy_core::{Error, MergeRequest, MergeState, Message};
 use canopy_git::{GitError, MergeOutcome};
 use canopy_proto::api::*;
 use canopy_store::{Landed, MergeCheck, MergeSpec, RepoRow, Store, ops};
+use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 
+use crate::checks::{Checks, Subject};
 use crate::delivery::Delivery;
 use crate::issues::Issues;
 use crate::notify::Notifier;
 use crate::replies::ReplyHandler;
 use crate::repos::{Repos, git_error};
+use crate::runs::Runs;
 
 /// The merge gate. Cheap to clone.
 #[derive(Clone)]
@@ -33,7 +42,11 @@ pub struct Merges {
     delivery: Delivery,
     notifier: Notifier,
     repos: Repos,
+    checks: Checks,
+    runs: Runs,
     issues: Issues,
+    /// Each repository's queue worker, woken when an entry may be ready, by repository name.
+    queues: Arc<DashMap<String, Arc<tokio::sync::Notify>>>,
 }
 
 /// The merge gate's reading of an operator's reply in a `merge: ...` topic.
@@ -57,9 +70,32 @@ impl ReplyHandler for MergeReplies {
 const MAX_SUMMARY: usize = 8192;
 /// How long `merges.request` waits for the check before answering `checking`.
 const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often the queue merges an entry again when the base moved under it (someone pushed)
+/// before it refuses it.
+const BASE_MOVES: usize = 3;
+/// The run definition a review starts.
+const REVIEWER: &str = "reviewer";
+/// The most of the diff a reviewer's brief quotes, in bytes.
+const BRIEF_DIFF: usize = 24 * 1024;
+
+/// A request's checks on its merged tree: the one-line result, whether all passed, and the runs.
+struct TreeChecks {
+    line: String,
+    passed: bool,
+}
+
 impl Merges {
-    pub fn new(store: Store, delivery: Delivery, notifier: Notifier, repos: Repos, issues: Issues) -> Self {
-        Merges { store, delivery, notifier, repos, issues }
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Store,
+        delivery: Delivery,
+        notifier: Notifier,
+        repos: Repos,
+        checks: Checks,
+        runs: Runs,
+        issues: Issues,
+    ) -> Self {
+        Merges { store, delivery, notifier, repos, checks, runs, issues, queues: Arc::default() }
     }
 
     pub(crate) async fn merges_request(
@@ -131,6 +167,48 @@ impl Merges {
         }
     }
 
+    /// A standing agent's branch got `head`: each of its undecided requests on that branch
+    /// takes it and is checked again (its review, which was of the older head, no longer counts).
+    pub async fn follow_branch(&self, repo: &RepoRow, owner: &str, branch: &str, head: &str) {
+        let repo_id = repo.id;
+        let open = match self.store.read(move |conn| ops::open_merges(conn, repo_id)).await {
+            Ok(open) => open,
+            Err(e) => return tracing::warn!(error = %e, "reading open merge requests failed"),
+        };
+        let following = open.into_iter().filter(|m| {
+            m.requester.as_str() == owner
+                && m.branch == branch
+                && m.head != head
+                && matches!(m.state, MergeState::Checking | MergeState::InReview | MergeState::Pending)
+        });
+        for request in following {
+            let id = ops::merge_number(&request);
+            let spec = MergeSpec {
+                repo_id,
+                branch: branch.to_owned(),
+                head: head.to_owned(),
+                title: request.title.clone(),
+                summary: request.summary.clone(),
+                depends_on: request
+                    .depends_on
+                    .iter()
+                    .filter_map(|d| rules::parse_merge_id("depends_on", d).ok())
+                    .collect(),
+                issues: Vec::new(),
+            };
+            let who = Caller { handle: request.requester.clone(), kind: canopy_core::AccountKind::Agent };
+            if let Err(e) = self.store.write(move |conn| ops::request_merge(conn, &who, &spec)).await {
+                tracing::warn!(id, error = %e, "moving a merge request to its branch's new head failed");
+                continue;
+            }
+            if let Err(e) = self.repos.git().set_ref(&self.repos.mirror(repo), &rules::merge_head_ref(id), head).await {
+                tracing::warn!(id, error = %e, "recording a merge request's new head failed");
+            }
+            let merges = self.clone();
+            tokio::spawn(async move { merges.check_merge(id).await });
+        }
+    }
+
     /// Checks a request's merged tree and posts the request for the operators.
     pub async fn check_merge(&self, id: i64) {
         let checked = async {
@@ -141,27 +219,52 @@ impl Merges {
             let mirror = self.repos.mirror(&repo);
             let (commits, diffstat) =
                 self.repos.git().compare(&mirror, &base, &request.head).await.map_err(|e| git_error("id", e))?;
-            let (check, passed) = self.check_merged(&repo, &outcome, id).await;
-            Ok::<_, Error>(MergeCheck { base_commit: base, commits, diffstat, check, passed })
+            let tree = self.check_merged(&repo, &outcome, id, CheckTrigger::Merge).await;
+            Ok::<_, Error>(MergeCheck {
+                head: request.head,
+                base_commit: base,
+                commits,
+                diffstat,
+                check: tree.line,
+                passed: tree.passed,
+            })
         }
         .await;
         let check = match checked {
             Ok(check) => check,
-            Err(e) => MergeCheck {
-                base_commit: String::new(),
-                commits: Vec::new(),
-                diffstat: String::new(),
-                check: format!("not run: {e}"),
-                passed: false,
-            },
+            Err(e) => {
+                let head = self.store.read(move |conn| ops::load_merge(conn, id)).await.map(|m| m.head);
+                MergeCheck {
+                    head: head.unwrap_or_default(),
+                    base_commit: String::new(),
+                    commits: Vec::new(),
+                    diffstat: String::new(),
+                    check: format!("not run: {e}"),
+                    passed: false,
+                }
+            }
         };
         match self.store.write(move |conn| ops::merge_checked(conn, id, &check)).await {
-            Ok((request, notice)) => {
+            Ok(Some((request, notice))) => {
                 self.notifier.notify("merge_request", &request);
-                self.delivery.deliver_notices(vec![notice]).await
+                self.delivery.deliver_notices(vec![notice]).await;
+                if request.state == MergeState::InReview
+                    && request.verdict.is_none()
+                    && self.repo_requires_review(&request.repo).await
+                {
+                    self.start_review(&request, None).await;
+                }
             }
+            // Its head moved while it was checked: the newer head's check records instead.
+            Ok(None) => {}
             Err(e) => tracing::warn!(id, error = %e, "recording a merge request's check failed"),
         }
+    }
+
+    async fn repo_requires_review(&self, name: &str) -> bool {
+        let name = name.to_owned();
+        let repo = self.store.read(move |conn| ops::require_repo(conn, "repo", &name)).await;
+        repo.is_ok_and(|r| r.review == canopy_core::review::ReviewPolicy::Required)
     }
 
     /// The request's head merged onto the base as it is now, in a scratch checkout; the
@@ -193,21 +296,23 @@ impl Merges {
         Ok((outcome, base))
     }
 
-    /// The check on a merged tree (in its scratch checkout, confined), as a line.
-    async fn check_merged(&self, repo: &RepoRow, outcome: &MergeOutcome, id: i64) -> (String, bool) {
+    /// Every check on a merged tree (in its scratch checkout, confined), then the scratch
+    /// checkout removed.
+    async fn check_merged(&self, repo: &RepoRow, outcome: &MergeOutcome, id: i64, trigger: CheckTrigger) -> TreeChecks {
         let scratch = self.repos.git().scratch_path(&repo.name, &format!("merge-{id}"));
         let result = match outcome {
-            MergeOutcome::Conflict { files } => {
-                (format!("not run: the branch conflicts with {} in {}", repo.base, files.join(", ")), false)
-            }
-            _ if repo.check.is_empty() => ("none configured".to_owned(), true),
-            _ => {
-                let check = self.repos.git().check(&self.repos.mirror(repo), &scratch, &repo.check).await;
-                let mut line = check.line();
-                if !check.passed && !check.tail.is_empty() {
-                    line.push_str(&format!("\n{}", canopy_core::redact::cut(&check.tail, 1000)));
+            MergeOutcome::Conflict { files } => TreeChecks {
+                line: format!("not run: the branch conflicts with {} in {}", repo.base, files.join(", ")),
+                passed: false,
+            },
+            MergeOutcome::Merged { commit, .. } | MergeOutcome::UpToDate { commit } => {
+                let subject = Subject { trigger, name: format!("merge-{id}") };
+                let runs: Vec<CheckRun> = self.checks.run_in(repo, &scratch, commit, &subject).await;
+                let mut line = canopy_core::checks::summary(&runs);
+                if let Some((failed, tail)) = self.checks.failure(&runs).await {
+                    line.push_str(&format!("\n{} output (last lines):\n```\n{tail}\n```", failed.name));
                 }
-                (line, check.passed)
+                TreeChecks { line, passed: canopy_core::checks::all_passed(&runs) }
             }
         };
         // A scratch checkout left behind is removed by the next check's `remove_dir` or `repos.gc`.
@@ -219,22 +324,52 @@ impl Merges {
 
     pub(crate) async fn merges_list(&self, _: Caller, req: MergesListRequest) -> Result<MergesListResponse, Error> {
         let state = req.state;
-        Ok(MergesListResponse { merges: self.store.read(move |conn| ops::list_merges(conn, state)).await? })
+        let merges = self.store.read(move |conn| ops::list_merges(conn, state)).await?;
+        Ok(MergesListResponse { merges, conflicts: self.repos.conflicts(None, None).await? })
+    }
+
+    pub(crate) async fn merges_queue(&self, _: Caller, req: MergesQueueRequest) -> Result<MergesQueueResponse, Error> {
+        let repo_id = match req.repo {
+            Some(name) => Some(self.store.read(move |conn| ops::require_repo(conn, "repo", &name)).await?.id),
+            None => None,
+        };
+        Ok(MergesQueueResponse { queue: self.store.read(move |conn| ops::merge_queue(conn, repo_id)).await? })
+    }
+
+    /// One request with its checks, reviews, conflicts and place in the queue.
+    pub(crate) async fn merges_show(&self, _: Caller, req: MergesShowRequest) -> Result<MergeDetail, Error> {
+        let id = rules::parse_merge_id("id", &req.id)?;
+        let request = self.store.read(move |conn| ops::load_merge(conn, id)).await?;
+        let repo_name = request.repo.clone();
+        let (checks, reviews, queue) = self
+            .store
+            .read(move |conn| {
+                let repo = ops::require_repo(conn, "repo", &repo_name)?;
+                let checks = ops::latest_checks(conn, repo.id, &format!("merge-{id}"))?;
+                Ok((checks, ops::reviews_of(conn, id)?, ops::merge_queue(conn, Some(repo.id))?))
+            })
+            .await?;
+        let conflicts = self.repos.conflicts(Some(request.repo.clone()), Some(request.branch.clone())).await?;
+        let queue_position = queue.iter().position(|m| m.id == request.id).map(|p| p as u32 + 1);
+        Ok(MergeDetail { request, checks, reviews, conflicts, queue_position })
     }
 
     pub(crate) async fn merges_decide(&self, caller: Caller, req: MergesDecideRequest) -> Result<MergeRequest, Error> {
         let id = rules::parse_merge_id("id", &req.id)?;
-        self.decide_merge(caller, id, req.approve, req.reason).await
+        let override_reason =
+            req.override_reason.map(|r| canopy_core::redact::cut(r.trim(), 1000)).filter(|r| !r.is_empty());
+        self.decide_merge(caller, id, req.approve, req.reason, override_reason).await
     }
 
-    /// Decides a request (an agent's attempt is refused and audited); an approval lands in
-    /// a task and the request is returned `merging`.
+    /// Decides a request (an agent's attempt is refused and audited); an approval queues it
+    /// and wakes its repository's queue.
     async fn decide_merge(
         &self,
         caller: Caller,
         id: i64,
         approve: bool,
         note: Option<String>,
+        override_reason: Option<String>,
     ) -> Result<MergeRequest, Error> {
         let note = note.map(|n| canopy_core::redact::cut(n.trim(), 1000)).filter(|n| !n.is_empty());
         let exists = self.store.read(move |conn| Ok(ops::load_merge(conn, id).is_ok())).await?;
@@ -242,80 +377,71 @@ impl Merges {
             rules::may_decide(&caller, approve, &format!("merge-{id}"))?;
             return Err(Error::invalid("id", format!("merge-{id} does not exist")));
         }
-        let decided = self.store.write(move |conn| ops::decide_merge(conn, &caller, id, approve, note)).await?;
+        let decided =
+            self.store.write(move |conn| ops::decide_merge(conn, &caller, id, approve, note, override_reason)).await?;
         self.delivery.deliver_notices(decided.notices).await;
         if let Some(error) = decided.refused {
             return Err(error);
         }
-        if decided.land {
-            let merges = self.clone();
-            tokio::spawn(async move { merges.land(id).await });
-        }
+        // A denial can refuse queued requests stacked on it, so the queue looks either way.
+        self.kick(&decided.request.repo);
         Ok(decided.request)
     }
 
-    /// Lands an approved request on the canonical repository, checking the merged tree again
-    /// unless the base is where its check ran and the check passed there.
-    async fn land(&self, id: i64) {
-        let landed = async {
-            let request = self.store.read(move |conn| ops::load_merge(conn, id)).await?;
-            let repo_name = request.repo.clone();
-            let repo = self.store.read(move |conn| ops::require_repo(conn, "repo", &repo_name)).await?;
-            let (checked_base, passed) = self.store.read(move |conn| ops::merge_checked_base(conn, id)).await?;
-            let mirror = self.repos.mirror(&repo);
-            let base = {
-                let lock = self.repos.repo_lock(&repo.name);
-                let _held = lock.lock().await;
-                self.repos.base_now(&repo).await?
-            };
-            let result_ref = rules::merge_result_ref(id);
-            let reuse = base == checked_base && passed;
-            let commit = match reuse {
-                true => self.repos.git().rev(&mirror, &result_ref).await.map_err(|e| git_error("id", e))?,
-                false => None,
-            };
-            let commit = match commit {
-                Some(commit) => commit,
-                None => {
-                    let (outcome, _) = self.merged_tree(&repo, &request, id).await?;
-                    let (line, passed) = self.check_merged(&repo, &outcome, id).await;
-                    if !passed {
-                        let why = match outcome {
-                            MergeOutcome::Conflict { .. } => line.trim_start_matches("not run: ").to_owned(),
-                            _ => format!("the check failed on the merged tree: {line}"),
-                        };
-                        return Ok(Landed::Refused(why));
+    /// Wakes repository `repo`'s queue worker, starting it the first time.
+    pub fn kick(&self, repo: &str) {
+        let notify = self
+            .queues
+            .entry(repo.to_owned())
+            .or_insert_with(|| {
+                let notify = Arc::new(tokio::sync::Notify::new());
+                let (merges, woken, name) = (self.clone(), notify.clone(), repo.to_owned());
+                tokio::spawn(async move {
+                    loop {
+                        merges.drain(&name).await;
+                        woken.notified().await;
                     }
-                    match outcome {
-                        MergeOutcome::UpToDate { commit } => return Ok(Landed::Merged { commit, fast_forward: true }),
-                        _ => self
-                            .repos
-                            .git()
-                            .rev(&mirror, &result_ref)
-                            .await
-                            .map_err(|e| git_error("id", e))?
-                            .ok_or_else(|| Error::Internal(format!("merge-{id}'s merged tree is missing")))?,
-                    }
-                }
+                });
+                notify
+            })
+            .clone();
+        notify.notify_one();
+    }
+
+    /// Works repository `repo`'s queue until no entry is ready: one entry at a time.
+    async fn drain(&self, repo: &str) {
+        let name = repo.to_owned();
+        let Ok(row) = self.store.read(move |conn| ops::require_repo(conn, "repo", &name)).await else { return };
+        loop {
+            let repo_id = row.id;
+            let step = match self.store.write(move |conn| ops::queue_next(conn, repo_id)).await {
+                Ok(step) => step,
+                Err(e) => return tracing::warn!(repo, error = %e, "taking the merge queue's next entry failed"),
             };
-            let lock = self.repos.repo_lock(&repo.name);
-            let _held = lock.lock().await;
-            match self.repos.git().land(&mirror, &repo.source, &repo.base, &result_ref, &commit, &base).await {
-                Ok(()) => Ok(Landed::Merged { fast_forward: commit == request.head, commit }),
-                Err(e) => Ok(Landed::Refused(match e {
-                    GitError::Invalid(m) => m,
-                    other => other.to_string(),
-                })),
+            self.delivery.deliver_notices(step.notices).await;
+            for refused in &step.refused {
+                self.notifier.notify("merge_refused", refused);
             }
+            let Some(next) = step.next else { return };
+            let id = ops::merge_number(&next);
+            let landed = self.land(&row, id).await.unwrap_or_else(|e| Landed::Refused(e.to_string()));
+            self.record_landing(id, landed).await;
         }
-        .await;
-        let landed = landed.unwrap_or_else(|e: Error| Landed::Refused(e.to_string()));
+    }
+
+    /// Records how an entry ended, tells its requester, and tells its linked issues' owners.
+    async fn record_landing(&self, id: i64, landed: Landed) {
         let commit = match &landed {
             Landed::Merged { commit, .. } => Some(commit.clone()),
             Landed::Refused(_) => None,
         };
         match self.store.write(move |conn| ops::finish_merge(conn, id, &landed)).await {
-            Ok((_, notice)) => self.delivery.deliver_notices(vec![notice]).await,
+            Ok((request, notice)) => {
+                if request.state == MergeState::Refused {
+                    self.notifier.notify("merge_refused", &request);
+                }
+                self.delivery.deliver_notices(vec![notice]).await
+            }
             Err(e) => tracing::warn!(id, error = %e, "recording a merge's outcome failed"),
         }
         // The outcome is recorded first, on its own: telling the linked issues' owners cannot
@@ -326,6 +452,49 @@ impl Merges {
                 Err(e) => tracing::warn!(id, error = %e, "telling a landed merge's issues failed"),
             }
         }
+    }
+
+    /// The queue's step for one entry: merged onto the base as it is now in a scratch tree,
+    /// every check run on exactly that tree, and the base moved to it only if all pass. An
+    /// entry whose head the base already holds (a daemon stopped after landing it) is merged
+    /// already, never twice; a base that moved under it is merged onto again.
+    async fn land(&self, repo: &RepoRow, id: i64) -> Result<Landed, Error> {
+        let mirror = self.repos.mirror(repo);
+        let result_ref = rules::merge_result_ref(id);
+        for _ in 0..BASE_MOVES {
+            let request = self.store.read(move |conn| ops::load_merge(conn, id)).await?;
+            let (outcome, base) = self.merged_tree(repo, &request, id).await?;
+            let commit = match &outcome {
+                MergeOutcome::UpToDate { .. } => {
+                    return Ok(Landed::Merged { commit: base, fast_forward: true });
+                }
+                MergeOutcome::Conflict { files } => {
+                    let why = format!("it conflicts with {} as it is now, in {}", repo.base, files.join(", "));
+                    let _ = canopy_git::remove_dir(&self.repos.git().scratch_path(&repo.name, &format!("merge-{id}")));
+                    return Ok(Landed::Refused(why));
+                }
+                MergeOutcome::Merged { commit, .. } => commit.clone(),
+            };
+            let tree = self.check_merged(repo, &outcome, id, CheckTrigger::Queue).await;
+            if !tree.passed {
+                return Ok(Landed::Refused(format!(
+                    "the checks failed on {} merged with {}, so {} did not move: {}",
+                    request.branch, repo.base, repo.base, tree.line
+                )));
+            }
+            let lock = self.repos.repo_lock(&repo.name);
+            let _held = lock.lock().await;
+            match self.repos.git().land(&mirror, &repo.source, &repo.base, &result_ref, &commit, &base).await {
+                Ok(()) => return Ok(Landed::Merged { fast_forward: commit == request.head, commit }),
+                Err(GitError::Invalid(m)) if m.contains("moved from") => {
+                    tracing::info!(id, "the base moved while the queue checked an entry; merging onto it again");
+                    continue;
+                }
+                Err(GitError::Invalid(m)) => return Ok(Landed::Refused(m)),
+                Err(other) => return Ok(Landed::Refused(other.to_string())),
+            }
+        }
+        Ok(Landed::Refused(format!("{} kept moving while the queue checked it; approve it again", repo.base)))
     }
 
     /// A post in a `merge: <title>` topic that reads as an answer: it decides only in the
@@ -351,9 +520,11 @@ impl Merges {
                     .to_owned(),
             ),
             Reply::Unclear => None,
-            Reply::Approve => self.decide_merge(caller.clone(), id, true, None).await.err().map(|e| e.to_string()),
+            Reply::Approve => {
+                self.decide_merge(caller.clone(), id, true, None, None).await.err().map(|e| e.to_string())
+            }
             Reply::Deny { reason } => {
-                self.decide_merge(caller.clone(), id, false, Some(reason)).await.err().map(|e| e.to_string())
+                self.decide_merge(caller.clone(), id, false, Some(reason), None).await.err().map(|e| e.to_string())
             }
         };
         // An agent's refused attempt was already told; an operator's failed decision is answered.
@@ -365,19 +536,136 @@ impl Merges {
         }
     }
 
-    /// At start: merges a stopped daemon left half-done are pending again; unchecked
-    /// requests are checked.
+    /// At start: unchecked requests are checked, and each queue a stopped daemon left is
+    /// resumed (its entry merging stays at its head, and is not merged twice).
     pub async fn recover(&self) {
-        match self.store.write(ops::recover_merges).await {
-            Ok((notices, checking)) => {
-                self.delivery.deliver_notices(notices).await;
-                for id in checking {
-                    let merges = self.clone();
-                    tokio::spawn(async move { merges.check_merge(id).await });
+        let recovered = match self.store.write(ops::recover_merges).await {
+            Ok(recovered) => recovered,
+            Err(e) => return tracing::warn!(error = %e, "recovering merge requests failed"),
+        };
+        self.delivery.deliver_notices(recovered.notices).await;
+        for id in recovered.checking {
+            let merges = self.clone();
+            tokio::spawn(async move { merges.check_merge(id).await });
+        }
+        match self.store.read(ops::list_repos).await {
+            Ok(repos) => {
+                for repo in repos.iter().filter(|r| recovered.queues.contains(&r.id)) {
+                    self.kick(&repo.name);
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "recovering merge requests failed"),
+            Err(e) => tracing::warn!(error = %e, "listing repositories to resume their queues failed"),
         }
+    }
+
+    pub(crate) async fn reviews_request(
+        &self,
+        caller: Caller,
+        req: ReviewsRequestRequest,
+    ) -> Result<ReviewsRequestResponse, Error> {
+        let id = rules::parse_merge_id("merge_request", &req.merge_request)?;
+        let focus = req.focus.map(|f| f.trim().to_owned()).unwrap_or_default();
+        if focus.len() > canopy_core::review::MAX_FOCUS {
+            return Err(Error::TooLarge { field: "focus", len: focus.len(), max: canopy_core::review::MAX_FOCUS });
+        }
+        let found = self.store.read(move |conn| ops::load_merge(conn, id)).await;
+        let request = match found {
+            Ok(r) if r.requester == caller.handle => r,
+            _ => {
+                return Err(Error::invalid(
+                    "merge_request",
+                    format!("{} is not one of your requests", req.merge_request),
+                ));
+            }
+        };
+        if !matches!(request.state, MergeState::Checking | MergeState::InReview | MergeState::Pending) {
+            return Err(Error::ConflictOn {
+                field: "merge_request",
+                reason: format!("{} is {}; only an undecided request is reviewed", request.id, request.state),
+            });
+        }
+        self.review_run(&caller, &request, focus).await
+    }
+
+    /// Starts a review of `request` on its own (`review = "required"`), as its requester.
+    async fn start_review(&self, request: &MergeRequest, focus: Option<String>) {
+        let caller = Caller { handle: request.requester.clone(), kind: canopy_core::AccountKind::Agent };
+        if let Err(e) = self.review_run(&caller, request, focus.unwrap_or_default()).await {
+            let body = format!("A review of {} could not start: {e}. Ask for one with review_request.", request.id);
+            let id = ops::merge_number(request);
+            match self.store.write(move |conn| ops::merge_notice(conn, id, &body)).await {
+                Ok(notice) => self.delivery.deliver_notices(vec![notice]).await,
+                Err(e) => tracing::warn!(id, error = %e, "telling a review that could not start failed"),
+            }
+        }
+    }
+
+    /// A reviewer run on the request's merged tree: its brief carries the summary, the linked
+    /// issues, the checks and the diff against the base.
+    async fn review_run(
+        &self,
+        caller: &Caller,
+        request: &MergeRequest,
+        focus: String,
+    ) -> Result<ReviewsRequestResponse, Error> {
+        let id = ops::merge_number(request);
+        let repo_name = request.repo.clone();
+        let (repo, issues) = self
+            .store
+            .read(move |conn| Ok((ops::require_repo(conn, "repo", &repo_name)?, ops::merge_issues(conn, id)?)))
+            .await?;
+        let mirror = self.repos.mirror(&repo);
+        let merged = self
+            .repos
+            .git()
+            .rev(&mirror, &rules::merge_result_ref(id))
+            .await
+            .map_err(|e| git_error("merge_request", e))?;
+        let (base, _) = self.store.read(move |conn| ops::merge_checked_base(conn, id)).await?;
+        let Some(merged) = merged.filter(|_| !base.is_empty() && request.state != MergeState::Checking) else {
+            return Err(Error::ConflictOn {
+                field: "merge_request",
+                reason: format!(
+                    "{} has no merged tree to review yet (it is being checked, or it conflicts with {})",
+                    request.id, repo.base
+                ),
+            });
+        };
+        let diff = self
+            .repos
+            .git()
+            .diff(&mirror, &base, &merged, BRIEF_DIFF)
+            .await
+            .map_err(|e| git_error("merge_request", e))?;
+        let brief = canopy_core::review::brief(request, &base, &issues, &focus, &diff);
+        let role = self.runs.delta_role(REVIEWER)?;
+        let checkout = canopy_store::NewCheckout { repo_id: repo.id, start: merged, read_only: true };
+        let issue = issues.first().map(|(n, _)| *n);
+        let started = self.runs.launch(caller.clone(), REVIEWER.to_owned(), role, brief, Some(checkout), issue).await?;
+        let run_id = started.run.id;
+        let review = self.store.write(move |conn| ops::start_review(conn, id, run_id, &focus)).await?;
+        let body = canopy_core::review::say::started(&request.id, run_id);
+        if let Ok(notice) = self.store.write(move |conn| ops::merge_notice(conn, id, &body)).await {
+            self.delivery.deliver_notices(vec![notice]).await;
+        }
+        Ok(ReviewsRequestResponse { review, run_id })
+    }
+
+    pub(crate) async fn reviews_submit(
+        &self,
+        caller: Caller,
+        req: ReviewsSubmitRequest,
+    ) -> Result<canopy_core::review::Review, Error> {
+        let who = caller.clone();
+        let submitted = self
+            .store
+            .write(move |conn| ops::submit_review(conn, &who, req.verdict, &req.summary, &req.comments))
+            .await?;
+        self.delivery.deliver_notices(submitted.notices).await;
+        if submitted.request.state == MergeState::Pending {
+            self.notifier.notify("merge_request", &submitted.request);
+        }
+        Ok(submitted.review)
     }
 }
 

@@ -42,9 +42,6 @@ pub struct Repos {
     preparing: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// Longest check command, in bytes.
-const MAX_CHECK: usize = 4096;
-
 /// A git failure as an API error: what the caller can fix names `field`, the rest is internal.
 pub(crate) fn git_error(field: &'static str, e: GitError) -> Error {
     match e {
@@ -108,10 +105,15 @@ impl Repos {
         rules::check_repo_name("name", &req.name)?;
         let base = req.base.unwrap_or_else(|| "main".into());
         rules::check_branch("base", &base)?;
-        let check = req.check.unwrap_or_default().trim().to_owned();
-        if check.len() > MAX_CHECK {
-            return Err(Error::TooLarge { field: "check", len: check.len(), max: MAX_CHECK });
+        let mut named: Vec<(String, String)> = req.checks.into_iter().collect();
+        if let Some(check) = req.check.map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()) {
+            if named.iter().any(|(name, _)| name == canopy_core::checks::LEGACY_NAME) {
+                return Err(Error::invalid("check", "a check named check is given twice (check and checks.check)"));
+            }
+            named.push((canopy_core::checks::LEGACY_NAME.to_owned(), check));
         }
+        let checks = canopy_core::checks::check_checks("checks", &named)?;
+        let review = req.review.unwrap_or_default();
         let source = self.source(&req.source)?;
         // Held before the record is read: two adds of one name cannot both make a mirror.
         let lock = self.repo_lock(&req.name);
@@ -136,7 +138,7 @@ impl Repos {
             // nothing is fetched here; each use refreshes what it needs.
             self.git.refresh(&mirror, &source, &base).await.map_err(|e| git_error("base", e))?;
         }
-        let row = RepoRow { id: 0, name: req.name, source, base, check, created_at: String::new() };
+        let row = RepoRow { id: 0, name: req.name, source, base, checks, review, created_at: String::new() };
         let caller = caller.cloned();
         self.store.write(move |conn| ops::add_repo(conn, caller.as_ref(), &row, update)).await
     }
@@ -149,13 +151,19 @@ impl Repos {
     /// Registers `[[repos]]` at start (making missing mirrors, updating changed entries).
     pub async fn register_configured_repos(&self) -> Result<(), (String, Error)> {
         for (i, repo) in self.config.repos.iter().enumerate() {
+            let key = format!("repos[{i}] ({})", repo.name);
+            let review = canopy_core::review::ReviewPolicy::parse(&repo.review).ok_or_else(|| {
+                (key.clone(), Error::invalid("review", format!("{:?} is not one of: operator, required", repo.review)))
+            })?;
             let req = ReposAddRequest {
                 name: repo.name.clone(),
                 source: repo.source.clone(),
                 base: Some(repo.base.clone()),
                 check: Some(repo.check.clone()),
+                checks: repo.checks.clone(),
+                review: Some(review),
             };
-            self.register_repo(None, req, true).await.map_err(|e| (format!("repos[{i}] ({})", repo.name), e))?;
+            self.register_repo(None, req, true).await.map_err(|e| (key, e))?;
         }
         Ok(())
     }
@@ -166,7 +174,27 @@ impl Repos {
         Ok(ReposListResponse {
             repos: repos.iter().map(|r| r.view(self.mirror(r).display().to_string())).collect(),
             checkouts: checkouts.iter().map(|c| self.checkout_info(c)).collect(),
+            conflicts: self.conflicts(None, None).await?,
         })
+    }
+
+    /// The conflicts known between live branches and the base, of one repository or branch.
+    pub(crate) async fn conflicts(
+        &self,
+        repo: Option<String>,
+        branch: Option<String>,
+    ) -> Result<Vec<ConflictInfo>, Error> {
+        let found = self.store.read(move |conn| ops::conflicts(conn, repo.as_deref(), branch.as_deref())).await?;
+        Ok(found
+            .into_iter()
+            .map(|c| ConflictInfo {
+                repo: c.repo,
+                branch: c.branch,
+                other: c.other,
+                files: c.files,
+                found_at: c.found_at,
+            })
+            .collect())
     }
 
     fn checkout_info(&self, c: &Checkout) -> CheckoutInfo {
@@ -300,7 +328,12 @@ impl Repos {
                 Some(RunBranch { run_id: id, branch: c.branch, status: run.status.as_str().to_owned() })
             })
             .collect();
+        let (repo_id, branch) = (checkout.repo.id, checkout.branch.clone());
+        let checks = self.store.read(move |conn| ops::latest_checks(conn, repo_id, &branch)).await?;
+        let conflicts = self.conflicts(Some(checkout.repo.name.clone()), Some(checkout.branch.clone())).await?;
         Ok(WorkspaceStatusResponse {
+            checks,
+            conflicts,
             repo: checkout.repo.name.clone(),
             branch: status.branch,
             own_branch: checkout.branch,
@@ -369,27 +402,22 @@ impl Repos {
                 }
             }
         };
-        Ok(Some(canopy_store::NewCheckout { repo_id: row.id, start }))
+        Ok(Some(canopy_store::NewCheckout { repo_id: row.id, start, read_only: false }))
     }
 
-    /// A finished run's report with its branch, commits, diffstat, tree and check appended,
-    /// and the check's line for the report's headline (none without a check).
-    pub(crate) async fn run_report_with_branch(&self, run: i64, report: String) -> (String, Option<String>) {
+    /// A finished run's checkout, its directory and what it did since its base (or why that
+    /// could not be read), its branch published into the mirror first; none without a ready
+    /// checkout.
+    pub(crate) async fn run_tree(&self, run: i64) -> Option<(Checkout, PathBuf, Result<canopy_git::Summary, String>)> {
         let handle = format!("run-{run}");
         let checkout = match self.store.read(move |conn| ops::checkout(conn, &handle)).await {
             Ok(Some(c)) if c.state == CheckoutState::Ready => c,
-            _ => return (report, None),
+            _ => return None,
         };
         let dir = self.checkout_dir(checkout.account.as_str());
         let mirror = self.mirror(&checkout.repo);
-        let summary = match self.git.summary(&mirror, &dir, &checkout.base_commit).await {
-            Ok(summary) => summary,
-            Err(e) => {
-                let report = format!("{report}\n\n---\nbranch: {} (its state could not be read: {e})", checkout.branch);
-                return (report, None);
-            }
-        };
-        {
+        let summary = self.git.summary(&mirror, &dir, &checkout.base_commit).await.map_err(|e| e.to_string());
+        if summary.is_ok() {
             let lock = self.repo_lock(&checkout.repo.name);
             let _held = lock.lock().await;
             let what = format!("refs/heads/{}", checkout.branch);
@@ -397,23 +425,7 @@ impl Repos {
                 tracing::warn!(run, error = %e, "publishing a run's branch failed");
             }
         }
-        let check = match checkout.repo.check.is_empty() {
-            true => None,
-            false => Some(self.git.check(&mirror, &dir, &checkout.repo.check).await),
-        };
-        let line = check.as_ref().map(|c| c.line());
-        let mut section = rules::run_branch_section(
-            &checkout.branch,
-            &checkout.base_commit,
-            &summary.commits,
-            &summary.diffstat,
-            &summary.dirty,
-            line.as_deref(),
-        );
-        if let Some(check) = check.filter(|c| !c.passed && !c.tail.is_empty()) {
-            section.push_str(&format!("check output (last lines):\n{}\n", canopy_core::redact::cut(&check.tail, 1500)));
-        }
-        (format!("{report}{section}"), line)
+        Some((checkout, dir, summary))
     }
 
     pub(crate) async fn runs_merge(&self, caller: Caller, req: RunsMergeRequest) -> Result<RunsMergeResponse, Error> {

@@ -37,15 +37,30 @@ impl RunEnds {
         let done = self.store.write(move |conn| ops::finish_run(conn, id, status, &report, check.as_deref())).await?;
         let Some((_, message)) = done else { return Ok(false) };
         self.delivery.deliver_notices(vec![message]).await;
+        self.abandon_review(id, status.as_str()).await;
         self.delivery.poke_runners().await;
         Ok(true)
+    }
+
+    /// A reviewer run that ended without a verdict no longer holds its review.
+    async fn abandon_review(&self, id: i64, why: &str) {
+        let why = format!("the run ended {why}");
+        match self.store.write(move |conn| ops::end_review_of_run(conn, id, &why)).await {
+            Ok(Some(notice)) => self.delivery.deliver_notices(vec![notice]).await,
+            Ok(None) => {}
+            Err(e) => tracing::warn!(run = id, error = %e, "ending a run's review failed"),
+        }
     }
 
     /// Stops runs past their deadline (the daemon's periodic checks).
     pub async fn expire(&self) -> Result<(), Error> {
         let ended = self.store.write(ops::expire_runs).await?;
         if !ended.is_empty() {
+            let ids: Vec<i64> = ended.iter().map(|(run, _)| run.id).collect();
             self.delivery.deliver_notices(ended.into_iter().map(|(_, m)| m).collect()).await;
+            for id in ids {
+                self.abandon_review(id, "timed_out").await;
+            }
             self.delivery.poke_runners().await;
         }
         Ok(())

@@ -17,6 +17,7 @@ use canopy_store::{RunSpec, RunStatus, Store, ops, run_topic};
 use dashmap::DashMap;
 
 use crate::budgets::Budgets;
+use crate::checks::{Checks, Subject};
 use crate::delivery::Delivery;
 use crate::issues::Issues;
 use crate::prompts::Prompts;
@@ -31,6 +32,7 @@ pub struct Runs {
     prompts: Prompts,
     budgets: Budgets,
     repos: Repos,
+    checks: Checks,
     ends: RunEnds,
     issues: Issues,
     config: Arc<Config>,
@@ -103,11 +105,44 @@ impl Runs {
         prompts: Prompts,
         budgets: Budgets,
         repos: Repos,
+        checks: Checks,
         ends: RunEnds,
         issues: Issues,
         config: Arc<Config>,
     ) -> Self {
-        Runs { store, delivery, prompts, budgets, repos, ends, issues, config, finishing: Arc::default() }
+        Runs { store, delivery, prompts, budgets, repos, checks, ends, issues, config, finishing: Arc::default() }
+    }
+
+    /// A finished run's report with its branch, commits, diffstat, tree and checks appended
+    /// (every named check run on its final tree), and the checks' summary for the report's
+    /// headline (none without a checkout).
+    async fn report_with_branch(&self, run: i64, report: String) -> (String, Option<String>) {
+        let Some((checkout, dir, summary)) = self.repos.run_tree(run).await else { return (report, None) };
+        let summary = match summary {
+            Ok(summary) => summary,
+            Err(e) => {
+                let report = format!("{report}\n\n---\nbranch: {} (its state could not be read: {e})", checkout.branch);
+                return (report, None);
+            }
+        };
+        let subject = Subject { trigger: canopy_core::checks::CheckTrigger::Run, name: checkout.branch.clone() };
+        let checks = self.checks.run_in(&checkout.repo, &dir, &summary.head, &subject).await;
+        let line = (!checkout.repo.checks.is_empty()).then(|| canopy_core::checks::summary(&checks));
+        let mut section = canopy_core::repos::run_branch_section(
+            &checkout.branch,
+            &checkout.base_commit,
+            &summary.commits,
+            &summary.diffstat,
+            &summary.dirty,
+            line.as_deref(),
+        );
+        if let Some((failed, tail)) = self.checks.failure(&checks).await
+            && !tail.is_empty()
+        {
+            let tail = canopy_core::redact::cut(&tail, 3000);
+            section.push_str(&format!("{} output (last lines; checks_status has the rest):\n{tail}\n", failed.name));
+        }
+        (format!("{report}{section}"), line)
     }
 
     /// Stops runs past their deadline (the daemon's periodic checks).
@@ -115,23 +150,35 @@ impl Runs {
         self.ends.expire().await
     }
 
+    /// The delta role that runs `definition` in the bundle as it is now.
+    pub(crate) fn delta_role(&self, definition: &str) -> Result<RoleName, Error> {
+        let renderer = self.prompts.bundles.refreshed();
+        let bundle = renderer.bundle();
+        if !bundle.definitions.contains_key(definition) {
+            let known: Vec<&str> = bundle.definitions.keys().map(String::as_str).collect();
+            return Err(Error::invalid(
+                "definition",
+                format!("no subagent definition {definition:?} (definitions: {})", known.join(", ")),
+            ));
+        }
+        let role = bundle
+            .role_for_definition(definition)
+            .ok_or_else(|| Error::invalid("definition", format!("no delta role can run {definition:?}")))?;
+        Ok(RoleName::from_trusted(role.id.clone()))
+    }
+
     pub(crate) async fn runs_start(&self, caller: Caller, req: RunsStartRequest) -> Result<RunsStartResponse, Error> {
         if let Some(issue) = req.issue {
             canopy_core::issues::check_number("issue", issue)?;
         }
         canopy_prompt::bundle::check_name(&req.definition).map_err(|m| Error::invalid("definition", m))?;
-        let renderer = self.prompts.bundles.refreshed();
-        let bundle = renderer.bundle();
-        if !bundle.definitions.contains_key(&req.definition) {
-            let known: Vec<&str> = bundle.definitions.keys().map(String::as_str).collect();
+        if req.definition == "reviewer" {
             return Err(Error::invalid(
                 "definition",
-                format!("no subagent definition {:?} (definitions: {})", req.definition, known.join(", ")),
+                "a reviewer run reviews a merge request: start one with review_request",
             ));
         }
-        let role = bundle
-            .role_for_definition(&req.definition)
-            .ok_or_else(|| Error::invalid("definition", format!("no delta role can run {:?}", req.definition)))?;
+        let role = self.delta_role(&req.definition)?;
         if req.brief.trim().is_empty() {
             return Err(Error::invalid(
                 "brief",
@@ -143,19 +190,34 @@ impl Runs {
             return Err(Error::TooLarge { field: "brief", len: req.brief.len(), max });
         }
         self.budgets.gate().require(caller.handle.as_str(), "subagent run")?;
-        let defaults = self.prompts.session_defaults(&role.id);
         let checkout = self.repos.run_checkout(&caller, req.repo, req.base).await?;
+        self.launch(caller, req.definition, role, req.brief, checkout, req.issue).await
+    }
+
+    /// Starts a run of `definition` (whose delta role is `role`) for `caller` with `brief`, in
+    /// a checkout when one is given: the store caps runs per Manager; the checkout is made and
+    /// the runners rung. Validation is the caller's.
+    pub(crate) async fn launch(
+        &self,
+        caller: Caller,
+        definition: String,
+        role: RoleName,
+        brief: String,
+        checkout: Option<canopy_store::NewCheckout>,
+        issue: Option<u64>,
+    ) -> Result<RunsStartResponse, Error> {
+        let defaults = self.prompts.session_defaults(role.as_str());
         let has_checkout = checkout.is_some();
         let spec = RunSpec {
-            definition: req.definition,
-            brief: req.brief,
-            role: RoleName::from_trusted(role.id.clone()),
+            definition,
+            brief,
+            role,
             harness: defaults.harness,
             script: defaults.script,
             max_running: self.config.runs.max_per_manager,
             timeout_ms: self.config.runs.timeout.as_millis() as i64,
             checkout,
-            issue: req.issue,
+            issue,
         };
         let home = format!("home-{}", caller.handle);
         let manager = caller.handle.to_string();
@@ -235,7 +297,7 @@ impl Runs {
         }
         let runs = self.clone();
         tokio::spawn(async move {
-            let (report, check) = runs.repos.run_report_with_branch(run.id, req.report).await;
+            let (report, check) = runs.report_with_branch(run.id, req.report).await;
             if let Err(e) = runs.ends.finish(run.id, status, report, check).await {
                 tracing::warn!(run = run.id, error = %e, "recording a run's end failed");
             }

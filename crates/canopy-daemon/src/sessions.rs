@@ -198,8 +198,9 @@ impl Sessions {
         rendered: Option<canopy_prompt::Rendered>,
         checkout: Option<canopy_store::Checkout>,
     ) -> SessionAssignment {
-        let checkout =
-            checkout.filter(|c| c.state == canopy_store::CheckoutState::Ready).map(|c| self.repos.session_checkout(&c));
+        let checkout = checkout.filter(|c| c.state == canopy_store::CheckoutState::Ready);
+        let cwd_read_only = checkout.as_ref().is_some_and(|c| c.read_only);
+        let checkout = checkout.map(|c| self.repos.session_checkout(&c));
         let (model, harness_tools) = self.prompts.harness_asks(&s);
         SessionAssignment {
             token: self.auth.session_token(s.agent.as_str(), s.incarnation),
@@ -214,6 +215,7 @@ impl Sessions {
                 None => self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
             },
             repo_mirror: checkout.map(|(_, mirror)| mirror.display().to_string()),
+            cwd_read_only,
             subagents: match s.run.is_none() && crate::bundle::has_native_subagents(&s.harness) {
                 true => self.prompts.native_subagents(s.role.as_str()),
                 false => Vec::new(),

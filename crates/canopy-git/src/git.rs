@@ -105,7 +105,7 @@ impl Git {
         command.env("GIT_TERMINAL_PROMPT", "0").env("GIT_CONFIG_NOSYSTEM", "1");
         command.env("GIT_AUTHOR_NAME", "Canopy").env("GIT_AUTHOR_EMAIL", "canopy@localhost");
         command.env("GIT_COMMITTER_NAME", "Canopy").env("GIT_COMMITTER_EMAIL", "canopy@localhost");
-        run(command, &describe(args), None).await
+        run(command, &describe(args)).await
     }
 
     /// Runs git confined to `grants`, in `cwd`; `Failed` unless it exits 0.
@@ -124,29 +124,36 @@ impl Git {
         let mut full: Vec<&str> = BASE_CONFIG.to_vec();
         full.extend_from_slice(args);
         let program = self.program.display().to_string();
-        self.confined_command(grants, cwd, &program, &full, &describe(args), None).await
+        let command = self.confined_command(grants, cwd, &program, &full, &describe(args))?;
+        run(command, &describe(args)).await
     }
 
-    /// Runs `sh -c command` confined in `cwd` for at most `limit`.
+    /// Runs `sh -c command` confined in `cwd` for at most `limit`, its standard error into its
+    /// output, keeping the last `keep` bytes of that output (a timed-out one's too).
     pub(crate) async fn confined_shell(
         &self,
         grants: Confined<'_>,
         cwd: &Path,
         command: &str,
         limit: Duration,
-    ) -> Result<Output, GitError> {
-        self.confined_command(grants, cwd, "sh", &["-c", command], &format!("the check `{command}`"), Some(limit)).await
+        keep: usize,
+    ) -> Result<Captured, GitError> {
+        let script = format!("exec 2>&1\n{command}");
+        let what = format!("the check `{command}`");
+        let command = self.confined_command(grants, cwd, "sh", &["-c", &script], &what)?;
+        capture(command, &what, limit, keep).await
     }
 
-    async fn confined_command(
+    /// The command for `program args` in `cwd`, wrapped in the sandbox `grants` allow (as is
+    /// when the sandbox is off).
+    fn confined_command(
         &self,
         grants: Confined<'_>,
         cwd: &Path,
         program: &str,
         args: &[&str],
         what: &str,
-        limit: Option<Duration>,
-    ) -> Result<Output, GitError> {
+    ) -> Result<Command, GitError> {
         let mut inner = Command::new(program);
         inner.current_dir(cwd).args(args).env_clear();
         let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
@@ -154,7 +161,7 @@ impl Git {
         inner.env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null");
         inner.env("GIT_TERMINAL_PROMPT", "0");
         if self.sandbox.mode == SandboxMode::Off {
-            return run(inner, what, limit).await;
+            return Ok(inner);
         }
         let data = &self.sandbox.data_dir;
         let refuse = |e: sandbox::Unconfinable| GitError::Unconfinable(e.0);
@@ -170,10 +177,16 @@ impl Git {
         if let Some(found) = canopy_harness::find_program(&self.program, std::env::var_os("PATH").as_deref()) {
             read_only.extend(sandbox::program_paths(&found));
         }
-        let grants = Grants { read_only, read_write: vec![grants.write.to_path_buf()], connect_ports: Vec::new() };
+        let grants = Grants {
+            read_only,
+            read_write: vec![grants.write.to_path_buf()],
+            protected: Vec::new(),
+            connect_ports: Vec::new(),
+        };
         let bwrap = Capability::cached(&self.sandbox.bwrap).usable().map_err(refuse)?;
         let (outer, _rules) = sandbox::wrap(&bwrap, &grants, &inner).map_err(refuse)?;
-        run(outer, what, limit).await
+        tracing::trace!(what, "confined");
+        Ok(outer)
     }
 }
 
@@ -197,20 +210,66 @@ pub(crate) fn last_lines(text: &str, n: usize) -> String {
     lines[start..].iter().map(|l| l.chars().take(300).collect::<String>()).collect::<Vec<_>>().join("\n")
 }
 
-async fn run(mut command: Command, what: &str, limit: Option<Duration>) -> Result<Output, GitError> {
+async fn run(mut command: Command, what: &str) -> Result<Output, GitError> {
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
     let child = command.spawn().map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;
-    let waited = child.wait_with_output();
-    let out = match limit {
-        Some(limit) => {
-            tokio::time::timeout(limit, waited).await.map_err(|_| GitError::Timeout { what: what.to_owned(), limit })?
-        }
-        None => waited.await,
-    }
-    .map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;
+    let out =
+        child.wait_with_output().await.map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;
     Ok(Output {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
+}
+
+/// What a bounded command printed (standard error folded into its output) and how it ended.
+#[derive(Debug, Clone)]
+pub(crate) struct Captured {
+    /// Its exit code; `None` when it ran out of time and was killed.
+    pub code: Option<i32>,
+    /// The last bytes of its output (at most the `keep` asked for), lossily UTF-8.
+    pub log: String,
+}
+
+/// Runs `command` (in its own process group, so a timeout ends everything it started) for at
+/// most `limit`, keeping only the last `keep` bytes of its standard output as it goes.
+async fn capture(mut command: Command, what: &str, limit: Duration, keep: usize) -> Result<Captured, GitError> {
+    use tokio::io::AsyncReadExt;
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
+    command.process_group(0);
+    let spawn_error = |e: std::io::Error| GitError::Spawn { what: what.to_owned(), reason: e.to_string() };
+    let mut child = command.spawn().map_err(spawn_error)?;
+    let mut stdout = child.stdout.take().ok_or_else(|| spawn_error(std::io::Error::other("no output pipe")))?;
+    let mut kept: Vec<u8> = Vec::new();
+    let finished = tokio::time::timeout(limit, async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = stdout.read(&mut buf).await.map_err(spawn_error)?;
+            if n == 0 {
+                break;
+            }
+            kept.extend_from_slice(&buf[..n]);
+            // Trimmed in batches, so a long output costs a copy per `keep` bytes, not per read.
+            if kept.len() > 2 * keep.max(1) {
+                kept.drain(..kept.len() - keep);
+            }
+        }
+        child.wait().await.map_err(spawn_error)
+    })
+    .await;
+    if kept.len() > keep {
+        kept.drain(..kept.len() - keep);
+    }
+    let log = String::from_utf8_lossy(&kept).into_owned();
+    match finished {
+        Ok(status) => Ok(Captured { code: Some(status?.code().unwrap_or(-1)), log }),
+        Err(_) => {
+            if let Some(pid) = child.id() {
+                canopy_sys::signal_group(pid, libc::SIGKILL);
+            }
+            // Reaped here, so the timed-out check leaves no zombie; its group was killed above.
+            let _ = child.kill().await;
+            Ok(Captured { code: None, log })
+        }
+    }
 }

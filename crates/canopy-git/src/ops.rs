@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::git::{Confined, Git, GitError, last_lines};
+use crate::git::{Captured, Confined, Git, GitError, last_lines};
 
 /// An agent's checkout as its Manager sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -42,22 +42,13 @@ pub struct Summary {
 pub struct CheckResult {
     pub command: String,
     pub passed: bool,
+    /// It ran out of time and was killed.
+    pub timed_out: bool,
     /// `exit 0`, `exit 101`, `timed out after 600s`, or why it could not run.
     pub outcome: String,
     pub duration_ms: u64,
-    /// The last lines of its output.
-    pub tail: String,
-}
-
-impl CheckResult {
-    /// One line: `passed (cargo test, 3.2 s)` or `failed (cargo test: exit 101, 1.0 s)`.
-    pub fn line(&self) -> String {
-        let secs = self.duration_ms as f64 / 1000.0;
-        match self.passed {
-            true => format!("passed (`{}`, {secs:.1} s)", self.command),
-            false => format!("failed (`{}`: {}, {secs:.1} s)", self.command, self.outcome),
-        }
-    }
+    /// Its output (standard error folded in): the last bytes kept, a timed-out check's too.
+    pub log: String,
 }
 
 /// What a merge did.
@@ -169,6 +160,26 @@ impl Git {
         let log = self.trusted(mirror, &["log", "--reverse", "--format=%h %s", "-n", "50", &range]).await?;
         let stat = self.trusted(mirror, &["diff", "--stat=100", "--no-ext-diff", "--no-textconv", base, head]).await?;
         Ok((lines(&log.stdout), last_lines(&stat.stdout, 40)))
+    }
+
+    /// The diff from `base` to `head` (both in the mirror), cut to its first `max` bytes
+    /// (at a line) with a note of how much more there is.
+    pub async fn diff(&self, mirror: &Path, base: &str, head: &str, max: usize) -> Result<String, GitError> {
+        let out = self.trusted(mirror, &["diff", "--no-ext-diff", "--no-textconv", "--no-color", base, head]).await?;
+        let text = out.stdout;
+        if text.len() <= max {
+            return Ok(text);
+        }
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let end = text[..end].rfind('\n').map(|i| i + 1).unwrap_or(end);
+        Ok(format!(
+            "{}[... {} more bytes of diff: run `git diff {base} {head}` to read them]\n",
+            &text[..end],
+            text.len() - end
+        ))
     }
 
     /// A new checkout of the mirror in `dest` on a new `branch` from `start` (a commit in the
@@ -350,22 +361,124 @@ impl Git {
     }
 
     /// Runs `command` with `sh -c` confined in `dir` (the mirror readable), for at most the
-    /// check timeout.
-    pub async fn check(&self, mirror: &Path, dir: &Path, command: &str) -> CheckResult {
+    /// check timeout, keeping the last `keep` bytes of its output.
+    pub async fn check(&self, mirror: &Path, dir: &Path, command: &str, keep: usize) -> CheckResult {
         let started = Instant::now();
         let grants = Confined { write: dir, read: &[mirror] };
-        let result = self.confined_shell(grants, dir, command, self.check_timeout).await;
+        let result = self.confined_shell(grants, dir, command, self.check_timeout, keep).await;
         let duration_ms = started.elapsed().as_millis() as u64;
-        let (passed, outcome, tail) = match result {
-            Ok(out) => {
-                (out.ok(), format!("exit {}", out.code), last_lines(&format!("{}\n{}", out.stdout, out.stderr), 20))
+        let (passed, timed_out, outcome, log) = match result {
+            Ok(Captured { code: Some(code), log }) => (code == 0, false, format!("exit {code}"), log),
+            Ok(Captured { code: None, log }) => {
+                (false, true, format!("timed out after {}", humantime_secs(self.check_timeout)), log)
             }
-            Err(GitError::Timeout { limit, .. }) => {
-                (false, format!("timed out after {}s", limit.as_secs()), String::new())
-            }
-            Err(e) => (false, format!("could not run: {e}"), String::new()),
+            Err(e) => (false, false, format!("could not run: {e}"), String::new()),
         };
-        CheckResult { command: command.to_owned(), passed, outcome, duration_ms, tail }
+        CheckResult { command: command.to_owned(), passed, timed_out, outcome, duration_ms, log }
+    }
+
+    /// Test-merges commits `ours` and `theirs` in the mirror without a checkout (`git
+    /// merge-tree --write-tree`): the files that conflict, none when they merge cleanly.
+    pub async fn conflicts(&self, mirror: &Path, ours: &str, theirs: &str) -> Result<Vec<String>, GitError> {
+        let args = ["merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs];
+        let out = self.trusted_any(mirror, &args).await?;
+        match out.code {
+            0 => Ok(Vec::new()),
+            // Exit 1 is "conflicts": the tree's id, then one conflicted path per line (and
+            // also a bad revision, which prints no tree).
+            1 if out
+                .stdout
+                .lines()
+                .next()
+                .is_some_and(|l| l.len() >= 40 && l.bytes().all(|b| b.is_ascii_hexdigit())) =>
+            {
+                let mut files: Vec<String> = lines(&out.stdout).into_iter().skip(1).collect();
+                files.dedup();
+                Ok(files)
+            }
+            code => Err(GitError::Failed { what: "git merge-tree".into(), code, stderr: last_lines(&out.stderr, 6) }),
+        }
+    }
+
+    /// Test-merges every live branch (name, head) against the base (`base_name` at `base`),
+    /// and each pair of branches that change a file in common against each other, all in the
+    /// mirror without a checkout: (branch, other, conflicting files) for each that does not
+    /// merge cleanly, `other` being `base_name` or the other branch. A branch the base already
+    /// holds is skipped.
+    pub async fn conflict_scan(
+        &self,
+        mirror: &Path,
+        base_name: &str,
+        base: &str,
+        branches: &[(String, String)],
+    ) -> Result<Vec<(String, String, Vec<String>)>, GitError> {
+        let mut found = Vec::new();
+        let mut live: Vec<(&str, &str, Vec<String>)> = Vec::new();
+        for (name, head) in branches {
+            if self.is_ancestor(mirror, head, base).await? {
+                continue;
+            }
+            let files = self.conflicts(mirror, base, head).await?;
+            if !files.is_empty() {
+                found.push((name.clone(), base_name.to_owned(), files));
+            }
+            let mut changed = self.changed_files(mirror, base, head).await?;
+            changed.sort();
+            live.push((name, head, changed));
+        }
+        for (i, (a, head_a, changed_a)) in live.iter().enumerate() {
+            for (b, head_b, changed_b) in &live[i + 1..] {
+                let overlap = changed_a.iter().any(|f| changed_b.binary_search(f).is_ok());
+                if !overlap || head_a == head_b {
+                    continue;
+                }
+                let files = self.conflicts(mirror, head_a, head_b).await?;
+                if !files.is_empty() {
+                    found.push(((*a).to_owned(), (*b).to_owned(), files));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The commit branch `branch` of the checkout in `dir` points at, read from its files
+    /// without running git (a loose ref, else `packed-refs`): cheap enough to poll every
+    /// checkout. Only regular files are read, at most 1 MiB, and only a hex object id counts.
+    pub fn read_branch_head(dir: &Path, branch: &str) -> Option<String> {
+        let git_dir = dir.join(".git");
+        let read = |path: &Path| -> Option<String> {
+            let meta = std::fs::symlink_metadata(path).ok()?;
+            if !meta.file_type().is_file() || meta.len() > 1024 * 1024 {
+                return None;
+            }
+            std::fs::read_to_string(path).ok()
+        };
+        let is_id = |s: &str| (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
+        if let Some(text) = read(&git_dir.join("refs/heads").join(branch)) {
+            let id = text.trim();
+            return is_id(id).then(|| id.to_owned());
+        }
+        let packed = read(&git_dir.join("packed-refs"))?;
+        let wanted = format!("refs/heads/{branch}");
+        packed.lines().find_map(|line| {
+            let (id, name) = line.split_once(' ')?;
+            (name == wanted && is_id(id)).then(|| id.to_owned())
+        })
+    }
+
+    /// The files `head` changes since it left `base` (`git diff --name-only base...head`).
+    pub async fn changed_files(&self, mirror: &Path, base: &str, head: &str) -> Result<Vec<String>, GitError> {
+        let range = format!("{base}...{head}");
+        let out = self.trusted(mirror, &["diff", "--name-only", "--no-renames", &range]).await?;
+        Ok(lines(&out.stdout))
+    }
+
+    /// A fresh scratch checkout of `commit` (in the mirror) in `scratch`, for a check to run
+    /// on exactly that tree; an earlier one left there is replaced.
+    pub async fn scratch_checkout(&self, mirror: &Path, scratch: &Path, commit: &str) -> Result<(), GitError> {
+        // An earlier check's scratch checkout, if one was left: none is the usual case.
+        let _ = std::fs::remove_dir_all(scratch);
+        self.create_checkout(mirror, scratch, "canopy-check", commit, "Canopy").await
     }
 
     /// Moves the canonical repository's `base` to `commit` (a descendant of `expected`, in
@@ -413,6 +526,14 @@ impl Git {
     }
 }
 
+/// `600s`, `1.5s`: a check timeout as the outcome names it.
+fn humantime_secs(limit: std::time::Duration) -> String {
+    match limit.subsec_millis() {
+        0 => format!("{}s", limit.as_secs()),
+        _ => format!("{:.1}s", limit.as_secs_f64()),
+    }
+}
+
 fn io(what: &str, e: std::io::Error) -> GitError {
     GitError::Spawn { what: what.to_owned(), reason: e.to_string() }
 }
@@ -440,17 +561,5 @@ mod tests {
     fn porcelain_paths_skip_rename_sources() {
         let out = " M a.txt\0R  new.txt\0old.txt\0?? dir/b c.txt\0";
         assert_eq!(porcelain_paths(out), vec!["a.txt", "new.txt", "dir/b c.txt"]);
-    }
-
-    #[test]
-    fn a_check_line_names_its_command_and_outcome() {
-        let check = CheckResult {
-            command: "make".into(),
-            passed: false,
-            outcome: "exit 2".into(),
-            duration_ms: 1500,
-            tail: String::new(),
-        };
-        assert_eq!(check.line(), "failed (`make`: exit 2, 1.5 s)");
     }
 }

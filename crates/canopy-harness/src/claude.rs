@@ -803,6 +803,7 @@ mod tests {
             ready_timeout: std::time::Duration::from_secs(1),
             sandbox: crate::SandboxSettings::off("/nonexistent"),
             repo_mirror: None,
+            cwd_read_only: false,
             subagents: Vec::new(),
         }
     }

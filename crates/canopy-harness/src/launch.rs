@@ -79,6 +79,8 @@ pub struct LaunchSpec {
     /// read-only (the checkout's objects are shared with it). Must lie in the data
     /// directory's `repos/`.
     pub repo_mirror: Option<PathBuf>,
+    /// The working directory is read-only to the session (a reviewer run's checkout).
+    pub cwd_read_only: bool,
     /// Subagent definitions for the harness's own subagent mechanism (omp's `task` tool
     /// finds them in the session's `$HOME/.omp/agent/agents/`; Claude Code takes `--agents`).
     pub subagents: Vec<Subagent>,
@@ -193,7 +195,11 @@ pub(crate) fn grants(spec: &LaunchSpec) -> Result<Grants, LaunchError> {
     connect_ports.extend(settings.connect_ports.iter().copied());
     connect_ports.sort_unstable();
     connect_ports.dedup();
-    Ok(Grants { read_only, read_write, connect_ports })
+    let protected = match spec.cwd_read_only {
+        true => vec![spec.cwd.clone()],
+        false => Vec::new(),
+    };
+    Ok(Grants { read_only, read_write, protected, connect_ports })
 }
 
 /// Drops the record of a conversation that must not be resumed again. A record already

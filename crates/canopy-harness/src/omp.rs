@@ -677,6 +677,7 @@ mod network {
             ready_timeout: std::time::Duration::from_secs(1),
             sandbox: crate::SandboxSettings::required(dir.path().join("data")),
             repo_mirror: None,
+            cwd_read_only: false,
             subagents: Vec::new(),
         };
         let grants = crate::launch::grants(&spec).unwrap();

@@ -171,6 +171,9 @@ impl Capability {
 pub struct Grants {
     pub read_only: Vec<PathBuf>,
     pub read_write: Vec<PathBuf>,
+    /// Paths inside a read-write grant that stay read-only (bound last, over it): a reviewer
+    /// run's checkout inside its own session directory.
+    pub protected: Vec<PathBuf>,
     pub connect_ports: Vec<u16>,
 }
 
@@ -327,6 +330,9 @@ pub fn bwrap_args(grants: &Grants, cwd: &Path) -> Vec<OsString> {
     }
     for path in &grants.read_write {
         push(&[&"--bind", path, path]);
+    }
+    for path in &grants.protected {
+        push(&[&"--ro-bind", path, path]);
     }
     push(&[&"--chdir", &cwd]);
     args

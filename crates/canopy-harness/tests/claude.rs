@@ -51,6 +51,7 @@ fn incarnation(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: 
         ready_timeout: Duration::from_secs(30),
         sandbox: SandboxSettings::required(dir.join("data")),
         repo_mirror: None,
+        cwd_read_only: false,
         subagents: Vec::new(),
     }
 }

@@ -186,6 +186,7 @@ async fn launch_in(dir: tempfile::TempDir, name: &str, fake: FakeOpenAi, mcp: Mc
         ready_timeout: PATIENCE,
         sandbox: canopy_harness::SandboxSettings::required(dir.path().join("data")),
         repo_mirror: None,
+        cwd_read_only: false,
         subagents: Vec::new(),
     };
     let (session, events) = Session::launch(spec, 256)

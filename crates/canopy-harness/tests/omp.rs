@@ -52,6 +52,7 @@ fn spec(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: Prompt)
         ready_timeout: Duration::from_secs(60),
         sandbox: SandboxSettings::required(dir.join("data")),
         repo_mirror: None,
+        cwd_read_only: false,
         subagents: Vec::new(),
     }
 }

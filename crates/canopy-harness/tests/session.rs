@@ -28,6 +28,7 @@ fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSp
         ready_timeout,
         sandbox: SandboxSettings::required(dir.join("data")),
         repo_mirror: None,
+        cwd_read_only: false,
         subagents: Vec::new(),
     }
 }

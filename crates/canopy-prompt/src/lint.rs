@@ -32,6 +32,8 @@ pub const TOOL_PREFIXES: &[&str] = &[
     "runs_",
     "merge_",
     "issues_",
+    "checks_",
+    "review_",
 ];
 
 /// One problem the lint found.

@@ -128,6 +128,15 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         Method::WorkspaceStatus | Method::MergesRequest => {
             "invalid_argument invalid_argument invalid_argument invalid_argument invalid_argument no no no no no"
         }
+        // Lead has no checkout, so no branch to check and no request to review; an operator
+        // names no ref. A run's role lacks both tools.
+        Method::ChecksStatus | Method::ReviewsRequest => {
+            "invalid_argument invalid_argument invalid_argument invalid_argument invalid_argument no no no no no"
+        }
+        // Only a reviewer run started for a request submits, and none is running here.
+        Method::ReviewsSubmit => "no no no no no no no no no no",
+        // No such request or check: the operator is told so.
+        Method::MergesShow | Method::ChecksLog => "invalid_argument no no no no no no no no no",
         // On a run of lead's without a checkout: only its Manager gets past authorization.
         Method::RunsMerge | Method::RunsDiscard => "no no invalid_argument no no no no no no no",
         // No such request: an operator is told so; anyone else is refused first.
@@ -170,6 +179,8 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         | Method::RunnersRemove
         | Method::CredentialsRotate
         | Method::MergesList
+        | Method::MergesQueue
+        | Method::ChecksList
         | Method::IssuesBudget
         | Method::IssuesImport
         | Method::IssuesExport

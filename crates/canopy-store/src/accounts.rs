@@ -167,7 +167,7 @@ pub(crate) fn insert_agent(conn: &Db<'_>, actor_id: Option<i64>, spec: &AgentSpe
     set_presence(conn, agent_id, Presence::Offline, Some("no session yet"), None, now)?;
     if let Some(repo_id) = spec.repo {
         let branch = canopy_core::repos::agent_branch(spec.handle.as_str());
-        let new = crate::repos::NewCheckout { repo_id, start: String::new() };
+        let new = crate::repos::NewCheckout { repo_id, start: String::new(), read_only: false };
         crate::repos::record_checkout(conn, agent_id, &branch, &new)?;
     }
 

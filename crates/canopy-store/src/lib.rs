@@ -13,11 +13,13 @@ mod accounts;
 mod budgets;
 mod channels;
 mod checkpoint;
+mod checks;
 mod delivery;
 mod governance;
 mod history;
 mod issues;
 mod memo;
+mod merges;
 mod messages;
 mod notices;
 mod presence;
@@ -42,12 +44,14 @@ use rusqlite::{Connection, OpenFlags};
 pub use accounts::{AgentSpec, OperatorSpec};
 pub use budgets::{Charged, Estimate, Holds, RoleBudget};
 pub use channels::ChannelSpec;
+pub use checks::{BranchHead, CheckEnd, CheckStart, Conflict};
 pub use delivery::{Pending, Reach, Recipient};
 pub use history::{HistoryPage, HistoryQuery};
 pub use issues::{Changed as IssuesChanged, Imported, IssueChange, IssueQuery, IssueView, NewIssue, Owners};
+pub use merges::{Landed, MergeCheck, MergeDecided, MergeSpec, QueueStep, Recovered, Submitted};
 pub use messages::{Page, PostSpec, Posted};
 pub use notices::SESSION_NOTICE_TOPIC;
-pub use repos::{Checkout, CheckoutState, Landed, MergeCheck, MergeDecided, MergeSpec, NewCheckout, RepoRow};
+pub use repos::{Checkout, CheckoutState, NewCheckout, RepoRow};
 pub use runs::{Run, RunSpec, RunStatus, run_topic};
 pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat};
 pub use spawn::{Answered, Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
@@ -265,6 +269,10 @@ pub mod ops {
     };
     pub use crate::budgets::{budgets, covering_budgets, holds, renew as renew_budgets, set_budget, sync_role_budgets};
     pub use crate::channels::{channel, create_channel, cursor, list_channels, list_topics};
+    pub use crate::checks::{
+        branch_head, check_log, checks_on, conflicts, finish_check, latest_checks, list_checks, load_check, notice_to,
+        parse_check_id, prune_checks, recover_checks, set_branch_head, set_conflicts, start_check,
+    };
     pub use crate::delivery::{
         acknowledge, agent_id, expire, offer, overflowing, pending, reach, record_held, record_injected,
     };
@@ -277,12 +285,16 @@ pub mod ops {
         latest_changes, list_issues, merge_landed as issues_merge_landed, set_issue_budget, update_issue,
         waiting_issues,
     };
+    pub use crate::merges::{
+        decide_merge, end_review_of_run, finish_merge, list_merges, load_merge, merge_checked, merge_checked_base,
+        merge_in_topic, merge_issues, merge_notice, merge_number, merge_queue, open_merges, queue_next, recover_merges,
+        request_merge, review_of_account, reviews_of, start_review, submit_review,
+    };
     pub use crate::messages::{post, post_and_reach, post_audited, read_channel, sync};
     pub use crate::notices::notice;
     pub use crate::repos::{
-        add_repo, checkout, checkouts, close_run_checkout, decide_merge, finish_merge, list_merges, list_repos,
-        load_merge, merge_checked, merge_checked_base, merge_in_topic, merge_notice, merge_number, recover_merges,
-        repo, request_merge, require_repo, run_checkout_for, run_checkouts, set_checkout, stale_checkouts,
+        add_repo, checkout, checkouts, close_run_checkout, list_repos, repo, require_repo, run_checkout_for,
+        run_checkouts, set_checkout, stale_checkouts,
     };
     pub use crate::runs::{expire_runs, finish_run, list_runs, load as run, run_of_account, start_run};
     pub use crate::sessions::{

@@ -425,6 +425,101 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE issues ADD COLUMN idempotency_key TEXT;
     CREATE UNIQUE INDEX issues_idempotency ON issues(reporter_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
     "#,
+    // Named checks per repository (JSON; the single check of old is `check`), every run of a check
+    // with its log, the review policy and reviews with their verdicts, the merge queue's
+    // states, and the conflicts found between live branches. `merges` is rebuilt for its
+    // widened state list (SQLite cannot alter a CHECK).
+    r#"
+    ALTER TABLE repos ADD COLUMN checks TEXT NOT NULL DEFAULT '[]';
+    UPDATE repos SET checks = json_array(json_object('name', 'check', 'command', check_command))
+        WHERE check_command != '';
+    ALTER TABLE repos ADD COLUMN review TEXT NOT NULL DEFAULT 'operator' CHECK (review IN ('operator', 'required'));
+    CREATE TABLE check_runs (
+        id           INTEGER PRIMARY KEY,
+        repo_id      INTEGER NOT NULL REFERENCES repos(id),
+        name         TEXT NOT NULL,
+        command      TEXT NOT NULL,
+        commit_sha   TEXT NOT NULL,
+        trigger      TEXT NOT NULL CHECK (trigger IN ('run', 'branch', 'merge', 'queue')),
+        subject      TEXT NOT NULL,
+        state        TEXT NOT NULL CHECK (state IN ('running', 'passed', 'failed', 'timed_out', 'error')),
+        outcome      TEXT NOT NULL DEFAULT '',
+        duration_ms  INTEGER NOT NULL DEFAULT 0,
+        log          TEXT,
+        log_bytes    INTEGER NOT NULL DEFAULT 0,
+        started_at   INTEGER NOT NULL,
+        finished_at  INTEGER
+    );
+    CREATE INDEX check_runs_subject ON check_runs(repo_id, subject, id);
+    CREATE INDEX check_runs_commit ON check_runs(repo_id, commit_sha);
+    CREATE INDEX check_runs_state ON check_runs(state) WHERE state = 'running';
+    CREATE TABLE merges_next (
+        id             INTEGER PRIMARY KEY,
+        requester_id   INTEGER NOT NULL REFERENCES accounts(id),
+        repo_id        INTEGER NOT NULL REFERENCES repos(id),
+        branch         TEXT NOT NULL,
+        head           TEXT NOT NULL,
+        base_commit    TEXT NOT NULL DEFAULT '',
+        title          TEXT NOT NULL,
+        summary        TEXT NOT NULL,
+        depends_on     TEXT NOT NULL DEFAULT '',
+        state          TEXT NOT NULL CHECK (state IN ('checking', 'in_review', 'pending', 'queued', 'merging', 'merged', 'denied', 'refused')),
+        commits        TEXT NOT NULL DEFAULT '',
+        diffstat       TEXT NOT NULL DEFAULT '',
+        check_result   TEXT NOT NULL DEFAULT '',
+        check_passed   INTEGER NOT NULL DEFAULT 0,
+        decided_by     INTEGER REFERENCES accounts(id),
+        note           TEXT,
+        merged_commit  TEXT,
+        created_at     INTEGER NOT NULL,
+        decided_at     INTEGER,
+        queued_at      INTEGER,
+        override       TEXT
+    );
+    INSERT INTO merges_next (id, requester_id, repo_id, branch, head, base_commit, title, summary, depends_on,
+        state, commits, diffstat, check_result, check_passed, decided_by, note, merged_commit, created_at, decided_at)
+        SELECT id, requester_id, repo_id, branch, head, base_commit, title, summary, depends_on,
+        state, commits, diffstat, check_result, check_passed, decided_by, note, merged_commit, created_at, decided_at
+        FROM merges;
+    DROP TABLE merges;
+    ALTER TABLE merges_next RENAME TO merges;
+    CREATE INDEX merges_state ON merges(state);
+    CREATE INDEX merges_queue ON merges(repo_id, queued_at, id) WHERE state IN ('queued', 'merging');
+    CREATE TABLE reviews (
+        id           INTEGER PRIMARY KEY,
+        merge_id     INTEGER NOT NULL REFERENCES merges(id),
+        head         TEXT NOT NULL,
+        reviewer_id  INTEGER NOT NULL REFERENCES accounts(id),
+        run_id       INTEGER REFERENCES runs(id),
+        focus        TEXT NOT NULL DEFAULT '',
+        verdict      TEXT CHECK (verdict IN ('approve', 'changes_requested')),
+        summary      TEXT NOT NULL DEFAULT '',
+        comments     TEXT NOT NULL DEFAULT '[]',
+        state        TEXT NOT NULL CHECK (state IN ('running', 'submitted', 'abandoned')),
+        created_at   INTEGER NOT NULL,
+        submitted_at INTEGER
+    );
+    CREATE INDEX reviews_merge ON reviews(merge_id, id);
+    CREATE INDEX reviews_run ON reviews(run_id) WHERE run_id IS NOT NULL;
+    CREATE TABLE conflicts (
+        repo_id   INTEGER NOT NULL REFERENCES repos(id),
+        branch    TEXT NOT NULL,
+        other     TEXT NOT NULL,
+        files     TEXT NOT NULL,
+        found_at  INTEGER NOT NULL,
+        PRIMARY KEY (repo_id, branch, other)
+    ) WITHOUT ROWID;
+    ALTER TABLE checkouts ADD COLUMN read_only INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE branch_heads (
+        repo_id     INTEGER NOT NULL REFERENCES repos(id),
+        branch      TEXT NOT NULL,
+        head        TEXT NOT NULL,
+        checked     TEXT NOT NULL DEFAULT '',
+        failing     INTEGER NOT NULL DEFAULT 0,
+        updated_at  INTEGER NOT NULL,
+        PRIMARY KEY (repo_id, branch)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -808,10 +808,12 @@ async fn a_runner_that_starts_again_gets_fresh_sessions_at_once() {
     assert!(again.iter().all(|(_, n)| *n == Incarnation(2)), "{again:?}");
 }
 
-/// The merge gate's facts: an agent's attempt is refused but on record, a stack merges
-/// bottom-up, a decided request is not decided again, and a restart mid-merge re-opens it.
+/// The merge gate's facts: an agent's attempt is refused but on record, approving queues,
+/// the queue takes a stack bottom-up and refuses a child of a denied parent, asking again
+/// updates an undecided request, a required review needs a verdict or an override, and a
+/// restart mid-merge keeps the entry at the head of its queue.
 #[tokio::test]
-async fn only_an_operator_decides_a_merge_and_stacks_merge_bottom_up() {
+async fn only_an_operator_decides_a_merge_and_the_queue_takes_stacks_bottom_up() {
     use crate::{CheckoutState, Landed, MergeCheck, MergeSpec, RepoRow};
     use canopy_core::MergeState;
     let (_dir, store) = workspace().await;
@@ -820,7 +822,8 @@ async fn only_an_operator_decides_a_merge_and_stacks_merge_bottom_up() {
         name: "app".into(),
         source: "/src/app".into(),
         base: "main".into(),
-        check: String::new(),
+        checks: Vec::new(),
+        review: canopy_core::review::ReviewPolicy::Operator,
         created_at: String::new(),
     };
     let repo = store.write(move |c| ops::add_repo(c, Some(&operator()), &repo, false)).await.unwrap();
@@ -847,76 +850,102 @@ async fn only_an_operator_decides_a_merge_and_stacks_merge_bottom_up() {
     store.write(|c| ops::set_checkout(c, "web", CheckoutState::Ready, Some("abc"), None)).await.unwrap();
     assert_eq!(store.read(|c| ops::checkout(c, "web")).await.unwrap().unwrap().base_commit, "abc");
 
-    let request = |title: &'static str, depends_on: Vec<i64>| {
+    let repo_id = repo.id;
+    let spec = move |title: &str, head: &str, depends_on: Vec<i64>| MergeSpec {
+        repo_id,
+        branch: "canopy/web".into(),
+        head: head.into(),
+        title: title.into(),
+        summary: "s".into(),
+        depends_on,
+        issues: Vec::new(),
+    };
+    let request = |spec: MergeSpec| {
         let store = store.clone();
-        let repo_id = repo.id;
         async move {
-            let spec = MergeSpec {
-                repo_id,
-                branch: "canopy/web".into(),
-                head: format!("head-{title}"),
-                title: title.into(),
-                summary: "s".into(),
-                depends_on,
-                issues: Vec::new(),
-            };
+            let head = spec.head.clone();
+            let title = spec.title.clone();
             let made = store.write(move |c| ops::request_merge(c, &agent("web"), &spec)).await.unwrap();
             let id = ops::merge_number(&made);
             let check = MergeCheck {
+                head,
                 base_commit: "base".into(),
                 commits: vec!["abc One".into()],
                 diffstat: "a | 1 +".into(),
                 check: "none configured".into(),
                 passed: true,
             };
-            let (checked, notice) = store.write(move |c| ops::merge_checked(c, id, &check)).await.unwrap();
+            let (checked, notice) = store.write(move |c| ops::merge_checked(c, id, &check)).await.unwrap().unwrap();
             assert_eq!(checked.state, MergeState::Pending);
             assert!(notice.body.contains("@ops web asks to merge canopy/web"), "{}", notice.body);
             assert_eq!(notice.topic.as_str(), format!("merge: {title}"));
             id
         }
     };
-    let bottom = request("Bottom", vec![]).await;
-    let top = request("Top", vec![bottom]).await;
-    let dup = MergeSpec {
-        repo_id: repo.id,
-        branch: "canopy/web".into(),
-        head: "h".into(),
-        title: "Top".into(),
-        summary: "s".into(),
-        depends_on: vec![],
-        issues: Vec::new(),
+    let bottom = request(spec("Bottom", "h1", vec![])).await;
+    let top = request(spec("Top", "h2", vec![bottom])).await;
+    // Asking again under an open title takes the new head and checks it again; a check of
+    // the old head that finishes late changes nothing.
+    let update = spec("Top", "h3", vec![bottom]);
+    let updated = store.write(move |c| ops::request_merge(c, &agent("web"), &update)).await.unwrap();
+    assert_eq!((ops::merge_number(&updated), updated.state, updated.head.as_str()), (top, MergeState::Checking, "h3"));
+    let stale = MergeCheck {
+        head: "h2".into(),
+        base_commit: "base".into(),
+        commits: vec![],
+        diffstat: String::new(),
+        check: "passed".into(),
+        passed: true,
     };
-    let open_title = store.write(move |c| ops::request_merge(c, &agent("web"), &dup)).await;
-    assert_eq!(open_title.err().map(|e| e.code()), Some(ErrorCode::Conflict));
+    assert!(store.write(move |c| ops::merge_checked(c, top, &stale)).await.unwrap().is_none());
+    let top = request(spec("Top", "h3", vec![bottom])).await;
 
     // An agent's approval: refused, audited, told.
-    let attempt = store.write(move |c| ops::decide_merge(c, &agent("web"), bottom, true, None)).await.unwrap();
+    let attempt = store.write(move |c| ops::decide_merge(c, &agent("web"), bottom, true, None, None)).await.unwrap();
     assert_eq!(attempt.refused.map(|e| e.code()), Some(ErrorCode::Forbidden));
     assert!(attempt.notices[0].body.contains("@web tried to approve"), "{}", attempt.notices[0].body);
     let audit = store.read(|c| ops::audit_log(c, 0)).await.unwrap();
     assert!(audit.iter().any(|e| e.action == "merges.approve.refused"));
 
-    // The top waits for the bottom.
-    let early = store.write(move |c| ops::decide_merge(c, &operator(), top, true, None)).await;
-    assert!(early.unwrap_err().to_string().contains(&format!("decide merge-{bottom} first")));
-    let approved = store.write(move |c| ops::decide_merge(c, &operator(), bottom, true, None)).await.unwrap();
-    assert!(approved.land && approved.request.state == MergeState::Merging);
-    let twice = store.write(move |c| ops::decide_merge(c, &operator(), bottom, true, None)).await;
+    // Approving the top first queues it behind its parent, which the queue takes first.
+    let queued = store.write(move |c| ops::decide_merge(c, &operator(), top, true, None, None)).await.unwrap();
+    assert!(queued.queued && queued.request.state == MergeState::Queued);
+    let step = store.write(move |c| ops::queue_next(c, repo.id)).await.unwrap();
+    assert!(step.next.is_none() && step.refused.is_empty(), "the top waits for its parent: {step:?}");
+    let approved = store.write(move |c| ops::decide_merge(c, &operator(), bottom, true, None, None)).await.unwrap();
+    assert!(approved.notices[0].body.contains("in the queue behind 1"), "{}", approved.notices[0].body);
+    let twice = store.write(move |c| ops::decide_merge(c, &operator(), bottom, true, None, None)).await;
     assert_eq!(twice.err().map(|e| e.code()), Some(ErrorCode::Conflict));
+    let step = store.write(move |c| ops::queue_next(c, repo.id)).await.unwrap();
+    assert_eq!(step.next.as_ref().map(ops::merge_number), Some(bottom));
 
-    // A restart while merging re-opens it, and tells the requester.
-    let (notices, checking) = store.write(ops::recover_merges).await.unwrap();
-    assert!(checking.is_empty() && notices[0].body.contains("restarted while"), "{notices:?}");
-    store.write(move |c| ops::decide_merge(c, &operator(), bottom, true, None)).await.unwrap();
+    // A restart while merging keeps it at the head of the queue, and tells the requester.
+    let recovered = store.write(ops::recover_merges).await.unwrap();
+    assert_eq!(recovered.queues, vec![repo.id]);
+    assert!(recovered.notices[0].body.contains("restarted while"), "{:?}", recovered.notices);
+    let step = store.write(move |c| ops::queue_next(c, repo.id)).await.unwrap();
+    assert_eq!(step.next.as_ref().map(ops::merge_number), Some(bottom), "the same entry, not the next");
     let landed = Landed::Merged { commit: "merged-sha".into(), fast_forward: true };
     let (merged, notice) = store.write(move |c| ops::finish_merge(c, bottom, &landed)).await.unwrap();
     assert_eq!(merged.state, MergeState::Merged);
     assert!(notice.body.contains("Approved by ops"), "{}", notice.body);
-    store.write(move |c| ops::decide_merge(c, &operator(), top, true, None)).await.unwrap();
+    let step = store.write(move |c| ops::queue_next(c, repo.id)).await.unwrap();
+    assert_eq!(step.next.as_ref().map(ops::merge_number), Some(top));
     let refused = Landed::Refused("the check failed".into());
     let (top_request, _) = store.write(move |c| ops::finish_merge(c, top, &refused)).await.unwrap();
     assert_eq!((top_request.state, top_request.note.as_deref()), (MergeState::Refused, Some("the check failed")));
+
+    // A child of a parent denied after the child was approved is refused by the queue.
+    let parent = request(spec("Parent", "h4", vec![])).await;
+    let child = request(spec("Child", "h5", vec![parent])).await;
+    store.write(move |c| ops::decide_merge(c, &operator(), child, true, None, None)).await.unwrap();
+    store.write(move |c| ops::decide_merge(c, &operator(), parent, false, Some("no".into()), None)).await.unwrap();
+    let step = store.write(move |c| ops::queue_next(c, repo.id)).await.unwrap();
+    assert_eq!(step.refused.iter().map(ops::merge_number).collect::<Vec<_>>(), vec![child]);
+    assert!(step.notices[0].body.contains(&format!("merge-{parent}, which is denied")), "{}", step.notices[0].body);
+    let late_spec = spec("Late", "h6", vec![parent]);
+    let late = store.write(move |c| ops::request_merge(c, &agent("web"), &late_spec)).await;
+    assert_eq!(late.err().map(|e| e.code()), Some(ErrorCode::Conflict));
 }
 
 fn turn(agent: &str, kind: &str, turn: &str, cost: Option<f64>) -> crate::Report {

@@ -498,7 +498,7 @@ async fn decide_merge(
     Path(id): Path<String>,
     Form(form): Form<Decision>,
 ) -> Response {
-    let request = |approve, reason| MergesDecideRequest { id, approve, reason };
+    let request = |approve, reason| MergesDecideRequest { id, approve, reason, override_reason: None };
     decide::<method::MergesDecide>(&console, &headers, form, request, pages::merge_decided).await
 }
 

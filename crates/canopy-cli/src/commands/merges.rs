@@ -1,5 +1,6 @@
-//! The merges area: the merge gate from the operator's side (list merge requests, approve one
-//! and wait while Canopy merges it, deny one).
+//! The merges area: the merge gate from the operator's side (list merge requests with their
+//! conflicts, show one with its checks and reviews, approve one and wait while the queue lands
+//! it, deny one, see the queue).
 //!
 //! Does not touch git: the daemon checks, merges and lands.
 
@@ -13,15 +14,80 @@ use crate::client::{CallError, Client};
 use crate::exit::{EXIT_REFUSED, code, fail};
 use crate::output;
 
-/// `canopy merges [--state S] [approve|deny]`.
+/// `canopy merges [--state S] [show|approve|deny|queue]`.
 pub async fn merges(client: &Client, json: bool, state: Option<String>, command: Option<MergesCommand>) -> u8 {
     match command {
         None => list(client, json, state).await,
-        Some(MergesCommand::Approve { id }) => approve(client, json, id).await,
+        Some(MergesCommand::Approve { id, override_reason, no_wait }) => {
+            approve(client, json, id, override_reason, no_wait).await
+        }
         Some(MergesCommand::Deny { id, reason }) => {
-            let request = MergesDecideRequest { id, approve: false, reason: Some(reason) };
+            let request = MergesDecideRequest { id, approve: false, reason: Some(reason), override_reason: None };
             code(json, call::<method::MergesDecide>(client, json, &request, output::merge).await)
         }
+        Some(MergesCommand::Show { id }) => {
+            code(json, call::<method::MergesShow>(client, json, &MergesShowRequest { id }, show).await)
+        }
+        Some(MergesCommand::Queue { repo }) => {
+            code(json, call::<method::MergesQueue>(client, json, &MergesQueueRequest { repo }, queue).await)
+        }
+    }
+}
+
+/// `canopy merges show`: the request, then its checks, reviews with their comments, and
+/// conflicts, before the operator decides.
+fn show(d: &MergeDetail) {
+    let m = &d.request;
+    output::merge(m);
+    if let Some(position) = d.queue_position {
+        println!("queue: position {position}");
+    }
+    if let Some(reason) = &m.override_reason {
+        println!("approved over its review: {reason}");
+    }
+    println!("summary: {}", m.summary);
+    for c in &m.commits {
+        println!("  {c}");
+    }
+    println!();
+    match d.checks.is_empty() {
+        true => println!("checks: {}", m.check.lines().next().unwrap_or("none")),
+        false => {
+            println!("checks on {}:", &d.checks[0].commit[..d.checks[0].commit.len().min(10)]);
+            for c in &d.checks {
+                println!("  {}  {}", c.id, c.line());
+            }
+        }
+    }
+    println!();
+    if d.reviews.is_empty() {
+        println!("reviews: none");
+    }
+    for r in &d.reviews {
+        let verdict = r.verdict.map(|v| v.as_str()).unwrap_or(r.state.as_str());
+        let stale = if r.head == m.head { "" } else { " (of an older head)" };
+        println!("review {} by {}: {verdict}{stale}", r.id, r.reviewer);
+        if !r.summary.is_empty() {
+            println!("  {}", r.summary.replace('\n', "\n  "));
+        }
+        for c in &r.comments {
+            println!("  {}:{}: {}", c.file, c.line, c.body.trim());
+        }
+    }
+    if !d.conflicts.is_empty() {
+        println!();
+        output::conflicts(&d.conflicts);
+    }
+}
+
+/// `canopy merges queue`.
+fn queue(r: &MergesQueueResponse) {
+    if r.queue.is_empty() {
+        println!("the merge queue is empty");
+    }
+    for (i, m) in r.queue.iter().enumerate() {
+        print!("{:>3}. ", i + 1);
+        output::merge(m);
     }
 }
 
@@ -40,23 +106,21 @@ async fn list(client: &Client, json: bool, state: Option<String>) -> u8 {
     code(json, call::<method::MergesList>(client, json, &MergesListRequest { state }, output::merges).await)
 }
 
-/// `canopy merges approve`: approves, then waits while Canopy merges (and checks) it;
-/// exits 1 when the merge was refused.
-async fn approve(client: &Client, json: bool, id: String) -> u8 {
-    let request = MergesDecideRequest { id: id.clone(), approve: true, reason: None };
+/// `canopy merges approve`: approves (the request joins its repository's queue), then waits
+/// while the queue merges and checks it; exits 1 when the queue refused it.
+async fn approve(client: &Client, json: bool, id: String, override_reason: Option<String>, no_wait: bool) -> u8 {
+    let request = MergesDecideRequest { id: id.clone(), approve: true, reason: None, override_reason };
     let mut request_state = match client.send::<method::MergesDecide>(&request).await {
         Ok(r) => r,
         Err(e) => return fail(json, &e),
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3600);
-    while request_state.state == canopy_core::MergeState::Merging && std::time::Instant::now() < deadline {
+    let waiting =
+        |s: canopy_core::MergeState| matches!(s, canopy_core::MergeState::Queued | canopy_core::MergeState::Merging);
+    while !no_wait && waiting(request_state.state) && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        match client.send::<method::MergesList>(&MergesListRequest { state: None }).await {
-            Ok(list) => {
-                if let Some(found) = list.merges.into_iter().find(|m| m.id == id) {
-                    request_state = found;
-                }
-            }
+        match client.send::<method::MergesShow>(&MergesShowRequest { id: id.clone() }).await {
+            Ok(detail) => request_state = detail.request,
             Err(e) => return fail(json, &e),
         }
     }
@@ -67,6 +131,7 @@ async fn approve(client: &Client, json: bool, id: String) -> u8 {
     }
     match request_state.state {
         canopy_core::MergeState::Merged => 0,
+        canopy_core::MergeState::Queued | canopy_core::MergeState::Merging if no_wait => 0,
         _ => EXIT_REFUSED,
     }
 }

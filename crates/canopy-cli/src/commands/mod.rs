@@ -9,6 +9,7 @@
 mod agents;
 mod budgets;
 mod call;
+mod checks;
 mod credentials;
 mod gate;
 mod history;
@@ -89,6 +90,9 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         Command::Runs { agent, open } => runs::list(client, json, agent, open).await,
         Command::Repos(command) => repos::repos(client, json, command).await,
         Command::Merges { state, command } => merges::merges(client, json, state, command).await,
+        Command::Checks { repo, branch, limit, command } => {
+            checks::checks(client, json, repo, branch, limit, command).await
+        }
         Command::Issues { list, command } => issues::issues(client, json, list, command).await,
         Command::Prompt(command) => prompts::render(client, json, command).await,
         Command::Usage { agent, since } => history::usage(client, json, agent, since).await,

@@ -15,13 +15,38 @@ use crate::output;
 /// `canopy repos add|list|gc`.
 pub async fn repos(client: &Client, json: bool, command: ReposCommand) -> u8 {
     let result = match command {
-        ReposCommand::Add { name, source, base, check } => {
+        ReposCommand::Add { name, source, base, checks, review } => {
             // A relative path is the caller's, not the daemon's.
             let source = match std::path::Path::new(&source).exists() {
                 true => std::path::absolute(&source).map(|p| p.display().to_string()).unwrap_or(source),
                 false => source,
             };
-            let request = ReposAddRequest { name, source, base: Some(base), check };
+            let review = match review.as_deref().map(|r| canopy_core::review::ReviewPolicy::parse(r).ok_or(r)) {
+                None => None,
+                Some(Ok(policy)) => Some(policy),
+                Some(Err(bad)) => {
+                    let message = format!("unknown review policy {bad:?}; one of operator, required");
+                    let wire = canopy_proto::WireError {
+                        code: canopy_core::ErrorCode::InvalidArgument,
+                        message,
+                        field: Some("review".into()),
+                    };
+                    return crate::exit::fail(json, &crate::client::CallError::Refused(wire));
+                }
+            };
+            let mut named = std::collections::BTreeMap::new();
+            for value in &checks {
+                let (check, command) = canopy_core::checks::parse_assignment(value);
+                if named.insert(check.clone(), command).is_some() {
+                    let wire = canopy_proto::WireError {
+                        code: canopy_core::ErrorCode::InvalidArgument,
+                        message: format!("check {check} is given twice"),
+                        field: Some("checks".into()),
+                    };
+                    return crate::exit::fail(json, &crate::client::CallError::Refused(wire));
+                }
+            }
+            let request = ReposAddRequest { name, source, base: Some(base), check: None, checks: named, review };
             call::<method::ReposAdd>(client, json, &request, output::repo).await
         }
         ReposCommand::List => call::<method::ReposList>(client, json, &ReposListRequest {}, output::repos).await,

@@ -5,12 +5,13 @@
 //! Responses reuse the model types from `canopy-core`.
 //!
 //! One file per area, named as the daemon's areas and the CLI's commands are: `agents`,
-//! `messages`, `sessions`, `delivery`, `gate`, `runs`, `repos`, `merges`, `issues`, `prompts`, `history`,
+//! `messages`, `sessions`, `delivery`, `gate`, `runs`, `repos`, `checks`, `merges`, `issues`, `prompts`, `history`,
 //! `budgets`, `credentials`. This module only re-exports them, so `canopy_proto::api::*`
 //! names every wire type; an area imports from a lower one, never the other way.
 
 mod agents;
 mod budgets;
+mod checks;
 mod credentials;
 mod delivery;
 mod gate;
@@ -25,6 +26,7 @@ mod sessions;
 
 pub use agents::*;
 pub use budgets::*;
+pub use checks::*;
 pub use credentials::*;
 pub use delivery::*;
 pub use gate::*;

@@ -17,9 +17,16 @@ pub struct ReposAddRequest {
     /// The branch merges land on (default `main`).
     #[serde(default)]
     pub base: Option<String>,
-    /// Run with `sh -c`, confined, on each run's tree and each merged tree (default none).
+    /// The check named `check` (the single check of old).
     #[serde(default)]
     pub check: Option<String>,
+    /// Named checks, each run with `sh -c`, confined, on each run's tree, each new commit of
+    /// a Manager's branch, each merged tree and in the queue.
+    #[serde(default)]
+    pub checks: std::collections::BTreeMap<String, String>,
+    /// Whose word makes a merge request reviewed (default `operator`).
+    #[serde(default)]
+    pub review: Option<canopy_core::review::ReviewPolicy>,
 }
 
 /// `repos.list` (operators).
@@ -33,6 +40,9 @@ pub struct ReposListResponse {
     pub repos: Vec<canopy_core::Repo>,
     /// Every checkout Canopy keeps, by account.
     pub checkouts: Vec<CheckoutInfo>,
+    /// Every conflict known between live branches and the base.
+    #[serde(default)]
+    pub conflicts: Vec<crate::api::ConflictInfo>,
 }
 
 /// One account's checkout.
@@ -95,6 +105,12 @@ pub struct WorkspaceStatusResponse {
     pub dirty: Vec<String>,
     /// Your ended runs whose branches are neither merged nor discarded.
     pub unmerged_runs: Vec<RunBranch>,
+    /// Your branch's checks on its newest checked commit.
+    #[serde(default)]
+    pub checks: Vec<canopy_core::checks::CheckRun>,
+    /// Where your branch does not merge cleanly with the base or another live branch.
+    #[serde(default)]
+    pub conflicts: Vec<crate::api::ConflictInfo>,
 }
 
 /// A run's branch waiting for its Manager.

@@ -93,6 +93,9 @@ pub struct SessionAssignment {
     /// When `cwd` is a checkout: its repository's mirror, which the session may read.
     #[serde(default)]
     pub repo_mirror: Option<String>,
+    /// `cwd` is read-only to the session (a reviewer run's checkout of a merged tree).
+    #[serde(default)]
+    pub cwd_read_only: bool,
     /// Subagent definitions for the harness's own subagents (omp's `task` tool), when the
     /// role delegates natively: each file's name and text.
     #[serde(default)]

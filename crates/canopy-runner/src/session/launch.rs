@@ -98,6 +98,7 @@ fn launch_spec(
         ready_timeout: settings.ready_timeout,
         sandbox: options.sandbox.clone(),
         repo_mirror: assignment.repo_mirror.as_ref().map(PathBuf::from),
+        cwd_read_only: assignment.cwd_read_only,
         subagents: assignment
             .subagents
             .iter()

@@ -38,6 +38,7 @@ pub(crate) fn assignment() -> SessionAssignment {
         prompt_hash: String::new(),
         cwd: String::new(),
         repo_mirror: None,
+        cwd_read_only: false,
         subagents: Vec::new(),
         model: String::new(),
         harness_tools: Vec::new(),

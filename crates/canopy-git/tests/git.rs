@@ -1,0 +1,61 @@
+//! Canopy's git operations on real repositories in a temporary directory (the sandbox off,
+//! which the end-to-end tests cover): conflicts found without a checkout, and a check's
+//! output kept bounded, its timeout ending everything it started.
+
+#![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
+
+use std::path::Path;
+use std::time::Duration;
+
+use canopy_git::Git;
+use canopy_harness::sandbox::SandboxSettings;
+
+fn sh(dir: &Path, script: &str) -> String {
+    let out = std::process::Command::new("sh").arg("-c").arg(script).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A repository with `main` and branches `a`, `b` (both change `shared.txt`) and `c` (its own file).
+fn repo(dir: &Path) {
+    sh(
+        dir,
+        "git init -q -b main . && git config user.name t && git config user.email t@t && \
+         printf 'one\\ntwo\\n' > shared.txt && git add . && git commit -qm base && \
+         git checkout -qb a && echo A > shared.txt && git commit -qam a && \
+         git checkout -q main && git checkout -qb b && echo B > shared.txt && git commit -qam b && \
+         git checkout -q main && git checkout -qb c && echo C > c.txt && git add c.txt && git commit -qm c && \
+         git checkout -q main",
+    );
+}
+
+#[tokio::test]
+async fn merge_tree_names_the_conflicting_files_and_changed_files_the_touched_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    repo(tmp.path());
+    let git = Git::new("git", SandboxSettings::off(tmp.path().join("data")), Duration::from_secs(5));
+    let rev = |r: &str| sh(tmp.path(), &format!("git rev-parse {r}"));
+    assert_eq!(git.conflicts(tmp.path(), &rev("a"), &rev("b")).await.unwrap(), vec!["shared.txt"]);
+    assert!(git.conflicts(tmp.path(), &rev("a"), &rev("c")).await.unwrap().is_empty());
+    assert_eq!(git.changed_files(tmp.path(), &rev("main"), &rev("c")).await.unwrap(), vec!["c.txt"]);
+    assert!(git.conflicts(tmp.path(), &rev("a"), "0000000000000000000000000000000000000000").await.is_err());
+}
+
+#[tokio::test]
+async fn a_check_keeps_the_end_of_its_output_and_a_timeout_says_so_with_what_it_printed() {
+    let tmp = tempfile::tempdir().unwrap();
+    repo(tmp.path());
+    let git = Git::new("git", SandboxSettings::off(tmp.path().join("data")), Duration::from_millis(1500));
+    let loud = git.check(tmp.path(), tmp.path(), "seq 1 100000; echo oops >&2; exit 3", 1000).await;
+    assert!(!loud.passed && !loud.timed_out, "{loud:?}");
+    assert_eq!(loud.outcome, "exit 3");
+    assert!(loud.log.len() <= 1000 && loud.log.ends_with("100000\noops\n"), "{:?}", loud.log);
+    let started = std::time::Instant::now();
+    let hung = git.check(tmp.path(), tmp.path(), "echo started; sleep 30 & sleep 30", 1000).await;
+    assert!(hung.timed_out && !hung.passed, "{hung:?}");
+    assert_eq!(hung.outcome, "timed out after 1.5s");
+    assert_eq!(hung.log, "started\n");
+    assert!(started.elapsed() < Duration::from_secs(10), "the timeout ended the check and what it started");
+    let ok = git.check(tmp.path(), tmp.path(), "true", 1000).await;
+    assert!(ok.passed && ok.outcome == "exit 0", "{ok:?}");
+}
