@@ -38,6 +38,7 @@ mod omp;
 mod operator;
 mod pi;
 mod prompts;
+mod queue;
 mod real_clients;
 mod reliability;
 mod repos;

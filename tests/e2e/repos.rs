@@ -125,7 +125,7 @@ impl TestEnv {
 }
 
 /// A tool result's output: the API's answer (its structured content).
-fn answer(result: &Value) -> Value {
+pub(crate) fn answer(result: &Value) -> Value {
     result["output"].clone()
 }
 
@@ -163,10 +163,10 @@ fn runs_work_in_isolated_checkouts_and_their_manager_merges_or_discards_them() {
         assert!(body.contains(&format!("Write run-{run} into shared.txt")), "{body}");
         assert!(body.contains("shared.txt | 2 +-"), "{body}");
         assert!(body.contains("tree: clean"), "{body}");
-        assert!(body.contains("check: passed (`test -s shared.txt`"), "{body}");
+        assert!(body.contains("checks: passed: check"), "{body}");
         // The first line says whether it is green.
         let first = body.lines().next().unwrap_or_default();
-        assert!(first.contains("finished: done; check passed (`test -s shared.txt`"), "{first}");
+        assert!(first.contains("finished: done; checks passed: check."), "{first}");
         // Neither saw the other's write, though both wrote the same file at once.
         let shells: Vec<Value> =
             transcript(&env, &format!("run-{run}")).into_iter().filter(|l| l["kind"] == "shell").collect();
@@ -309,7 +309,7 @@ actions = []
     let report = env.wait_message("home-lead", "run: 1", "branch:");
     let body = report["body"].as_str().unwrap();
     assert!(body.contains("Say claude") && body.contains("shared.txt | 2 +-"), "{body}");
-    assert!(body.contains("check: passed"), "{body}");
+    assert!(body.contains("checks: passed"), "{body}");
     env.settled("lead");
     env.say("lead", "op: merge");
     env.wait_message("home-lead", "merge: Claude", "asks to merge");
@@ -388,12 +388,12 @@ fn only_an_operator_merges_into_the_base_and_only_what_passes_its_check() {
     let body = posted["body"].as_str().unwrap();
     assert!(body.contains("@ops") && body.contains("Add a greeting"), "{body}");
     assert!(body.contains("greeting.txt | 1 +"), "{body}");
-    assert!(body.contains("Check on the merged tree: passed"), "{body}");
+    assert!(body.contains("Checks on the merged tree: passed: check"), "{body}");
     assert_eq!(env.json(&["merges", "--state", "pending"])["merges"][0]["id"], "merge-1");
     // The tool's answer waited for the check: it carries the result, not `checking`.
     let asked = answer(&env.tool_result("lead", "merge_request", 0));
     assert_eq!(asked["state"], "pending", "{asked}");
-    assert!(asked["check"].as_str().unwrap_or_default().starts_with("passed"), "{asked}");
+    assert!(asked["check"].as_str().unwrap_or_default().starts_with("passed: check"), "{asked}");
     assert!(asked["diffstat"].as_str().unwrap_or_default().contains("greeting.txt"), "{asked}");
 
     // The agent's own approval and pushes are refused; nothing moved.
@@ -428,32 +428,32 @@ fn only_an_operator_merges_into_the_base_and_only_what_passes_its_check() {
     env.settled("lead");
     env.say("lead", "op: break");
     let broken = env.wait_message("home-lead", "merge: Broken", "asks to merge");
-    assert!(broken["body"].as_str().unwrap().contains("Check on the merged tree: failed"), "{broken}");
+    assert!(broken["body"].as_str().unwrap().contains("Checks on the merged tree: failed: check failed"), "{broken}");
     let refused = env.run(&["--json", "merges", "approve", "merge-3"]);
     assert_eq!(refused.status.code(), Some(1));
     let refused: Value = serde_json::from_slice(&refused.stdout).unwrap();
     assert_eq!(refused["state"], "refused", "{refused}");
-    assert!(refused["note"].as_str().unwrap().contains("the check failed"), "{refused}");
+    assert!(refused["note"].as_str().unwrap().contains("the checks failed"), "{refused}");
     assert_eq!(std::fs::read_to_string(repo.join("greeting.txt")).unwrap(), "hello\n");
 
     // A stack merges bottom-up only; a restart in the middle keeps requests and checkouts.
     env.settled("lead");
     env.say("lead", "op: stack");
     env.wait_message("home-lead", "merge: Stack two", "asks to merge");
-    let early = env.refused(&["merges", "approve", "merge-5"]);
-    assert!(early["message"].as_str().unwrap().contains("decide merge-4 first"), "{early}");
+    // Approved first, the top waits in the queue for the bottom, across a restart.
+    assert_eq!(env.json(&["merges", "approve", "merge-5", "--no-wait"])["state"], "queued");
     env.kill_daemon();
     env.start_daemon();
     assert!(env.data_dir().join("sessions/lead/work/.git").exists());
-    let pending: Vec<String> = env.json(&["merges", "--state", "pending"])["merges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(pending, ["merge-5", "merge-4"]);
+    assert_eq!(env.json(&["merges", "--state", "pending"])["merges"][0]["id"], "merge-4");
+    assert_eq!(env.json(&["merges", "queue"])["queue"][0]["id"], "merge-5");
+    assert!(!repo.join("two.txt").exists(), "the top merged before its bottom");
     assert_eq!(env.json(&["merges", "approve", "merge-4"])["state"], "merged");
-    assert_eq!(env.json(&["merges", "approve", "merge-5"])["state"], "merged");
+    crate::assert_eventually!(
+        env.json(&["merges", "show", "merge-5"])["request"]["state"] == "merged",
+        "the queue never took the top: {}",
+        env.json(&["merges", "show", "merge-5"])
+    );
     assert!(repo.join("one.txt").exists() && repo.join("two.txt").exists());
 
     // A decided request is not decided again; a denied one changes nothing and says why.

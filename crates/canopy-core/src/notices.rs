@@ -61,7 +61,7 @@ pub fn run_ended(id: i64, definition: &str, end: RunEnd, facts: RunFacts<'_>, re
         RunEnd::TimedOut => "timed out and was stopped",
     };
     let headline = match facts.check {
-        Some(check) => format!("{what} {ended}; check {check}."),
+        Some(checks) => format!("{what} {ended}; checks {checks}."),
         None => format!("{what} {ended}."),
     };
     match report.trim() {
@@ -82,12 +82,12 @@ mod tests {
         let none = RunFacts::default();
         assert_eq!(run_ended(3, "implementer", RunEnd::Failed, none, "  "), "Subagent run 3 (implementer) failed.");
         assert!(run_ended(3, "implementer", RunEnd::Done, none, "all green").ends_with("done.\n\nall green"));
-        let red = RunFacts { issue: Some(7), check: Some("failed (`cargo test`: exit 101, 2.0 s)") };
+        let red = RunFacts { issue: Some(7), check: Some("failed: test failed (exit 101, 2.0 s; log: check-4)") };
         let first = run_ended(3, "implementer", RunEnd::Done, red, "done, I think");
         assert_eq!(
             first.lines().next(),
             Some(
-                "Subagent run 3 (implementer, for issue #7) finished: done; check failed (`cargo test`: exit 101, 2.0 s)."
+                "Subagent run 3 (implementer, for issue #7) finished: done; checks failed: test failed (exit 101, 2.0 s; log: check-4)."
             )
         );
     }

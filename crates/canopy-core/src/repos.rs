@@ -169,7 +169,7 @@ pub fn run_branch_section(
         true => out.push_str("tree: clean\n"),
         false => out.push_str(&format!("tree: dirty, {} uncommitted ({})\n", dirty.len(), dirty.join(", "))),
     }
-    out.push_str(&format!("check: {}\n", check.unwrap_or("none configured")));
+    out.push_str(&format!("checks: {}\n", check.unwrap_or("none configured")));
     out
 }
 
@@ -347,6 +347,6 @@ mod tests {
     fn a_run_section_says_branch_commits_and_tree() {
         let text = run_branch_section("canopy/lead/run-1", "0123456789abc", &["abc Add".into()], " a | 1 +", &[], None);
         assert!(text.contains("branch: canopy/lead/run-1 (from 0123456789)"));
-        assert!(text.contains("  abc Add") && text.contains("tree: clean") && text.contains("check: none configured"));
+        assert!(text.contains("  abc Add") && text.contains("tree: clean") && text.contains("checks: none configured"));
     }
 }

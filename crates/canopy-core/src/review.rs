@@ -177,8 +177,9 @@ pub mod say {
         let mut out = match verdict {
             Verdict::Approve => format!("Review of {merge} by {reviewer}: approve.\n{summary}"),
             Verdict::ChangesRequested => format!(
-                "Review of {merge} by {reviewer}: changes requested. Commit the changes on your branch (the \
-                 checks rerun), then ask for a new review.\n{summary}"
+                "Review of {merge} by {reviewer}: changes requested. Commit the fixes on your branch (its checks \
+                 rerun), ask again with merge_request under the same title (the request takes the new head), \
+                 then review_request for a new verdict.\n{summary}"
             ),
         };
         for c in comments {

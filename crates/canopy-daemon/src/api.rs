@@ -163,7 +163,7 @@ impl Api {
             runs.clone(),
             issues.clone(),
         );
-        let watch = Watch::new(store.clone(), delivery.clone(), repos.clone(), checks.clone(), merges.clone());
+        let watch = Watch::new(store.clone(), delivery.clone(), repos.clone(), checks.clone());
         let mut replies = Replies::default();
         replies.register(Arc::new(SpawnReplies(gate.clone())));
         replies.register(Arc::new(MergeReplies(merges.clone())));

@@ -167,48 +167,6 @@ impl Merges {
         }
     }
 
-    /// A standing agent's branch got `head`: each of its undecided requests on that branch
-    /// takes it and is checked again (its review, which was of the older head, no longer counts).
-    pub async fn follow_branch(&self, repo: &RepoRow, owner: &str, branch: &str, head: &str) {
-        let repo_id = repo.id;
-        let open = match self.store.read(move |conn| ops::open_merges(conn, repo_id)).await {
-            Ok(open) => open,
-            Err(e) => return tracing::warn!(error = %e, "reading open merge requests failed"),
-        };
-        let following = open.into_iter().filter(|m| {
-            m.requester.as_str() == owner
-                && m.branch == branch
-                && m.head != head
-                && matches!(m.state, MergeState::Checking | MergeState::InReview | MergeState::Pending)
-        });
-        for request in following {
-            let id = ops::merge_number(&request);
-            let spec = MergeSpec {
-                repo_id,
-                branch: branch.to_owned(),
-                head: head.to_owned(),
-                title: request.title.clone(),
-                summary: request.summary.clone(),
-                depends_on: request
-                    .depends_on
-                    .iter()
-                    .filter_map(|d| rules::parse_merge_id("depends_on", d).ok())
-                    .collect(),
-                issues: Vec::new(),
-            };
-            let who = Caller { handle: request.requester.clone(), kind: canopy_core::AccountKind::Agent };
-            if let Err(e) = self.store.write(move |conn| ops::request_merge(conn, &who, &spec)).await {
-                tracing::warn!(id, error = %e, "moving a merge request to its branch's new head failed");
-                continue;
-            }
-            if let Err(e) = self.repos.git().set_ref(&self.repos.mirror(repo), &rules::merge_head_ref(id), head).await {
-                tracing::warn!(id, error = %e, "recording a merge request's new head failed");
-            }
-            let merges = self.clone();
-            tokio::spawn(async move { merges.check_merge(id).await });
-        }
-    }
-
     /// Checks a request's merged tree and posts the request for the operators.
     pub async fn check_merge(&self, id: i64) {
         let checked = async {

@@ -1,8 +1,7 @@
 //! The branch watcher (`Watch`): every `[git] watch_interval` it reads each standing agent's
 //! branch head from its checkout's files and each repository's base, and acts on what moved.
 //!
-//! A new head is published into the mirror, and each undecided merge request on that branch
-//! takes it (`merges`); once a head has stayed put for one interval (debounced, so a burst of
+//! A new head is published into the mirror; once a head has stayed put for one interval (debounced, so a burst of
 //! commits is checked once, at its newest), every named check runs on it in a scratch checkout
 //! and the owner hears of a failure (`checks`). After any head or the base moved, every live
 //! branch and open request is test-merged against the base and against each other where they
@@ -10,8 +9,9 @@
 //! each owner under `conflicts: <branch>`, and all are kept for `workspace_status`, `canopy
 //! merges` and `canopy repos list`.
 //!
-//! Uses the store, delivery, repos (mirrors, git), checks and merges. Decides nothing about
-//! merging; runs no check on a run's tree (`runs`) or a merge request's (`merges`).
+//! Uses the store, delivery, repos (mirrors, git) and checks. Decides nothing about merging: a
+//! merge request stays at the head it was asked at until its Manager asks again under its
+//! title (`merges`); runs no check on a run's tree (`runs`) or a merge request's (`merges`).
 
 use std::sync::Arc;
 
@@ -21,7 +21,6 @@ use dashmap::DashMap;
 
 use crate::checks::{Checks, Subject};
 use crate::delivery::Delivery;
-use crate::merges::Merges;
 use crate::repos::Repos;
 
 /// The branch watcher. Cheap to clone.
@@ -31,7 +30,6 @@ pub struct Watch {
     delivery: Delivery,
     repos: Repos,
     checks: Checks,
-    merges: Merges,
     /// The base commit each repository had at the last look, by repository id.
     bases: Arc<DashMap<i64, String>>,
     /// Branches whose checks are running (a newer head waits for the next look).
@@ -48,13 +46,12 @@ struct Live {
 }
 
 impl Watch {
-    pub fn new(store: Store, delivery: Delivery, repos: Repos, checks: Checks, merges: Merges) -> Self {
+    pub fn new(store: Store, delivery: Delivery, repos: Repos, checks: Checks) -> Self {
         Watch {
             store,
             delivery,
             repos,
             checks,
-            merges,
             bases: Arc::default(),
             checking: Arc::default(),
             looking: Arc::default(),
@@ -139,7 +136,6 @@ impl Watch {
             tracing::warn!(agent = %owner, error = %e, "recording a branch's head failed");
             return false;
         }
-        self.merges.follow_branch(repo, &owner, &checkout.branch, &head).await;
         true
     }
 

@@ -124,7 +124,7 @@ impl Git {
         let mut full: Vec<&str> = BASE_CONFIG.to_vec();
         full.extend_from_slice(args);
         let program = self.program.display().to_string();
-        let command = self.confined_command(grants, cwd, &program, &full, &describe(args))?;
+        let (command, _rules) = self.confined_command(grants, cwd, &program, &full, &describe(args))?;
         run(command, &describe(args)).await
     }
 
@@ -140,12 +140,13 @@ impl Git {
     ) -> Result<Captured, GitError> {
         let script = format!("exec 2>&1\n{command}");
         let what = format!("the check `{command}`");
-        let command = self.confined_command(grants, cwd, "sh", &["-c", &script], &what)?;
+        let (command, _rules) = self.confined_command(grants, cwd, "sh", &["-c", &script], &what)?;
         capture(command, &what, limit, keep).await
     }
 
     /// The command for `program args` in `cwd`, wrapped in the sandbox `grants` allow (as is
-    /// when the sandbox is off).
+    /// when the sandbox is off), and the Landlock rules its child enters: they must outlive
+    /// the spawn, so the caller holds them until the command has run.
     fn confined_command(
         &self,
         grants: Confined<'_>,
@@ -153,7 +154,7 @@ impl Git {
         program: &str,
         args: &[&str],
         what: &str,
-    ) -> Result<Command, GitError> {
+    ) -> Result<(Command, Option<canopy_sys::ConnectRules>), GitError> {
         let mut inner = Command::new(program);
         inner.current_dir(cwd).args(args).env_clear();
         let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
@@ -161,7 +162,7 @@ impl Git {
         inner.env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null");
         inner.env("GIT_TERMINAL_PROMPT", "0");
         if self.sandbox.mode == SandboxMode::Off {
-            return Ok(inner);
+            return Ok((inner, None));
         }
         let data = &self.sandbox.data_dir;
         let refuse = |e: sandbox::Unconfinable| GitError::Unconfinable(e.0);
@@ -184,9 +185,9 @@ impl Git {
             connect_ports: Vec::new(),
         };
         let bwrap = Capability::cached(&self.sandbox.bwrap).usable().map_err(refuse)?;
-        let (outer, _rules) = sandbox::wrap(&bwrap, &grants, &inner).map_err(refuse)?;
+        let (outer, rules) = sandbox::wrap(&bwrap, &grants, &inner).map_err(refuse)?;
         tracing::trace!(what, "confined");
-        Ok(outer)
+        Ok((outer, Some(rules)))
     }
 }
 
