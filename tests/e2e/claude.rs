@@ -471,10 +471,8 @@ fn an_implementer_run_on_claude_keeps_the_cli_default_with_the_delta_appended() 
     ]);
     let env = claude_env_with(
         &fake,
-        &[(
-            "[roles.implementer]\nharness = \"scripted\"\nscript = \"implementer.toml\"",
-            "[roles.implementer]\nharness = \"claude\"",
-        )],
+        // No [roles.implementer] edit: a run follows its Manager's harness.
+        &[],
     );
     create_claude_agent(&env, "lead");
     crate::assert_eventually!(
@@ -523,6 +521,28 @@ fn an_implementer_run_on_claude_keeps_the_cli_default_with_the_delta_appended() 
         "the Manager's next turn did not carry the report"
     );
     assert_eq!(env.json(&["runs", "--agent", "lead"])["runs"][0]["status"], "done");
+}
+
+/// A run's role pinned to the scripted stand-in under a Manager on Claude Code: the run ends
+/// without a model call, and its report's first line and `canopy runs` say it is scripted.
+#[test]
+fn a_run_pinned_to_the_scripted_harness_under_a_claude_manager_is_marked_scripted() {
+    let fake = FakeAnthropic::start(vec![
+        Reply::canopy_tool("agents_run_subagent", json!({"definition": "implementer", "brief": "Try the parser."})),
+        Reply::text("briefed; waiting for the report"),
+        Reply::text("noted"),
+    ]);
+    let env = claude_env_with(
+        &fake,
+        &[("[roles.implementer]\nharness = \"manager\"", "[roles.implementer]\nharness = \"scripted\"")],
+    );
+    create_claude_agent(&env, "lead");
+    let report = env.wait_message("home-lead", "run: 1", "finished");
+    let first = report["body"].as_str().unwrap().lines().next().unwrap_or_default().to_owned();
+    assert!(first.starts_with("Subagent run 1 (implementer, scripted: no model ran) finished: done."), "{first}");
+    assert_eq!(env.json(&["runs", "--agent", "lead"])["runs"][0]["scripted"], true);
+    assert!(env.ok(&["runs", "--agent", "lead"]).contains("(scripted: no model ran)"));
+    assert!(!fake.requests().iter().any(|r| system_text(r).contains("# You are an implementer")), "a model ran the run");
 }
 
 #[test]

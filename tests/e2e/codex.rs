@@ -399,10 +399,8 @@ fn an_implementer_run_on_codex_keeps_codex_s_prompt_and_gets_the_delta_as_develo
     ]);
     let env = started(
         &fake,
-        &[(
-            "[roles.implementer]\nharness = \"scripted\"\nscript = \"implementer.toml\"",
-            "[roles.implementer]\nharness = \"codex\"",
-        )],
+        // No [roles.implementer] edit: a run follows its Manager's harness.
+        &[],
     );
     env.create_codex("lead");
     let carries_delta = |r: &Value| {

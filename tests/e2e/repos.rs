@@ -256,10 +256,8 @@ fn a_claude_code_run_changes_a_file_that_lands_on_the_base_branch() {
     let fake = FakeAnthropic::start(Vec::new());
     let env = crate::claude::claude_env_with(
         &fake,
-        &[(
-            "[roles.implementer]\nharness = \"scripted\"\nscript = \"implementer.toml\"",
-            "[roles.implementer]\nharness = \"claude\"",
-        )],
+        // The Manager is scripted; its runs are pinned to Claude Code.
+        &[("[roles.implementer]\nharness = \"manager\"", "[roles.implementer]\nharness = \"claude\"")],
     );
     let repo = canonical(env.dir.path());
     env.json(&["repos", "add", "app", repo.to_str().unwrap(), "--check", "grep -q claude shared.txt"]);

@@ -184,6 +184,24 @@ impl Drop for Scratch {
     }
 }
 
+/// Run roles pinned to the scripted stand-in while Managers run a real harness: their runs end
+/// `done` without a model call, so doctor says so (and such runs are marked `scripted`).
+fn scripted_runs_under_real_managers(config: &Config) -> Option<String> {
+    let manager = config.roles.get("manager").map(|r| r.harness.as_str()).unwrap_or("scripted");
+    if matches!(manager, "scripted" | "") {
+        return None;
+    }
+    let pinned: Vec<&str> =
+        config.roles.iter().filter(|(role, r)| *role != "manager" && *role != "supervisor" && r.harness == "scripted").map(|(role, _)| role.as_str()).collect();
+    (!pinned.is_empty()).then(|| {
+        format!(
+            "Managers run {manager}, but runs of {} stay on the scripted stand-in (no model call; marked scripted): \
+             set harness = \"manager\" under [roles.<role>] to have them follow their Manager",
+            pinned.join(", ")
+        )
+    })
+}
+
 pub async fn report(config: &Config, sandbox: &SandboxSettings, scratch: &Path) -> Report {
     let used: Vec<HarnessKind> = config.roles.values().filter_map(|r| HarnessKind::parse(&r.harness)).collect();
     let mut checks = vec![nats_check().await, sandbox_check(sandbox)];
@@ -198,7 +216,7 @@ pub async fn report(config: &Config, sandbox: &SandboxSettings, scratch: &Path) 
                 version: Some(format!("built in, canopy {}", env!("CARGO_PKG_VERSION"))),
                 session_starts: None,
                 problem: None,
-                warning: None,
+                warning: scripted_runs_under_real_managers(config),
             },
             Some(default) => {
                 harness_check(

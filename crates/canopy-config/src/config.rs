@@ -57,6 +57,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         let scripted = |script: &str| RoleConfig { harness: "scripted".into(), script: Some(script.into()) };
+        let follows_manager = |script: &str| RoleConfig { harness: "manager".into(), script: Some(script.into()) };
         Config {
             daemon: DaemonConfig::default(),
             nats: NatsConfig::default(),
@@ -79,8 +80,8 @@ impl Default for Config {
             roles: BTreeMap::from([
                 ("supervisor".to_owned(), scripted("supervisor.toml")),
                 ("manager".to_owned(), scripted("manager.toml")),
-                ("implementer".to_owned(), scripted("implementer.toml")),
-                ("reviewer".to_owned(), scripted("reviewer.toml")),
+                ("implementer".to_owned(), follows_manager("implementer.toml")),
+                ("reviewer".to_owned(), follows_manager("reviewer.toml")),
             ]),
         }
     }
@@ -684,7 +685,8 @@ fn is_env_name(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleConfig {
-    /// `scripted`, `claude` or `codex`.
+    /// `scripted`, `claude`, `codex`, `omp` or `pi`; for a run's role also `manager` (its
+    /// runs take their Manager's harness).
     pub harness: String,
     /// For the scripted harness: a script shipped in `config/scripts/` by name, or a path
     /// (relative to the data directory).

@@ -44,16 +44,19 @@ pub enum RunEnd {
 pub struct RunFacts<'a> {
     /// The issue it worked on.
     pub issue: Option<u64>,
-    /// Its check's line on its final tree (`passed (...)`, `failed (...)`).
+    /// Its checks' summary on its final tree (`passed: test`, `failed: ...`).
     pub check: Option<&'a str>,
+    /// It ran on the scripted stand-in under a Manager on a real harness: no model ran.
+    pub stand_in: bool,
 }
 
 /// A subagent run's report to its Manager: the headline (how it ended, for which issue, and its
 /// check, so the first line says whether it is green), then the run's last words.
 pub fn run_ended(id: i64, definition: &str, end: RunEnd, facts: RunFacts<'_>, report: &str) -> String {
+    let scripted = if facts.stand_in { ", scripted: no model ran" } else { "" };
     let what = match facts.issue {
-        Some(issue) => format!("Subagent run {id} ({definition}, for issue #{issue})"),
-        None => format!("Subagent run {id} ({definition})"),
+        Some(issue) => format!("Subagent run {id} ({definition}, for issue #{issue}{scripted})"),
+        None => format!("Subagent run {id} ({definition}{scripted})"),
     };
     let ended = match end {
         RunEnd::Done => "finished: done",
@@ -82,7 +85,11 @@ mod tests {
         let none = RunFacts::default();
         assert_eq!(run_ended(3, "implementer", RunEnd::Failed, none, "  "), "Subagent run 3 (implementer) failed.");
         assert!(run_ended(3, "implementer", RunEnd::Done, none, "all green").ends_with("done.\n\nall green"));
-        let red = RunFacts { issue: Some(7), check: Some("failed: test failed (exit 101, 2.0 s; log: check-4)") };
+        let red = RunFacts {
+            issue: Some(7),
+            check: Some("failed: test failed (exit 101, 2.0 s; log: check-4)"),
+            stand_in: false,
+        };
         let first = run_ended(3, "implementer", RunEnd::Done, red, "done, I think");
         assert_eq!(
             first.lines().next(),
@@ -90,5 +97,8 @@ mod tests {
                 "Subagent run 3 (implementer, for issue #7) finished: done; checks failed: test failed (exit 101, 2.0 s; log: check-4)."
             )
         );
+        let scripted = RunFacts { stand_in: true, ..RunFacts::default() };
+        let first = run_ended(4, "implementer", RunEnd::Done, scripted, "the slice is done");
+        assert!(first.starts_with("Subagent run 4 (implementer, scripted: no model ran) finished: done."), "{first}");
     }
 }

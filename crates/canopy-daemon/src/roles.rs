@@ -4,7 +4,8 @@
 //! binary (`config/scripts/`) or a path relative to the data directory. Everything is
 //! checked when the daemon starts (a bad entry exits 64 naming the key) and when an agent
 //! is created with its own `--harness`/`--script`. A role with no entry takes the
-//! `manager` defaults. A role switched to a real harness with its `script` line left in
+//! `manager` defaults. A run's role may say `harness = "manager"`: its runs take their
+//! Manager's harness, and its script serves a scripted Manager's runs. A role switched to a real harness with its `script` line left in
 //! keeps working: the script is ignored with a warning (`warnings`), so the switch is one
 //! line; an agent created with both `--harness claude` and `--script` is refused.
 
@@ -14,6 +15,10 @@ use std::path::Path;
 use canopy_config::{Config, ConfigError};
 use canopy_core::Error;
 use canopy_core::harness::HarnessKind;
+
+/// A run role's `harness = "manager"`: its runs take their Manager's harness (its script
+/// serves a Manager on the scripted harness).
+pub const FOLLOW_MANAGER: &str = "manager";
 
 /// A harness and its script, ready to store with an agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +60,16 @@ impl RoleDefaults {
             };
             if canopy_core::RoleName::parse(role).is_err() {
                 return Err(error("", format!("{role:?} is not a valid role name")));
+            }
+            if entry.harness == FOLLOW_MANAGER {
+                // A run's role that follows its Manager: its script is for a scripted Manager's.
+                let script = match &entry.script {
+                    Some(name) => Some(load_script(name, data_dir).map_err(|e| error("script", e.to_string()))?),
+                    None => None,
+                };
+                let checked = check("scripted", script, check_script).map_err(|e| error("script", e.to_string()))?;
+                roles.insert(role.clone(), SessionDefaults { harness: FOLLOW_MANAGER.to_owned(), script: checked.script });
+                continue;
             }
             let real = HarnessKind::parse(&entry.harness).is_some_and(|k| k.default_program().is_some());
             let script = match &entry.script {

@@ -61,6 +61,7 @@ fn native_runs(manager: &str, items: Vec<canopy_core::ActivityItem>, open_only: 
                 branch: None,
                 native: Some(id),
                 issue: None,
+                scripted: false,
             }),
             _ => {
                 let status = match payload.get("status").and_then(|v| v.as_str()) {
@@ -93,6 +94,7 @@ fn run_info(run: canopy_store::Run) -> RunInfo {
         branch: None,
         native: None,
         issue: run.issue,
+        scripted: run.stand_in,
     }
 }
 
@@ -148,6 +150,21 @@ impl Runs {
     /// Stops runs past their deadline (the daemon's periodic checks).
     pub async fn expire(&self) -> Result<(), Error> {
         self.ends.expire().await
+    }
+
+    /// The harness (and script) a run of `role` started by `caller` gets: its role's, or with
+    /// `harness = "manager"` its Manager's (the role's script when the Manager is scripted).
+    async fn run_harness(&self, caller: &Caller, role: &str) -> Result<(String, Option<(String, String)>), Error> {
+        let defaults = self.prompts.session_defaults(role);
+        if defaults.harness != crate::roles::FOLLOW_MANAGER {
+            return Ok((defaults.harness, defaults.script));
+        }
+        let handle = caller.handle.to_string();
+        let manager = self.store.read(move |conn| ops::roster_entry(conn, &handle)).await?;
+        match manager.harness.as_str() {
+            "scripted" | "" => Ok(("scripted".to_owned(), defaults.script)),
+            real => Ok((real.to_owned(), None)),
+        }
     }
 
     /// The delta role that runs `definition` in the bundle as it is now.
@@ -206,14 +223,14 @@ impl Runs {
         checkout: Option<canopy_store::NewCheckout>,
         issue: Option<u64>,
     ) -> Result<RunsStartResponse, Error> {
-        let defaults = self.prompts.session_defaults(role.as_str());
+        let (harness, script) = self.run_harness(&caller, role.as_str()).await?;
         let has_checkout = checkout.is_some();
         let spec = RunSpec {
             definition,
             brief,
             role,
-            harness: defaults.harness,
-            script: defaults.script,
+            harness,
+            script,
             max_running: self.config.runs.max_per_manager,
             timeout_ms: self.config.runs.timeout.as_millis() as i64,
             checkout,

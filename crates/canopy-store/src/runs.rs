@@ -80,6 +80,8 @@ pub struct Run {
     pub ended_at: Option<String>,
     /// The issue it works on.
     pub issue: Option<u64>,
+    /// It runs on the scripted stand-in while its Manager runs a real harness: no model ran.
+    pub stand_in: bool,
 }
 
 /// The topic a run's outcome is posted under in its Manager's home channel.
@@ -88,7 +90,7 @@ pub fn run_topic(id: i64) -> TopicName {
 }
 
 const RUN_SELECT: &str = "SELECT r.id, a.handle, m.handle, r.definition, r.status, r.started_at, r.ended_at, \
-     r.issue FROM runs r JOIN accounts a ON a.id = r.account_id JOIN accounts m ON m.id = r.manager_id";
+     r.issue, a.harness = 'scripted' AND m.harness NOT IN ('scripted', '') FROM runs r JOIN accounts a ON a.id = r.account_id JOIN accounts m ON m.id = r.manager_id";
 
 fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
     Ok(Run {
@@ -100,6 +102,7 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
         started_at: rfc3339(row.get(5)?),
         ended_at: row.get::<_, Option<i64>>(6)?.map(rfc3339),
         issue: row.get::<_, Option<i64>>(7)?.map(|n| n as u64),
+        stand_in: row.get(8)?,
     })
 }
 
@@ -236,7 +239,7 @@ pub fn finish_run(
         // `Running` returned early above; timed out keeps the match total without a panic.
         RunStatus::TimedOut | RunStatus::Running => RunEnd::TimedOut,
     };
-    let facts = canopy_core::notices::RunFacts { issue: run.issue, check };
+    let facts = canopy_core::notices::RunFacts { issue: run.issue, check, stand_in: run.stand_in };
     let body = canopy_core::notices::run_ended(id, &run.definition, end, facts, report);
     let message = notice_in_home(conn, manager_id, &run_topic(id), &body)?;
     audit(conn, None, "runs.finish", run.handle.as_str(), status.as_str())?;

@@ -15,8 +15,9 @@ pub async fn list(client: &Client, json: bool, agent: String, open: bool) -> u8 
     let result = call::<method::RunsList>(client, json, &request, |r: &RunsListResponse| {
         for run in &r.runs {
             let ended = run.ended_at.as_deref().unwrap_or("-");
+            let scripted = if run.scripted { "  (scripted: no model ran)" } else { "" };
             println!(
-                "{:8} {:10} {:14} started {} ended {ended}",
+                "{:8} {:10} {:14} started {} ended {ended}{scripted}",
                 run.handle, run.status, run.definition, run.started_at
             );
         }

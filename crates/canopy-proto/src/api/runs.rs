@@ -39,6 +39,9 @@ pub struct RunInfo {
     /// The issue it works on.
     #[serde(default)]
     pub issue: Option<u64>,
+    /// It runs on the scripted stand-in while its Manager runs a real harness: no model ran.
+    #[serde(default)]
+    pub scripted: bool,
 }
 
 /// `runs.start` (agents, as the `agents_run_subagent` tool): brief an ephemeral implementer.
