@@ -63,7 +63,7 @@ fn wait_presence(env: &TestEnv, handle: &str, presence: &str) {
 }
 
 /// How many times `needle` occurs among the user-side texts of `request`.
-fn occurrences(request: &Value, needle: &str) -> usize {
+pub(crate) fn occurrences(request: &Value, needle: &str) -> usize {
     user_texts(request).iter().map(|t| t.matches(needle).count()).sum()
 }
 
@@ -542,7 +542,10 @@ fn a_run_pinned_to_the_scripted_harness_under_a_claude_manager_is_marked_scripte
     assert!(first.starts_with("Subagent run 1 (implementer, scripted: no model ran) finished: done."), "{first}");
     assert_eq!(env.json(&["runs", "--agent", "lead"])["runs"][0]["scripted"], true);
     assert!(env.ok(&["runs", "--agent", "lead"]).contains("(scripted: no model ran)"));
-    assert!(!fake.requests().iter().any(|r| system_text(r).contains("# You are an implementer")), "a model ran the run");
+    assert!(
+        !fake.requests().iter().any(|r| system_text(r).contains("# You are an implementer")),
+        "a model ran the run"
+    );
 }
 
 #[test]

@@ -363,3 +363,80 @@ fn a_daemon_killed_mid_queue_resumes_it_and_merges_nothing_twice() {
     env.start_daemon();
     assert_eq!(git(&repo, &["rev-list", "--count", "main"]).parse::<u32>().unwrap(), after);
 }
+
+/// A real Claude Code reviewer run (against the fake model API): it reads the merged tree in a
+/// read-only checkout (its write fails) and submits `changes_requested` with a comment on a
+/// file and line, which reaches the Manager and `canopy merges show`.
+#[test]
+fn a_claude_code_reviewer_submits_a_verdict_with_a_comment_on_a_line() {
+    use crate::fake_anthropic::{FakeAnthropic, Reply};
+    let fake = FakeAnthropic::start(Vec::new());
+    let env = crate::claude::claude_env_with(
+        &fake,
+        &[("[roles.reviewer]\nharness = \"manager\"", "[roles.reviewer]\nharness = \"claude\"")],
+    );
+    let repo = canonical(env.dir.path());
+    env.json(&["repos", "add", "app", repo.to_str().unwrap(), "--check", "docs=test -s README.md"]);
+    let written = env.data_dir().join("sessions/run-1/work/written-by-reviewer.txt");
+    fake.push(Reply::default().and_call(
+        "Bash",
+        serde_json::json!({ "command": format!("echo x > {}", written.display()), "description": "try to write" }),
+    ));
+    fake.push(Reply::canopy_tool(
+        "review_submit",
+        serde_json::json!({
+            "verdict": "changes_requested",
+            "summary": "The greeting is shouted; the style guide says lower case.",
+            "comments": [{ "file": "greeting.txt", "line": 1, "body": "Use lower case: hello." }],
+        }),
+    ));
+    fake.push(Reply::text("Verdict: changes requested (greeting.txt:1)."));
+    let script = env.script(
+        "lead.toml",
+        r#"
+[[rule]]
+match = { kind = "message", text_contains = "op: greet" }
+actions = [
+  { shell = "echo HELLO > greeting.txt && git add greeting.txt && git commit -qm 'Add a greeting'", expect = "ok" },
+  { call = "merge_request", args = { title = "Greeting", summary = "Adds greeting.txt." } },
+  { call = "review_request", args = { merge_request = "merge-1", focus = "the style guide" } },
+]
+
+[[rule]]
+match = { kind = "message" }
+actions = []
+"#,
+    );
+    env.json(&[
+        "agents",
+        "create",
+        "--handle",
+        "lead",
+        "--name",
+        "Lead",
+        "--harness",
+        "scripted",
+        "--script",
+        &script,
+        "--repo",
+        "app",
+    ]);
+    tell(&env, "lead", "op: greet");
+    let verdict = env.wait_message("home-lead", "merge: Greeting", "changes requested");
+    let body = verdict["body"].as_str().unwrap();
+    assert!(body.contains("greeting.txt:1: Use lower case: hello."), "{body}");
+    let detail = env.json(&["merges", "show", "merge-1"]);
+    let review = &detail["reviews"][0];
+    assert_eq!(
+        (review["verdict"].as_str(), review["reviewer"].as_str()),
+        (Some("changes_requested"), Some("run-1")),
+        "{detail}"
+    );
+    assert_eq!(review["focus"], "the style guide");
+    assert_eq!(review["comments"][0]["line"], 1);
+    // The reviewer saw the merged tree, the brief carried the diff, and its write failed.
+    let requests = fake.requests();
+    assert!(requests.iter().any(|r| crate::claude::occurrences(r, "+HELLO") > 0), "the brief had no diff");
+    assert!(!written.exists(), "the reviewer wrote into its checkout");
+    assert!(env.data_dir().join("sessions/run-1/work/greeting.txt").exists(), "its checkout is not the merged tree");
+}

@@ -191,8 +191,12 @@ fn scripted_runs_under_real_managers(config: &Config) -> Option<String> {
     if matches!(manager, "scripted" | "") {
         return None;
     }
-    let pinned: Vec<&str> =
-        config.roles.iter().filter(|(role, r)| *role != "manager" && *role != "supervisor" && r.harness == "scripted").map(|(role, _)| role.as_str()).collect();
+    let pinned: Vec<&str> = config
+        .roles
+        .iter()
+        .filter(|(role, r)| *role != "manager" && *role != "supervisor" && r.harness == "scripted")
+        .map(|(role, _)| role.as_str())
+        .collect();
     (!pinned.is_empty()).then(|| {
         format!(
             "Managers run {manager}, but runs of {} stay on the scripted stand-in (no model call; marked scripted): \

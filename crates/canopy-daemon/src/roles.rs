@@ -68,7 +68,10 @@ impl RoleDefaults {
                     None => None,
                 };
                 let checked = check("scripted", script, check_script).map_err(|e| error("script", e.to_string()))?;
-                roles.insert(role.clone(), SessionDefaults { harness: FOLLOW_MANAGER.to_owned(), script: checked.script });
+                roles.insert(
+                    role.clone(),
+                    SessionDefaults { harness: FOLLOW_MANAGER.to_owned(), script: checked.script },
+                );
                 continue;
             }
             let real = HarnessKind::parse(&entry.harness).is_some_and(|k| k.default_program().is_some());
