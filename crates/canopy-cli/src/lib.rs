@@ -152,10 +152,10 @@ mod tests {
         std::fs::write(dir.path().join("skills/notes.txt"), "x").unwrap_or_else(|e| panic!("{e}"));
         assert!(problems(dir.path()).iter().any(|p| p.contains("skills/notes.txt") && p.contains("not a bundle file")));
         let dir = shipped_copy();
-        let role = "id: reviewer\nblock0: manager\nmode: replace\ntools:\n  - comms_*\n  colour: red\n";
-        std::fs::write(dir.path().join("config/roles/reviewer.yaml"), role).unwrap_or_else(|e| panic!("{e}"));
+        let role = "id: critic\nblock0: manager\nmode: replace\ntools:\n  - comms_*\n  colour: red\n";
+        std::fs::write(dir.path().join("config/roles/critic.yaml"), role).unwrap_or_else(|e| panic!("{e}"));
         assert!(
-            problems(dir.path()).iter().any(|p| p.contains("config/roles/reviewer.yaml:6")),
+            problems(dir.path()).iter().any(|p| p.contains("config/roles/critic.yaml:6")),
             "{:?}",
             problems(dir.path())
         );
@@ -236,13 +236,13 @@ mod tests {
     #[test]
     fn a_yaml_role_loads_and_renders() {
         let dir = shipped_copy();
-        let role = "# A reviewer: reads and comments, never edits.\nid: reviewer\nblock0: manager\nmode: replace\ntools:\n  - \"*\"\nskills: [review, comms-playbook]\nharness: scripted\n";
-        std::fs::write(dir.path().join("config/roles/reviewer.yaml"), role).unwrap_or_else(|e| panic!("{e}"));
+        let role = "# A critic: reads and comments, never edits.\nid: critic\nblock0: manager\nmode: replace\ntools:\n  - \"*\"\nskills: [review, comms-playbook]\nharness: scripted\n";
+        std::fs::write(dir.path().join("config/roles/critic.yaml"), role).unwrap_or_else(|e| panic!("{e}"));
         let renderer = match check(&BundleSource::Dir(dir.path().to_owned()), crate::args::cli_commands()) {
             Ok(renderer) => renderer,
             Err(problems) => panic!("{problems:?}"),
         };
-        let reviewer = renderer.bundle().roles.get("reviewer").unwrap_or_else(|| panic!("no reviewer role"));
-        assert_eq!(reviewer.skills, ["review", "comms-playbook"]);
+        let critic = renderer.bundle().roles.get("critic").unwrap_or_else(|| panic!("no critic role"));
+        assert_eq!(critic.skills, ["review", "comms-playbook"]);
     }
 }
