@@ -32,7 +32,7 @@ fn requester(child: &str, reason: &str) -> String {
 const WORKER: &str = "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ call = \"comms_set_activity\", args = { text = \"reading the flaky logs\" } }, { sleep = \"8s\" }, { say = \"done\" }]\n\
                       [[rule]]\nmatch = { steer = true }\nactions = [{ say = \"heard you mid-turn\" }]\n";
 
-fn link(env: &TestEnv) -> String {
+pub(crate) fn link(env: &TestEnv) -> String {
     env.json(&["web", "--no-open"])["link"].as_str().unwrap().to_owned()
 }
 
@@ -303,7 +303,7 @@ fn the_issues_board_files_assigns_comments_and_moves_a_card_live_in_a_real_brows
 }
 
 /// Logs in over HTTP with `token` (as `canopy web` and a browser would): the session cookie.
-fn session_for(base: &str, token: &str) -> String {
+pub(crate) fn session_for(base: &str, token: &str) -> String {
     let (status, _, body) = http("POST", &format!("{base}/link"), &[("Authorization", &format!("Bearer {token}"))], "");
     assert_eq!(status, 200, "{body}");
     let path = serde_json::from_str::<Value>(&body).unwrap()["path"].as_str().unwrap().to_owned();
@@ -313,7 +313,7 @@ fn session_for(base: &str, token: &str) -> String {
     set.split(';').next().unwrap().to_owned()
 }
 
-fn csrf_of(page: &str) -> String {
+pub(crate) fn csrf_of(page: &str) -> String {
     let at = page.find("name=\"csrf\" content=\"").unwrap() + "name=\"csrf\" content=\"".len();
     page[at..at + 48].to_owned()
 }

@@ -440,3 +440,49 @@ actions = []
     assert!(!written.exists(), "the reviewer wrote into its checkout");
     assert!(env.data_dir().join("sessions/run-1/work/greeting.txt").exists(), "its checkout is not the merged tree");
 }
+
+/// The console shows a merge request's checks, verdict and comments before the operator
+/// decides, and approves over a negative verdict only with an override reason, which is
+/// recorded and audited.
+#[test]
+fn the_console_shows_checks_and_the_verdict_and_approves_over_it_only_with_a_reason() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    env.edit_config(&fast(&[]));
+    env.start_daemon();
+    let repo = canonical(env.dir.path());
+    let add =
+        ["repos", "add", "app", repo.to_str().unwrap(), "--check", "log=test -e README.md", "--review", "required"];
+    env.json(&add);
+    create(&env, "eta", REVIEWED);
+    tell(&env, "eta", "op: change");
+    env.wait_message("home-eta", "merge: Change log", "changes requested");
+    let base = crate::console::link(&env).split("/login/").next().unwrap().to_owned();
+    let cookie = crate::console::session_for(&base, &env.token());
+    let (status, _, page) = crate::webdriver::http("GET", &format!("{base}/"), &[("Cookie", &cookie)], "");
+    assert_eq!(status, 200);
+    for shown in ["merge-1", "in_review", "log passed", "changes_requested", "CHANGELOG.md:1", "Approve (override)"] {
+        assert!(page.contains(shown), "the Waiting page lacks {shown:?}");
+    }
+    let csrf = crate::console::csrf_of(&page);
+    let form = [
+        ("Cookie", cookie.as_str()),
+        ("x-canopy-csrf", csrf.as_str()),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+    ];
+    let (status, _, body) = http_post(&base, &form, "decision=approve");
+    assert_eq!(status, 409, "approved over changes_requested without a reason: {body}");
+    assert_eq!(state(&env, "merge-1"), "in_review");
+    let (status, _, body) = http_post(&base, &form, "decision=approve&override=the+TODO+is+tracked+in+%232");
+    assert_eq!(status, 200, "{body}");
+    crate::assert_eventually!(state(&env, "merge-1") == "merged", "{}", env.json(&["merges", "show", "merge-1"]));
+    let shown = env.json(&["merges", "show", "merge-1"]);
+    assert_eq!(shown["request"]["override_reason"], "the TODO is tracked in #2", "{shown}");
+    let audit = env.json(&["audit"]);
+    let approval = audit["entries"].as_array().unwrap().iter().find(|e| e["action"] == "merges.approve").cloned();
+    assert_eq!(approval.unwrap()["detail"], "override: the TODO is tracked in #2");
+}
+
+fn http_post(base: &str, headers: &[(&str, &str)], body: &str) -> (u16, Vec<(String, String)>, String) {
+    crate::webdriver::http("POST", &format!("{base}/merges/merge-1"), headers, body)
+}

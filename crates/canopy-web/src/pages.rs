@@ -12,7 +12,7 @@ use canopy_core::{
     ActivityItem, AuditEntry, Channel, MergeRequest, MergeState, Message, Presence, RosterEntry, Seq, SpawnRequest,
     SpawnState, Topic, TreeNode,
 };
-use canopy_proto::api::{PostResponse, PromptsRenderResponse, RunInfo, UsageResponse};
+use canopy_proto::api::{MergeDetail, PostResponse, PromptsRenderResponse, RunInfo, UsageResponse};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::auth::Session;
@@ -169,13 +169,18 @@ fn amount(a: Option<canopy_core::budget::Amount>) -> String {
     a.map(say::amount).unwrap_or_else(|| "none proposed".into())
 }
 
-fn decide_forms(action: &str, label: &str, csrf: &str) -> Markup {
+/// Approve and deny forms; with `override_needed` (a merge request without an approving
+/// review), approving asks for the reason, which is recorded.
+fn decide_forms(action: &str, label: &str, csrf: &str, override_needed: bool) -> Markup {
     html! {
         div.decide {
             form data-action method="post" action=(action) {
                 input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="decision" value="approve";
-                button.approve type="submit" aria-label=(format!("Approve {label}")) { "Approve" }
+                @if override_needed {
+                    label { span.sr { "Override reason for " (label) } input type="text" name="override" required placeholder="why approve without an approving review"; }
+                }
+                button.approve type="submit" aria-label=(format!("Approve {label}")) { @if override_needed { "Approve (override)" } @else { "Approve" } }
             }
             form data-action method="post" action=(action) {
                 input type="hidden" name="csrf" value=(csrf);
@@ -184,6 +189,33 @@ fn decide_forms(action: &str, label: &str, csrf: &str) -> Markup {
                 button.deny type="submit" { "Deny" }
             }
             div.outcome data-outcome aria-live="polite" {}
+        }
+    }
+}
+
+/// A merge request's checks: each check's line, else its one-line result.
+fn merge_checks(d: &MergeDetail) -> Markup {
+    html! {
+        @if d.checks.is_empty() {
+            pre { (d.request.check) }
+        } @else {
+            ul { @for c in &d.checks { li class=(format!("check {}", c.state.as_str())) { (c.line()) } } }
+        }
+    }
+}
+
+/// A merge request's reviews: each verdict (or state), its summary and comments by file and line.
+fn merge_review(d: &MergeDetail) -> Markup {
+    html! {
+        @if d.reviews.is_empty() { "none yet" }
+        @for r in &d.reviews {
+            div.verdict {
+                strong { (r.verdict.map(|v| v.as_str()).unwrap_or(r.state.as_str())) }
+                " by " (r.reviewer)
+                @if r.head != d.request.head { " (of an older head)" }
+                @if !r.summary.is_empty() { p { (r.summary) } }
+                ul.comments { @for c in &r.comments { li { code { (c.file) ":" (c.line) } " " (c.body) } } }
+            }
         }
     }
 }
@@ -204,17 +236,18 @@ pub fn blocker(b: &Blocker) -> Markup {
     }
 }
 
-/// *Waiting*: every pending spawn and merge request, with one-click decisions, the issues
+/// *Waiting*: every pending spawn request, every merge request waiting for the operator or a
+/// review (its checks, verdicts and comments beside the decision), the merge queue, the issues
 /// blocked on the operator's answer, and the latest decisions as they land.
 pub fn waiting(
     spawns: &[SpawnRequest],
-    merges: &[MergeRequest],
+    waiting_merges: &[MergeDetail],
+    queue: &[MergeRequest],
     issues: &[IssueSummary],
     now_ms: i64,
     csrf: &str,
 ) -> Markup {
     let pending: Vec<&SpawnRequest> = spawns.iter().filter(|r| r.state == SpawnState::Pending).collect();
-    let waiting_merges: Vec<&MergeRequest> = merges.iter().filter(|m| m.state == MergeState::Pending).collect();
     let decided: Vec<&SpawnRequest> = spawns.iter().filter(|r| r.state != SpawnState::Pending).take(10).collect();
     html! {
         section #waiting data-live aria-labelledby="spawns" {
@@ -234,22 +267,36 @@ pub fn waiting(
                         dt { "Age" } dd { (age) }
                         dt { "Time left" } dd { (left) }
                     }
-                    (decide_forms(&format!("/spawn/{}", r.id), &r.id, csrf))
+                    (decide_forms(&format!("/spawn/{}", r.id), &r.id, csrf, false))
                 }
             }
             h2 { "Merge requests (" (waiting_merges.len()) ")" }
             @if waiting_merges.is_empty() { p.quiet { "No merge waits." } }
-            @for m in &waiting_merges {
+            @for d in waiting_merges {
+                @let m = &d.request;
                 article.request id=(format!("merge-{}", m.id)) data-id=(m.id) {
-                    h3 { code { (m.id) } " " (m.requester.as_str()) ": " (m.title) }
+                    h3 { code { (m.id) } " " (m.requester.as_str()) ": " (m.title) " " span class=(format!("state {}", m.state.as_str())) { (m.state.as_str()) } }
                     dl {
                         dt { "Repository" } dd { (m.repo) " " code { (m.branch) } " → " code { (m.base) } }
                         dt { "Summary" } dd { (m.summary) }
-                        dt { "Check" } dd { (m.check) }
+                        dt { "Checks" } dd.checks { (merge_checks(d)) }
+                        dt { "Review" } dd.review { (merge_review(d)) }
+                        @if !d.conflicts.is_empty() {
+                            dt { "Conflicts" } dd { @for c in &d.conflicts { div { code { (c.other) } ": " (c.files.join(", ")) } } }
+                        }
                         dt { "Changes" } dd { pre { (m.diffstat) } }
                         dt { "Age" } dd { (ms_of(&m.created_at).map(|t| span(now_ms - t)).unwrap_or_default()) }
                     }
-                    (decide_forms(&format!("/merges/{}", m.id), &m.id, csrf))
+                    @let override_needed = m.state == MergeState::InReview
+                        || m.verdict == Some(canopy_core::review::Verdict::ChangesRequested);
+                    (decide_forms(&format!("/merges/{}", m.id), &m.id, csrf, override_needed))
+                }
+            }
+            h2 #queue { "Merge queue (" (queue.len()) ")" }
+            @if queue.is_empty() { p.quiet { "The queue is empty: approved requests land in order, each checked on the base as it is then." } }
+            ol.queue {
+                @for m in queue {
+                    li id=(format!("queued-{}", m.id)) { code { (m.id) } " " (m.title) " (" (m.repo) ") " strong class=(format!("state {}", m.state.as_str())) { (m.state.as_str()) } }
                 }
             }
             h2 #issues-waiting { "Issues waiting on you (" (issues.len()) ")" }

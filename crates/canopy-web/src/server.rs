@@ -19,8 +19,8 @@ use axum::routing::{get, post};
 use axum::{Form, Router};
 use canopy_bus::{ApiClient, CallError};
 use canopy_config::{Config, DataDir};
-use canopy_core::ErrorCode;
 use canopy_core::issues::{IssueState, IssueSummary};
+use canopy_core::{ErrorCode, MergeState};
 use canopy_proto::api::*;
 use canopy_proto::{ApiMethod, method};
 use maud::Markup;
@@ -216,8 +216,14 @@ async fn waiting(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) 
     let body = async {
         let spawns = call::<method::SpawnList>(&console, &session, &SpawnListRequest { state: None }).await?.requests;
         let merges = call::<method::MergesList>(&console, &session, &MergesListRequest { state: None }).await?.merges;
+        let mut waiting = Vec::new();
+        for m in merges.iter().filter(|m| matches!(m.state, MergeState::Pending | MergeState::InReview)) {
+            waiting
+                .push(call::<method::MergesShow>(&console, &session, &MergesShowRequest { id: m.id.clone() }).await?);
+        }
+        let queue = call::<method::MergesQueue>(&console, &session, &MergesQueueRequest { repo: None }).await?.queue;
         let issues = call::<method::Whoami>(&console, &session, &WhoamiRequest {}).await?.waiting_issues;
-        Ok(pages::waiting(&spawns, &merges, &issues, canopy_sys::unix_ms(), &session.csrf))
+        Ok(pages::waiting(&spawns, &waiting, &queue, &issues, canopy_sys::unix_ms(), &session.csrf))
     }
     .await;
     page(&session, "Waiting", body)
@@ -434,6 +440,9 @@ struct Decision {
     decision: String,
     #[serde(default)]
     reason: String,
+    /// A merge approved over a missing or negative review verdict: why (recorded).
+    #[serde(default, rename = "override")]
+    override_reason: String,
 }
 
 impl Decision {
@@ -498,7 +507,8 @@ async fn decide_merge(
     Path(id): Path<String>,
     Form(form): Form<Decision>,
 ) -> Response {
-    let request = |approve, reason| MergesDecideRequest { id, approve, reason, override_reason: None };
+    let override_reason = Some(form.override_reason.trim().to_owned()).filter(|r| !r.is_empty());
+    let request = |approve, reason| MergesDecideRequest { id, approve, reason, override_reason };
     decide::<method::MergesDecide>(&console, &headers, form, request, pages::merge_decided).await
 }
 
