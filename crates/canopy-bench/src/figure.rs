@@ -33,6 +33,7 @@ pub const PARTS: &[&str] = &[
     "sandbox",
     "checkout",
     "issues",
+    "merges",
     "history",
     "posters",
     "agents",

@@ -1,7 +1,7 @@
 //! The benchmark (`canopy-bench`, its own binary; the shipped `canopy` does not link it): the
 //! figures of DESIGN section 11 (delivery and the budget check in `delivery.rs`, restart and
 //! memory in `restart.rs`, prompt render in `prompt.rs`, session start confined vs unconfined
-//! in `sandbox.rs`, checkouts in `checkout.rs`, the issue ledger in `issues.rs`, the MCP tool call in `mcp.rs`, the history
+//! in `sandbox.rs`, checkouts in `checkout.rs`, the issue ledger in `issues.rs`, the conflict scan and merge queue in `merges.rs`, the MCP tool call in `mcp.rs`, the history
 //! figures in `large.rs`), each printed beside its raw baseline (`baseline.rs`) measured in
 //! the same run on the same machine (these machines are noisy; ratios hold, absolute times
 //! do not).
@@ -19,6 +19,7 @@ pub mod checkout;
 pub mod delivery;
 pub mod figure;
 pub mod issues;
+pub mod merges;
 pub mod large;
 pub mod mcp;
 pub mod prompt;
@@ -80,6 +81,10 @@ pub async fn run(options: Options) -> Result<Vec<Figure>, String> {
     if only.has("issues") {
         eprintln!("bench: the issue ledger...");
         figures.extend(issues::figures(options.quick).await?);
+    }
+    if only.has("merges") {
+        eprintln!("bench: the conflict scan and the merge queue...");
+        figures.extend(merges::figures(options.quick).await?);
     }
     Ok(figures)
 }
