@@ -41,7 +41,9 @@ fn the_demo_plays_the_four_flows_and_cleans_up() {
         "builder: steered",
         "#announcements reached all 4 agents",
         "Add the 2.4 changelog entry",
-        "check on the merged tree: passed",
+        "check changelog passed",
+        "review by run-2 (a reviewer run on the merged tree, read-only): approve",
+        "merge-1 is in web's merge queue",
         "approving merge-1 automatically (--yes)",
         "merge-1 is merged: web's main now has CHANGELOG.md",
         "Release notes drafted in the Canopy demo.",
@@ -58,7 +60,7 @@ fn the_demo_plays_the_four_flows_and_cleans_up() {
         "merge-1 asks to land it",
         "merge-1 landed",
         "in_review -> done: merge-1 landed;",
-        "links: run-1, merge-1",
+        "links: run-1, run-2, merge-1",
         "| spend: $",
     ] {
         assert!(stdout.contains(line), "the narration lacks {line:?}:\n{stdout}");

@@ -374,7 +374,7 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
             base: Some("main".into()),
             check: None,
             checks: [("changelog".to_owned(), "test -s CHANGELOG.md".to_owned())].into_iter().collect(),
-            review: None,
+            review: Some(canopy_core::review::ReviewPolicy::Required),
         })
         .await?;
     say(&format!("  - registered repository web (the operator's, on main); Canopy mirrors it in {}", added.mirror));
@@ -404,7 +404,7 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
     {
         say(&format!("      | {}", line.trim()));
     }
-    say(&format!("      | check on the merged tree: {}", request.check));
+    show_review(demo, &request.id).await?;
     let approve = operator_says_yes(yes, &request.id, &format!("merge {} into web's main?", request.id));
     let decision = MergesDecideRequest {
         id: request.id.clone(),
@@ -420,6 +420,11 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
         ));
         return Ok(());
     }
+    say(&format!(
+        "  - approved: {} is in web's merge queue, which merges it onto main as main is now, runs every check on \
+         exactly that tree, and moves main only if they pass",
+        request.id
+    ));
     let id = request.id.clone();
     let merged = loop_until(demo, "the merge to land", |merges: &[canopy_core::MergeRequest]| {
         let landing = |s| matches!(s, canopy_core::MergeState::Queued | canopy_core::MergeState::Merging);
@@ -450,6 +455,22 @@ async fn play_repository(demo: &Demo, yes: bool) -> Result<(), String> {
         .await
         .unwrap_or(closed);
     show_issue(&shown);
+    Ok(())
+}
+
+/// What the operator sees before deciding (`canopy merges show`): the checks on the merged tree,
+/// and the reviewer run's verdict (web requires a review).
+async fn show_review(demo: &Demo, id: &str) -> Result<(), String> {
+    let detail = demo.send::<method::MergesShow>(&MergesShowRequest { id: id.to_owned() }).await?;
+    for check in &detail.checks {
+        say(&format!("      | check {}", check.line()));
+    }
+    for review in &detail.reviews {
+        let verdict = review.verdict.map(|v| v.as_str()).unwrap_or(review.state.as_str());
+        say(&format!("      | review by {} (a reviewer run on the merged tree, read-only): {verdict}", review.reviewer));
+        say(&format!("      |   {}", review.summary));
+    }
+    say("  - web requires a review, so the request waited in_review until the reviewer approved; only then is it yours");
     Ok(())
 }
 
