@@ -85,8 +85,7 @@ async fn conflict_scan(quick: bool) -> Result<Figure, String> {
     let mut found = 0;
     for _ in 0..samples {
         let started = Instant::now();
-        let conflicts =
-            git_ops.conflict_scan(&source, "main", &base, &branches).await.map_err(|e| e.to_string())?;
+        let conflicts = git_ops.conflict_scan(&source, "main", &base, &branches).await.map_err(|e| e.to_string())?;
         scans.push(started.elapsed());
         found = conflicts.len();
         let started = Instant::now();
@@ -106,7 +105,10 @@ async fn conflict_scan(quick: bool) -> Result<Figure, String> {
         ratio: value / baseline,
         target: "< 2000 ms".into(),
         met: value < 2000.0,
-        note: format!("{samples} scans; {found} conflicts found (with the base and between branches); max {:.0} ms", ms(scans[scans.len() - 1])),
+        note: format!(
+            "{samples} scans; {found} conflicts found (with the base and between branches); max {:.0} ms",
+            ms(scans[scans.len() - 1])
+        ),
     })
 }
 
@@ -226,8 +228,11 @@ async fn wait_merges(bench: &Bench, n: usize, state: canopy_core::MergeState) ->
                 .send::<method::MergesList>(&bench.operator, &MergesListRequest { state: None })
                 .await
                 .map_err(|e| e.to_string())?;
-            let states: Vec<String> =
-                all.merges.iter().map(|m| format!("{} {} {}", m.id, m.state, m.note.clone().unwrap_or_default())).collect();
+            let states: Vec<String> = all
+                .merges
+                .iter()
+                .map(|m| format!("{} {} {}", m.id, m.state, m.note.clone().unwrap_or_default()))
+                .collect();
             return Err(format!("{n} requests never reached {state}: {states:?}"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

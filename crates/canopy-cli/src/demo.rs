@@ -467,10 +467,15 @@ async fn show_review(demo: &Demo, id: &str) -> Result<(), String> {
     }
     for review in &detail.reviews {
         let verdict = review.verdict.map(|v| v.as_str()).unwrap_or(review.state.as_str());
-        say(&format!("      | review by {} (a reviewer run on the merged tree, read-only): {verdict}", review.reviewer));
+        say(&format!(
+            "      | review by {} (a reviewer run on the merged tree, read-only): {verdict}",
+            review.reviewer
+        ));
         say(&format!("      |   {}", review.summary));
     }
-    say("  - web requires a review, so the request waited in_review until the reviewer approved; only then is it yours");
+    say(
+        "  - web requires a review, so the request waited in_review until the reviewer approved; only then is it yours",
+    );
     Ok(())
 }
 
