@@ -129,22 +129,10 @@ async fn queue_throughput(quick: bool) -> Result<Figure, String> {
         review: None,
     };
     bench.api.send::<method::ReposAdd>(&bench.operator, &add).await.map_err(|e| e.to_string())?;
-    for i in 0..entries {
-        let request = AgentsCreateRequest {
-            handle: format!("q{i}"),
-            name: format!("Q{i}"),
-            role: "manager".into(),
-            parent: None,
-            charter: String::new(),
-            harness: None,
-            script: None,
-            persona: None,
-            repo: Some("app".into()),
-        };
-        bench.api.send::<method::AgentsCreate>(&bench.operator, &request).await.map_err(|e| e.to_string())?;
-    }
+    let homes = bench.create_agents_on("q", entries, false, Some("app")).await?;
+    let handles: Vec<String> = homes.iter().map(|h| h.trim_start_matches("home-").to_owned()).collect();
     let (sessions, heartbeat) = bench.fake_sessions_kept(1_000).await?;
-    let measured = measure_queue(&bench, &sessions, entries).await;
+    let measured = measure_queue(&bench, &sessions, &handles).await;
     heartbeat.abort();
     bench.stop().await;
     let (elapsed, baseline) = measured?;
@@ -171,11 +159,11 @@ async fn queue_throughput(quick: bool) -> Result<Figure, String> {
 async fn measure_queue(
     bench: &Bench,
     sessions: &[SessionAssignment],
-    entries: usize,
+    handles: &[String],
 ) -> Result<(Duration, Duration), String> {
-    for i in 0..entries {
-        let handle = format!("q{i}");
-        let session = sessions.iter().find(|s| s.agent == handle).ok_or(format!("{handle} got no session"))?;
+    let entries = handles.len();
+    for (i, handle) in handles.iter().enumerate() {
+        let session = sessions.iter().find(|s| s.agent == *handle).ok_or(format!("{handle} got no session"))?;
         let work = Path::new(&session.cwd);
         std::fs::write(work.join(format!("q{i}.txt")), format!("{i}\n")).map_err(|e| e.to_string())?;
         git(work, &["add", "-A"])?;

@@ -112,6 +112,17 @@ impl Bench {
     /// Creates `n` agents `<prefix>-<i>` (32 requests at a time); returns their home channels.
     /// With `stopped`, their sessions are stopped at once, so no runner starts them.
     pub async fn create_agents(&self, prefix: &str, n: usize, stopped: bool) -> Result<Vec<String>, String> {
+        self.create_agents_on(prefix, n, stopped, None).await
+    }
+
+    /// `create_agents`, each with a checkout of repository `repo` when one is named.
+    pub async fn create_agents_on(
+        &self,
+        prefix: &str,
+        n: usize,
+        stopped: bool,
+        repo: Option<&str>,
+    ) -> Result<Vec<String>, String> {
         let start = self.agent_count().await?;
         let handles: Vec<String> = (0..n).map(|i| format!("{prefix}-{}", start + i)).collect();
         let results = futures_util::stream::iter(handles.iter().cloned())
@@ -125,7 +136,7 @@ impl Bench {
                     harness: None,
                     script: None,
                     persona: None,
-                    repo: None,
+                    repo: repo.map(str::to_owned),
                 };
                 let account: canopy_core::Account = self
                     .api

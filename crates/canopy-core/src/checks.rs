@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+pub use crate::model::NamedCheck;
 
 /// The name a repository's single `check` command has among its named checks.
 pub const LEGACY_NAME: &str = "check";
@@ -18,13 +19,9 @@ pub const MAX_LOG: usize = 1024 * 1024;
 /// Lines of a failing check's log a notice quotes.
 pub const TAIL_LINES: usize = 60;
 
-/// A check's name: 1 to 40 of `a-z`, `0-9`, `-`, `_`, starting with a letter or digit.
+/// A check's name: a short name, as a repository's (`names::is_short_name`).
 pub fn check_name(field: &'static str, name: &str) -> Result<(), Error> {
-    let ok = !name.is_empty()
-        && name.len() <= 40
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        && name.as_bytes()[0].is_ascii_alphanumeric();
-    match ok {
+    match crate::names::is_short_name(name) {
         true => Ok(()),
         false => Err(Error::invalid(field, format!("{name:?} is not a check name (1-40 of a-z, 0-9, -, _)"))),
     }
@@ -64,15 +61,6 @@ pub fn parse_assignment(value: &str) -> (String, String) {
         }
         _ => (LEGACY_NAME.to_owned(), value.trim().to_owned()),
     }
-}
-
-/// One check of a repository.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NamedCheck {
-    pub name: String,
-    /// Run with `sh -c`, confined, in a checkout of the commit.
-    pub command: String,
 }
 
 /// Where one run of a check stands.

@@ -418,14 +418,51 @@ pub struct Repo {
     /// Every named check, run on each run's tree, each new commit of a standing agent's
     /// branch, each merge request's merged tree and in the merge queue.
     #[serde(default)]
-    pub checks: Vec<crate::checks::NamedCheck>,
+    pub checks: Vec<NamedCheck>,
     /// Whose word makes a merge request reviewed.
     #[serde(default)]
-    pub review: crate::review::ReviewPolicy,
+    pub review: ReviewPolicy,
     /// Canopy's mirror, which every checkout shares objects with.
     pub mirror: String,
     pub created_at: String,
 }
+
+/// One check of a repository.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NamedCheck {
+    pub name: String,
+    /// Run with `sh -c`, confined, in a checkout of the commit.
+    pub command: String,
+}
+
+/// Whose word makes a merge request reviewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewPolicy {
+    /// The operator's approval is the review; a reviewer run is started only when a Manager
+    /// asks (`review_request`), and its `changes_requested` still needs `--override`.
+    #[default]
+    Operator,
+    /// Canopy starts a reviewer run on every merge request; approving needs its `approve`.
+    Required,
+}
+string_enum!(ReviewPolicy {
+    Operator => "operator",
+    Required => "required",
+});
+
+/// A reviewer's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Approve,
+    ChangesRequested,
+}
+string_enum!(Verdict {
+    Approve => "approve",
+    ChangesRequested => "changes_requested",
+});
 
 /// Where a merge request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -491,7 +528,7 @@ pub struct MergeRequest {
     /// The newest review verdict on its current head (none: not reviewed, or reviewed at an
     /// older head).
     #[serde(default)]
-    pub verdict: Option<crate::review::Verdict>,
+    pub verdict: Option<Verdict>,
     /// Why the operator approved it over a missing or negative verdict (`--override`).
     #[serde(default)]
     pub override_reason: Option<String>,

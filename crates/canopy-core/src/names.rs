@@ -249,6 +249,15 @@ fn edits(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// A short name (a repository's, a check's): 1 to 40 of `a-z`, `0-9`, `-`, `_`, starting with a
+/// letter or digit.
+pub fn is_short_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -306,3 +315,4 @@ mod tests {
         }
     }
 }
+

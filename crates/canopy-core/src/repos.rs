@@ -5,13 +5,9 @@
 use crate::acl::Caller;
 use crate::{Error, MergeRequest, MergeState};
 
-/// A repository name: 1 to 40 of `a-z`, `0-9`, `-`, `_`, starting with a letter or digit.
+/// A repository name: a short name (`names::is_short_name`).
 pub fn check_repo_name(field: &'static str, name: &str) -> Result<(), Error> {
-    let ok = !name.is_empty()
-        && name.len() <= 40
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        && name.as_bytes()[0].is_ascii_alphanumeric();
-    match ok {
+    match crate::names::is_short_name(name) {
         true => Ok(()),
         false => Err(Error::invalid(field, format!("{name:?} is not a repository name (1-40 of a-z, 0-9, -, _)"))),
     }

@@ -6,34 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-
-/// Whose word makes a merge request reviewed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ReviewPolicy {
-    /// The operator's approval is the review; a reviewer run is started only when a Manager
-    /// asks (`review_request`), and its `changes_requested` still needs `--override`.
-    #[default]
-    Operator,
-    /// Canopy starts a reviewer run on every merge request; approving needs its `approve`.
-    Required,
-}
-crate::macros::string_enum!(ReviewPolicy {
-    Operator => "operator",
-    Required => "required",
-});
-
-/// A reviewer's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Approve,
-    ChangesRequested,
-}
-crate::macros::string_enum!(Verdict {
-    Approve => "approve",
-    ChangesRequested => "changes_requested",
-});
+pub use crate::model::{ReviewPolicy, Verdict};
 
 /// One comment on a line of a file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -35,7 +35,7 @@ pub struct MergesListResponse {
     pub merges: Vec<canopy_core::MergeRequest>,
     /// Every conflict known between live branches and the base.
     #[serde(default)]
-    pub conflicts: Vec<crate::api::ConflictInfo>,
+    pub conflicts: Vec<super::checks::ConflictInfo>,
 }
 
 /// `merges.decide` (operators; an agent's attempt is refused and audited).
@@ -67,7 +67,7 @@ pub struct MergeDetail {
     /// The newest run of each check on its merged tree (and in the queue, once there).
     pub checks: Vec<canopy_core::checks::CheckRun>,
     pub reviews: Vec<canopy_core::review::Review>,
-    pub conflicts: Vec<crate::api::ConflictInfo>,
+    pub conflicts: Vec<super::checks::ConflictInfo>,
     /// Its place in its repository's queue (1: next, or merging), while queued.
     pub queue_position: Option<u32>,
 }

@@ -42,7 +42,7 @@ pub struct ReposListResponse {
     pub checkouts: Vec<CheckoutInfo>,
     /// Every conflict known between live branches and the base.
     #[serde(default)]
-    pub conflicts: Vec<crate::api::ConflictInfo>,
+    pub conflicts: Vec<super::checks::ConflictInfo>,
 }
 
 /// One account's checkout.
@@ -110,7 +110,7 @@ pub struct WorkspaceStatusResponse {
     pub checks: Vec<canopy_core::checks::CheckRun>,
     /// Where your branch does not merge cleanly with the base or another live branch.
     #[serde(default)]
-    pub conflicts: Vec<crate::api::ConflictInfo>,
+    pub conflicts: Vec<super::checks::ConflictInfo>,
 }
 
 /// A run's branch waiting for its Manager.
