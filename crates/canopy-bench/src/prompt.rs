@@ -37,7 +37,7 @@ fn write_bundle(root: &Path) -> Result<(), String> {
     }
     for role in shipped.roles.values() {
         let list = |v: &[String]| v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
-        let skills = if role.id == "implementer" { String::new() } else { "\"*\"".to_owned() };
+        let skills = if role.definition.is_some() { String::new() } else { "\"*\"".to_owned() };
         let definition = role.definition.as_ref().map(|d| format!("definition = {d:?}\n")).unwrap_or_default();
         write(
             &role.file,
@@ -206,7 +206,7 @@ mod tests {
     fn the_bench_bundle_is_valid_and_renders_every_section() {
         let dir = tempfile::tempdir().unwrap();
         write_bundle(dir.path()).unwrap();
-        assert_eq!(read_all(dir.path()).unwrap().0, 157, "3 block-0s, 3 roles, 1 definition, 100 skills, 50 rules");
+        assert_eq!(read_all(dir.path()).unwrap().0, 159, "3 block-0s, 4 roles, 2 definitions, 100 skills, 50 rules");
         let catalog = canopy_daemon::bundle::catalog();
         let renderer = Renderer::new(Arc::new(Bundle::load(dir.path()).unwrap()), &catalog);
         assert_eq!(canopy_prompt::lint(&renderer), []);
