@@ -351,8 +351,8 @@ actions = [{ call = "history_search", args = { query = "verbose flag", include_t
 fn a_yaml_role_renders_and_runs_an_agent() {
     let (_keep, bundle) = bundle_copy();
     std::fs::write(
-        bundle.join("config/roles/reviewer.yaml"),
-        "# Reads and comments; never edits.\nid: reviewer\nblock0: manager\nmode: replace\ntools:\n  - \"*\"\nskills: [review]\n",
+        bundle.join("config/roles/critic.yaml"),
+        "# Reads and comments; never edits.\nid: critic\nblock0: manager\nmode: replace\ntools:\n  - \"*\"\nskills: [review]\n",
     )
     .unwrap();
     let bundle_arg = bundle.display().to_string();
@@ -362,12 +362,10 @@ fn a_yaml_role_renders_and_runs_an_agent() {
     env.edit_config(FAST);
     env.start_daemon();
     let checked = env.json(&["bundle", "check"]);
-    assert_eq!(checked["counts"]["roles"], 4, "{checked}");
-    let script = env.script("reviewer.toml", "");
-    env.json(&[
-        "agents", "create", "--handle", "reviewer", "--name", "Reviewer", "--role", "reviewer", "--script", &script,
-    ]);
-    let prompt = received_prompt(&env, "reviewer", 1);
+    assert_eq!(checked["counts"]["roles"], 5, "{checked}");
+    let script = env.script("critic.toml", "");
+    env.json(&["agents", "create", "--handle", "critic", "--name", "Critic", "--role", "critic", "--script", &script]);
+    let prompt = received_prompt(&env, "critic", 1);
     assert!(prompt.contains("# You are a Manager") && prompt.contains("`review`"), "{prompt}");
 }
 

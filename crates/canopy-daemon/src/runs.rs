@@ -159,6 +159,10 @@ impl Runs {
         if defaults.harness != crate::roles::FOLLOW_MANAGER {
             return Ok((defaults.harness, defaults.script));
         }
+        if caller.is_operator() {
+            // Operators start no runs: the store refuses it, as for any other role.
+            return Ok(("scripted".to_owned(), defaults.script));
+        }
         let handle = caller.handle.to_string();
         let manager = self.store.read(move |conn| ops::roster_entry(conn, &handle)).await?;
         match manager.harness.as_str() {
