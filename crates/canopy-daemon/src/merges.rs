@@ -47,6 +47,9 @@ pub struct Merges {
     issues: Issues,
     /// Each repository's queue worker, woken when an entry may be ready, by repository name.
     queues: Arc<DashMap<String, Arc<tokio::sync::Notify>>>,
+    /// One task at a time builds and checks a request's merged tree (its scratch checkout and
+    /// `merged/<id>` are the request's), by request number.
+    trees: Arc<DashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// The merge gate's reading of an operator's reply in a `merge: ...` topic.
@@ -95,7 +98,7 @@ impl Merges {
         runs: Runs,
         issues: Issues,
     ) -> Self {
-        Merges { store, delivery, notifier, repos, checks, runs, issues, queues: Arc::default() }
+        Merges { store, delivery, notifier, repos, checks, runs, issues, queues: Arc::default(), trees: Arc::default() }
     }
 
     pub(crate) async fn merges_request(
@@ -167,8 +170,16 @@ impl Merges {
         }
     }
 
-    /// Checks a request's merged tree and posts the request for the operators.
+    /// The lock on request `id`'s merged tree.
+    fn tree_lock(&self, id: i64) -> Arc<tokio::sync::Mutex<()>> {
+        self.trees.entry(id).or_default().clone()
+    }
+
+    /// Checks a request's merged tree and posts the request for the operators. A check of an
+    /// older head still running finishes first (its result is then ignored: the head moved).
     pub async fn check_merge(&self, id: i64) {
+        let lock = self.tree_lock(id);
+        let _tree = lock.lock().await;
         let checked = async {
             let request = self.store.read(move |conn| ops::load_merge(conn, id)).await?;
             let repo_name = request.repo.clone();
@@ -417,21 +428,28 @@ impl Merges {
     /// entry whose head the base already holds (a daemon stopped after landing it) is merged
     /// already, never twice; a base that moved under it is merged onto again.
     async fn land(&self, repo: &RepoRow, id: i64) -> Result<Landed, Error> {
+        let lock = self.tree_lock(id);
+        let _tree = lock.lock().await;
         let mirror = self.repos.mirror(repo);
         let result_ref = rules::merge_result_ref(id);
         for _ in 0..BASE_MOVES {
             let request = self.store.read(move |conn| ops::load_merge(conn, id)).await?;
             let (outcome, base) = self.merged_tree(repo, &request, id).await?;
             let commit = match &outcome {
-                MergeOutcome::UpToDate { .. } => {
-                    return Ok(Landed::Merged { commit: base, fast_forward: true });
-                }
-                MergeOutcome::Conflict { files } => {
-                    let why = format!("it conflicts with {} as it is now, in {}", repo.base, files.join(", "));
-                    let _ = canopy_git::remove_dir(&self.repos.git().scratch_path(&repo.name, &format!("merge-{id}")));
-                    return Ok(Landed::Refused(why));
-                }
                 MergeOutcome::Merged { commit, .. } => commit.clone(),
+                done => {
+                    // Nothing to check: its scratch checkout goes now (else `repos.gc` finds it).
+                    let _ = canopy_git::remove_dir(&self.repos.git().scratch_path(&repo.name, &format!("merge-{id}")));
+                    return Ok(match done {
+                        MergeOutcome::Conflict { files } => Landed::Refused(format!(
+                            "it conflicts with {} as it is now, in {}",
+                            repo.base,
+                            files.join(", ")
+                        )),
+                        // The base already holds its head (a daemon stopped after landing it).
+                        _ => Landed::Merged { commit: base, fast_forward: true },
+                    });
+                }
             };
             let tree = self.check_merged(repo, &outcome, id, CheckTrigger::Queue).await;
             if !tree.passed {
@@ -580,7 +598,14 @@ impl Merges {
             .await
             .map_err(|e| git_error("merge_request", e))?;
         let (base, _) = self.store.read(move |conn| ops::merge_checked_base(conn, id)).await?;
-        let Some(merged) = merged.filter(|_| !base.is_empty() && request.state != MergeState::Checking) else {
+        let merged = merged.filter(|_| !base.is_empty() && request.state != MergeState::Checking);
+        // The merged tree must hold this head: one made for an older head (before a conflict,
+        // or a check still going) is not what the request asks to merge.
+        let current = match &merged {
+            Some(m) => self.repos.git().is_ancestor(&mirror, &request.head, m).await.unwrap_or(false),
+            None => false,
+        };
+        let Some(merged) = merged.filter(|_| current) else {
             return Err(Error::ConflictOn {
                 field: "merge_request",
                 reason: format!(
@@ -601,7 +626,8 @@ impl Merges {
         let issue = issues.first().map(|(n, _)| *n);
         let started = self.runs.launch(caller.clone(), REVIEWER.to_owned(), role, brief, Some(checkout), issue).await?;
         let run_id = started.run.id;
-        let review = self.store.write(move |conn| ops::start_review(conn, id, run_id, &focus)).await?;
+        let head = request.head.clone();
+        let review = self.store.write(move |conn| ops::start_review(conn, id, run_id, &head, &focus)).await?;
         let body = canopy_core::review::say::started(&request.id, run_id);
         if let Ok(notice) = self.store.write(move |conn| ops::merge_notice(conn, id, &body)).await {
             self.delivery.deliver_notices(vec![notice]).await;

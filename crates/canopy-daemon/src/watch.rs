@@ -90,16 +90,30 @@ impl Watch {
         for checkout in standing {
             let owner = checkout.account.to_string();
             let dir = self.repos.checkout_dir(&owner);
-            let Some(head) = canopy_git::Git::read_branch_head(&dir, &checkout.branch) else { continue };
+            let branch = checkout.branch.clone();
+            let read = tokio::task::spawn_blocking(move || canopy_git::Git::read_branch_head(&dir, &branch)).await;
+            let Ok(Some(head)) = read else { continue };
             let (repo_id, branch) = (repo.id, checkout.branch.clone());
             let known =
                 self.store.read(move |conn| ops::branch_head(conn, repo_id, &branch)).await?.unwrap_or_default();
-            if known.head != head {
-                moved |= self.took_commit(repo, checkout, &head, &known).await;
-            } else if known.checked != head {
-                self.check_branch(repo, &owner, &checkout.branch, &head, &base, known.failing).await;
+            // Only a head git found in the agent's checkout (published into the mirror) is live:
+            // a ref file naming no commit must not break the scan for everyone.
+            let live_head = match known.head != head {
+                true if self.took_commit(repo, checkout, &head, &known).await => {
+                    moved = true;
+                    head
+                }
+                true => known.head.clone(),
+                false => {
+                    if known.checked != head {
+                        self.check_branch(repo, &owner, &checkout.branch, &head, &base, known.failing).await;
+                    }
+                    head
+                }
+            };
+            if !live_head.is_empty() {
+                live.push(Live { owner, branch: checkout.branch.clone(), head: live_head });
             }
-            live.push(Live { owner, branch: checkout.branch.clone(), head });
         }
         if moved {
             self.scan(repo, &base, &live).await?;

@@ -108,6 +108,38 @@ impl Git {
         run(command, &describe(args)).await
     }
 
+    /// Runs git as the daemon and keeps only the first `max` bytes of what it prints (the rest
+    /// is not read: the process is killed), and whether there was more; `Failed` unless it
+    /// exits 0 having printed at most `max` bytes.
+    pub(crate) async fn trusted_head(&self, cwd: &Path, args: &[&str], max: usize) -> Result<(String, bool), GitError> {
+        use tokio::io::AsyncReadExt;
+        let mut command = Command::new(&self.program);
+        command.current_dir(cwd).args(BASE_CONFIG).args(args).env("GIT_CONFIG_NOSYSTEM", "1");
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
+        let what = describe(args);
+        let spawn_error = |e: std::io::Error| GitError::Spawn { what: what.clone(), reason: e.to_string() };
+        let mut child = command.spawn().map_err(spawn_error)?;
+        let stdout = child.stdout.take().ok_or_else(|| spawn_error(std::io::Error::other("no output pipe")))?;
+        let mut kept = Vec::new();
+        stdout.take(max as u64 + 1).read_to_end(&mut kept).await.map_err(spawn_error)?;
+        let more = kept.len() > max;
+        kept.truncate(max);
+        if more {
+            // Enough read: the rest is never wanted, so the process ends here.
+            let _ = child.kill().await;
+        } else {
+            let status = child.wait().await.map_err(spawn_error)?;
+            if !status.success() {
+                return Err(GitError::Failed { what, code: status.code().unwrap_or(-1), stderr: String::new() });
+            }
+        }
+        let mut text = String::from_utf8_lossy(&kept).into_owned();
+        if more && text.ends_with('\u{FFFD}') {
+            text.pop();
+        }
+        Ok((text, more))
+    }
+
     /// Runs git confined to `grants`, in `cwd`; `Failed` unless it exits 0.
     pub(crate) async fn confined(&self, grants: Confined<'_>, cwd: &Path, args: &[&str]) -> Result<Output, GitError> {
         let out = self.confined_any(grants, cwd, args).await?;

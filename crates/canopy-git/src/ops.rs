@@ -165,21 +165,13 @@ impl Git {
     /// The diff from `base` to `head` (both in the mirror), cut to its first `max` bytes
     /// (at a line) with a note of how much more there is.
     pub async fn diff(&self, mirror: &Path, base: &str, head: &str, max: usize) -> Result<String, GitError> {
-        let out = self.trusted(mirror, &["diff", "--no-ext-diff", "--no-textconv", "--no-color", base, head]).await?;
-        let text = out.stdout;
-        if text.len() <= max {
+        let args = ["diff", "--no-ext-diff", "--no-textconv", "--no-color", base, head];
+        let (text, more) = self.trusted_head(mirror, &args, max).await?;
+        if !more {
             return Ok(text);
         }
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        let end = text[..end].rfind('\n').map(|i| i + 1).unwrap_or(end);
-        Ok(format!(
-            "{}[... {} more bytes of diff: run `git diff {base} {head}` to read them]\n",
-            &text[..end],
-            text.len() - end
-        ))
+        let end = text.rfind('\n').map(|i| i + 1).unwrap_or(text.len());
+        Ok(format!("{}[... more of the diff: run `git diff {base} {head}` to read it]\n", &text[..end]))
     }
 
     /// A new checkout of the mirror in `dest` on a new `branch` from `start` (a commit in the
@@ -445,13 +437,27 @@ impl Git {
     /// without running git (a loose ref, else `packed-refs`): cheap enough to poll every
     /// checkout. Only regular files are read, at most 1 MiB, and only a hex object id counts.
     pub fn read_branch_head(dir: &Path, branch: &str) -> Option<String> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
         let git_dir = dir.join(".git");
+        // The checkout is the agent's: `.git` must be a directory, and each file is opened
+        // without following a symlink and without blocking (a FIFO answers nothing), then
+        // checked to be a regular file before at most 1 MiB of it is read.
+        if !std::fs::symlink_metadata(&git_dir).is_ok_and(|m| m.is_dir()) {
+            return None;
+        }
         let read = |path: &Path| -> Option<String> {
-            let meta = std::fs::symlink_metadata(path).ok()?;
-            if !meta.file_type().is_file() || meta.len() > 1024 * 1024 {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(path)
+                .ok()?;
+            if !file.metadata().ok()?.is_file() {
                 return None;
             }
-            std::fs::read_to_string(path).ok()
+            let mut text = String::new();
+            file.take(1024 * 1024).read_to_string(&mut text).ok()?;
+            Some(text)
         };
         let is_id = |s: &str| (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
         if let Some(text) = read(&git_dir.join("refs/heads").join(branch)) {
@@ -522,7 +528,12 @@ impl Git {
             let spec = format!("{commit}:refs/heads/{base}");
             self.trusted(mirror, &["push", "--quiet", source, &spec]).await?;
         }
-        self.refresh(mirror, source, base).await.map(|_| ())
+        // Landed: the mirror catching up is the next use's refresh if this one fails, never a
+        // reason to call the landing refused.
+        if let Err(e) = self.refresh(mirror, source, base).await {
+            tracing::warn!(error = %e, "refreshing the mirror after landing failed");
+        }
+        Ok(())
     }
 }
 

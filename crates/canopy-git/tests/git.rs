@@ -59,3 +59,20 @@ async fn a_check_keeps_the_end_of_its_output_and_a_timeout_says_so_with_what_it_
     let ok = git.check(tmp.path(), tmp.path(), "true", 1000).await;
     assert!(ok.passed && ok.outcome == "exit 0", "{ok:?}");
 }
+
+#[test]
+fn a_branch_head_is_read_from_a_regular_ref_file_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    repo(tmp.path());
+    let a = sh(tmp.path(), "git rev-parse a");
+    assert_eq!(Git::read_branch_head(tmp.path(), "a").as_deref(), Some(a.as_str()));
+    // Packed refs are read too.
+    sh(tmp.path(), "git pack-refs --all");
+    assert_eq!(Git::read_branch_head(tmp.path(), "a").as_deref(), Some(a.as_str()));
+    // A FIFO answers nothing (and does not block), a symlink is not followed, junk is no id.
+    sh(tmp.path(), "mkfifo .git/refs/heads/fifo && ln -s ../../../shared.txt .git/refs/heads/link");
+    sh(tmp.path(), "echo not-an-id > .git/refs/heads/junk");
+    for branch in ["fifo", "link", "junk", "missing"] {
+        assert_eq!(Git::read_branch_head(tmp.path(), branch), None, "{branch}");
+    }
+}

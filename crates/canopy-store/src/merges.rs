@@ -158,11 +158,30 @@ pub fn request_merge(conn: &Db<'_>, caller: &Caller, spec: &MergeSpec) -> Result
         return Err(Error::invalid("caller", "operators merge with git directly; merge requests are agents'"));
     }
     let requester = require_account(conn, "caller", caller.handle.as_str())?;
+    let open_id: Option<i64> = conn
+        .query_row(
+            "SELECT id FROM merges WHERE requester_id = ?1 AND title = ?2 \
+             AND state IN ('checking', 'in_review', 'pending', 'queued', 'merging')",
+            params![requester.id, spec.title],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("checking a title"))?;
     for dep in &spec.depends_on {
         let below =
             load_merge(conn, *dep).map_err(|_| Error::invalid("depends_on", format!("merge-{dep} does not exist")))?;
         if below.requester != caller.handle {
             return Err(Error::invalid("depends_on", format!("merge-{dep} is {}'s, not yours", below.requester)));
+        }
+        let dep_repo: i64 = conn
+            .query_row("SELECT repo_id FROM merges WHERE id = ?1", params![dep], |r| r.get(0))
+            .map_err(sql("reading a merge request's repository"))?;
+        if dep_repo != spec.repo_id {
+            return Err(Error::invalid("depends_on", format!("merge-{dep} is for another repository")));
+        }
+        // A stack only points down: an updated request stays above what it depends on.
+        if open_id.is_some_and(|own| *dep >= own) {
+            return Err(Error::invalid("depends_on", format!("merge-{dep} is not below this request")));
         }
         if matches!(below.state, MergeState::Denied | MergeState::Refused) {
             return Err(Error::ConflictOn {
@@ -521,9 +540,16 @@ pub fn reviews_of(conn: &Db<'_>, merge_id: i64) -> Result<Vec<Review>, Error> {
     s.query_map(params![merge_id], review_from_row).and_then(|rows| rows.collect()).map_err(sql("reading reviews"))
 }
 
-/// Records a reviewer run started on a request at its current head.
-pub fn start_review(conn: &Db<'_>, merge_id: i64, run_id: i64, focus: &str) -> Result<Review, Error> {
+/// Records a reviewer run started on a request at `head`, the head whose merged tree it reads;
+/// refused if the request has moved to another head meanwhile.
+pub fn start_review(conn: &Db<'_>, merge_id: i64, run_id: i64, head: &str, focus: &str) -> Result<Review, Error> {
     let request = load_merge(conn, merge_id)?;
+    if request.head != head {
+        return Err(Error::ConflictOn {
+            field: "merge_request",
+            reason: format!("{} moved to a new head while its review started; ask for a review again", request.id),
+        });
+    }
     let reviewer: i64 = conn
         .query_row("SELECT account_id FROM runs WHERE id = ?1", params![run_id], |r| r.get(0))
         .map_err(sql("finding a reviewer run"))?;
