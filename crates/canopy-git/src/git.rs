@@ -243,11 +243,18 @@ pub(crate) fn last_lines(text: &str, n: usize) -> String {
     lines[start..].iter().map(|l| l.chars().take(300).collect::<String>()).collect::<Vec<_>>().join("\n")
 }
 
+/// The longest one git command may take (a fetch from a remote that stopped answering holds its
+/// repository's lock, so it must end): killed after this, as `Timeout`.
+const GIT_TIMEOUT: Duration = Duration::from_secs(600);
+
 async fn run(mut command: Command, what: &str) -> Result<Output, GitError> {
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
     let child = command.spawn().map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;
-    let out =
-        child.wait_with_output().await.map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;
+    // Dropping the future on the timeout drops the child, which `kill_on_drop` kills.
+    let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| GitError::Timeout { what: what.to_owned(), limit: GIT_TIMEOUT })?
+        .map_err(|e| GitError::Spawn { what: what.to_owned(), reason: e.to_string() })?;
     Ok(Output {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
