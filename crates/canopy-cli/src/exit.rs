@@ -28,6 +28,13 @@ pub fn fail_usage(json: bool, field: &str, message: &str) -> u8 {
     EXIT_USAGE
 }
 
+/// Refuses an argument the daemon would refuse (`invalid_argument` naming `field`, exit 1),
+/// without asking it: a value the request's type cannot carry.
+pub fn refuse_locally(json: bool, field: &str, message: String) -> u8 {
+    let wire = canopy_proto::WireError { code: ErrorCode::InvalidArgument, message, field: Some(field.to_owned()) };
+    fail(json, &CallError::Refused(wire))
+}
+
 /// Prints an error and returns its exit code.
 pub fn fail(json: bool, error: &CallError) -> u8 {
     let (code, wire) = match error {

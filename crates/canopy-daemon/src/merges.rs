@@ -217,10 +217,9 @@ impl Merges {
             Ok(Some((request, notice))) => {
                 self.notifier.notify("merge_request", &request);
                 self.delivery.deliver_notices(vec![notice]).await;
-                if request.state == MergeState::InReview
-                    && request.verdict.is_none()
-                    && self.repo_requires_review(&request.repo).await
-                {
+                // In review with no verdict yet only where the repository requires a review
+                // (`review::override_needed`): Canopy starts that review itself.
+                if request.state == MergeState::InReview && request.verdict.is_none() {
                     self.start_review(&request, None).await;
                 }
             }
@@ -228,12 +227,6 @@ impl Merges {
             Ok(None) => {}
             Err(e) => tracing::warn!(id, error = %e, "recording a merge request's check failed"),
         }
-    }
-
-    async fn repo_requires_review(&self, name: &str) -> bool {
-        let name = name.to_owned();
-        let repo = self.store.read(move |conn| ops::require_repo(conn, "repo", &name)).await;
-        repo.is_ok_and(|r| r.review == canopy_core::review::ReviewPolicy::Required)
     }
 
     /// The request's head merged onto the base as it is now, in a scratch checkout; the
@@ -462,7 +455,7 @@ impl Merges {
             let _held = lock.lock().await;
             match self.repos.git().land(&mirror, &repo.source, &repo.base, &result_ref, &commit, &base).await {
                 Ok(()) => return Ok(Landed::Merged { fast_forward: commit == request.head, commit }),
-                Err(GitError::Invalid(m)) if m.contains("moved from") => {
+                Err(GitError::BaseMoved { .. }) => {
                     tracing::info!(id, "the base moved while the queue checked an entry; merging onto it again");
                     continue;
                 }

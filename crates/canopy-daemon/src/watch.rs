@@ -163,6 +163,12 @@ impl Watch {
         }
         let held = self.repos.git().is_ancestor(&self.repos.mirror(repo), head, base).await.unwrap_or(false);
         if held {
+            // Nothing of its own to check: recorded as checked, so the next look asks git nothing.
+            let next = BranchHead { head: head.to_owned(), checked: head.to_owned(), failing };
+            let (repo_id, name) = (repo.id, branch.to_owned());
+            if let Err(e) = self.store.write(move |conn| ops::set_branch_head(conn, repo_id, &name, &next)).await {
+                tracing::warn!(branch, error = %e, "recording a branch's head failed");
+            }
             return;
         }
         self.checking.insert(key.clone(), ());

@@ -27,6 +27,9 @@ pub enum GitError {
     Unconfinable(String),
     #[error("{0}")]
     Invalid(String),
+    /// The base branch moved since the merge onto it was prepared (a landing refuses it).
+    #[error("{base} moved from {from} to {to} since the merge was prepared; approve again to merge onto it")]
+    BaseMoved { base: String, from: String, to: String },
 }
 
 fn humantime(d: Duration) -> String {
@@ -100,12 +103,18 @@ impl Git {
 
     /// Runs git as the daemon and returns whatever it exited with.
     pub(crate) async fn trusted_any(&self, cwd: &Path, args: &[&str]) -> Result<Output, GitError> {
+        run(self.trusted_command(cwd, args), &describe(args)).await
+    }
+
+    /// Git as the daemon runs it in a trusted repository: hooks off, no prompt, no system
+    /// configuration, Canopy's identity.
+    fn trusted_command(&self, cwd: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(&self.program);
         command.current_dir(cwd).args(BASE_CONFIG).args(args);
         command.env("GIT_TERMINAL_PROMPT", "0").env("GIT_CONFIG_NOSYSTEM", "1");
         command.env("GIT_AUTHOR_NAME", "Canopy").env("GIT_AUTHOR_EMAIL", "canopy@localhost");
         command.env("GIT_COMMITTER_NAME", "Canopy").env("GIT_COMMITTER_EMAIL", "canopy@localhost");
-        run(command, &describe(args)).await
+        command
     }
 
     /// Runs git as the daemon and keeps only the first `max` bytes of what it prints (the rest
@@ -113,8 +122,7 @@ impl Git {
     /// exits 0 having printed at most `max` bytes.
     pub(crate) async fn trusted_head(&self, cwd: &Path, args: &[&str], max: usize) -> Result<(String, bool), GitError> {
         use tokio::io::AsyncReadExt;
-        let mut command = Command::new(&self.program);
-        command.current_dir(cwd).args(BASE_CONFIG).args(args).env("GIT_CONFIG_NOSYSTEM", "1");
+        let mut command = self.trusted_command(cwd, args);
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
         let what = describe(args);
         let spawn_error = |e: std::io::Error| GitError::Spawn { what: what.clone(), reason: e.to_string() };

@@ -508,11 +508,11 @@ impl Git {
                 == base;
         let now = self.refresh(mirror, source, base).await?;
         if now != expected {
-            return Err(GitError::Invalid(format!(
-                "{base} moved from {} to {} since the merge was prepared; approve again to merge onto it",
-                short(expected),
-                short(&now)
-            )));
+            return Err(GitError::BaseMoved {
+                base: base.to_owned(),
+                from: short(expected).to_owned(),
+                to: short(&now).to_owned(),
+            });
         }
         if checked_out {
             let from = mirror.display().to_string();

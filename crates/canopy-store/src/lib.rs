@@ -288,7 +288,7 @@ pub mod ops {
     pub use crate::merges::{
         decide_merge, end_review_of_run, finish_merge, list_merges, load_merge, merge_checked, merge_checked_base,
         merge_in_topic, merge_issues, merge_notice, merge_number, merge_queue, open_merges, queue_next, recover_merges,
-        request_merge, review_of_account, reviews_of, start_review, submit_review,
+        request_merge, reviews_of, start_review, submit_review,
     };
     pub use crate::messages::{post, post_and_reach, post_audited, read_channel, sync};
     pub use crate::notices::notice;

@@ -158,12 +158,12 @@ pub fn request_merge(conn: &Db<'_>, caller: &Caller, spec: &MergeSpec) -> Result
         return Err(Error::invalid("caller", "operators merge with git directly; merge requests are agents'"));
     }
     let requester = require_account(conn, "caller", caller.handle.as_str())?;
-    let open_id: Option<i64> = conn
+    let open: Option<(i64, String)> = conn
         .query_row(
-            "SELECT id FROM merges WHERE requester_id = ?1 AND title = ?2 \
+            "SELECT id, state FROM merges WHERE requester_id = ?1 AND title = ?2 \
              AND state IN ('checking', 'in_review', 'pending', 'queued', 'merging')",
             params![requester.id, spec.title],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()
         .map_err(sql("checking a title"))?;
@@ -180,7 +180,7 @@ pub fn request_merge(conn: &Db<'_>, caller: &Caller, spec: &MergeSpec) -> Result
             return Err(Error::invalid("depends_on", format!("merge-{dep} is for another repository")));
         }
         // A stack only points down: an updated request stays above what it depends on.
-        if open_id.is_some_and(|own| *dep >= own) {
+        if open.as_ref().is_some_and(|(own, _)| dep >= own) {
             return Err(Error::invalid("depends_on", format!("merge-{dep} is not below this request")));
         }
         if matches!(below.state, MergeState::Denied | MergeState::Refused) {
@@ -190,15 +190,6 @@ pub fn request_merge(conn: &Db<'_>, caller: &Caller, spec: &MergeSpec) -> Result
             });
         }
     }
-    let open: Option<(i64, String)> = conn
-        .query_row(
-            "SELECT id, state FROM merges WHERE requester_id = ?1 AND title = ?2 \
-             AND state IN ('checking', 'in_review', 'pending', 'queued', 'merging')",
-            params![requester.id, spec.title],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-        .map_err(sql("checking a title"))?;
     let deps: Vec<String> = spec.depends_on.iter().map(i64::to_string).collect();
     let id = match open {
         Some((id, state)) if state == "queued" || state == "merging" => {
@@ -644,18 +635,6 @@ pub fn end_review_of_run(conn: &Db<'_>, run_id: i64, why: &str) -> Result<Option
         .map_err(sql("abandoning a review"))?;
     let request = load_merge(conn, merge_id)?;
     Ok(Some(post_about(conn, &request, &review::say::abandoned(&request.id, run_id, why))?))
-}
-
-/// The merge request a reviewer run reviews, if it is one.
-pub fn review_of_account(conn: &Db<'_>, handle: &str) -> Result<Option<i64>, Error> {
-    conn.query_row(
-        "SELECT v.merge_id FROM reviews v JOIN accounts a ON a.id = v.reviewer_id WHERE a.handle = ?1 \
-         ORDER BY v.id DESC LIMIT 1",
-        params![handle],
-        |r| r.get(0),
-    )
-    .optional()
-    .map_err(sql("finding a run's review"))
 }
 
 /// The issues a merge request works on: number and title, lowest first.

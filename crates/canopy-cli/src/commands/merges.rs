@@ -4,14 +4,13 @@
 //!
 //! Does not touch git: the daemon checks, merges and lands.
 
-use canopy_core::ErrorCode;
 use canopy_proto::api::*;
 use canopy_proto::method;
 
 use super::call::call;
 use crate::args::MergesCommand;
-use crate::client::{CallError, Client};
-use crate::exit::{EXIT_REFUSED, code, fail};
+use crate::client::Client;
+use crate::exit::{EXIT_REFUSED, code, fail, refuse_locally};
 use crate::output;
 
 /// `canopy merges [--state S] [show|approve|deny|queue]`.
@@ -98,9 +97,7 @@ async fn list(client: &Client, json: bool, state: Option<String>) -> u8 {
         Some(Ok(state)) => Some(state),
         Some(Err(bad)) => {
             let message = format!("unknown state {bad:?}; one of {}", canopy_core::MergeState::expected());
-            let wire =
-                canopy_proto::WireError { code: ErrorCode::InvalidArgument, message, field: Some("state".into()) };
-            return fail(json, &CallError::Refused(wire));
+            return refuse_locally(json, "state", message);
         }
     };
     code(json, call::<method::MergesList>(client, json, &MergesListRequest { state }, output::merges).await)

@@ -9,7 +9,7 @@ use canopy_proto::method;
 use super::call::call;
 use crate::args::ReposCommand;
 use crate::client::Client;
-use crate::exit::code;
+use crate::exit::{code, refuse_locally};
 use crate::output;
 
 /// `canopy repos add|list|gc`.
@@ -26,24 +26,14 @@ pub async fn repos(client: &Client, json: bool, command: ReposCommand) -> u8 {
                 Some(Ok(policy)) => Some(policy),
                 Some(Err(bad)) => {
                     let message = format!("unknown review policy {bad:?}; one of operator, required");
-                    let wire = canopy_proto::WireError {
-                        code: canopy_core::ErrorCode::InvalidArgument,
-                        message,
-                        field: Some("review".into()),
-                    };
-                    return crate::exit::fail(json, &crate::client::CallError::Refused(wire));
+                    return refuse_locally(json, "review", message);
                 }
             };
             let mut named = std::collections::BTreeMap::new();
             for value in &checks {
                 let (check, command) = canopy_core::checks::parse_assignment(value);
                 if named.insert(check.clone(), command).is_some() {
-                    let wire = canopy_proto::WireError {
-                        code: canopy_core::ErrorCode::InvalidArgument,
-                        message: format!("check {check} is given twice"),
-                        field: Some("checks".into()),
-                    };
-                    return crate::exit::fail(json, &crate::client::CallError::Refused(wire));
+                    return refuse_locally(json, "checks", format!("check {check} is given twice"));
                 }
             }
             let request = ReposAddRequest { name, source, base: Some(base), check: None, checks: named, review };
