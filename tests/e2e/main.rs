@@ -26,6 +26,7 @@ mod continuity;
 mod crash;
 mod delivery;
 mod demo;
+mod egress;
 mod errors;
 mod fuzz;
 mod gate;

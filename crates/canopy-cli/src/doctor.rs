@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use canopy_config::{Config, DataDir};
 use canopy_harness::{
-    Capability, HarnessKind, HarnessSettings, LaunchSpec, Prompt, SandboxMode, SandboxSettings, Session,
+    Capability, HarnessKind, HarnessSettings, LaunchSpec, Limits, Network, Prompt, SandboxMode, SandboxSettings,
+    Session,
 };
 use serde::Serialize;
 
@@ -267,7 +268,8 @@ async fn nats_check() -> Check {
     check
 }
 
-/// What confinement this machine offers, and whether `[sandbox]` asks for it.
+/// What confinement this machine offers, and whether `[sandbox]` asks for it: namespaces, the
+/// network mode, Landlock, and the limits this machine enforces and how.
 fn sandbox_check(sandbox: &SandboxSettings) -> Check {
     let probe = Capability::probe(&sandbox.bwrap);
     let mut parts = Vec::new();
@@ -279,7 +281,24 @@ fn sandbox_check(sandbox: &SandboxSettings) -> Check {
         Err(_) => "namespaces not usable".to_owned(),
     });
     parts.push(format!("Landlock ABI {}", probe.landlock_abi));
-    let usable = probe.usable();
+    parts.push(match (sandbox.network, &probe.network) {
+        (Network::Proxy, Ok(())) => format!(
+            "network: a namespace of its own per session, MCP and model endpoints relayed, egress proxy allowing {}",
+            match sandbox.allow_hosts.is_empty() {
+                true => "nothing else".to_owned(),
+                false => sandbox.allow_hosts.join(", "),
+            }
+        ),
+        (Network::Proxy, Err(_)) => "network: no user network namespaces here".to_owned(),
+        (Network::Host, _) => "network: the machine's, TCP connect limited by port".to_owned(),
+    });
+    parts.push(limits_line(&sandbox.limits));
+    let usable = probe.usable(sandbox.network);
+    let warning = match (sandbox.mode, sandbox.network) {
+        (SandboxMode::Off, _) => Some(canopy_runner::wiring::UNCONFINED_WARNING.to_owned()),
+        (SandboxMode::Required, Network::Host) => Some(canopy_runner::wiring::HOST_NETWORK_WARNING.to_owned()),
+        (SandboxMode::Required, Network::Proxy) => None,
+    };
     Check {
         name: "sandbox".into(),
         required: sandbox.mode == SandboxMode::Required,
@@ -288,8 +307,29 @@ fn sandbox_check(sandbox: &SandboxSettings) -> Check {
         version: Some(parts.join(", ")),
         session_starts: None,
         problem: usable.err().map(|e| e.0),
-        warning: (sandbox.mode == SandboxMode::Off).then(|| canopy_runner::wiring::UNCONFINED_WARNING.to_owned()),
+        warning,
     }
+}
+
+/// The limits and how this machine enforces them: no delegated cgroup v2 is used, so the
+/// kernel's per-process limits plus the runner's watch (and the kernel exempts a root runner
+/// from the process limit, which leaves the watch).
+fn limits_line(limits: &Limits) -> String {
+    // The owner of this process's /proc entry is its effective user.
+    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
+    format!(
+        "limits per session: {} processes ({}), {} memory (the runner's watch), {} open files (rlimit), CPU weight \
+         {} (niceness {}); no delegated cgroup v2 is used",
+        limits.max_processes,
+        match root {
+            true => "the runner's watch; the kernel exempts a root runner from the process rlimit",
+            false => "rlimit per session and the runner's watch",
+        },
+        canopy_core::size::Size(limits.max_memory),
+        limits.max_open_files,
+        limits.cpu_weight,
+        limits.nice()
+    )
 }
 
 async fn harness_check(

@@ -212,6 +212,12 @@ fn roster_row(a: &RosterEntry, width: usize, presence: usize) {
     if a.unconfined {
         marks.push("unconfined".to_owned());
     }
+    if a.host_network {
+        marks.push("host network".to_owned());
+    }
+    if a.egress_refused > 0 {
+        marks.push(format!("egress refused: {}", a.egress_refused));
+    }
     match &a.budget {
         Some(b) if b.level == canopy_core::budget::Level::Over => marks.push(format!("over budget ({}%)", b.percent)),
         Some(b) => marks.push(format!("budget {}%", b.percent)),

@@ -496,8 +496,25 @@ pub struct SandboxConfig {
     pub read_only: Vec<PathBuf>,
     /// Absolute directories every session may write beyond its own.
     pub read_write: Vec<PathBuf>,
-    /// TCP ports every session may connect to beyond its MCP endpoint and model endpoints.
+    /// TCP ports every session may connect to beyond its MCP endpoint and model endpoints
+    /// (`network = "host"` only: in a namespace of its own there is nothing else to reach).
     pub connect_ports: Vec<u16>,
+    /// `proxy`: each session has a network namespace of its own (loopback only), its MCP and
+    /// model endpoints relayed, everything else through an egress proxy that allows only
+    /// `allow_hosts`. `host`: the machine's network, TCP connect limited to the endpoints'
+    /// ports (for machines without user network namespaces); warned about loudly.
+    pub network: NetworkConfig,
+    /// Hosts every session may reach through the egress proxy beyond its model endpoints:
+    /// `host`, `host:port` or `*.domain` (package registries a build needs, say).
+    pub allow_hosts: Vec<String>,
+    /// Processes a session (with everything it starts) may have at once.
+    pub max_processes: u32,
+    /// Resident memory a session's processes may use together (`4 GiB`).
+    pub max_memory: canopy_core::size::Size,
+    /// Open files per process in a session.
+    pub max_open_files: u64,
+    /// A session's CPU share against the daemon's 100, 1 to 100.
+    pub cpu_weight: u32,
 }
 
 impl Default for SandboxConfig {
@@ -508,8 +525,21 @@ impl Default for SandboxConfig {
             read_only: Vec::new(),
             read_write: Vec::new(),
             connect_ports: Vec::new(),
+            network: NetworkConfig::Proxy,
+            allow_hosts: Vec::new(),
+            max_processes: 1024,
+            max_memory: canopy_core::size::Size(4 << 30),
+            max_open_files: 4096,
+            cpu_weight: 50,
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkConfig {
+    Proxy,
+    Host,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -517,6 +547,16 @@ impl Default for SandboxConfig {
 pub enum SandboxModeConfig {
     Required,
     Off,
+}
+
+/// Whether `entry` reads as an allow-list entry: `host`, `host:port`, `*.domain`, an IP
+/// address, `[v6]:port` (the egress proxy parses it again and says exactly what is wrong).
+fn allow_entry(entry: &str) -> bool {
+    let entry = entry.trim();
+    !entry.is_empty()
+        && entry.len() <= 260
+        && entry.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:*[]".contains(&b))
+        && entry.rfind('*').is_none_or(|i| i == 0 && entry.starts_with("*."))
 }
 
 impl Config {
@@ -953,6 +993,21 @@ impl Config {
         }
         if sandbox.connect_ports.contains(&0) {
             return Err(("sandbox.connect_ports", "ports are 1 to 65535".into()));
+        }
+        if let Some(bad) = sandbox.allow_hosts.iter().find(|h| !allow_entry(h)) {
+            return Err(("sandbox.allow_hosts", format!("{bad:?} is not host, host:port or *.domain")));
+        }
+        if sandbox.max_processes < 16 {
+            return Err(("sandbox.max_processes", "at least 16 (a harness alone runs several)".into()));
+        }
+        if sandbox.max_memory.0 < 64 << 20 {
+            return Err(("sandbox.max_memory", "at least 64 MiB".into()));
+        }
+        if sandbox.max_open_files < 64 {
+            return Err(("sandbox.max_open_files", "at least 64".into()));
+        }
+        if !(1..=100).contains(&sandbox.cpu_weight) {
+            return Err(("sandbox.cpu_weight", "1 to 100 (the daemon's is 100)".into()));
         }
         Ok(())
     }

@@ -29,6 +29,7 @@ pub mod render;
 pub mod repos;
 pub mod review;
 pub mod schedule;
+pub mod size;
 pub mod spawn;
 pub mod tree;
 

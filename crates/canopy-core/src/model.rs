@@ -120,6 +120,10 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 /// A channel as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -254,6 +258,12 @@ pub struct RosterEntry {
     /// Whether its sessions run without confinement (`[sandbox] mode = "off"`).
     #[serde(default)]
     pub unconfined: bool,
+    /// Whether its sessions share the machine's network (`[sandbox] network = "host"`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub host_network: bool,
+    /// Connections its current session's egress proxy refused.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub egress_refused: u64,
     /// The budget nearest its limit among those covering it, once at 80% or more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetMark>,

@@ -31,6 +31,24 @@ pub fn session_failing(handle: &str, reason: &str) -> String {
     )
 }
 
+/// The first connection a session's egress proxy refused (`what`: the activity line, host and
+/// reason); later ones are only counted on its roster line.
+pub fn egress_refused(handle: &str, what: &str) -> String {
+    format!(
+        "@{handle}'s sandbox refused a connection: {what}. Its session reaches only its model endpoints and \
+         [sandbox] allow_hosts; add the host there if the work needs it. The roster counts further refusals."
+    )
+}
+
+/// A session ended for passing one of its `[sandbox]` limits (`what`: `session ended: memory
+/// limit 2 GiB reached`).
+pub fn limit_reached(handle: &str, what: &str) -> String {
+    format!(
+        "@{handle}'s {what}. It crashed as far as its runner is concerned and restarts like any crash; raise the \
+         limit under [sandbox] if the work needs more."
+    )
+}
+
 /// How a subagent run ended, for its Manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunEnd {

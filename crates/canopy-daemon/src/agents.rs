@@ -74,6 +74,8 @@ impl Agents {
             .map(|h| Handle::parse(h).map_err(|e| Error::name("handles", e)))
             .collect::<Result<std::collections::HashSet<Handle>, Error>>()?;
         let unconfined = self.unconfined();
+        let host_network = self.config.sandbox.mode == canopy_config::config::SandboxModeConfig::Required
+            && self.config.sandbox.network == canopy_config::config::NetworkConfig::Host;
         let holds = self.budgets.gate().snapshot();
         // Without a filter the store reads just this page; a filter reads every row after
         // `after` and pages here.
@@ -102,7 +104,7 @@ impl Agents {
             .collect();
         let more = (matched.len().saturating_sub(limit) as u64 + beyond) as u32;
         matched.truncate(limit);
-        matched.iter_mut().for_each(|a| a.unconfined = unconfined);
+        matched.iter_mut().for_each(|a| (a.unconfined, a.host_network) = (unconfined, host_network));
         Ok(RosterResponse { agents: matched, more })
     }
 

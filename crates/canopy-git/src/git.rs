@@ -223,9 +223,13 @@ impl Git {
             read_write: vec![grants.write.to_path_buf()],
             protected: Vec::new(),
             connect_ports: Vec::new(),
+            // Git and the checks need no network: with a namespace of their own, nothing they
+            // run reaches one (no UDP, no DNS either).
+            own_network: self.sandbox.network == sandbox::Network::Proxy,
+            hosts_file: None,
         };
-        let bwrap = Capability::cached(&self.sandbox.bwrap).usable().map_err(refuse)?;
-        let (outer, rules) = sandbox::wrap(&bwrap, &grants, &inner).map_err(refuse)?;
+        let bwrap = Capability::cached(&self.sandbox.bwrap).usable(self.sandbox.network).map_err(refuse)?;
+        let (outer, rules) = sandbox::wrap(&bwrap, &grants, &inner, None).map_err(refuse)?;
         tracing::trace!(what, "confined");
         Ok((outer, Some(rules)))
     }

@@ -142,6 +142,17 @@ pub enum HarnessEvent {
     Malformed {
         reason: String,
     },
+    /// The sandbox's egress proxy refused a connection the session asked for.
+    EgressRefused {
+        host: String,
+        port: u16,
+        reason: String,
+    },
+    /// The session passed one of its limits (`memory limit 2 GiB reached`) and is being
+    /// ended; its exit follows.
+    LimitReached {
+        reason: String,
+    },
     /// The process exited.
     Exited {
         code: Option<i32>,
@@ -174,6 +185,8 @@ impl HarnessEvent {
             HarnessEvent::SteerInjected { .. } => "steer_injected",
             HarnessEvent::SteerDropped { .. } => "steer_dropped",
             HarnessEvent::Malformed { .. } => "malformed",
+            HarnessEvent::EgressRefused { .. } => "egress_refused",
+            HarnessEvent::LimitReached { .. } => "limit_reached",
             HarnessEvent::Exited { .. } => "exited",
         }
     }
@@ -235,6 +248,10 @@ impl HarnessEvent {
             }
             HarnessEvent::SteerDropped { reason, .. } => format!("a steer was dropped: {reason}"),
             HarnessEvent::Malformed { reason } => format!("unreadable line from the harness: {reason}"),
+            HarnessEvent::EgressRefused { host, port, reason } => {
+                format!("egress to {host}:{port} refused: {reason}")
+            }
+            HarnessEvent::LimitReached { reason } => format!("session ended: {reason}"),
             HarnessEvent::Exited { code, signal } => match (code, signal) {
                 (Some(code), _) => format!("session exited with code {code}"),
                 (None, Some(signal)) => format!("session killed by signal {signal}"),

@@ -199,7 +199,7 @@ pub(crate) fn grants(spec: &LaunchSpec) -> Result<Grants, LaunchError> {
         true => vec![spec.cwd.clone()],
         false => Vec::new(),
     };
-    Ok(Grants { read_only, read_write, protected, connect_ports })
+    Ok(Grants { read_only, read_write, protected, connect_ports, own_network: false, hosts_file: None })
 }
 
 /// Drops the record of a conversation that must not be resumed again. A record already
@@ -225,4 +225,32 @@ pub(crate) fn write_private(path: PathBuf, bytes: &[u8]) -> Result<(), LaunchErr
         .open(&path)
         .and_then(|mut file| file.write_all(bytes))
         .map_err(LaunchError::files(path))
+}
+
+/// A launch spec for unit tests: `kind` with an MCP endpoint on a loopback port, nothing
+/// granted, unconfined.
+#[cfg(test)]
+pub(crate) fn test_spec(kind: crate::HarnessKind, dir: &std::path::Path) -> LaunchSpec {
+    LaunchSpec {
+        kind,
+        program: kind.default_program().unwrap_or("canopy").into(),
+        program_args: vec![],
+        session_dir: dir.join("s"),
+        agent_dir: None,
+        cwd: dir.join("w"),
+        builtin_tools: Vec::new(),
+        prompt: Prompt::replace(String::new()),
+        mcp_url: "http://127.0.0.1:1/mcp".into(),
+        mcp_token: "t".into(),
+        env: vec![],
+        model: None,
+        provider: None,
+        script: None,
+        max_line_bytes: 1024,
+        ready_timeout: Duration::from_secs(1),
+        sandbox: crate::SandboxSettings::off(dir.join("data")),
+        repo_mirror: None,
+        cwd_read_only: false,
+        subagents: Vec::new(),
+    }
 }

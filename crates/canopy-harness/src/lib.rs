@@ -14,9 +14,13 @@
 pub mod claude;
 mod codec;
 pub mod codex;
+mod confine;
+pub mod egress;
 mod event;
 mod kinds;
 mod launch;
+pub mod limits;
+pub mod network;
 pub mod omp;
 pub mod pi;
 pub mod sandbox;
@@ -27,7 +31,8 @@ mod settings;
 pub use canopy_core::harness::{CONVERSATION_STATE, Capabilities, HarnessKind, PromptMode};
 pub use event::{HarnessEvent, SendMode, SendOutcome, TurnStatus, Usage};
 pub use launch::{InputContext, LaunchError, LaunchSpec, Prompt, Subagent};
-pub use sandbox::{Capability, SandboxMode, SandboxSettings, Unconfinable};
+pub use limits::Limits;
+pub use sandbox::{Capability, Network, SandboxMode, SandboxSettings, Unconfinable};
 pub use session::{Session, SessionError};
 pub use settings::{HarnessSettings, ProviderSettings, find_program};
 

@@ -1,10 +1,12 @@
-//! Confinement of every harness process: a bubblewrap mount and PID namespace around it and
-//! a Landlock ruleset over TCP connect and signals, built from the `LaunchSpec` alone.
+//! Confinement of every harness process: a bubblewrap mount, PID and (by default) network
+//! namespace around it and a Landlock ruleset over TCP connect and signals, built from the
+//! `LaunchSpec` alone.
 //!
 //! Owns what a session can see and reach: system files read-only, the harness's install
 //! read-only, its own agent directory and working directory read-write, a private `/tmp`,
-//! its own processes only, no capabilities, no controlling terminal, and TCP connect only to
-//! its MCP endpoint and its model endpoints. It refuses grants that would expose the data
+//! its own processes only, no capabilities, no controlling terminal, a network of its own
+//! whose only ways out the runner serves (`network`; with `network = "host"`, the machine's
+//! network with TCP connect only to its MCP endpoint's and model endpoints' ports). It refuses grants that would expose the data
 //! directory's root files or the operator's home (Landlock and bind mounts are allow-lists:
 //! a granted directory cannot have a hole carved into it, so a grant that contains the data
 //! directory is never made). Does not decide whether a session is sandboxed (`[sandbox]
@@ -36,6 +38,27 @@ impl SandboxMode {
     }
 }
 
+/// Which network a confined session has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Network {
+    /// Its own namespace: loopback only, with its endpoints relayed and an egress proxy that
+    /// allows only its allow-list.
+    #[default]
+    Proxy,
+    /// The machine's network, TCP connect limited by port (for machines without user network
+    /// namespaces). Loud everywhere.
+    Host,
+}
+
+impl Network {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::Proxy => "proxy",
+            Network::Host => "host",
+        }
+    }
+}
+
 /// `[sandbox]` as the runner needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSettings {
@@ -46,10 +69,15 @@ pub struct SandboxSettings {
     pub read_only: Vec<PathBuf>,
     /// More paths a session may write.
     pub read_write: Vec<PathBuf>,
-    /// More TCP ports a session may connect to (on any address).
+    /// More TCP ports a session may connect to (on any address; `network = "host"` only).
     pub connect_ports: Vec<u16>,
     /// The data directory: never granted, nor anything that contains it.
     pub data_dir: PathBuf,
+    pub network: Network,
+    /// Hosts (`host`, `host:port`, `*.domain`) the egress proxy allows beyond the model
+    /// endpoints.
+    pub allow_hosts: Vec<String>,
+    pub limits: crate::limits::Limits,
 }
 
 impl SandboxSettings {
@@ -62,6 +90,9 @@ impl SandboxSettings {
             read_write: Vec::new(),
             connect_ports: Vec::new(),
             data_dir: data_dir.into(),
+            network: Network::Proxy,
+            allow_hosts: Vec::new(),
+            limits: crate::limits::Limits::default(),
         }
     }
 
@@ -89,6 +120,8 @@ pub struct Capability {
     pub bwrap: Result<(PathBuf, String), String>,
     /// Whether bwrap could build a user, mount and PID namespace here (and the error if not).
     pub namespaces: Result<(), String>,
+    /// Whether it could build a network namespace too.
+    pub network: Result<(), String>,
     /// The kernel's Landlock ABI (0: none).
     pub landlock_abi: i32,
 }
@@ -107,38 +140,23 @@ impl Capability {
             let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
             Ok((path, version))
         });
-        let namespaces = match &bwrap {
-            Err(e) => Err(e.clone()),
-            Ok((path, _)) => {
-                let mut command = std::process::Command::new(path);
-                command.args([
-                    "--unshare-user",
-                    "--unshare-pid",
-                    "--unshare-ipc",
-                    "--unshare-uts",
-                    "--cap-drop",
-                    "ALL",
-                ]);
-                command.args(["--ro-bind", "/", "/", "--proc", "/proc"]);
-                command.args(["--dev", "/dev", "--", "true"]);
-                match command.output() {
-                    Ok(out) if out.status.success() => Ok(()),
-                    Ok(out) => Err(format!(
-                        "bwrap could not build the namespaces: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    )),
-                    Err(e) => Err(format!("running {}: {e}", path.display())),
-                }
-            }
-        };
-        Capability { bwrap, namespaces, landlock_abi }
+        let namespaces = try_namespaces(&bwrap, &[]);
+        let network = try_namespaces(&bwrap, &["--unshare-net"]);
+        Capability { bwrap, namespaces, network, landlock_abi }
     }
 
-    /// Whether a session can be confined here, and why not.
-    pub fn usable(&self) -> Result<PathBuf, Unconfinable> {
+    /// Whether a session can be confined here with `network`, and why not.
+    pub fn usable(&self, network: Network) -> Result<PathBuf, Unconfinable> {
         let (path, _) =
             self.bwrap.clone().map_err(|e| Unconfinable(format!("{e}; install bubblewrap or set [sandbox] bwrap")))?;
         self.namespaces.clone().map_err(Unconfinable)?;
+        if network == Network::Proxy {
+            self.network.clone().map_err(|e| {
+                Unconfinable(format!(
+                    "{e}; a machine without user network namespaces needs [sandbox] network = \"host\""
+                ))
+            })?;
+        }
         if self.landlock_abi < 4 {
             return Err(Unconfinable(format!(
                 "this kernel's Landlock ABI is {}; TCP-connect rules need ABI 4 (Linux 6.7) or later",
@@ -166,6 +184,23 @@ impl Capability {
     }
 }
 
+/// Whether bwrap at `bwrap` can build its namespaces here, with `more` of them.
+fn try_namespaces(bwrap: &Result<(PathBuf, String), String>, more: &[&str]) -> Result<(), String> {
+    let (path, _) = bwrap.as_ref().map_err(Clone::clone)?;
+    let mut command = std::process::Command::new(path);
+    command.args(["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL"]);
+    command.args(more).args(["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"]);
+    match command.output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "bwrap could not build the {}namespaces: {}",
+            if more.is_empty() { "" } else { "network " },
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Err(format!("running {}: {e}", path.display())),
+    }
+}
+
 /// What one session is granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grants {
@@ -175,6 +210,10 @@ pub struct Grants {
     /// run's checkout inside its own session directory.
     pub protected: Vec<PathBuf>,
     pub connect_ports: Vec<u16>,
+    /// A network namespace of its own (loopback only).
+    pub own_network: bool,
+    /// The file bound over `/etc/hosts` (its endpoints' names), with `own_network`.
+    pub hosts_file: Option<PathBuf>,
 }
 
 /// A path made absolute and free of `.`/`..` (resolving symlinks where the path exists).
@@ -227,22 +266,35 @@ pub fn check_grant(what: &str, path: &Path, data_dir: &Path, own: Option<&Path>)
 
 /// The TCP port of an `http(s)://host[:port]/...` URL (80 or 443 when absent).
 pub fn url_port(url: &str) -> Option<u16> {
+    url_host_port(url).map(|(_, port)| port)
+}
+
+/// The host (lowercase, an IPv6 address without brackets) and TCP port of an
+/// `http(s)://host[:port]/...` URL (80 or 443 when absent).
+pub fn url_host_port(url: &str) -> Option<(String, u16)> {
     let (scheme, rest) = url.split_once("://")?;
     let authority = rest.split(['/', '?', '#']).next()?;
     let host_port = authority.rsplit('@').next()?;
     // An IPv6 host is bracketed; its port, if any, follows the closing bracket.
-    let port = match host_port.strip_prefix('[') {
-        Some(v6) => v6.split_once(']').and_then(|(_, rest)| rest.strip_prefix(':')),
-        None => host_port.rsplit_once(':').map(|(_, port)| port),
-    };
-    match port {
-        Some(port) if !port.is_empty() => port.parse().ok(),
-        _ => match scheme.to_ascii_lowercase().as_str() {
-            "http" => Some(80),
-            "https" => Some(443),
-            _ => None,
+    let (host, port) = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map(|(host, rest)| (host, rest.strip_prefix(':')))?,
+        None => match host_port.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
         },
+    };
+    if host.is_empty() {
+        return None;
     }
+    let port = match port {
+        Some(port) if !port.is_empty() => port.parse().ok()?,
+        _ => match scheme.to_ascii_lowercase().as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return None,
+        },
+    };
+    Some((host.to_ascii_lowercase(), port))
 }
 
 /// The model endpoints' ports a harness is configured for: every `*_BASE_URL` in its
@@ -298,9 +350,12 @@ fn normal_keep_link(path: &Path) -> PathBuf {
 pub fn bwrap_args(grants: &Grants, cwd: &Path) -> Vec<OsString> {
     let mut args: Vec<OsString> = Vec::new();
     let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| args.extend(items.iter().map(|i| i.as_ref().to_owned()));
-    // bwrap's root is an empty tmpfs: only what is bound below exists. The network namespace
-    // is shared (Landlock decides which ports a connect may reach).
+    // bwrap's root is an empty tmpfs: only what is bound below exists. Without a network of its
+    // own, the network namespace is shared (Landlock decides which ports a connect may reach).
     push(&[&"--unshare-user", &"--unshare-ipc", &"--unshare-pid", &"--unshare-uts", &"--unshare-cgroup-try"]);
+    if grants.own_network {
+        push(&[&"--unshare-net"]);
+    }
     push(&[&"--die-with-parent", &"--cap-drop", &"ALL", &"--hostname", &"canopy-session"]);
     for system in SYSTEM_READ_ONLY {
         let path = Path::new(system);
@@ -318,6 +373,9 @@ pub fn bwrap_args(grants: &Grants, cwd: &Path) -> Vec<OsString> {
         if Path::new(masked).exists() {
             push(&[&"--ro-bind", &"/dev/null", masked]);
         }
+    }
+    if let (true, Some(hosts)) = (grants.own_network, &grants.hosts_file) {
+        push(&[&"--ro-bind", hosts, &"/etc/hosts"]);
     }
     // Its own PID namespace's /proc, with /proc/sys read-only: a session of a runner that runs
     // as root is uid 0 (without capabilities), and the kernel lets uid 0 write most sysctls.
@@ -339,17 +397,25 @@ pub fn bwrap_args(grants: &Grants, cwd: &Path) -> Vec<OsString> {
 }
 
 /// A confined version of `inner`: the same program, arguments, environment and working
-/// directory run by `bwrap` with `grants`, entering the Landlock ruleset first. The
+/// directory run by `bwrap` with `grants`, entering the Landlock ruleset first. With
+/// `handshake` (`--info-fd`, `--block-fd`: descriptors the command keeps across its exec),
+/// bwrap says its first process's pid and waits for a byte before running the program. The
 /// returned ruleset must live until the command has been spawned.
 pub fn wrap(
     bwrap: &Path,
     grants: &Grants,
     inner: &Command,
+    handshake: Option<[std::os::fd::RawFd; 2]>,
 ) -> Result<(Command, canopy_sys::ConnectRules), Unconfinable> {
     let std = inner.as_std();
     let cwd = std.get_current_dir().map(Path::to_owned).unwrap_or_else(|| PathBuf::from("/"));
     let mut outer = Command::new(bwrap);
-    outer.args(bwrap_args(grants, &cwd)).arg("--").arg(std.get_program()).args(std.get_args());
+    outer.args(bwrap_args(grants, &cwd));
+    if let Some([info, block]) = handshake {
+        outer.args(["--info-fd", &info.to_string(), "--block-fd", &block.to_string()]);
+        canopy_sys::namespace::inherit(&mut outer, [info, block]);
+    }
+    outer.arg("--").arg(std.get_program()).args(std.get_args());
     outer.env_clear();
     for (key, value) in std.get_envs() {
         if let Some(value) = value {

@@ -12,7 +12,6 @@
 //! failed resume never fails the session.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,10 +21,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::HarnessKind;
 use crate::codec::{Codec, Decoded};
+use crate::confine;
 use crate::event::{HarnessEvent, SendMode, SendOutcome};
 use crate::kinds;
-use crate::launch::{InputContext, LaunchError, LaunchSpec, Resume, grants};
-use crate::sandbox::{self, Capability, SandboxMode};
+use crate::launch::{InputContext, LaunchError, LaunchSpec, Resume};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -114,10 +113,15 @@ impl Session {
         mut codec: Box<dyn Codec>,
         note: Option<HarnessEvent>,
     ) -> Result<(Session, mpsc::Receiver<HarnessEvent>), LaunchError> {
-        let mut child = start_child(spec, command)?;
+        let (mut child, pending) = confine::start(spec, command)?;
         let pid = child.id().unwrap_or(0);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(LaunchError::Invalid("the harness's stdio was not captured".into()));
+        };
+        let (events_tx, events_rx) = mpsc::channel(event_capacity.max(16));
+        let confined = match pending {
+            Some(pending) => Some(pending.finish(spec, &mut child, events_tx.clone()).await?),
+            None => None,
         };
 
         let stdin: Stdin = Arc::new(tokio::sync::Mutex::new(Some(stdin)));
@@ -128,7 +132,6 @@ impl Session {
         }
         let codec = Arc::new(Mutex::new(codec));
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
-        let (events_tx, events_rx) = mpsc::channel(event_capacity.max(16));
         if let Some(note) = note
             && let Err(e) = events_tx.try_send(note)
         {
@@ -147,7 +150,10 @@ impl Session {
             events_tx.clone(),
             ready_tx,
         ));
-        tokio::spawn(watch_exit(child, reader, events_tx, exited_tx));
+        if let Some(confined) = &confined {
+            confine::watch_limits(spec, confined, events_tx.clone(), exited.clone());
+        }
+        tokio::spawn(watch_exit(child, reader, events_tx, exited_tx, confined));
 
         let session = Session { kind: spec.kind, pid, stdin, codec, pending, exited };
         session.wait_ready(ready_rx, spec.ready_timeout).await?;
@@ -282,28 +288,6 @@ fn prepare_command(spec: &LaunchSpec, resume: Resume) -> Result<(Command, Box<dy
     Ok((command, codec))
 }
 
-/// Confines `command` as `[sandbox]` says, points its stderr at `stderr.log`, and starts it
-/// in its own process group, dying with its parent.
-fn start_child(spec: &LaunchSpec, command: Command) -> Result<Child, LaunchError> {
-    let (mut command, rules) = match spec.sandbox.mode {
-        SandboxMode::Off => (command, None),
-        SandboxMode::Required => {
-            let bwrap = Capability::cached(&spec.sandbox.bwrap).usable()?;
-            let (confined, rules) = sandbox::wrap(&bwrap, &grants(spec)?, &command)?;
-            (confined, Some(rules))
-        }
-    };
-    let stderr_path = spec.session_dir.join("stderr.log");
-    let stderr = std::fs::File::create(&stderr_path).map_err(LaunchError::files(stderr_path))?;
-    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
-    canopy_sys::new_session(&mut command);
-    canopy_sys::die_with_parent(&mut command);
-    let spawned = command.spawn();
-    // The child entered the ruleset before exec; the parent's copy can go.
-    drop(rules);
-    spawned.map_err(|source| LaunchError::Spawn { program: spec.program.clone(), source })
-}
-
 /// Waits for the child's exit, forwards everything the harness printed before it, then
 /// reports the exit as the last event and marks the session exited.
 async fn watch_exit(
@@ -311,8 +295,11 @@ async fn watch_exit(
     reader: tokio::task::JoinHandle<()>,
     events: mpsc::Sender<HarnessEvent>,
     exited: watch::Sender<bool>,
+    confined: Option<confine::Confined>,
 ) {
     let status = child.wait().await;
+    // Its network's listeners stop with it.
+    drop(confined);
     if let Err(e) = reader.await {
         tracing::warn!(error = %e, "the harness's output reader ended abnormally");
     }

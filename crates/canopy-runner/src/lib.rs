@@ -10,10 +10,8 @@
 //!
 //! Files import downward only: `wiring` starts a `runner`; `runner` uses `requests`,
 //! `restarts`, `session` and `reporter`; all of them read `options`, which imports none of
-//! them; `egress` (the allow-list proxy a session's network will go through) imports nothing
-//! of the runner's. Nothing imports this file: it only declares and re-exports.
+//! them. Nothing imports this file: it only declares and re-exports.
 
-pub mod egress;
 mod options;
 mod reporter;
 mod requests;

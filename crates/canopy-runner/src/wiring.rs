@@ -11,10 +11,10 @@ use std::path::Path;
 use std::pin::Pin;
 
 use canopy_bus::ApiClient;
-use canopy_config::config::{HarnessKeys, SandboxModeConfig};
+use canopy_config::config::{HarnessKeys, NetworkConfig, SandboxModeConfig};
 use canopy_config::{Config, ConfigError, DataDir, EMBEDDED_RUNNER, RunnerCredential};
 use canopy_core::RunnerId;
-use canopy_harness::{HarnessKind, HarnessSettings, ProviderSettings, SandboxMode, SandboxSettings};
+use canopy_harness::{HarnessKind, HarnessSettings, Limits, Network, ProviderSettings, SandboxMode, SandboxSettings};
 
 use crate::options::{RunnerOptions, RunnerSettings, RunnerToken};
 
@@ -98,6 +98,17 @@ pub fn sandbox_settings(config: &Config, data_dir: &Path) -> SandboxSettings {
         read_write: sandbox.read_write.clone(),
         connect_ports: sandbox.connect_ports.clone(),
         data_dir: data_dir.to_owned(),
+        network: match sandbox.network {
+            NetworkConfig::Proxy => Network::Proxy,
+            NetworkConfig::Host => Network::Host,
+        },
+        allow_hosts: sandbox.allow_hosts.clone(),
+        limits: Limits {
+            max_processes: sandbox.max_processes,
+            max_memory: sandbox.max_memory.0,
+            max_open_files: sandbox.max_open_files,
+            cpu_weight: sandbox.cpu_weight,
+        },
     }
 }
 
@@ -140,10 +151,18 @@ pub fn check_grants(config: &Config, path: &Path, data_dir: &Path) -> Result<(),
 pub const UNCONFINED_WARNING: &str = "[sandbox] mode = \"off\": sessions run unconfined and can read the operator \
      token, the session secret and every agent's files; set mode = \"required\" in canopy.toml";
 
-/// Logs `UNCONFINED_WARNING` when `[sandbox] mode` is off.
+/// The warning every start of a workspace whose sessions share the machine's network logs.
+pub const HOST_NETWORK_WARNING: &str = "[sandbox] network = \"host\": sessions share this machine's network and can \
+     reach any host on their model endpoints' ports, and send UDP and DNS anywhere; set network = \"proxy\" in \
+     canopy.toml where user network namespaces are available";
+
+/// Logs `UNCONFINED_WARNING` when `[sandbox] mode` is off, `HOST_NETWORK_WARNING` when
+/// confined sessions share the machine's network.
 pub fn warn_if_unconfined(config: &Config) {
-    if config.sandbox.mode == SandboxModeConfig::Off {
-        tracing::warn!("{UNCONFINED_WARNING}");
+    match (config.sandbox.mode, config.sandbox.network) {
+        (SandboxModeConfig::Off, _) => tracing::warn!("{UNCONFINED_WARNING}"),
+        (SandboxModeConfig::Required, NetworkConfig::Host) => tracing::warn!("{HOST_NETWORK_WARNING}"),
+        (SandboxModeConfig::Required, NetworkConfig::Proxy) => {}
     }
 }
 

@@ -22,8 +22,13 @@ pub fn notice(conn: &Db<'_>, agent_id: i64, body: &str) -> Result<Message, Error
 /// Posts a notice from Canopy into an agent's home channel under `topic`.
 pub(crate) fn notice_in_home(conn: &Db<'_>, agent_id: i64, topic: &TopicName, body: &str) -> Result<Message, Error> {
     let home: String = conn
-        .prepare_cached("SELECT c.name FROM accounts a JOIN channels c ON c.id = a.home_channel_id WHERE a.id = ?1")
-        .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
+        .prepare_cached(
+            "SELECT COALESCE(c.name, mc.name) FROM accounts a LEFT JOIN channels c ON c.id = a.home_channel_id \
+             LEFT JOIN accounts m ON m.id = a.run_of LEFT JOIN channels mc ON mc.id = m.home_channel_id \
+             WHERE a.id = ?1",
+        )
+        .and_then(|mut s| s.query_row(params![agent_id], |r| r.get::<_, Option<String>>(0)))
+        .map(Option::unwrap_or_default)
         .map_err(sql("finding a home channel"))?;
     post_as_system(conn, &ChannelName::from_trusted(home), topic, body)
 }

@@ -520,6 +520,10 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (repo_id, branch)
     ) WITHOUT ROWID;
     "#,
+    // 20: connections a session's egress proxy refused (the roster's `egress refused: N`).
+    r#"
+    ALTER TABLE sessions ADD COLUMN egress_refused INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -248,6 +248,9 @@ pub fn apply_reports(
             if kind == "compaction_ended" {
                 crate::usage::record_compaction(conn, agent_id, report.incarnation, now)?;
             }
+            if let Some(body) = sandbox_notice(conn, session_id, &report.agent, kind, summary)? {
+                applied.notices.push(notice(conn, agent_id, &body)?);
+            }
             applied.activity.push(insert_activity(
                 conn,
                 agent_id,
@@ -298,6 +301,31 @@ pub fn apply_reports(
     applied.notices.append(&mut charged.notices);
     applied.budgets_changed = charged.changed;
     Ok(applied)
+}
+
+/// What the sandbox told of a session that its home channel hears: the first connection its
+/// egress proxy refused (each is counted on the session for the roster), and every limit that
+/// ended it.
+fn sandbox_notice(
+    conn: &Db<'_>,
+    session_id: i64,
+    agent: &str,
+    kind: &str,
+    summary: &str,
+) -> Result<Option<String>, Error> {
+    match kind {
+        "egress_refused" => {
+            let refused: i64 = conn
+                .prepare_cached(
+                    "UPDATE sessions SET egress_refused = egress_refused + 1 WHERE id = ?1 RETURNING egress_refused",
+                )
+                .and_then(|mut s| s.query_row(params![session_id], |r| r.get(0)))
+                .map_err(sql("counting a refused connection"))?;
+            Ok((refused == 1).then(|| canopy_core::notices::egress_refused(agent, summary)))
+        }
+        "limit_reached" => Ok(Some(canopy_core::notices::limit_reached(agent, summary))),
+        _ => Ok(None),
+    }
 }
 
 /// Ends the sessions of runners silent for longer than `ttl_ms` (their agents go offline,
@@ -437,7 +465,8 @@ const ROSTER_SELECT: &str = "SELECT a.handle, a.display_name, COALESCE(a.role, '
      (SELECT COUNT(*) FROM subscriptions sub JOIN messages m ON m.channel_id = sub.channel_id AND m.seq > sub.cursor \
       WHERE sub.account_id = a.id AND m.sender_id != a.id AND NOT EXISTS (SELECT 1 FROM deliveries d \
       WHERE d.agent_id = a.id AND d.seq = m.seq AND d.state = 'injected')), \
-     (SELECT MIN(sr.id) FROM spawn_requests sr WHERE sr.requester_id = a.id AND sr.state = 'pending') FROM accounts a \
+     (SELECT MIN(sr.id) FROM spawn_requests sr WHERE sr.requester_id = a.id AND sr.state = 'pending'), \
+     COALESCE(s.egress_refused, 0) FROM accounts a \
      LEFT JOIN accounts par ON par.id = a.parent_id LEFT JOIN presence p ON p.agent_id = a.id \
      LEFT JOIN sessions s ON s.agent_id = a.id AND s.ended_at IS NULL";
 
@@ -469,8 +498,10 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
         last_seen: r.get::<_, Option<i64>>(11)?.map(rfc3339),
         overflow: r.get(13)?,
         pending: r.get::<_, i64>(14)? as u64,
+        egress_refused: r.get::<_, i64>(16)? as u64,
         // The daemon knows the sandbox mode and the budget holds; the store does not.
         unconfined: false,
+        host_network: false,
         budget: None,
     })
 }

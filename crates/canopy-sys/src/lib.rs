@@ -9,6 +9,8 @@
 //! decide when to signal anything, nor what a sandbox allows: the supervisors that own the
 //! children do (`canopy-harness`'s `sandbox` decides the ports).
 
+pub mod namespace;
+
 use tokio::process::Command;
 
 pub use libc::{SIGCONT, SIGHUP, SIGKILL, SIGSTOP, SIGTERM};

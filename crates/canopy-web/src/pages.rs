@@ -375,6 +375,8 @@ fn node(n: &TreeNode, roster: &[RosterEntry], usage: &UsageResponse) -> Markup {
                     " " span.meta { "session " (a.incarnation.get()) " · " (a.harness) }
                     @if a.pending > 0 { " " span.meta { (a.pending) " pending" } }
                     @if a.unconfined { " " span.badge { "unconfined" } }
+                    @if a.host_network { " " span.badge { "host network" } }
+                    @if a.egress_refused > 0 { " " span.badge { "egress refused: " (a.egress_refused) } }
                     @if let Some(text) = &a.activity { div.activity { "— " (text) } }
                 }
                 div.spend {

@@ -64,6 +64,8 @@ pub(crate) struct LoopState {
     last_text: String,
     /// Why the session is being stopped for the operator to fix, once it must be.
     fatal: Option<String>,
+    /// The limit its sandbox ended it for, the reason its exit is told with.
+    limit: Option<String>,
     malformed: u64,
     /// The runner dropped the session's slot: no command can arrive any more.
     commands_closed: bool,
@@ -78,6 +80,7 @@ impl LoopState {
             run_reported: false,
             last_text: String::new(),
             fatal: None,
+            limit: None,
             malformed: 0,
             commands_closed: false,
         }
@@ -86,7 +89,11 @@ impl LoopState {
     /// What to do on `event`, at `now`.
     pub fn on_event(&mut self, event: &HarnessEvent, now: Instant) -> EventStep {
         match event {
-            HarnessEvent::Exited { .. } => return EventStep::Exit(self.exited(event.summary())),
+            HarnessEvent::Exited { .. } => {
+                let reason = self.limit.take().unwrap_or_else(|| event.summary());
+                return EventStep::Exit(self.exited(reason));
+            }
+            HarnessEvent::LimitReached { reason } => self.limit = Some(reason.clone()),
             HarnessEvent::TurnStarted { turn_id } => self.schedule.turn_started(turn_id),
             HarnessEvent::ModelError { text, fatal: true } if self.fatal.is_none() => {
                 self.fatal = Some(text.clone());

@@ -92,6 +92,17 @@ fn an_exit_on_its_own_is_a_crash_for_the_runner_to_judge() {
 }
 
 #[test]
+fn a_session_its_sandbox_ended_at_a_limit_crashes_with_the_limit_as_its_reason() {
+    let (mut state, _) = state(false);
+    let limit = HarnessEvent::LimitReached { reason: "memory limit 2 GiB reached".into() };
+    assert_eq!(state.on_event(&limit, Instant::now()), EventStep::Report, "the limit is reported as activity");
+    let killed = HarnessEvent::Exited { code: None, signal: Some(9) };
+    let EventStep::Exit(ending) = state.on_event(&killed, Instant::now()) else { panic!("an exit ends the loop") };
+    assert_eq!((ending.requested, ending.fatal), (false, false), "a crash, restarted like any");
+    assert_eq!(ending.reason, "memory limit 2 GiB reached");
+}
+
+#[test]
 fn a_run_reports_its_last_words_once_when_its_first_turn_ends() {
     let (mut state, _) = state(true);
     let now = Instant::now();

@@ -1,12 +1,12 @@
-//! The egress proxy (issue 36, first part): the one way out of a session's network namespace.
-//! It speaks HTTP `CONNECT` (for TLS) and plain HTTP forwarding, resolves names itself, and
+//! The egress proxy: the one general way out of a session's network namespace (`network`
+//! relays its MCP and model endpoints). It speaks HTTP `CONNECT` (for TLS) and plain HTTP forwarding, resolves names itself, and
 //! connects only to hosts on the session's allow-list; every refusal is answered `403` with the
 //! reason and counted, and reported to its caller with the host.
 //!
 //! A name on the list that resolves to a loopback, unspecified or link-local address is refused
 //! unless the entry itself names such an address or `localhost`: a public name pointed at
 //! `127.0.0.1` must not reach the daemon's NATS port. Owns the allow-list rule and the proxy
-//! loop; does not decide a session's list (the runner derives it from the harness's settings and
+//! loop; does not decide a session's list (`network` derives it from the harness's settings and
 //! `[sandbox] allow_hosts`) nor bind anything into a sandbox.
 
 use std::net::{IpAddr, SocketAddr};
@@ -184,7 +184,7 @@ async fn handle(mut client: TcpStream, allow: &AllowList, counters: &Counters) -
 }
 
 /// Resolves the host and connects to its first address the entry allows.
-async fn connect(entry: &Allowed, host: &str, port: u16) -> Result<TcpStream, String> {
+pub(crate) async fn connect(entry: &Allowed, host: &str, port: u16) -> Result<TcpStream, String> {
     let addrs: Vec<SocketAddr> =
         tokio::net::lookup_host((host, port)).await.map_err(|e| format!("{host} does not resolve: {e}"))?.collect();
     let named_local = entry.host == "localhost" || entry.host.parse::<IpAddr>().is_ok_and(is_local);

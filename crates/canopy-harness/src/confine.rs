@@ -1,0 +1,159 @@
+//! Starting a harness process as `[sandbox]` says: unconfined, or under bubblewrap with a
+//! handshake before the harness runs anything. bwrap names its first process (`--info-fd`),
+//! then waits (`--block-fd`) while this side sets that process's limits (which everything in
+//! the sandbox inherits) and, with a network of its own, makes and serves its listeners
+//! (`network`); one byte then lets the harness start. After that the limits watch runs until
+//! the process exits.
+//!
+//! Owns the order of those steps and their failure (the child is killed, the launch fails
+//! naming the step). Does not decide the grants (`launch::grants`), the namespace's plan
+//! (`network`) or the limits (`limits`).
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, watch};
+
+use crate::event::HarnessEvent;
+use crate::launch::{LaunchError, LaunchSpec, grants};
+use crate::network::{self, Plan, Serving};
+use crate::sandbox::{self, Capability, Network, SandboxMode, Unconfinable};
+
+/// How long bwrap has to name its first process.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A confined child waiting for its handshake.
+pub(crate) struct Pending {
+    /// The read end of bwrap's `--info-fd`.
+    info: OwnedFd,
+    /// The write end of its `--block-fd`.
+    block: OwnedFd,
+    plan: Option<Plan>,
+}
+
+/// What a confined session runs with once started: its sandbox's first process and the tasks
+/// serving its network (stopped when this is dropped).
+pub(crate) struct Confined {
+    pub pid: u32,
+    #[allow(dead_code, reason = "held for its Drop: the network's tasks stop with the session")]
+    serving: Option<Serving>,
+}
+
+/// Starts `command` confined as `[sandbox]` says, with its stderr in `stderr.log`, in its own
+/// process group, dying with its parent. A confined child waits for `Pending::finish`.
+pub(crate) fn start(spec: &LaunchSpec, mut command: Command) -> Result<(Child, Option<Pending>), LaunchError> {
+    let stderr_path = spec.session_dir.join("stderr.log");
+    let stderr = std::fs::File::create(&stderr_path).map_err(LaunchError::files(stderr_path))?;
+    let spawn = |mut command: Command| {
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true);
+        canopy_sys::new_session(&mut command);
+        canopy_sys::die_with_parent(&mut command);
+        command.spawn().map_err(|source| LaunchError::Spawn { program: spec.program.clone(), source })
+    };
+    if spec.sandbox.mode == SandboxMode::Off {
+        return Ok((spawn(command)?, None));
+    }
+    let bwrap = Capability::cached(&spec.sandbox.bwrap).usable(spec.sandbox.network)?;
+    let mut grants = grants(spec)?;
+    let plan = match spec.sandbox.network {
+        Network::Host => None,
+        Network::Proxy => {
+            let plan = network::plan(spec)?;
+            let hosts = spec.session_dir.join("hosts");
+            std::fs::write(&hosts, &plan.hosts).map_err(LaunchError::files(hosts.clone()))?;
+            grants.own_network = true;
+            grants.hosts_file = Some(hosts);
+            grants.connect_ports.extend(plan.ports());
+            grants.connect_ports.sort_unstable();
+            grants.connect_ports.dedup();
+            command.envs(plan.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            Some(plan)
+        }
+    };
+    let pipe = || canopy_sys::namespace::pipe().map_err(|e| Unconfinable(format!("making bwrap's handshake: {e}")));
+    let ((info, info_child), (block_child, block)) = (pipe()?, pipe()?);
+    let handshake = [info_child.as_raw_fd(), block_child.as_raw_fd()];
+    let (confined, rules) = sandbox::wrap(&bwrap, &grants, &command, Some(handshake))?;
+    let child = spawn(confined);
+    // The child entered the ruleset and holds its ends of the handshake; ours can go.
+    drop((rules, info_child, block_child));
+    Ok((child?, Some(Pending { info, block, plan })))
+}
+
+impl Pending {
+    /// Reads the sandbox's first process, sets its limits, serves its network, and lets the
+    /// harness start. On failure the child is killed.
+    pub(crate) async fn finish(
+        self,
+        spec: &LaunchSpec,
+        child: &mut Child,
+        events: mpsc::Sender<HarnessEvent>,
+    ) -> Result<Confined, LaunchError> {
+        let result = self.handshake(spec, events).await;
+        if result.is_err() {
+            // It never ran the harness; its exit is reported by the waiter.
+            let _ = child.start_kill();
+        }
+        result
+    }
+
+    async fn handshake(self, spec: &LaunchSpec, events: mpsc::Sender<HarnessEvent>) -> Result<Confined, LaunchError> {
+        let failed = |step: &str, e: &dyn std::fmt::Display| Unconfinable(format!("{step}: {e}"));
+        let pid = tokio::time::timeout(HANDSHAKE_TIMEOUT, first_pid(self.info))
+            .await
+            .map_err(|_| failed("bwrap did not name its first process", &"timed out"))?
+            .map_err(|e| failed("reading bwrap's first process", &e))?;
+        let limits = &spec.sandbox.limits;
+        canopy_sys::namespace::limit_process(
+            pid,
+            u64::from(limits.max_processes),
+            limits.max_open_files,
+            limits.nice(),
+        )
+        .map_err(|e| failed("setting the session's limits", &e))?;
+        let serving = match &self.plan {
+            Some(plan) => Some(network::serve(pid, plan, events).await?),
+            None => None,
+        };
+        std::fs::File::from(self.block).write_all(b"go").map_err(|e| failed("releasing the sandbox", &e))?;
+        Ok(Confined { pid, serving })
+    }
+}
+
+/// The `child-pid` bwrap writes to its info descriptor (a JSON object).
+async fn first_pid(info: OwnedFd) -> std::io::Result<u32> {
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(info)?;
+    let mut read = Vec::with_capacity(256);
+    let mut buf = [0u8; 256];
+    loop {
+        let n = pipe.read(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::Error::other("bwrap closed its info descriptor without naming a process"));
+        }
+        read.extend_from_slice(&buf[..n]);
+        if let Ok(info) = serde_json::from_slice::<serde_json::Value>(&read) {
+            return info
+                .get("child-pid")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|p| u32::try_from(p).ok())
+                .ok_or_else(|| std::io::Error::other(format!("bwrap's info names no child-pid: {info}")));
+        }
+        if read.len() > 64 * 1024 {
+            return Err(std::io::Error::other("bwrap's info is not JSON"));
+        }
+    }
+}
+
+/// Runs the limits watch for a confined session until `exited`.
+pub(crate) fn watch_limits(
+    spec: &LaunchSpec,
+    confined: &Confined,
+    events: mpsc::Sender<HarnessEvent>,
+    exited: watch::Receiver<bool>,
+) {
+    tokio::spawn(crate::limits::watch(confined.pid, spec.sandbox.limits, events, exited));
+}
