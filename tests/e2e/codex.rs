@@ -187,9 +187,11 @@ fn a_mention_after_the_codex_turn_ended_falls_back_to_the_next_turn() {
     // The turn's last model call is held, the runner frozen while it ends, and the mention
     // posted then: the daemon still sees the agent working and asks for a steer, which can
     // only fall back (Codex answers "no active turn to steer", or the runner has seen the end).
+    // The machine's network: in a namespace of its own, Codex reaches its model through the
+    // runner, and a frozen runner would hold the turn open.
     let hold = Duration::from_millis(1000);
     let fake = FakeOpenAi::start(vec![Reply { hold, ..Reply::text("my last words") }, Reply::text("got it")]);
-    let env = started(&fake, &[("embedded = true", "embedded = false")]);
+    let env = started(&fake, &[("embedded = true", "embedded = false"), ("network = \"proxy\"", "network = \"host\"")]);
     let mut runner = env.spawn_runner();
     env.create_codex("cx");
     fake.wait_requests(1, PATIENCE);

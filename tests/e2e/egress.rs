@@ -233,3 +233,41 @@ fn a_fork_bomb_or_a_memory_hog_ends_only_its_own_session_with_the_reason() {
     }
     assert!(env.roster_entry("steady")["incarnation"] == 1, "steady's session was touched");
 }
+
+#[test]
+fn a_claude_code_bash_tool_reaches_only_its_model_its_mcp_endpoint_and_allowed_hosts() {
+    use crate::fake_anthropic::{FakeAnthropic, Reply};
+    let targets = Targets::start();
+    let fake = FakeAnthropic::start(Vec::new());
+    let edits = targets.edits();
+    let edits: Vec<(&str, &str)> = edits.iter().map(|(a, b)| (*a, b.as_str())).collect();
+    let env = crate::claude::claude_env_with(&fake, &edits);
+    let attempts = targets.attempts();
+    for (command, _) in &attempts {
+        fake.push(Reply::default().and_call("Bash", json!({ "command": command, "description": "x" })));
+    }
+    fake.push(Reply::canopy_tool(
+        "comms_post_message",
+        json!({"channel": "home-prober", "topic": "net", "body": "done trying", "create_topic": true}),
+    ));
+    fake.push(Reply::text("done"));
+    env.json(&["agents", "create", "--handle", "prober", "--name", "prober", "--harness", "claude"]);
+    // Its model endpoint answered every step and its MCP endpoint took the post.
+    crate::assert_eventually!(
+        env.messages("home-prober").iter().any(|m| m["body"] == "done trying"),
+        "the prober's MCP tools did not work: {:?}",
+        env.activity("prober")
+    );
+    let requests = fake.wait_requests(attempts.len() + 2, Duration::from_secs(60));
+    // Each Bash result is in the request after its call: the allowed host answered, the rest
+    // failed.
+    let results: Vec<String> = requests[1..=attempts.len()].iter().map(|r| r.to_string()).collect();
+    assert!(results.last().unwrap().contains("allowed-ok"), "{}", results.last().unwrap());
+    for (result, (command, must_fail)) in results.iter().zip(&attempts) {
+        if *must_fail == Some(true) {
+            assert!(result.contains("\"is_error\":true") || result.contains("Exit code"), "{command}: {result}");
+        }
+    }
+    targets.assert_nothing_arrived();
+    assert_refusals_told(&env, "prober", "home-prober");
+}

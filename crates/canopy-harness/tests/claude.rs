@@ -86,7 +86,7 @@ async fn start(session: &Session, id: &str, text: &str) -> String {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replace_mode_sends_the_prompt_file_verbatim_and_reports_usage() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![Reply::text("hello operator")]);
@@ -116,7 +116,7 @@ async fn replace_mode_sends_the_prompt_file_verbatim_and_reports_usage() {
     session.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn append_mode_keeps_the_default_prompt_with_the_delta_at_the_end() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![Reply::text("ok")]);
@@ -137,7 +137,7 @@ fn tail(text: &str) -> String {
     text.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steer_during_the_final_model_call_falls_back_and_runs_as_the_next_turn() {
     let dir = tempfile::tempdir().unwrap();
     let fake =
@@ -160,7 +160,7 @@ async fn a_steer_during_the_final_model_call_falls_back_and_runs_as_the_next_tur
     session.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupt_ends_the_turn_and_the_session_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![Reply::text("too late").after(Duration::from_secs(8)), Reply::text("fresh")]);
@@ -179,7 +179,7 @@ async fn interrupt_ends_the_turn_and_the_session_stays_usable() {
     session.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_session_gets_a_clean_environment_and_private_config_directories() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![]);
@@ -212,7 +212,17 @@ async fn the_session_gets_a_clean_environment_and_private_config_directories() {
         // Credentials are the one thing inherited from the test's own environment.
         "ANTHROPIC_AUTH_TOKEN",
         "CLAUDE_CODE_OAUTH_TOKEN",
+        // The sandbox's own egress proxy, checked below: never the operator's.
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "NO_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "no_proxy",
     ];
+    for key in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+        assert_eq!(get(key).as_deref(), Some("http://127.0.0.1:3128"), "{key} is not the sandbox's proxy");
+    }
     for kv in &environ {
         let key = kv.split('=').next().unwrap_or_default();
         // The CLI may set a few variables of its own after start (CLAUDECODE, its entrypoint).
@@ -246,7 +256,7 @@ async fn first_incarnation(dir: &std::path::Path, fake: &FakeAnthropic) -> Strin
     id
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_incarnation_resumes_the_conversation_with_its_own_prompt() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![Reply::text("noted: 42"), Reply::text("it was 42")]);
@@ -273,7 +283,7 @@ async fn the_next_incarnation_resumes_the_conversation_with_its_own_prompt() {
     session.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_that_cannot_be_resumed_falls_back_to_a_fresh_one_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![Reply::text("noted: 42"), Reply::text("fresh start"), Reply::text("again")]);
@@ -310,7 +320,7 @@ async fn a_conversation_that_cannot_be_resumed_falls_back_to_a_fresh_one_and_say
     session.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn append_mode_resumes_with_this_incarnation_s_delta_and_no_project_memory() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![Reply::text("noted: 42"), Reply::text("it was 42")]);

@@ -240,7 +240,7 @@ impl Codex {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replace_prompt_reaches_the_model_verbatim_as_the_first_input_item() {
     let prompt = "You are the test Manager.\n\nLine two has \"quotes\", a tab\there and ✓ unicode.\n";
     let mut codex = launch(Prompt::replace(prompt.into()), vec![Reply::text("hello from the fake")]).await;
@@ -264,7 +264,7 @@ async fn the_replace_prompt_reaches_the_model_verbatim_as_the_first_input_item()
     assert!(config.contains("approval_policy = \"never\"") && config.contains("plugins = false"), "{config}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_append_prompt_is_a_developer_message_after_codex_s_own_prompt() {
     let delta = "You are an implementer for Canopy. Report back instead of guessing.";
     let mut codex = launch(Prompt::append(delta.into()), vec![Reply::text("ok")]).await;
@@ -277,7 +277,7 @@ async fn the_append_prompt_is_a_developer_message_after_codex_s_own_prompt() {
     assert!(developer[1].starts_with(delta), "the delta was not the second developer message: {:?}", developer[1]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steer_during_a_slow_tool_lands_in_the_same_turn() {
     let script = vec![Reply::shell("sleep 2; echo slept"), Reply::text("done")];
     let mut codex = launch(Prompt::replace("prompt".into()), script).await;
@@ -302,7 +302,7 @@ async fn a_steer_during_a_slow_tool_lands_in_the_same_turn() {
     assert!(output < steer, "{:?}", fake_openai::summary(&requests[1]));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steer_during_the_final_model_call_cuts_it_and_lands_in_the_same_turn() {
     // Unlike Claude Code, Codex takes a steer while the model streams its last answer: the
     // stream is dropped and the model is asked again with the steer.
@@ -320,7 +320,7 @@ async fn a_steer_during_the_final_model_call_cuts_it_and_lands_in_the_same_turn(
     assert!(matches!(texts.last(), Some(HarnessEvent::Text { text, .. }) if text == "second answer"), "{texts:?}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steer_after_the_turn_falls_back() {
     let mut codex = launch(Prompt::replace("prompt".into()), vec![Reply::text("quick")]).await;
     let turn_id = codex.start_turn("start-1", "hi").await;
@@ -332,7 +332,7 @@ async fn a_steer_after_the_turn_falls_back() {
     assert_eq!(codex.turn_ended().await.1, TurnStatus::Completed);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupt_ends_the_turn_as_interrupted_and_the_session_stays_usable() {
     let script = vec![Reply::shell("sleep 30"), Reply::text("after the interrupt")];
     let mut codex = launch(Prompt::replace("prompt".into()), script).await;
@@ -352,7 +352,7 @@ async fn interrupt_ends_the_turn_as_interrupted_and_the_session_stays_usable() {
     assert_eq!(codex.turn_ended().await, (next, TurnStatus::Completed));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_closes_stdin_and_codex_exits_cleanly() {
     let mut codex = launch(Prompt::replace("prompt".into()), vec![]).await;
     let pid = codex.session.pid();
@@ -380,7 +380,7 @@ async fn first_incarnation(script: Vec<Reply>) -> (Codex, String) {
     (codex, thread)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_incarnation_resumes_the_thread_and_its_tools_still_work() {
     let script = vec![
         Reply::text("noted: 42"),
@@ -416,7 +416,7 @@ async fn the_next_incarnation_resumes_the_thread_and_its_tools_still_work() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_that_cannot_be_resumed_falls_back_to_a_fresh_thread_and_says_so() {
     let (codex, thread) = first_incarnation(vec![Reply::text("noted: 42"), Reply::text("fresh")]).await;
     let missing = "019a0000-0000-7000-8000-000000000000";

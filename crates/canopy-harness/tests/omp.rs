@@ -57,7 +57,7 @@ fn spec(dir: &std::path::Path, name: &str, fake: &FakeAnthropic, prompt: Prompt)
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_prompt_keeps_omps_footer_and_a_steer_lands_after_the_running_tool() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
@@ -115,7 +115,7 @@ async fn a_replaced_prompt_keeps_omps_footer_and_a_steer_lands_after_the_running
     session.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupt_stops_the_running_tool_and_a_killed_omp_resumes_its_conversation() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeAnthropic::start(vec![

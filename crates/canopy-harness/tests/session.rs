@@ -33,21 +33,21 @@ fn spec(dir: &std::path::Path, shell: &str, ready_timeout: Duration) -> LaunchSp
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_harness_that_never_becomes_ready_times_out() {
     let dir = tempfile::tempdir().unwrap();
     let started = Session::launch(spec(dir.path(), "sleep 30", Duration::from_millis(300)), 16).await;
     assert!(matches!(started, Err(LaunchError::NotReady(_))), "{started:?}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_harness_that_exits_at_once_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let started = Session::launch(spec(dir.path(), "exit 3", Duration::from_secs(5)), 16).await;
     assert!(matches!(started, Err(LaunchError::ExitedEarly(_))), "{started:?}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_oversized_lines_are_reported_and_reading_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let shell = r#"echo '{"type":"ready","pid":1}'; echo 'not json'; head -c 5000 /dev/zero | tr '\0' x; echo; echo '{"type":"status","text":"still here"}'; sleep 30"#;
