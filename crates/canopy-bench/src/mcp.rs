@@ -12,6 +12,7 @@
 //! sessions belong to the benchmark's stand-in runner, which keeps them alive by syncing.
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,8 +41,8 @@ struct Caller {
 }
 
 impl Caller {
-    async fn connect(endpoint: &HttpEndpoint, (token, home): &(String, String)) -> Result<Caller, String> {
-        let stream = tokio::net::TcpStream::connect(endpoint.addr).await.map_err(|e| format!("connecting: {e}"))?;
+    async fn connect(addr: SocketAddr, (token, home): &(String, String)) -> Result<Caller, String> {
+        let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connecting: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         let (send, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("handshake: {e}"))?;
@@ -168,6 +169,9 @@ struct Endpoints {
     remote: HttpEndpoint,
     /// The raw echo, answering what a real call answers with the same content type.
     echo: HttpEndpoint,
+    /// A session's relay to `mcp` (`canopy_harness::network::relay`), the way a confined
+    /// session reaches its endpoint from its own network namespace.
+    relayed: SocketAddr,
 }
 
 /// Serves the three endpoints for the callers' `tokens`, after a probe call.
@@ -181,7 +185,7 @@ async fn endpoints(bench: &Bench, tokens: &[(String, String)]) -> Result<Endpoin
     let mcp = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
     let tools = canopy_tools::CanopyTools::new(bench.api.clone(), canopy_tools::TokenSource::Header);
     let remote = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
-    let mut probe = Caller::connect(&mcp, &tokens[0]).await?;
+    let mut probe = Caller::connect(mcp.addr, &tokens[0]).await?;
     probe.initialize().await?;
     let answer = probe.call().await?;
     if !String::from_utf8_lossy(&answer).contains("\"isError\":false") {
@@ -193,7 +197,10 @@ async fn endpoints(bench: &Bench, tokens: &[(String, String)]) -> Result<Endpoin
         "application/json"
     };
     let echo = canopy_tools::http::serve_fixed(answer.clone(), content_type, check).await.map_err(|e| e.to_string())?;
-    Ok(Endpoints { mcp, remote, echo })
+    let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("a relay: {e}"))?;
+    let relayed = relay.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(canopy_harness::network::relay(relay, mcp.addr.ip().to_string(), mcp.addr.port()));
+    Ok(Endpoints { mcp, remote, echo, relayed })
 }
 
 /// The tool call figures at each caller count, and the throughput figure.
@@ -203,11 +210,14 @@ async fn measure(bench: &Bench, tokens: &[(String, String)], quick: bool) -> Res
     let parts = one_caller_parts(bench, &endpoints, &tokens[0], length, quick).await?;
     let mut figures = Vec::new();
     let mut rates = Vec::new();
+    let mut relayed = Vec::new();
     for n in CALLERS {
-        let (figure, rate) = at_callers(&endpoints, &tokens[..n], length, &parts).await?;
+        let (figure, through_relay, rate) = at_callers(&endpoints, &tokens[..n], length, &parts).await?;
         figures.push(figure);
+        relayed.push(through_relay);
         rates.push(rate);
     }
+    figures.extend(relayed);
     let (at16, at64) = (rates[1], rates[2]);
     figures.push(Figure {
         figure: "MCP throughput from 16 to 64 callers".into(),
@@ -255,7 +265,7 @@ async fn one_caller_parts(
         api_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
     }
     let nats = bench.raw_round_trips(if quick { 500 } else { 3_000 }).await?;
-    let mut remote_caller = vec![Caller::connect(&endpoints.remote, caller).await?];
+    let mut remote_caller = vec![Caller::connect(endpoints.remote.addr, caller).await?];
     remote_caller[0].initialize().await?;
     phase(&mut remote_caller, Duration::from_millis(100)).await?;
     let (times, _) = phase(&mut remote_caller, length).await?;
@@ -267,30 +277,33 @@ async fn one_caller_parts(
     })
 }
 
-/// The tool call figure at `tokens.len()` callers, rounds alternating with the echo; with
-/// its calls per second.
+/// The tool call figure at `tokens.len()` callers, rounds alternating with the echo, and the
+/// same calls through a session's relay; with the direct calls per second.
 async fn at_callers(
     endpoints: &Endpoints,
     tokens: &[(String, String)],
     length: Duration,
     parts: &OneCaller,
-) -> Result<(Figure, f64), String> {
+) -> Result<(Figure, Figure, f64), String> {
     let n = tokens.len();
-    let mut tool_callers = Vec::with_capacity(n);
-    let mut echo_callers = Vec::with_capacity(n);
+    let (mut tool_callers, mut relay_callers, mut echo_callers) = (Vec::new(), Vec::new(), Vec::new());
     for token in tokens {
-        let mut caller = Caller::connect(&endpoints.mcp, token).await?;
-        caller.initialize().await?;
-        tool_callers.push(caller);
-        let mut caller = Caller::connect(&endpoints.echo, token).await?;
+        for (addr, callers) in [(endpoints.mcp.addr, &mut tool_callers), (endpoints.relayed, &mut relay_callers)] {
+            let mut caller = Caller::connect(addr, token).await?;
+            caller.initialize().await?;
+            callers.push(caller);
+        }
+        let mut caller = Caller::connect(endpoints.echo.addr, token).await?;
         caller.session = Some("echo".into());
         echo_callers.push(caller);
     }
-    // Warm both, then alternate rounds.
-    phase(&mut tool_callers, Duration::from_millis(100)).await?;
-    phase(&mut echo_callers, Duration::from_millis(100)).await?;
+    // Warm all three, then alternate rounds.
+    for callers in [&mut tool_callers, &mut relay_callers, &mut echo_callers] {
+        phase(callers, Duration::from_millis(100)).await?;
+    }
     let (mut tool_p50, mut tool_p99, mut tool_rate) = (Vec::new(), Vec::new(), Vec::new());
     let (mut echo_p50, mut echo_p99, mut echo_rate) = (Vec::new(), Vec::new(), Vec::new());
+    let mut relay_p50 = Vec::new();
     for _ in 0..ROUNDS {
         let (times, rate) = phase(&mut echo_callers, length).await?;
         echo_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
@@ -300,10 +313,28 @@ async fn at_callers(
         tool_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
         tool_p99.push(percentile(&times, 0.99).as_secs_f64() * 1e6);
         tool_rate.push(rate);
+        let (times, _) = phase(&mut relay_callers, length).await?;
+        relay_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
     }
     let (value, baseline) = (median(tool_p50), median(echo_p50));
     let ratio = value / baseline;
     let rate = median(tool_rate);
+    let relayed = median(relay_p50);
+    let through_relay = Figure {
+        figure: format!("MCP tool call p50 through a session's relay, {n} concurrent caller{}", plural(n)),
+        value: relayed,
+        unit: "us".into(),
+        baseline,
+        baseline_name: "raw HTTP echo on the same front, same bytes, p50 (us)".into(),
+        ratio: relayed / baseline,
+        target: "<= 3x baseline p50".into(),
+        met: relayed / baseline <= 3.0,
+        note: format!(
+            "the same calls through canopy_harness::network::relay, the hop a session in its own network \
+             namespace takes to its MCP endpoint (measured on this namespace's loopback, which costs the same); \
+             direct {value:.0} us ({ratio:.1}x)"
+        ),
+    };
     // One caller: the parts of the call beside the same echo.
     let breakdown = match n {
         1 => format!(
@@ -322,7 +353,7 @@ async fn at_callers(
         _ => String::new(),
     };
     let figure = Figure {
-        figure: format!("MCP tool call p50, {n} concurrent caller{}", if n == 1 { "" } else { "s" }),
+        figure: format!("MCP tool call p50, {n} concurrent caller{}", plural(n)),
         value,
         unit: "us".into(),
         baseline,
@@ -337,5 +368,9 @@ async fn at_callers(
             median(echo_p99)
         ),
     };
-    Ok((figure, rate))
+    Ok((figure, through_relay, rate))
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }

@@ -191,7 +191,7 @@ pub(crate) async fn serve(pid: u32, plan: &Plan, events: mpsc::Sender<HarnessEve
             Lead::Proxy => {
                 tokio::spawn(egress::serve(listener, plan.allow.clone(), counters.clone(), refusals_tx.clone()))
             }
-            Lead::Relay(target) => tokio::spawn(relay(listener, target.clone())),
+            Lead::Relay(target) => tokio::spawn(relay(listener, target.host.clone(), target.port.unwrap_or_default())),
         });
     }
     tasks.push(tokio::spawn(async move {
@@ -205,9 +205,11 @@ pub(crate) async fn serve(pid: u32, plan: &Plan, events: mpsc::Sender<HarnessEve
     Ok(Serving { tasks })
 }
 
-/// Accepts on `listener` and joins each connection to `target`.
-async fn relay(listener: TcpListener, target: Allowed) {
-    let port = target.port.unwrap_or_default();
+/// Accepts on `listener` and joins each connection to `host:port` (a name is resolved here,
+/// and may not lead to a local address unless it names one). Public for the benchmark that
+/// measures a tool call through it.
+pub async fn relay(listener: TcpListener, host: String, port: u16) {
+    let target = Allowed { host, port: Some(port) };
     loop {
         let Ok((mut inside, _)) = listener.accept().await else { continue };
         let target = target.clone();
