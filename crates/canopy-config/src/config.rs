@@ -56,8 +56,16 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
-        let scripted = |script: &str| RoleConfig { harness: "scripted".into(), script: Some(script.into()) };
-        let follows_manager = |script: &str| RoleConfig { harness: "manager".into(), script: Some(script.into()) };
+        let scripted = |script: &str| RoleConfig {
+            harness: "scripted".into(),
+            script: Some(script.into()),
+            allow_hosts: Vec::new(),
+        };
+        let follows_manager = |script: &str| RoleConfig {
+            harness: "manager".into(),
+            script: Some(script.into()),
+            allow_hosts: Vec::new(),
+        };
         Config {
             daemon: DaemonConfig::default(),
             nats: NatsConfig::default(),
@@ -732,6 +740,9 @@ pub struct RoleConfig {
     /// (relative to the data directory).
     #[serde(default)]
     pub script: Option<String>,
+    /// Hosts its sessions may reach through the egress proxy beyond `[sandbox] allow_hosts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -996,6 +1007,14 @@ impl Config {
         }
         if let Some(bad) = sandbox.allow_hosts.iter().find(|h| !allow_entry(h)) {
             return Err(("sandbox.allow_hosts", format!("{bad:?} is not host, host:port or *.domain")));
+        }
+        for (role, config) in &self.roles {
+            if let Some(bad) = config.allow_hosts.iter().find(|h| !allow_entry(h)) {
+                return Err((
+                    "roles.allow_hosts",
+                    format!("[roles.{role}] {bad:?} is not host, host:port or *.domain"),
+                ));
+            }
         }
         if sandbox.max_processes < 16 {
             return Err(("sandbox.max_processes", "at least 16 (a harness alone runs several)".into()));
@@ -1276,6 +1295,19 @@ mod tests {
         assert_eq!(key("[sandbox]\nconnect_ports = [0]\n"), Some("sandbox.connect_ports".into()));
         assert_eq!(key("[sandbox]\nconnect_ports = [70000]\n"), Some("sandbox.connect_ports".into()));
         assert_eq!(key("[sandbox]\nbwrap = \"\"\n"), Some("sandbox.bwrap".into()));
+        assert_eq!(key("[sandbox]\nnetwork = \"wide\"\n"), Some("sandbox.network".into()));
+        assert_eq!(key("[sandbox]\nallow_hosts = [\"a b\"]\n"), Some("sandbox.allow_hosts".into()));
+        assert_eq!(key("[sandbox]\nallow_hosts = [\"ev*l.com\"]\n"), Some("sandbox.allow_hosts".into()));
+        assert_eq!(key("[sandbox]\nmax_processes = 3\n"), Some("sandbox.max_processes".into()));
+        assert_eq!(key("[sandbox]\nmax_memory = \"2 GB\"\n"), Some("sandbox.max_memory".into()));
+        assert_eq!(key("[sandbox]\nmax_memory = \"1 MiB\"\n"), Some("sandbox.max_memory".into()));
+        assert_eq!(key("[sandbox]\nmax_open_files = 1\n"), Some("sandbox.max_open_files".into()));
+        assert_eq!(key("[sandbox]\ncpu_weight = 0\n"), Some("sandbox.cpu_weight".into()));
+        let role = "[roles.implementer]\nharness = \"scripted\"\nallow_hosts = [\"bad host\"]\n";
+        assert_eq!(key(role), Some("roles.allow_hosts".into()));
+        let fine =
+            parse("[sandbox]\nmax_memory = \"2 GiB\"\nallow_hosts = [\"*.crates.io:443\", \"registry.npmjs.org\"]\n");
+        assert_eq!(fine.unwrap_or_default().sandbox.max_memory, canopy_core::size::Size(2 << 30));
         let off = parse("[sandbox]\nmode = \"off\"\n").unwrap_or_default();
         assert_eq!(off.sandbox.mode, SandboxModeConfig::Off);
     }

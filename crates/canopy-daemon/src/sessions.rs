@@ -216,6 +216,7 @@ impl Sessions {
             },
             repo_mirror: checkout.map(|(_, mirror)| mirror.display().to_string()),
             cwd_read_only,
+            allow_hosts: self.config.roles.get(s.role.as_str()).map(|r| r.allow_hosts.clone()).unwrap_or_default(),
             subagents: match s.run.is_none() && crate::bundle::has_native_subagents(&s.harness) {
                 true => self.prompts.native_subagents(s.role.as_str()),
                 false => Vec::new(),

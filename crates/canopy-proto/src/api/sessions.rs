@@ -96,6 +96,10 @@ pub struct SessionAssignment {
     /// `cwd` is read-only to the session (a reviewer run's checkout of a merged tree).
     #[serde(default)]
     pub cwd_read_only: bool,
+    /// Hosts its role may reach through the egress proxy beyond the runner's
+    /// `[sandbox] allow_hosts` (`[roles.<role>] allow_hosts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
     /// Subagent definitions for the harness's own subagents (omp's `task` tool), when the
     /// role delegates natively: each file's name and text.
     #[serde(default)]

@@ -96,7 +96,11 @@ fn launch_spec(
         script: assignment.script.as_ref().map(|s| (s.name.clone(), s.text.clone())),
         max_line_bytes: settings.max_line_bytes,
         ready_timeout: settings.ready_timeout,
-        sandbox: options.sandbox.clone(),
+        sandbox: {
+            let mut sandbox = options.sandbox.clone();
+            sandbox.allow_hosts.extend(assignment.allow_hosts.iter().cloned());
+            sandbox
+        },
         repo_mirror: assignment.repo_mirror.as_ref().map(PathBuf::from),
         cwd_read_only: assignment.cwd_read_only,
         subagents: assignment

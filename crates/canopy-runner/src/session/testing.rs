@@ -39,6 +39,7 @@ pub(crate) fn assignment() -> SessionAssignment {
         cwd: String::new(),
         repo_mirror: None,
         cwd_read_only: false,
+        allow_hosts: Vec::new(),
         subagents: Vec::new(),
         model: String::new(),
         harness_tools: Vec::new(),

@@ -49,6 +49,12 @@ async fn a_launch_carries_the_agent_its_directories_and_its_harnesss_settings() 
     assert!(spec.env.contains(&("CANOPY_INCARNATION".into(), "1".into())));
     assert_eq!(spec.sandbox, options.sandbox, "every launch is confined as the runner is configured");
     assert_eq!(spec.sandbox.mode, canopy_harness::SandboxMode::Required);
+    let mut registry = assignment();
+    registry.allow_hosts = vec!["registry.npmjs.org".into()];
+    let spec = prepare(&registry, &options, "http://127.0.0.1:9/mcp").unwrap();
+    let mut expected = options.sandbox.allow_hosts.clone();
+    expected.push("registry.npmjs.org".into());
+    assert_eq!(spec.sandbox.allow_hosts, expected, "a role's hosts add to the runner's");
     let mut claude = assignment();
     claude.harness = "claude".into();
     let spec = prepare(&claude, &options, "").unwrap();
