@@ -271,3 +271,28 @@ fn a_claude_code_bash_tool_reaches_only_its_model_its_mcp_endpoint_and_allowed_h
     targets.assert_nothing_arrived();
     assert_refusals_told(&env, "prober", "home-prober");
 }
+
+#[test]
+fn doctor_names_the_network_and_the_limits_and_the_host_network_is_loud() {
+    let env = TestEnv::started_with(QUICK);
+    let doctor = crate::env::text(&env.run(&["doctor"]).stdout);
+    let line =
+        |name: &str| doctor.lines().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_default().to_owned();
+    assert!(line("network").starts_with("ok") && line("network").contains("proxy: a namespace of its own"), "{doctor}");
+    assert!(
+        line("limits").contains("1024 processes, 4 GiB memory") && line("limits").contains("enforced by"),
+        "{doctor}"
+    );
+    drop(env);
+
+    let mut edits = QUICK.to_vec();
+    edits.push(("network = \"proxy\"", "network = \"host\""));
+    let env = TestEnv::started_with(&edits);
+    env.create_scripted("open", "");
+    env.wait_harness_pid("open", 1);
+    assert!(env.daemon_log().contains("sessions share this machine's network"), "{}", env.daemon_log());
+    assert_eq!(env.roster_entry("open")["host_network"], true);
+    assert!(env.ok(&["roster"]).contains("host network"), "{}", env.ok(&["roster"]));
+    let doctor = crate::env::text(&env.run(&["doctor"]).stdout);
+    assert!(doctor.lines().any(|l| l.starts_with("WARNING network") && l.contains("network = \"host\"")), "{doctor}");
+}

@@ -209,7 +209,8 @@ fn scripted_runs_under_real_managers(config: &Config) -> Option<String> {
 
 pub async fn report(config: &Config, sandbox: &SandboxSettings, scratch: &Path) -> Report {
     let used: Vec<HarnessKind> = config.roles.values().filter_map(|r| HarnessKind::parse(&r.harness)).collect();
-    let mut checks = vec![nats_check().await, sandbox_check(sandbox)];
+    let mut checks = vec![nats_check().await];
+    checks.extend(sandbox_checks(sandbox));
     for &kind in HarnessKind::ALL {
         let required = used.contains(&kind);
         let check = match kind.default_program() {
@@ -268,9 +269,10 @@ async fn nats_check() -> Check {
     check
 }
 
-/// What confinement this machine offers, and whether `[sandbox]` asks for it: namespaces, the
-/// network mode, Landlock, and the limits this machine enforces and how.
-fn sandbox_check(sandbox: &SandboxSettings) -> Check {
+/// What confinement this machine offers, and whether `[sandbox]` asks for it: namespaces and
+/// Landlock (`sandbox`), the network mode (`network`) and the limits and how this machine
+/// enforces them (`limits`).
+fn sandbox_checks(sandbox: &SandboxSettings) -> Vec<Check> {
     let probe = Capability::probe(&sandbox.bwrap);
     let mut parts = Vec::new();
     if let Ok((_, version)) = &probe.bwrap {
@@ -281,54 +283,73 @@ fn sandbox_check(sandbox: &SandboxSettings) -> Check {
         Err(_) => "namespaces not usable".to_owned(),
     });
     parts.push(format!("Landlock ABI {}", probe.landlock_abi));
-    parts.push(match (sandbox.network, &probe.network) {
-        (Network::Proxy, Ok(())) => format!(
-            "network: a namespace of its own per session, MCP and model endpoints relayed, egress proxy allowing {}",
-            match sandbox.allow_hosts.is_empty() {
-                true => "nothing else".to_owned(),
-                false => sandbox.allow_hosts.join(", "),
-            }
-        ),
-        (Network::Proxy, Err(_)) => "network: no user network namespaces here".to_owned(),
-        (Network::Host, _) => "network: the machine's, TCP connect limited by port".to_owned(),
-    });
-    parts.push(limits_line(&sandbox.limits));
-    let usable = probe.usable(sandbox.network);
-    let warning = match (sandbox.mode, sandbox.network) {
-        (SandboxMode::Off, _) => Some(canopy_runner::wiring::UNCONFINED_WARNING.to_owned()),
-        (SandboxMode::Required, Network::Host) => Some(canopy_runner::wiring::HOST_NETWORK_WARNING.to_owned()),
-        (SandboxMode::Required, Network::Proxy) => None,
-    };
-    Check {
-        name: "sandbox".into(),
-        required: sandbox.mode == SandboxMode::Required,
-        ok: usable.is_ok(),
-        path: probe.bwrap.as_ref().ok().map(|(path, _)| path.display().to_string()),
-        version: Some(parts.join(", ")),
+    let usable = probe.usable(Network::Host);
+    let required = sandbox.mode == SandboxMode::Required;
+    let check = |name: &str, ok: bool, version: String, problem: Option<String>, warning: Option<&str>| Check {
+        name: name.into(),
+        required,
+        ok,
+        path: None,
+        version: Some(version),
         session_starts: None,
-        problem: usable.err().map(|e| e.0),
-        warning,
-    }
+        problem,
+        warning: warning.map(str::to_owned),
+    };
+    let mut confinement = check(
+        "sandbox",
+        usable.is_ok(),
+        parts.join(", "),
+        usable.err().map(|e| e.0),
+        (sandbox.mode == SandboxMode::Off).then_some(canopy_runner::wiring::UNCONFINED_WARNING),
+    );
+    confinement.path = probe.bwrap.as_ref().ok().map(|(path, _)| path.display().to_string());
+    let (network_ok, network) = match (sandbox.network, &probe.network) {
+        (Network::Proxy, Ok(())) => (
+            true,
+            format!(
+                "proxy: a namespace of its own per session, its MCP and model endpoints relayed, an egress proxy \
+                 allowing {}",
+                match sandbox.allow_hosts.is_empty() {
+                    true => "nothing else".to_owned(),
+                    false => sandbox.allow_hosts.join(", "),
+                }
+            ),
+        ),
+        (Network::Proxy, Err(e)) => (false, format!("proxy: {e}; set [sandbox] network = \"host\" on this machine")),
+        (Network::Host, _) => (true, "host: the machine's network, TCP connect limited by port".to_owned()),
+    };
+    let host = (sandbox.mode == SandboxMode::Required && sandbox.network == Network::Host)
+        .then_some(canopy_runner::wiring::HOST_NETWORK_WARNING);
+    let problem = (!network_ok).then(|| network.clone());
+    vec![
+        confinement,
+        check("network", network_ok, network, problem, host),
+        check("limits", true, limits_line(&sandbox.limits), None, None),
+    ]
 }
 
-/// The limits and how this machine enforces them: no delegated cgroup v2 is used, so the
-/// kernel's per-process limits plus the runner's watch (and the kernel exempts a root runner
-/// from the process limit, which leaves the watch).
+/// The limits and how this machine enforces them: a cgroup per session where the machine
+/// offers one, the per-process limits (the kernel exempts a root runner from the process one),
+/// and the runner's watch.
 fn limits_line(limits: &Limits) -> String {
     // The owner of this process's /proc entry is its effective user.
     let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
-    format!(
-        "limits per session: {} processes ({}), {} memory (the runner's watch), {} open files (rlimit), CPU weight \
-         {} (niceness {}); no delegated cgroup v2 is used",
-        limits.max_processes,
-        match root {
-            true => "the runner's watch; the kernel exempts a root runner from the process rlimit",
-            false => "rlimit per session and the runner's watch",
+    let cgroups = canopy_harness::cgroup::Cgroups::probed();
+    let kernel = match cgroups {
+        canopy_harness::cgroup::Cgroups::Unavailable(_) => match root {
+            true => "the runner's watch (the kernel exempts a root runner from the process rlimit)",
+            false => "a per-session process rlimit and the runner's watch",
         },
+        _ => "the session's cgroup and the runner's watch",
+    };
+    format!(
+        "per session: {} processes, {} memory, {} open files, CPU weight {}; enforced by {kernel}, open files \
+         by rlimit; {}",
+        limits.max_processes,
         canopy_core::size::Size(limits.max_memory),
         limits.max_open_files,
         limits.cpu_weight,
-        limits.nice()
+        cgroups.describe()
     )
 }
 

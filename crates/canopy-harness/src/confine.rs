@@ -2,8 +2,8 @@
 //! handshake before the harness runs anything. bwrap names its first process (`--info-fd`),
 //! then waits (`--block-fd`) while this side sets that process's limits (which everything in
 //! the sandbox inherits) and, with a network of its own, makes and serves its listeners
-//! (`network`); one byte then lets the harness start. After that the limits watch runs until
-//! the process exits.
+//! (`network`) and puts it in a cgroup of its own where the machine offers one (`cgroup`); one
+//! byte then lets the harness start. After that the limits watch runs until the process exits.
 //!
 //! Owns the order of those steps and their failure (the child is killed, the launch fails
 //! naming the step). Does not decide the grants (`launch::grants`), the namespace's plan
@@ -12,12 +12,14 @@
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 
+use crate::cgroup::SessionGroup;
 use crate::event::HarnessEvent;
 use crate::launch::{LaunchError, LaunchSpec, grants};
 use crate::network::{self, Plan, Serving};
@@ -41,6 +43,8 @@ pub(crate) struct Confined {
     pub pid: u32,
     #[allow(dead_code, reason = "held for its Drop: the network's tasks stop with the session")]
     serving: Option<Serving>,
+    /// Its cgroup, where the machine offers one (removed when the last holder drops it).
+    group: Option<Arc<SessionGroup>>,
 }
 
 /// Starts `command` confined as `[sandbox]` says, with its stderr in `stderr.log`, in its own
@@ -108,6 +112,10 @@ impl Pending {
             .map_err(|_| failed("bwrap did not name its first process", &"timed out"))?
             .map_err(|e| failed("reading bwrap's first process", &e))?;
         let limits = &spec.sandbox.limits;
+        let group = crate::cgroup::create(limits).map_err(|e| failed("making the session's cgroup", &e))?;
+        if let Some(group) = &group {
+            group.add(pid).map_err(|e| failed("making the session's cgroup", &e))?;
+        }
         canopy_sys::namespace::limit_process(
             pid,
             u64::from(limits.max_processes),
@@ -120,7 +128,7 @@ impl Pending {
             None => None,
         };
         std::fs::File::from(self.block).write_all(b"go").map_err(|e| failed("releasing the sandbox", &e))?;
-        Ok(Confined { pid, serving })
+        Ok(Confined { pid, serving, group: group.map(Arc::new) })
     }
 }
 
@@ -155,5 +163,5 @@ pub(crate) fn watch_limits(
     events: mpsc::Sender<HarnessEvent>,
     exited: watch::Receiver<bool>,
 ) {
-    tokio::spawn(crate::limits::watch(confined.pid, spec.sandbox.limits, events, exited));
+    tokio::spawn(crate::limits::watch(confined.pid, spec.sandbox.limits, confined.group.clone(), events, exited));
 }

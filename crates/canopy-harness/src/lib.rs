@@ -11,6 +11,7 @@
 //! share), the adapters (`claude`, `codex`, `omp`, `pi`, `scripted`), `kinds` (which adapter
 //! prepares each `HarnessKind`), then `session` (the running process), which names no adapter.
 
+pub mod cgroup;
 pub mod claude;
 mod codec;
 pub mod codex;

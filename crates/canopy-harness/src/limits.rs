@@ -2,22 +2,25 @@
 //! files and a CPU share (`[sandbox] max_processes`, `max_memory`, `max_open_files`,
 //! `cpu_weight`), and the watch that ends a session past its process or memory limit.
 //!
-//! This machine class has no delegated cgroup v2 (`canopy doctor` says which it found), so the
-//! limits are the kernel's per-process ones set on the sandbox's first process before it runs
-//! anything (open files; processes, which the kernel counts per user namespace, so per
-//! session, except for a runner running as root, which it exempts; niceness for the CPU
-//! share), and this watch: every quarter second it counts the processes in the session's own
-//! PID namespace and adds up their resident anonymous and shared memory, and past a limit it
-//! reports `HarnessEvent::LimitReached` and kills the whole namespace. Owns the numbers and the
-//! watch; does not start or confine the process (`session`, `sandbox`).
+//! Three layers, each where the machine offers it (`canopy doctor` says which it found): a
+//! cgroup per session (`cgroup`: v2 where delegated, v1 where writable), which the kernel
+//! enforces; the per-process limits set on the sandbox's first process before it runs anything
+//! (open files; processes, which the kernel counts per user namespace, so per session, except
+//! for a runner running as root, which it exempts; niceness for the CPU share); and this
+//! watch: every quarter second it reads the cgroup's counters, counts the processes in the
+//! session's own PID namespace and adds up their resident anonymous and shared memory, and
+//! at a limit it reports `HarnessEvent::LimitReached` and kills the whole namespace. Owns the
+//! numbers and the watch; does not start or confine the process (`confine`, `sandbox`).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
 use canopy_core::size::Size;
 
+use crate::cgroup::SessionGroup;
 use crate::event::HarnessEvent;
 
 /// How often the watch looks.
@@ -85,11 +88,13 @@ fn past(limits: &Limits, (processes, memory): (u32, u64)) -> Option<String> {
     None
 }
 
-/// Watches the sandbox whose first process is `pid` until it exits; past a limit it reports
-/// why on `events` and kills the sandbox (its PID namespace dies with its first process).
+/// Watches the sandbox whose first process is `pid` (in `group`, where the machine offers
+/// one) until it exits; at a limit, or held to one by the kernel, it reports why on `events`
+/// and kills the sandbox (its PID namespace dies with its first process).
 pub(crate) async fn watch(
     pid: u32,
     limits: Limits,
+    group: Option<Arc<SessionGroup>>,
     events: mpsc::Sender<HarnessEvent>,
     mut exited: watch::Receiver<bool>,
 ) {
@@ -101,14 +106,13 @@ pub(crate) async fn watch(
             _ = exited.wait_for(|e| *e) => return,
             _ = tick.tick() => {}
         }
-        let Some(used) = usage(&proc) else { continue };
-        if let Some(reason) = past(&limits, used) {
-            tracing::warn!(pid, %reason, "a session passed its limit; ending it");
-            // Said before the kill, so the exit that follows carries the reason.
-            let _ = events.send(HarnessEvent::LimitReached { reason }).await;
-            canopy_sys::signal(pid, canopy_sys::SIGKILL);
-            return;
-        }
+        let held = group.as_ref().and_then(|g| g.hit(&limits));
+        let Some(reason) = held.or_else(|| usage(&proc).and_then(|used| past(&limits, used))) else { continue };
+        tracing::warn!(pid, %reason, "a session reached its limit; ending it");
+        // Said before the kill, so the exit that follows carries the reason.
+        let _ = events.send(HarnessEvent::LimitReached { reason }).await;
+        canopy_sys::signal(pid, canopy_sys::SIGKILL);
+        return;
     }
 }
 
