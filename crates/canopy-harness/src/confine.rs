@@ -6,8 +6,8 @@
 //! byte then lets the harness start. After that the limits watch runs until the process exits.
 //!
 //! Owns the order of those steps and their failure (the child is killed, the launch fails
-//! naming the step). Does not decide the grants (`launch::grants`), the namespace's plan
-//! (`network`) or the limits (`limits`).
+//! naming the step), and the limits watch. Does not decide the grants (`launch::grants`), the
+//! namespace's plan (`network`) or the limits (`limits`).
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use crate::cgroup::SessionGroup;
 use crate::event::HarnessEvent;
 use crate::launch::{LaunchError, LaunchSpec, grants};
+use crate::limits::Limits;
 use crate::network::{self, Plan, Serving};
 use crate::sandbox::{self, Capability, Network, SandboxMode, Unconfinable};
 
@@ -163,5 +164,40 @@ pub(crate) fn watch_limits(
     events: mpsc::Sender<HarnessEvent>,
     exited: watch::Receiver<bool>,
 ) {
-    tokio::spawn(crate::limits::watch(confined.pid, spec.sandbox.limits, confined.group.clone(), events, exited));
+    tokio::spawn(watch(confined.pid, spec.sandbox.limits, confined.group.clone(), events, exited));
+}
+
+/// How often the watch looks.
+const EVERY: Duration = Duration::from_millis(250);
+
+/// Watches the sandbox whose first process is `pid` (in `group`, where the machine offers
+/// one) until it exits; at a limit, or held to one by the kernel, it reports why on `events`
+/// and kills the sandbox (its PID namespace dies with its first process).
+async fn watch(
+    pid: u32,
+    limits: Limits,
+    group: Option<Arc<SessionGroup>>,
+    events: mpsc::Sender<HarnessEvent>,
+    mut exited: watch::Receiver<bool>,
+) {
+    let proc = std::path::PathBuf::from(format!("/proc/{pid}/root/proc"));
+    let mut tick = tokio::time::interval(EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = exited.wait_for(|e| *e) => return,
+            _ = tick.tick() => {}
+        }
+        let held = group.as_ref().and_then(|g| g.hit(&limits));
+        let Some(reason) =
+            held.or_else(|| crate::limits::usage(&proc).and_then(|used| crate::limits::past(&limits, used)))
+        else {
+            continue;
+        };
+        tracing::warn!(pid, %reason, "a session reached its limit; ending it");
+        // Said before the kill, so the exit that follows carries the reason.
+        let _ = events.send(HarnessEvent::LimitReached { reason }).await;
+        canopy_sys::signal(pid, canopy_sys::SIGKILL);
+        return;
+    }
 }

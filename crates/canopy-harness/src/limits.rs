@@ -1,30 +1,20 @@
 //! What one confined session (with everything it starts) may use: processes, memory, open
 //! files and a CPU share (`[sandbox] max_processes`, `max_memory`, `max_open_files`,
-//! `cpu_weight`), and the watch that ends a session past its process or memory limit.
+//! `cpu_weight`), what a session uses now, and which limit that is past.
 //!
 //! Three layers, each where the machine offers it (`canopy doctor` says which it found): a
 //! cgroup per session (`cgroup`: v2 where delegated, v1 where writable), which the kernel
 //! enforces; the per-process limits set on the sandbox's first process before it runs anything
 //! (open files; processes, which the kernel counts per user namespace, so per session, except
 //! for a runner running as root, which it exempts; niceness for the CPU share); and this
-//! watch: every quarter second it reads the cgroup's counters, counts the processes in the
-//! session's own PID namespace and adds up their resident anonymous and shared memory, and
-//! at a limit it reports `HarnessEvent::LimitReached` and kills the whole namespace. Owns the
-//! numbers and the watch; does not start or confine the process (`confine`, `sandbox`).
+//! watch (`confine`): every quarter second it reads the cgroup's counters, counts the processes
+//! in the session's own PID namespace and adds up their resident anonymous and shared memory
+//! (`usage` here), and at a limit it reports `HarnessEvent::LimitReached` and kills the whole
+//! namespace. Owns the numbers; does not start, confine or watch the process.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::sync::{mpsc, watch};
 
 use canopy_core::size::Size;
-
-use crate::cgroup::SessionGroup;
-use crate::event::HarnessEvent;
-
-/// How often the watch looks.
-const EVERY: Duration = Duration::from_millis(250);
 
 /// A session's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +68,7 @@ pub(crate) fn usage(proc: &Path) -> Option<(u32, u64)> {
 }
 
 /// Which limit `used` is past, as the reason the session ends.
-fn past(limits: &Limits, (processes, memory): (u32, u64)) -> Option<String> {
+pub(crate) fn past(limits: &Limits, (processes, memory): (u32, u64)) -> Option<String> {
     if processes >= limits.max_processes {
         return Some(format!("process limit {} reached", limits.max_processes));
     }
@@ -86,34 +76,6 @@ fn past(limits: &Limits, (processes, memory): (u32, u64)) -> Option<String> {
         return Some(format!("memory limit {} reached", Size(limits.max_memory)));
     }
     None
-}
-
-/// Watches the sandbox whose first process is `pid` (in `group`, where the machine offers
-/// one) until it exits; at a limit, or held to one by the kernel, it reports why on `events`
-/// and kills the sandbox (its PID namespace dies with its first process).
-pub(crate) async fn watch(
-    pid: u32,
-    limits: Limits,
-    group: Option<Arc<SessionGroup>>,
-    events: mpsc::Sender<HarnessEvent>,
-    mut exited: watch::Receiver<bool>,
-) {
-    let proc = std::path::PathBuf::from(format!("/proc/{pid}/root/proc"));
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = exited.wait_for(|e| *e) => return,
-            _ = tick.tick() => {}
-        }
-        let held = group.as_ref().and_then(|g| g.hit(&limits));
-        let Some(reason) = held.or_else(|| usage(&proc).and_then(|used| past(&limits, used))) else { continue };
-        tracing::warn!(pid, %reason, "a session reached its limit; ending it");
-        // Said before the kill, so the exit that follows carries the reason.
-        let _ = events.send(HarnessEvent::LimitReached { reason }).await;
-        canopy_sys::signal(pid, canopy_sys::SIGKILL);
-        return;
-    }
 }
 
 #[cfg(test)]
