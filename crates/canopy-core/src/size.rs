@@ -45,7 +45,7 @@ impl std::fmt::Display for Size {
         for (unit, size) in UNITS {
             if self.0 >= size {
                 let value = self.0 as f64 / size as f64;
-                return match (value.fract() * 10.0).round() as u64 % 10 == 0 {
+                return match ((value.fract() * 10.0).round() as u64).is_multiple_of(10) {
                     true => write!(f, "{value:.0} {unit}"),
                     false => write!(f, "{value:.1} {unit}"),
                 };

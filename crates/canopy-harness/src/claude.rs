@@ -785,26 +785,11 @@ mod tests {
 
     fn spec(agent_dir: Option<&std::path::Path>, prompt: Prompt) -> LaunchSpec {
         LaunchSpec {
-            kind: crate::HarnessKind::Claude,
-            program: "claude".into(),
-            program_args: vec![],
             session_dir: "/s/a/1".into(),
             agent_dir: agent_dir.map(std::path::Path::to_owned),
             cwd: "/w".into(),
-            builtin_tools: Vec::new(),
             prompt,
-            mcp_url: "http://127.0.0.1:1/mcp".into(),
-            mcp_token: "t".into(),
-            env: vec![],
-            model: None,
-            provider: None,
-            script: None,
-            max_line_bytes: 1024,
-            ready_timeout: std::time::Duration::from_secs(1),
-            sandbox: crate::SandboxSettings::off("/nonexistent"),
-            repo_mirror: None,
-            cwd_read_only: false,
-            subagents: Vec::new(),
+            ..crate::launch::test_spec(crate::HarnessKind::Claude, std::path::Path::new("/nonexistent"))
         }
     }
 

@@ -965,26 +965,11 @@ mod tests {
             api: None,
         };
         let mut spec = LaunchSpec {
-            kind: crate::HarnessKind::Codex,
-            program: "codex".into(),
-            program_args: vec![],
             session_dir: dir.path().to_owned(),
-            agent_dir: None,
             cwd: dir.path().join("work"),
-            builtin_tools: Vec::new(),
-            prompt: crate::launch::Prompt::replace("p".into()),
-            mcp_url: "http://127.0.0.1:1/mcp".into(),
-            mcp_token: "t".into(),
-            env: vec![],
-            model: None,
             provider: Some(provider),
-            script: None,
-            max_line_bytes: 1024,
-            ready_timeout: std::time::Duration::from_secs(1),
-            sandbox: crate::SandboxSettings::off("/nonexistent"),
-            repo_mirror: None,
-            cwd_read_only: false,
-            subagents: Vec::new(),
+            prompt: crate::launch::Prompt::replace("p".into()),
+            ..crate::launch::test_spec(crate::HarnessKind::Codex, dir.path())
         };
         let error = prepare(&spec, &mut Command::new("codex"), Resume::IfRecorded)
             .err()

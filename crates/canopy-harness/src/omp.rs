@@ -655,30 +655,17 @@ mod network {
     fn an_omp_session_reaches_only_its_mcp_endpoint_and_its_provider() {
         let dir = tempfile::tempdir().unwrap();
         let spec = LaunchSpec {
-            kind: HarnessKind::Omp,
             program: PathBuf::from("/bin/sh"),
-            program_args: vec![],
-            session_dir: dir.path().join("s"),
-            agent_dir: None,
-            cwd: dir.path().join("w"),
-            builtin_tools: vec![],
-            prompt: crate::launch::Prompt::replace(String::new()),
             mcp_url: "http://127.0.0.1:4101/mcp".into(),
-            mcp_token: "t".into(),
-            env: vec![],
             model: Some("m".into()),
             provider: Some(crate::ProviderSettings {
                 base_url: "http://127.0.0.1:4102".into(),
                 api_key_env: None,
                 api: Some("anthropic-messages".into()),
             }),
-            script: None,
             max_line_bytes: 1 << 20,
-            ready_timeout: std::time::Duration::from_secs(1),
             sandbox: crate::SandboxSettings::required(dir.path().join("data")),
-            repo_mirror: None,
-            cwd_read_only: false,
-            subagents: Vec::new(),
+            ..crate::launch::test_spec(HarnessKind::Omp, dir.path())
         };
         let grants = crate::launch::grants(&spec).unwrap();
         assert_eq!(grants.connect_ports, vec![4101, 4102]);
