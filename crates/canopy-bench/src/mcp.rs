@@ -199,7 +199,9 @@ async fn endpoints(bench: &Bench, tokens: &[(String, String)]) -> Result<Endpoin
     let echo = canopy_tools::http::serve_fixed(answer.clone(), content_type, check).await.map_err(|e| e.to_string())?;
     let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("a relay: {e}"))?;
     let relayed = relay.local_addr().map_err(|e| e.to_string())?;
-    tokio::spawn(canopy_harness::network::relay(relay, mcp.addr.ip().to_string(), mcp.addr.port()));
+    let target = canopy_harness::egress::Allowed { host: mcp.addr.ip().to_string(), port: Some(mcp.addr.port()) };
+    let slots = Arc::new(tokio::sync::Semaphore::new(canopy_harness::egress::MAX_CONNECTIONS));
+    tokio::spawn(canopy_harness::network::relay(relay, target, slots));
     Ok(Endpoints { mcp, remote, echo, relayed })
 }
 

@@ -330,7 +330,8 @@ fn sandbox_checks(sandbox: &SandboxSettings) -> Vec<Check> {
 
 /// The limits and how this machine enforces them: a cgroup per session where the machine
 /// offers one, the per-process limits (the kernel exempts a root runner from the process one),
-/// and the runner's watch.
+/// and the runner's watch. Probed from this process, so it holds for a runner started as
+/// doctor was (the same user, the same cgroup).
 fn limits_line(limits: &Limits) -> String {
     // The owner of this process's /proc entry is its effective user.
     let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);

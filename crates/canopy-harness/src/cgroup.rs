@@ -15,8 +15,8 @@
 //! (`canopy doctor` says which). Owns the groups' files; does not decide the limits.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 
 use crate::limits::Limits;
 
@@ -145,7 +145,9 @@ pub(crate) fn create(limits: &Limits) -> std::io::Result<Option<SessionGroup>> {
     match Cgroups::probed() {
         Cgroups::Unavailable(_) => Ok(None),
         Cgroups::V2 { base } => {
-            delegate(base)?;
+            if !delegated(base) {
+                return Ok(None);
+            }
             let dir = base.join(&name);
             std::fs::create_dir(&dir)?;
             let group = SessionGroup { v2: true, pids: dir.clone(), memory: dir.clone(), dirs: vec![dir.clone()] };
@@ -176,15 +178,27 @@ pub(crate) fn create(limits: &Limits) -> std::io::Result<Option<SessionGroup>> {
     }
 }
 
-/// cgroup v2's rule that a group with children's controllers on holds no process: once, move
-/// this process into a leaf `canopy-runner` and turn `pids`, `memory` (and `cpu` where offered)
-/// on for the base's children.
+/// Whether this runner could take its v2 group for its sessions, tried once: cgroup v2's rule
+/// that a group whose children have controllers holds no process of its own means moving this
+/// process into a leaf `canopy-runner` and turning `pids`, `memory` (and `cpu` where offered)
+/// on for the base's children. That fails while other processes share the base (a terminal's
+/// shell, a process started before); then sessions have no cgroup, said once in the log.
+fn delegated(base: &Path) -> bool {
+    static DELEGATED: OnceLock<bool> = OnceLock::new();
+    *DELEGATED.get_or_init(|| match delegate(base) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(
+                group = %base.display(),
+                error = %e,
+                "cgroup v2: could not take this group for sessions; they get per-process limits and the watch"
+            );
+            false
+        }
+    })
+}
+
 fn delegate(base: &Path) -> std::io::Result<()> {
-    static DONE: Mutex<bool> = Mutex::new(false);
-    let mut done = DONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if *done {
-        return Ok(());
-    }
     let leaf = base.join("canopy-runner");
     match std::fs::create_dir(&leaf) {
         Ok(()) => {}
@@ -198,9 +212,7 @@ fn delegate(base: &Path) -> std::io::Result<()> {
         .filter(|c| offered.split_whitespace().any(|x| x == *c))
         .map(|c| format!("+{c}"))
         .collect();
-    std::fs::write(base.join("cgroup.subtree_control"), wanted.join(" "))?;
-    *done = true;
-    Ok(())
+    std::fs::write(base.join("cgroup.subtree_control"), wanted.join(" "))
 }
 
 /// The `name N` counter in a cgroup file of `key value` lines (0 when absent).

@@ -19,6 +19,8 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 
+use canopy_sys::namespace::Pidfd;
+
 use crate::cgroup::SessionGroup;
 use crate::event::HarnessEvent;
 use crate::launch::{LaunchError, LaunchSpec, grants};
@@ -42,6 +44,8 @@ pub(crate) struct Pending {
 /// serving its network (stopped when this is dropped).
 pub(crate) struct Confined {
     pub pid: u32,
+    /// The same process, for signals that must not reach a later holder of its pid.
+    pidfd: Arc<Pidfd>,
     #[allow(dead_code, reason = "held for its Drop: the network's tasks stop with the session")]
     serving: Option<Serving>,
     /// Its cgroup, where the machine offers one (removed when the last holder drops it).
@@ -69,7 +73,8 @@ pub(crate) fn start(spec: &LaunchSpec, mut command: Command) -> Result<(Child, O
         Network::Proxy => {
             let plan = network::plan(spec)?;
             let hosts = spec.session_dir.join("hosts");
-            std::fs::write(&hosts, &plan.hosts).map_err(LaunchError::files(hosts.clone()))?;
+            // Never through a link the session may have planted in its own directory.
+            canopy_sys::write_private(&hosts, plan.hosts.as_bytes()).map_err(LaunchError::files(hosts.clone()))?;
             grants.own_network = true;
             grants.hosts_file = Some(hosts);
             grants.connect_ports.extend(plan.ports());
@@ -91,46 +96,79 @@ pub(crate) fn start(spec: &LaunchSpec, mut command: Command) -> Result<(Child, O
 
 impl Pending {
     /// Reads the sandbox's first process, sets its limits, serves its network, and lets the
-    /// harness start. On failure the child is killed.
+    /// harness start. On failure the sandbox is killed before it is released, so the harness
+    /// never runs unlimited or without its listeners.
     pub(crate) async fn finish(
         self,
         spec: &LaunchSpec,
         child: &mut Child,
         events: mpsc::Sender<HarnessEvent>,
     ) -> Result<Confined, LaunchError> {
-        let result = self.handshake(spec, events).await;
-        if result.is_err() {
-            // It never ran the harness; its exit is reported by the waiter.
-            let _ = child.start_kill();
+        let Pending { info, block, plan } = self;
+        let mut first: Option<Arc<Pidfd>> = None;
+        let result = handshake(info, plan, child.id(), spec, events, &mut first).await;
+        match result {
+            Ok(confined) => {
+                std::fs::File::from(block)
+                    .write_all(b"go")
+                    .map_err(|e| Unconfinable(format!("releasing the sandbox: {e}")))?;
+                Ok(confined)
+            }
+            Err(error) => {
+                // Killed while still waiting on its block descriptor; its exit is reported by
+                // the waiter. bwrap's first process has no death signal yet, so it is killed too.
+                if let Some(first) = &first {
+                    first.signal(canopy_sys::SIGKILL);
+                }
+                let _ = child.start_kill();
+                drop(block);
+                Err(error)
+            }
         }
-        result
     }
+}
 
-    async fn handshake(self, spec: &LaunchSpec, events: mpsc::Sender<HarnessEvent>) -> Result<Confined, LaunchError> {
-        let failed = |step: &str, e: &dyn std::fmt::Display| Unconfinable(format!("{step}: {e}"));
-        let pid = tokio::time::timeout(HANDSHAKE_TIMEOUT, first_pid(self.info))
-            .await
-            .map_err(|_| failed("bwrap did not name its first process", &"timed out"))?
-            .map_err(|e| failed("reading bwrap's first process", &e))?;
-        let limits = &spec.sandbox.limits;
-        let group = crate::cgroup::create(limits).map_err(|e| failed("making the session's cgroup", &e))?;
-        if let Some(group) = &group {
-            group.add(pid).map_err(|e| failed("making the session's cgroup", &e))?;
-        }
-        canopy_sys::namespace::limit_process(
-            pid,
-            u64::from(limits.max_processes),
-            limits.max_open_files,
-            limits.nice(),
-        )
-        .map_err(|e| failed("setting the session's limits", &e))?;
-        let serving = match &self.plan {
-            Some(plan) => Some(network::serve(pid, plan, events).await?),
-            None => None,
-        };
-        std::fs::File::from(self.block).write_all(b"go").map_err(|e| failed("releasing the sandbox", &e))?;
-        Ok(Confined { pid, serving, group: group.map(Arc::new) })
+/// The handshake's steps before the release: the first process (named in `first` as soon as
+/// it is known), its cgroup, its limits, its network.
+async fn handshake(
+    info: OwnedFd,
+    plan: Option<Plan>,
+    bwrap: Option<u32>,
+    spec: &LaunchSpec,
+    events: mpsc::Sender<HarnessEvent>,
+    first: &mut Option<Arc<Pidfd>>,
+) -> Result<Confined, LaunchError> {
+    let failed = |step: &str, e: &dyn std::fmt::Display| Unconfinable(format!("{step}: {e}"));
+    let pid = tokio::time::timeout(HANDSHAKE_TIMEOUT, first_pid(info))
+        .await
+        .map_err(|_| failed("bwrap did not name its first process", &"timed out"))?
+        .map_err(|e| failed("reading bwrap's first process", &e))?;
+    let pidfd = Arc::new(Pidfd::open(pid).map_err(|e| failed("opening bwrap's first process", &e))?);
+    *first = Some(pidfd.clone());
+    // The process named must be bwrap's own child, not one that happens to have that pid.
+    let parent = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("PPid:").map(|p| p.trim().parse::<u32>().ok()))?);
+    if bwrap.is_none() || parent != bwrap {
+        return Err(failed("bwrap's first process", &format!("{pid} is not bwrap's child")).into());
     }
+    let limits = &spec.sandbox.limits;
+    let group = crate::cgroup::create(limits).and_then(|group| match group {
+        Some(group) => group.add(pid).map(|()| Some(group)),
+        None => Ok(None),
+    });
+    // A machine whose cgroups refuse this one still has the per-process limits and the watch.
+    let group = group.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "no cgroup for this session; its limits are the per-process ones and the watch");
+        None
+    });
+    canopy_sys::namespace::limit_process(pid, u64::from(limits.max_processes), limits.max_open_files, limits.nice())
+        .map_err(|e| failed("setting the session's limits", &e))?;
+    let serving = match &plan {
+        Some(plan) => Some(network::serve(pid, plan, events).await?),
+        None => None,
+    };
+    Ok(Confined { pid, pidfd, serving, group: group.map(Arc::new) })
 }
 
 /// The `child-pid` bwrap writes to its info descriptor (a JSON object).
@@ -164,7 +202,14 @@ pub(crate) fn watch_limits(
     events: mpsc::Sender<HarnessEvent>,
     exited: watch::Receiver<bool>,
 ) {
-    tokio::spawn(watch(confined.pid, spec.sandbox.limits, confined.group.clone(), events, exited));
+    tokio::spawn(watch(
+        confined.pidfd.clone(),
+        confined.pid,
+        spec.sandbox.limits,
+        confined.group.clone(),
+        events,
+        exited,
+    ));
 }
 
 /// How often the watch looks.
@@ -174,6 +219,7 @@ const EVERY: Duration = Duration::from_millis(250);
 /// one) until it exits; at a limit, or held to one by the kernel, it reports why on `events`
 /// and kills the sandbox (its PID namespace dies with its first process).
 async fn watch(
+    first: Arc<Pidfd>,
     pid: u32,
     limits: Limits,
     group: Option<Arc<SessionGroup>>,
@@ -197,7 +243,7 @@ async fn watch(
         tracing::warn!(pid, %reason, "a session reached its limit; ending it");
         // Said before the kill, so the exit that follows carries the reason.
         let _ = events.send(HarnessEvent::LimitReached { reason }).await;
-        canopy_sys::signal(pid, canopy_sys::SIGKILL);
+        first.signal(canopy_sys::SIGKILL);
         return;
     }
 }

@@ -100,9 +100,10 @@ fn split_host_port(entry: &str) -> Option<(&str, Option<u16>)> {
     }
 }
 
-/// An address only a named entry for it may reach: loopback, unspecified, link-local.
+/// An address only a named entry for it may reach: loopback, unspecified, link-local (an
+/// IPv4 address mapped into IPv6, `::ffff:127.0.0.1`, is judged as the IPv4 address).
 fn is_local(ip: IpAddr) -> bool {
-    match ip {
+    match ip.to_canonical() {
         IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local(),
         IpAddr::V6(v6) => v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80,
     }
@@ -123,48 +124,92 @@ pub struct Counters {
     pub refused: AtomicU64,
 }
 
-/// Serves the proxy on `listener` for one session's `allow` list until the task is dropped;
-/// each refusal is counted and sent on `refusals` (dropped when the receiver lags).
+/// Serves the proxy on `listener` for one session's `allow` list until the task is dropped
+/// (which ends its connections too); each refusal is counted and sent on `refusals` (dropped
+/// when the receiver lags). `slots` bounds the session's open connections.
 pub async fn serve(
     listener: TcpListener,
     allow: Arc<AllowList>,
     counters: Arc<Counters>,
     refusals: tokio::sync::mpsc::Sender<Refusal>,
+    slots: Arc<tokio::sync::Semaphore>,
 ) {
-    loop {
-        let Ok((client, _)) = listener.accept().await else { continue };
+    accept_each(listener, slots, move |client| {
         let (allow, counters, refusals) = (allow.clone(), counters.clone(), refusals.clone());
-        tokio::spawn(async move {
+        async move {
             if let Err(refusal) = handle(client, &allow, &counters).await {
                 counters.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(host = %refusal.host, port = refusal.port, reason = %refusal.reason, "egress refused");
                 let _ = refusals.try_send(refusal);
             }
+        }
+    })
+    .await
+}
+
+/// Most connections one session holds open through its relays and proxy together; more wait.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// Accepts on `listener` and runs `each` on every connection, at most as many at once as
+/// `slots` allows, in tasks owned by this loop (dropping it ends them). An accept error (out
+/// of descriptors) backs off instead of spinning.
+pub(crate) async fn accept_each<F, Fut>(listener: TcpListener, slots: Arc<tokio::sync::Semaphore>, each: F)
+where
+    F: Fn(TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let client = match listener.accept().await {
+            Ok((client, _)) => client,
+            Err(e) => {
+                tracing::debug!(error = %e, "accepting a session's connection failed; backing off");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let work = each(client);
+        connections.spawn(async move {
+            work.await;
+            drop(slot);
         });
     }
 }
 
+/// A host as a session named it, made safe to log and to quote in a notice: hostname
+/// characters only, at most 253 of them.
+fn shown(host: &str) -> String {
+    match host.len() <= 253 && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b)) {
+        true => host.to_owned(),
+        false => "<not a host name>".to_owned(),
+    }
+}
+
 /// One client connection: its request head, the allow-list, the onward connection, then bytes
-/// both ways. A refusal is answered before it is returned.
+/// both ways. A refusal is answered before it is returned; a client that sends nothing and
+/// goes is neither allowed nor refused.
 async fn handle(mut client: TcpStream, allow: &AllowList, counters: &Counters) -> Result<(), Refusal> {
-    let refuse = |host: &str, port: u16, reason: &str| Refusal { host: host.into(), port, reason: reason.into() };
+    let refuse = |host: &str, port: u16, reason: &str| Refusal { host: shown(host), port, reason: reason.into() };
     let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
         Ok(Ok(head)) => head,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof && e.to_string() == "nothing sent" => return Ok(()),
         _ => return Err(refuse("", 0, "no complete request head")),
     };
     let request = match parse_head(&head) {
         Ok(request) => request,
         Err(why) => {
             answer(&mut client, 400, &why).await;
-            return Err(refuse("", 0, &why));
+            return Err(refuse("", 0, "not an HTTP proxy request"));
         }
     };
     let Some(entry) = allow.entry(&request.host, request.port) else {
-        let why = format!("egress to {}:{} is not allowed for this session", request.host, request.port);
+        let why = format!("egress to {}:{} is not allowed for this session", shown(&request.host), request.port);
         answer(&mut client, 403, &why).await;
         return Err(refuse(&request.host, request.port, "not on the allow-list"));
     };
-    let upstream = match connect(entry, &request.host, request.port).await {
+    let mut upstream = match connect(entry, &request.host, request.port).await {
         Ok(upstream) => upstream,
         Err(why) => {
             answer(&mut client, 403, &why).await;
@@ -172,31 +217,37 @@ async fn handle(mut client: TcpStream, allow: &AllowList, counters: &Counters) -
         }
     };
     counters.allowed.fetch_add(1, Ordering::Relaxed);
-    let mut upstream = upstream;
-    let sent = match &request.forward {
-        None => client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await,
-        Some(rewritten) => upstream.write_all(rewritten).await,
-    };
+    let mut sent = Ok(());
+    if request.connect {
+        sent = client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await;
+    }
+    if sent.is_ok() && !request.forward.is_empty() {
+        sent = upstream.write_all(&request.forward).await;
+    }
     if sent.is_ok() {
         let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
     }
     Ok(())
 }
 
-/// Resolves the host and connects to its first address the entry allows.
+/// Resolves the host and connects to the first of its addresses the entry allows that answers.
 pub(crate) async fn connect(entry: &Allowed, host: &str, port: u16) -> Result<TcpStream, String> {
     let addrs: Vec<SocketAddr> =
         tokio::net::lookup_host((host, port)).await.map_err(|e| format!("{host} does not resolve: {e}"))?.collect();
     let named_local = entry.host == "localhost" || entry.host.parse::<IpAddr>().is_ok_and(is_local);
     let allowed: Vec<SocketAddr> = addrs.into_iter().filter(|a| named_local || !is_local(a.ip())).collect();
-    let Some(first) = allowed.first() else {
+    if allowed.is_empty() {
         return Err(format!("{host} resolves only to local addresses, which its entry does not name"));
-    };
-    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(*first)).await {
-        Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(e)) => Err(format!("connecting to {host}:{port} failed: {e}")),
-        Err(_) => Err(format!("connecting to {host}:{port} timed out")),
     }
+    let mut failed = String::new();
+    for addr in allowed {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(e)) => failed = format!("connecting to {host}:{port} failed: {e}"),
+            Err(_) => failed = format!("connecting to {host}:{port} timed out"),
+        }
+    }
+    Err(failed)
 }
 
 /// Reads up to the end of the request head (`\r\n\r\n`), at most `MAX_HEAD` bytes; what
@@ -206,6 +257,9 @@ async fn read_head(client: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut buf = [0u8; 4096];
     loop {
         let n = client.read(&mut buf).await?;
+        if n == 0 && head.is_empty() {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "nothing sent"));
+        }
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
@@ -219,13 +273,16 @@ async fn read_head(client: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     }
 }
 
-/// What a request asks: where to, and for plain HTTP the bytes to send on (the request line
-/// made origin-form, the proxy headers dropped).
+/// What a request asks: where to, whether it is a tunnel (`CONNECT`), and the bytes to send
+/// on: for plain HTTP the request made origin-form, its `Host` the URL's, the proxy headers
+/// dropped and `Connection: close` (one request per connection, so a later request on it cannot
+/// name another host); for a tunnel whatever the client sent after its head.
 #[derive(Debug, PartialEq, Eq)]
 struct Request {
     host: String,
     port: u16,
-    forward: Option<Vec<u8>>,
+    connect: bool,
+    forward: Vec<u8>,
 }
 
 fn parse_head(head: &[u8]) -> Result<Request, String> {
@@ -242,7 +299,7 @@ fn parse_head(head: &[u8]) -> Result<Request, String> {
     }
     if method == "CONNECT" {
         let (host, port) = split_host_port(target).and_then(|(h, p)| Some((h, p?))).ok_or("CONNECT needs host:port")?;
-        return Ok(Request { host: host.to_owned(), port, forward: None });
+        return Ok(Request { host: host.to_owned(), port, connect: true, forward: rest.to_vec() });
     }
     let rest_of_url = target.strip_prefix("http://").ok_or("only CONNECT and http:// URLs go through the proxy")?;
     let (authority, path) = match rest_of_url.find('/') {
@@ -250,15 +307,22 @@ fn parse_head(head: &[u8]) -> Result<Request, String> {
         None => (rest_of_url, "/"),
     };
     let (host, port) = split_host_port(authority).ok_or("a URL without a host")?;
-    let mut forward = format!("{method} {path} {version}\r\n");
-    for line in lines.filter(|l| !l.to_ascii_lowercase().starts_with("proxy-")) {
+    let mut forward = format!("{method} {path} {version}\r\nHost: {authority}\r\nConnection: close\r\n");
+    for line in lines {
+        let name = line.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
+        if line.contains('\n')
+            || matches!(name.as_str(), "host" | "connection" | "keep-alive")
+            || name.starts_with("proxy-")
+        {
+            continue;
+        }
         forward.push_str(line);
         forward.push_str("\r\n");
     }
     forward.push_str("\r\n");
     let mut bytes = forward.into_bytes();
     bytes.extend_from_slice(rest);
-    Ok(Request { host: host.to_owned(), port: port.unwrap_or(80), forward: Some(bytes) })
+    Ok(Request { host: host.to_owned(), port: port.unwrap_or(80), connect: false, forward: bytes })
 }
 
 async fn answer(client: &mut TcpStream, status: u16, why: &str) {
@@ -296,13 +360,23 @@ mod tests {
 
     #[test]
     fn a_request_head_is_read_as_connect_or_a_forwarded_url() {
-        let connect = parse_head(b"CONNECT api.example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        assert_eq!((connect.host.as_str(), connect.port, connect.forward), ("api.example.com", 443, None));
-        let get =
-            parse_head(b"GET http://h.example:8080/a?b HTTP/1.1\r\nHost: h\r\nProxy-Authorization: x\r\n\r\nbody")
-                .unwrap();
-        assert_eq!((get.host.as_str(), get.port), ("h.example", 8080));
-        assert_eq!(get.forward.unwrap(), b"GET /a?b HTTP/1.1\r\nHost: h\r\n\r\nbody".to_vec());
+        let connect = parse_head(b"CONNECT api.example.com:443 HTTP/1.1\r\nHost: x\r\n\r\nhello").unwrap();
+        assert_eq!((connect.host.as_str(), connect.port, connect.connect), ("api.example.com", 443, true));
+        assert_eq!(connect.forward, b"hello".to_vec(), "what the client sent early goes on");
+        let get = parse_head(
+            b"GET http://h.example:8080/a?b HTTP/1.1\r\nHost: evil.example\r\nProxy-Authorization: x\r\n\
+              Connection: keep-alive\r\nAccept: */*\r\n\r\nbody",
+        )
+        .unwrap();
+        assert_eq!((get.host.as_str(), get.port, get.connect), ("h.example", 8080, false));
+        let forwarded = String::from_utf8(get.forward).unwrap();
+        assert_eq!(
+            forwarded, "GET /a?b HTTP/1.1\r\nHost: h.example:8080\r\nConnection: close\r\nAccept: */*\r\n\r\nbody",
+            "the Host is the URL's, one request per connection"
+        );
+        assert_eq!(shown("a.example:1"), "a.example:1");
+        assert_eq!(shown("evil\n@ops"), "<not a host name>");
+        assert!(is_local("::ffff:127.0.0.1".parse().unwrap()) && is_local("::ffff:169.254.169.254".parse().unwrap()));
         for bad in [&b"GET /local HTTP/1.1\r\n\r\n"[..], b"CONNECT host HTTP/1.1\r\n\r\n", b"garbage\r\n\r\n"] {
             assert!(parse_head(bad).is_err());
         }
@@ -313,7 +387,8 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let counters = Arc::new(Counters::default());
         let (tx, rx) = tokio::sync::mpsc::channel(16);
-        tokio::spawn(serve(listener, Arc::new(list(entries)), counters.clone(), tx));
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        tokio::spawn(serve(listener, Arc::new(list(entries)), counters.clone(), tx, slots));
         (addr, counters, rx)
     }
 

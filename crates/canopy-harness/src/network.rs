@@ -19,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::HarnessKind;
@@ -172,7 +172,8 @@ impl Drop for Serving {
 }
 
 /// Makes `plan`'s listeners inside the namespace of the sandbox process `pid` and serves them;
-/// each refusal reaches `events`.
+/// each refusal reaches `events`. The session's connections together are bounded by
+/// `egress::MAX_CONNECTIONS`.
 pub(crate) async fn serve(pid: u32, plan: &Plan, events: mpsc::Sender<HarnessEvent>) -> Result<Serving, Unconfinable> {
     let addrs: Vec<SocketAddr> = plan.listeners.iter().map(|(addr, _)| *addr).collect();
     let made = tokio::task::spawn_blocking(move || canopy_sys::namespace::listen_in_namespace(pid, &addrs))
@@ -180,21 +181,27 @@ pub(crate) async fn serve(pid: u32, plan: &Plan, events: mpsc::Sender<HarnessEve
         .map_err(|e| Unconfinable(format!("making the session's listeners: {e}")))?
         .map_err(|e| Unconfinable(format!("making the session's listeners: {e}")))?;
     let counters = Arc::new(Counters::default());
+    let slots = Arc::new(Semaphore::new(egress::MAX_CONNECTIONS));
     let (refusals_tx, mut refusals) = mpsc::channel::<egress::Refusal>(64);
-    let mut tasks = Vec::with_capacity(made.len() + 1);
+    // Built as it goes, so a failure part way stops what already runs.
+    let mut serving = Serving { tasks: Vec::with_capacity(made.len() + 1) };
     for (listener, (_, lead)) in made.into_iter().zip(&plan.listeners) {
         let listener = listener
             .set_nonblocking(true)
             .and_then(|()| TcpListener::from_std(listener))
             .map_err(|e| Unconfinable(format!("serving the session's listeners: {e}")))?;
-        tasks.push(match lead {
-            Lead::Proxy => {
-                tokio::spawn(egress::serve(listener, plan.allow.clone(), counters.clone(), refusals_tx.clone()))
-            }
-            Lead::Relay(target) => tokio::spawn(relay(listener, target.host.clone(), target.port.unwrap_or_default())),
+        serving.tasks.push(match lead {
+            Lead::Proxy => tokio::spawn(egress::serve(
+                listener,
+                plan.allow.clone(),
+                counters.clone(),
+                refusals_tx.clone(),
+                slots.clone(),
+            )),
+            Lead::Relay(target) => tokio::spawn(relay(listener, target.clone(), slots.clone())),
         });
     }
-    tasks.push(tokio::spawn(async move {
+    serving.tasks.push(tokio::spawn(async move {
         while let Some(refusal) = refusals.recv().await {
             let event = HarnessEvent::EgressRefused { host: refusal.host, port: refusal.port, reason: refusal.reason };
             if events.send(event).await.is_err() {
@@ -202,18 +209,17 @@ pub(crate) async fn serve(pid: u32, plan: &Plan, events: mpsc::Sender<HarnessEve
             }
         }
     }));
-    Ok(Serving { tasks })
+    Ok(serving)
 }
 
-/// Accepts on `listener` and joins each connection to `host:port` (a name is resolved here,
-/// and may not lead to a local address unless it names one). Public for the benchmark that
-/// measures a tool call through it.
-pub async fn relay(listener: TcpListener, host: String, port: u16) {
-    let target = Allowed { host, port: Some(port) };
-    loop {
-        let Ok((mut inside, _)) = listener.accept().await else { continue };
+/// Accepts on `listener` and joins each connection to `target` (a name is resolved here, and
+/// may not lead to a local address unless it names one), holding one of `slots` each. Public
+/// for the benchmark that measures a tool call through it.
+pub async fn relay(listener: TcpListener, target: Allowed, slots: Arc<Semaphore>) {
+    egress::accept_each(listener, slots, move |mut inside| {
         let target = target.clone();
-        tokio::spawn(async move {
+        async move {
+            let port = target.port.unwrap_or_default();
             match egress::connect(&target, &target.host, port).await {
                 Ok(mut outside) => {
                     let _ = inside.set_nodelay(true);
@@ -223,8 +229,9 @@ pub async fn relay(listener: TcpListener, host: String, port: u16) {
                 }
                 Err(why) => tracing::debug!(host = %target.host, port, %why, "relaying a session's connection failed"),
             }
-        });
-    }
+        }
+    })
+    .await
 }
 
 #[cfg(test)]

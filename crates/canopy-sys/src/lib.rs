@@ -312,7 +312,8 @@ pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    // `create_new` (O_EXCL) never follows a symlink planted at `tmp` since the removal above.
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)

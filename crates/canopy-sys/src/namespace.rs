@@ -15,26 +15,40 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// Most sockets one call makes (the session's MCP endpoint, its model endpoints, the proxy).
 pub const MAX_LISTENERS: usize = 32;
 
-/// How long the forked child waits for the namespace's loopback to come up (bubblewrap brings
-/// it up in the sandbox's first process, which may not have got there yet).
+/// How long the forked child waits, all addresses together, for the namespace's loopback to
+/// come up (bubblewrap brings it up in the sandbox's first process, which may not have got
+/// there yet).
 const LOOPBACK_WAIT_MS: u32 = 5_000;
+
+/// A control-message buffer aligned for `cmsghdr`, large enough for `MAX_LISTENERS` descriptors.
+#[repr(C, align(8))]
+struct Control([u8; 256]);
 
 /// Listening TCP sockets bound to `addrs` inside the network namespace of process `pid` (a
 /// bubblewrap sandbox's first process). Ports below 1024 are fine: the joining child holds
-/// every capability in the sandbox's user namespace.
+/// every capability in the user namespace that owns the network namespace.
 pub fn listen_in_namespace(pid: u32, addrs: &[SocketAddr]) -> io::Result<Vec<TcpListener>> {
     if addrs.is_empty() || addrs.len() > MAX_LISTENERS {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("1 to {MAX_LISTENERS} addresses")));
     }
-    let user = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
     let net = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    // The user namespace that owns the network namespace, not the process's own: a runner that
+    // is not root has bubblewrap make a second user namespace inside the first (for /dev), in
+    // which the runner holds no capability over the network namespace.
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor or -1.
+    #[allow(unsafe_code)]
+    let user = unsafe { libc::ioctl(net.as_raw_fd(), libc::NS_GET_USERNS) };
+    if user < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just returned to us and is owned by nothing else.
+    #[allow(unsafe_code)]
+    let user = unsafe { OwnedFd::from_raw_fd(user) };
     let (ours, theirs) = socket_pair()?;
     let sockaddrs: Vec<(libc::sockaddr_storage, libc::socklen_t, libc::c_int)> = addrs.iter().map(raw_addr).collect();
     let mut fds = [-1 as RawFd; MAX_LISTENERS];
-    // SAFETY: `cmsg_space` is a pure size computation.
-    #[allow(unsafe_code)]
-    let space = unsafe { libc::CMSG_SPACE((addrs.len() * std::mem::size_of::<RawFd>()) as u32) } as usize;
-    let mut control = vec![0u8; space];
+    let mut control = Control([0; 256]);
+    let control_len = space(addrs.len());
     let (user_fd, net_fd, theirs_fd) = (user.as_raw_fd(), net.as_raw_fd(), theirs.as_raw_fd());
     // SAFETY: fork(2) in a multi-threaded process: the child below calls only async-signal-
     // safe syscalls (setns, socket, setsockopt, bind, listen, nanosleep, sendmsg, _exit) on
@@ -48,7 +62,7 @@ pub fn listen_in_namespace(pid: u32, addrs: &[SocketAddr]) -> io::Result<Vec<Tcp
         // SAFETY: see the fork above; the child ends in `_exit` on every path.
         #[allow(unsafe_code)]
         unsafe {
-            let code = make_and_send(user_fd, net_fd, theirs_fd, &sockaddrs, &mut fds, &mut control);
+            let code = make_and_send(user_fd, net_fd, theirs_fd, &sockaddrs, &mut fds, &mut control.0[..control_len]);
             libc::_exit(code);
         }
     }
@@ -68,6 +82,14 @@ pub fn listen_in_namespace(pid: u32, addrs: &[SocketAddr]) -> io::Result<Vec<Tcp
         return Err(io::Error::other(format!("making the sandbox's listeners failed at {what}")));
     }
     receive(&ours, addrs.len())
+}
+
+/// The control-message space for `n` descriptors (at most `MAX_LISTENERS`: within `Control`).
+fn space(n: usize) -> usize {
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    #[allow(unsafe_code)]
+    let space = unsafe { libc::CMSG_SPACE((n * std::mem::size_of::<RawFd>()) as u32) } as usize;
+    space.min(std::mem::size_of::<Control>())
 }
 
 fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -139,6 +161,7 @@ unsafe fn make_and_send(
 ) -> libc::c_int {
     // SAFETY: raw syscalls on descriptors and buffers owned by this (forked) process.
     unsafe {
+        let mut waited = 0;
         if libc::setns(user, libc::CLONE_NEWUSER) != 0 {
             return 1;
         }
@@ -158,7 +181,6 @@ unsafe fn make_and_send(
                 (&one as *const libc::c_int).cast(),
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             );
-            let mut waited = 0;
             loop {
                 if libc::bind(fd, (storage as *const libc::sockaddr_storage).cast(), *len) == 0 {
                     break;
@@ -223,44 +245,80 @@ fn wait(child: libc::pid_t) -> io::Result<libc::c_int> {
 
 /// Receives `n` descriptors sent by the child and makes them listeners.
 fn receive(socket: &OwnedFd, n: usize) -> io::Result<Vec<TcpListener>> {
+    let refused = || io::Error::other("the sandbox's listeners were not handed back");
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
-    // SAFETY: a pure size computation.
-    #[allow(unsafe_code)]
-    let space = unsafe { libc::CMSG_SPACE((n * std::mem::size_of::<RawFd>()) as u32) } as usize;
-    let mut control = vec![0u8; space];
+    let mut control = Control([0; 256]);
     // SAFETY: an all-zero msghdr is valid; its pointers are set to live buffers below.
     #[allow(unsafe_code)]
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = control.len() as _;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = space(n) as _;
     // SAFETY: recvmsg writes into the buffers `msg` points at, which outlive the call;
     // MSG_DONTWAIT because the child has exited, so the message is there or never will be.
     #[allow(unsafe_code)]
     let got = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT) };
     if got != 1 {
-        return Err(io::Error::other("the sandbox's listeners were not handed back"));
+        return Err(refused());
     }
-    // SAFETY: the control buffer was filled by the kernel; CMSG_FIRSTHDR and CMSG_DATA read
-    // within it, and the header says how many descriptors follow.
+    // SAFETY: the control buffer (aligned for cmsghdr) was filled by the kernel; CMSG_FIRSTHDR
+    // and CMSG_DATA read within it, and the header's length is checked before the descriptors
+    // it says follow are read.
     #[allow(unsafe_code)]
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
-            return Err(io::Error::other("the sandbox's listeners were not handed back"));
+        if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+            return Err(refused());
         }
-        let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+        let header = libc::CMSG_LEN(0) as usize;
+        let length = (*cmsg).cmsg_len as usize;
+        let count = length.saturating_sub(header) / std::mem::size_of::<RawFd>();
         let mut listeners = Vec::with_capacity(count);
-        for i in 0..count {
+        for i in 0..count.min(n) {
             let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>().add(i));
             listeners.push(TcpListener::from_raw_fd(fd));
         }
-        if count != n {
+        if count != n || msg.msg_flags & libc::MSG_CTRUNC != 0 {
             return Err(io::Error::other(format!("{count} of {n} listeners were handed back")));
         }
         Ok(listeners)
+    }
+}
+
+/// A process named by a descriptor, so a signal never reaches another process that was
+/// given its pid after it exited.
+#[derive(Debug)]
+pub struct Pidfd(OwnedFd);
+
+impl Pidfd {
+    /// The process `pid`, now.
+    pub fn open(pid: u32) -> io::Result<Pidfd> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        #[allow(unsafe_code)]
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor was just returned to us and is owned by nothing else.
+        #[allow(unsafe_code)]
+        Ok(Pidfd(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
+    }
+
+    /// Sends `signal` to it; a process that has exited is not signalled (ESRCH, ignored).
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: pidfd_send_signal on our own descriptor with no siginfo.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            );
+        }
     }
 }
 
