@@ -9,14 +9,16 @@
 //!   `memory` controllers available): the runner moves itself into a leaf `canopy-runner`, turns
 //!   the controllers on for its group's children, and makes `canopy-<pid>-<n>` beside it;
 //! - cgroup v1 where the `pids` and `memory` hierarchies are writable at the runner's own place
-//!   in them (a runner running as root on a v1 machine): a group in each, and in `cpu` if there.
+//!   in them (a runner running as root on a v1 machine): a group in each. Not in `cpu`: the
+//!   niceness gives the CPU share, and each hierarchy a session joins costs its start a kernel
+//!   wait (moving a process between groups waits for an RCU grace period, 5-15 ms here).
 //!
 //! Elsewhere there is none, and the per-process limits and the watch are what holds
 //! (`canopy doctor` says which). Owns the groups' files; does not decide the limits.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use crate::limits::Limits;
 
@@ -25,9 +27,8 @@ use crate::limits::Limits;
 pub enum Cgroups {
     /// cgroup v2 delegated at `base` (the runner's own group).
     V2 { base: PathBuf },
-    /// cgroup v1: where session groups go in the `pids`, `memory` and (if present) `cpu`
-    /// hierarchies.
-    V1 { pids: PathBuf, memory: PathBuf, cpu: Option<PathBuf> },
+    /// cgroup v1: where session groups go in the `pids` and `memory` hierarchies.
+    V1 { pids: PathBuf, memory: PathBuf },
     /// None usable, and why.
     Unavailable(String),
 }
@@ -38,7 +39,7 @@ impl Cgroups {
         match self {
             Cgroups::V2 { base } => format!("cgroup v2 delegated at {}", base.display()),
             Cgroups::V1 { memory, .. } => {
-                format!("cgroup v1 (pids, memory, cpu) under {}", memory.parent().unwrap_or(memory).display())
+                format!("cgroup v1 (pids, memory) under {}", memory.parent().unwrap_or(memory).display())
             }
             Cgroups::Unavailable(why) => format!("no cgroup the runner may make ({why})"),
         }
@@ -59,9 +60,7 @@ impl Cgroups {
     fn sweep(&self) {
         let parents: Vec<&PathBuf> = match self {
             Cgroups::V2 { base } => vec![base],
-            Cgroups::V1 { pids, memory, cpu } => {
-                [Some(pids), Some(memory), cpu.as_ref()].into_iter().flatten().collect()
-            }
+            Cgroups::V1 { pids, memory } => vec![pids, memory],
             Cgroups::Unavailable(_) => Vec::new(),
         };
         for parent in parents {
@@ -120,7 +119,7 @@ fn probe() -> Cgroups {
         writable(&dir).then_some(dir)
     };
     match (place("pids"), place("memory")) {
-        (Some(pids), Some(memory)) => Cgroups::V1 { pids, memory, cpu: place("cpu") },
+        (Some(pids), Some(memory)) => Cgroups::V1 { pids, memory },
         _ => Cgroups::Unavailable("cgroup v1's pids and memory hierarchies are not writable here".into()),
     }
 }
@@ -134,8 +133,37 @@ pub(crate) struct SessionGroup {
     dirs: Vec<PathBuf>,
 }
 
-/// Makes a group for one session with `limits`. `None` where the machine offers none.
+/// A group made ahead for the next session, with the limits it was made for. Making one costs
+/// milliseconds (a memory cgroup most: 7-10 ms here, against a session start of 8), so a
+/// start takes the ready one and the next is made off its path.
+static SPARE: Mutex<Option<(Limits, SessionGroup)>> = Mutex::new(None);
+
+/// A group for one session with `limits`: the spare one made ahead, or a new one. `None` where
+/// the machine offers none.
 pub(crate) fn create(limits: &Limits) -> std::io::Result<Option<SessionGroup>> {
+    let spare = SPARE.lock().ok().and_then(|mut spare| spare.take());
+    let group = match spare {
+        Some((made_for, group)) if made_for == *limits => Some(group),
+        // A spare made for other limits is removed when dropped here.
+        _ => make(limits)?,
+    };
+    if group.is_some() {
+        let limits = *limits;
+        std::thread::spawn(move || match make(&limits) {
+            Ok(Some(next)) => {
+                if let Ok(mut spare) = SPARE.lock() {
+                    *spare = Some((limits, next));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(error = %e, "making a spare session cgroup"),
+        });
+    }
+    Ok(group)
+}
+
+/// Makes a group with `limits`.
+fn make(limits: &Limits) -> std::io::Result<Option<SessionGroup>> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let name = format!("canopy-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
     let write = |dir: &Path, file: &str, value: String| {
@@ -158,21 +186,15 @@ pub(crate) fn create(limits: &Limits) -> std::io::Result<Option<SessionGroup>> {
             let _ = write(&dir, "cpu.weight", limits.cpu_weight.to_string());
             Ok(Some(group))
         }
-        Cgroups::V1 { pids, memory, cpu } => {
+        Cgroups::V1 { pids, memory } => {
             let mut group =
                 SessionGroup { v2: false, pids: pids.join(&name), memory: memory.join(&name), dirs: Vec::new() };
-            for dir in [Some(&group.pids), Some(&group.memory), cpu.as_ref().map(|c| c.join(&name)).as_ref()]
-                .into_iter()
-                .flatten()
-            {
-                std::fs::create_dir(dir)?;
-                group.dirs.push(dir.clone());
+            for dir in [group.pids.clone(), group.memory.clone()] {
+                std::fs::create_dir(&dir)?;
+                group.dirs.push(dir);
             }
             write(&group.pids, "pids.max", limits.max_processes.to_string())?;
             write(&group.memory, "memory.limit_in_bytes", limits.max_memory.to_string())?;
-            if let Some(cpu) = group.dirs.get(2) {
-                write(cpu, "cpu.shares", (1024 * u64::from(limits.cpu_weight) / 100).max(2).to_string())?;
-            }
             Ok(Some(group))
         }
     }
