@@ -682,3 +682,48 @@ fn a_session_token_dies_with_its_session_though_it_was_used_a_moment_before() {
     let refused = call(&env, Method::Whoami, &second, json!({}));
     assert_eq!(code(&refused), "forbidden", "a despawned agent's token still works: {refused}");
 }
+
+/// Whether the managed server takes `login` right now: one connection, no retry.
+fn takes(env: &TestEnv, login: &(String, String)) -> bool {
+    let url = managed(env).0;
+    env.rt.block_on(Bus::connect(&url, &Login::fixed(&login.0, &login.1, None), "authz-now", false)).is_ok()
+}
+
+#[test]
+fn credential_changes_are_applied_when_the_command_returns_and_a_runner_waits_for_its_login() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    env.spawn_daemon(&["daemon"]);
+    assert!(!takes(&env, &("nobody".into(), "nothing".into())), "the managed server takes any login");
+    for round in 0..3 {
+        let id = format!("box{round}");
+        env.ok(&["runners", "add", &id]);
+        let login = login_of(&env, &format!("credentials/runners/{id}.json"));
+        assert!(takes(&env, &login), "round {round}: the server did not take {id}'s login when `runners add` returned");
+        env.ok(&["runners", "remove", &id]);
+        assert!(!takes(&env, &login), "round {round}: the server still took {id}'s login after `runners remove`");
+    }
+    let before = login_of(&env, "credentials/nats-operator.json");
+    env.ok(&["credentials", "rotate"]);
+    let after = login_of(&env, "credentials/nats-operator.json");
+    assert_ne!(before, after);
+    assert!(takes(&env, &after) && !takes(&env, &before), "the rotation was not applied when it returned");
+
+    // `runners add` then at once `runner --id`: it registers.
+    env.ok(&["runners", "add", "quick"]);
+    let _quick = env.spawn_registered_runner(env.command(&["runner", "--id", "quick"]), "quick");
+
+    // A login the server never learns: the runner tries for a while, then exits naming it.
+    let file = env.data_dir().join("credentials/runners/quick.json");
+    let mut credential: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    credential["nats"]["password"] = Value::from("not-the-password");
+    credential["runner_id"] = Value::from("stranger");
+    let stranger = env.dir.path().join("stranger.json");
+    std::fs::write(&stranger, credential.to_string()).unwrap();
+    let started = std::time::Instant::now();
+    let out = env.run(&["runner", "--credentials", stranger.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(69), "{}", crate::env::text(&out.stderr));
+    let stderr = crate::env::text(&out.stderr);
+    assert!(stderr.contains("authorization") && stderr.contains("refused this login"), "{stderr}");
+    assert!(started.elapsed() >= Duration::from_secs(9), "it gave up at once: {:?}", started.elapsed());
+}

@@ -28,6 +28,11 @@ pub enum BusError {
     Server(String),
 }
 
+/// Whether a connect failed because the server refused the login itself.
+pub fn refused_login(error: &BusError) -> bool {
+    matches!(error, BusError::Connect { reason, .. } if reason.to_ascii_lowercase().contains("authorization"))
+}
+
 /// A change in the connection to NATS, or the server refusing something on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConnectionEvent {
@@ -166,6 +171,56 @@ impl Bus {
         let client =
             options.connect(url).await.map_err(|e| BusError::Connect { url: url.to_owned(), reason: e.to_string() })?;
         Ok(Bus { client, events })
+    }
+
+    /// Connects like `connect` (no `wait`), but when the server refuses the login itself
+    /// (`authorization violation`: a credential added a moment ago and not yet applied) tries
+    /// again every 200 ms for up to `patience`; the last refusal is the error.
+    pub async fn connect_patiently(url: &str, login: &Login, name: &str, patience: Duration) -> Result<Bus, BusError> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            match Bus::connect(url, login, name, false).await {
+                Err(e) if refused_login(&e) && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Waits up to `patience` until the server at `url` accepts `user`'s login (`accepted`),
+    /// or refuses it: how a credential change proves it was applied. Each look is one
+    /// connection, closed at once.
+    pub async fn await_login(
+        url: &str,
+        user: &str,
+        password: &str,
+        accepted: bool,
+        patience: Duration,
+    ) -> Result<(), BusError> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let login = Login::fixed(user, password, None);
+        loop {
+            let now = match Bus::connect(url, &login, "canopy-login-check", false).await {
+                Ok(bus) => {
+                    // Closed at once; a failed drain leaves it to the server's ping timeout.
+                    let _ = bus.client.drain().await;
+                    true
+                }
+                Err(e) if refused_login(&e) => false,
+                Err(e) => return Err(e),
+            };
+            if now == accepted {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let state = if accepted { "accept" } else { "refuse" };
+                return Err(BusError::Server(format!(
+                    "the NATS server at {url} did not {state} the login {user} within {patience:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Connection changes from now on.

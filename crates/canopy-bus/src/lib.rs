@@ -11,5 +11,5 @@ mod client;
 mod server;
 
 pub use api::{ApiClient, CallError};
-pub use client::{Bus, BusError, ConnectionEvent, Incoming, Login, ReadLogin, Received};
+pub use client::{Bus, BusError, ConnectionEvent, Incoming, Login, ReadLogin, Received, refused_login};
 pub use server::{ManagedNats, NatsServerConfig, NatsUser, find_nats_server, render_authorization};

@@ -4,6 +4,8 @@
 //! `watch` that finds the daemon again after it restarts on a new port.
 
 pub use canopy_bus::CallError;
+use std::time::Duration;
+
 use canopy_bus::{ApiClient, Bus, Login};
 use canopy_config::credentials::read_login;
 use canopy_config::{Config, ConnectionInfo, DataDir, read_connection_info};
@@ -19,6 +21,9 @@ pub struct Client {
     /// The NATS server it is connected to (from `daemon.json`).
     url: String,
 }
+
+/// How long a credential change waits for the server to accept (or refuse) the changed login.
+pub const APPLIED_WITHIN: Duration = Duration::from_secs(10);
 
 /// Reads `daemon.json`, saying how to start a daemon when there is none, or when the one it
 /// names is gone (killed: it had no chance to remove the file).
@@ -50,21 +55,32 @@ pub async fn api_client(dir: &DataDir) -> Result<(ApiClient, String), CallError>
     let subjects = Subjects::new(&info.workspace_id);
     let login_file = dir.operator_login();
     let login = Login::reading(move || read_login(&login_file), Some(subjects.inbox(Party::Operator)));
-    Ok((connect(dir, &info.nats_url, subjects, &login, "canopy-cli").await?, info.nats_url))
+    Ok((connect(dir, &info.nats_url, subjects, &login, "canopy-cli", Duration::ZERO).await?, info.nats_url))
 }
 
-/// Connects to `url` with `login`, for the workspace `subjects` belong to.
+/// Connects to `url` with `login`, for the workspace `subjects` belong to; a login the server
+/// refuses is tried again for up to `patience` (a runner's credential added a moment ago).
 pub async fn connect(
     dir: &DataDir,
     url: &str,
     subjects: Subjects,
     login: &Login,
     name: &str,
+    patience: Duration,
 ) -> Result<ApiClient, CallError> {
     let timeout = Config::load(&dir.config())
         .map(|c| c.daemon.request_timeout)
         .unwrap_or_else(|_| Config::default().daemon.request_timeout);
-    let bus = Bus::connect(url, login, name, false).await.map_err(|e| CallError::Unreachable(e.to_string()))?;
+    let bus = Bus::connect_patiently(url, login, name, patience).await.map_err(|e| {
+        let fix = match canopy_bus::refused_login(&e) {
+            true => format!(
+                " (the server refused this login for {patience:?}: is its credential current? `canopy runners add` \
+                 makes one, `canopy credentials rotate` replaces them all)"
+            ),
+            false => String::new(),
+        };
+        CallError::Unreachable(format!("{e}{fix}"))
+    })?;
     Ok(ApiClient::new(bus, subjects, timeout))
 }
 
@@ -83,6 +99,14 @@ impl Client {
     }
 
     /// Calls one API method as the operator.
+    /// Waits until the NATS server it is connected to accepts (`accepted`) or refuses the login
+    /// `user`/`password`, for up to `APPLIED_WITHIN`: a credential change is done only then.
+    pub async fn await_login(&self, user: &str, password: &str, accepted: bool) -> Result<(), CallError> {
+        Bus::await_login(&self.url, user, password, accepted, APPLIED_WITHIN)
+            .await
+            .map_err(|e| CallError::Unreachable(e.to_string()))
+    }
+
     pub async fn send<M: ApiMethod>(&self, request: &M::Request) -> Result<M::Response, CallError> {
         self.api.send::<M>(&self.token, request).await
     }

@@ -55,11 +55,13 @@ pub fn colour(stream: &impl std::io::IsTerminal) -> bool {
 
 pub fn init_logging(cli: &Cli) {
     UTC.store(cli.utc, std::sync::atomic::Ordering::Relaxed);
-    // rmcp logs every MCP session at info; Canopy's own activity covers what matters.
+    // rmcp logs every MCP session at info; Canopy's own activity covers what matters. For a
+    // command, the NATS client's log of each refused connect attempt is noise: the command says
+    // why it could not connect, and a credential change expects refusals while it waits.
     let default = if matches!(cli.command, Command::Daemon(_) | Command::Up { .. } | Command::Runner(_)) {
         "info,rmcp=warn"
     } else {
-        "warn"
+        "warn,async_nats::connector=off"
     };
     log_to_stderr(default, matches!(cli.log_format, LogFormat::Json));
 }

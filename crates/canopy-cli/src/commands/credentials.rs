@@ -2,10 +2,13 @@
 //! credentials (add, remove) and the rotation of every NATS login and runner token.
 //!
 //! Secrets the operator asks for on disk are written mode 0600; the daemon makes and keeps
-//! the rest. `canopy nats-config`, which needs no daemon, is `local.rs`'s.
+//! the rest. A change to NATS logins returns once the managed server has applied it (the new
+//! login accepted, a removed one refused), so the next command can rely on it. `canopy nats-config`, which needs no daemon, is `local.rs`'s.
 
 use canopy_proto::api::*;
 use canopy_proto::method;
+
+use canopy_config::DataDir;
 
 use super::call::call;
 use crate::args::{CredentialsCommand, OperatorsCommand, RunnersCommand};
@@ -36,27 +39,49 @@ pub async fn operators(client: &Client, json: bool, command: OperatorsCommand) -
     code(json, result)
 }
 
-/// `canopy runners add|remove`.
-pub async fn runners(client: &Client, json: bool, command: RunnersCommand) -> u8 {
+/// `canopy runners add|remove`. Each returns once the managed NATS server has applied it: the
+/// new runner's login accepted, the removed one's refused.
+pub async fn runners(dir: &DataDir, client: &Client, json: bool, command: RunnersCommand) -> u8 {
     let result = match command {
         RunnersCommand::Add { id, out } => runners_add(client, json, id, out).await,
-        RunnersCommand::Remove { id } => {
-            let request = RunnersRemoveRequest { id: id.clone() };
-            call::<method::RunnersRemove>(client, json, &request, |r: &CredentialsChangedResponse| {
-                output::credentials_changed(&format!("revoked runner {id}"), r)
-            })
-            .await
-        }
+        RunnersCommand::Remove { id } => runners_remove(dir, client, json, id).await,
     };
     code(json, result)
 }
 
-/// `canopy credentials rotate`.
-pub async fn credentials(client: &Client, json: bool, command: CredentialsCommand) -> u8 {
+/// `canopy runners remove`: the runner's login (read before it goes) is refused when it returns.
+async fn runners_remove(dir: &DataDir, client: &Client, json: bool, id: String) -> Result<(), CallError> {
+    let old: Option<canopy_config::RunnerCredential> =
+        canopy_config::credentials::read(&dir.runner_credential(&id)).ok();
+    let response = client.send::<method::RunnersRemove>(&RunnersRemoveRequest { id: id.clone() }).await?;
+    if let (true, Some(old)) = (response.applied, &old) {
+        client.await_login(&old.nats.user, &old.nats.password, false).await?;
+    }
+    match json {
+        true => output::json(&response),
+        false => output::credentials_changed(&format!("revoked runner {id}"), &response),
+    }
+    Ok(())
+}
+
+/// `canopy credentials rotate`: returns once the server accepts the operators' new login (the
+/// daemon applies a rotation just after answering, since it renames the login that carries
+/// the answer).
+pub async fn credentials(dir: &DataDir, client: &Client, json: bool, command: CredentialsCommand) -> u8 {
     let CredentialsCommand::Rotate = command;
-    let result = call::<method::CredentialsRotate>(client, json, &CredentialsRotateRequest {}, |r| {
-        output::credentials_changed("rotated every NATS login and runner token", r)
-    })
+    let result = async {
+        let response = client.send::<method::CredentialsRotate>(&CredentialsRotateRequest {}).await?;
+        if response.applied {
+            let (user, password) = canopy_config::credentials::read_login(&dir.operator_login())
+                .map_err(|e| CallError::Unreachable(format!("reading the new operator login: {e}")))?;
+            client.await_login(&user, &password, true).await?;
+        }
+        match json {
+            true => output::json(&response),
+            false => output::credentials_changed("rotated every NATS login and runner token", &response),
+        }
+        Ok(())
+    }
     .await;
     code(json, result)
 }
@@ -92,6 +117,9 @@ async fn runners_add(
     out: Option<std::path::PathBuf>,
 ) -> Result<(), CallError> {
     let response = client.send::<method::RunnersAdd>(&RunnersAddRequest { id }).await?;
+    if response.applied {
+        client.await_login(&response.credential.nats_user, &response.credential.nats_password, true).await?;
+    }
     if let Some(out) = &out {
         write_credential(out, &response.credential)?;
     }

@@ -173,6 +173,9 @@ pub async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
     0
 }
 
+/// How long a starting runner keeps trying a login the server refuses.
+const RUNNER_LOGIN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Reads the runner's credential in `file`, connects to NATS as that runner and starts it.
 async fn start_runner(
     dir: &DataDir,
@@ -196,7 +199,8 @@ async fn start_runner(
         move || canopy_config::credentials::read_login(&login_file),
         Some(subjects.inbox(canopy_proto::Party::Runner(&id))),
     );
-    let api = crate::client::connect(dir, &url, subjects, &login, "canopy-runner").await?;
+    // A runner started right after `canopy runners add` may come before the server applied it.
+    let api = crate::client::connect(dir, &url, subjects, &login, "canopy-runner", RUNNER_LOGIN_PATIENCE).await?;
     let options = canopy_runner::wiring::options(dir, config, api, &credential, file)
         .map_err(|e| CallError::Unreachable(format!("preparing the runner: {e}")))?;
     canopy_runner::spawn(options).await.map_err(|e| CallError::Unreachable(e.to_string()))
