@@ -180,8 +180,30 @@ impl Git {
     ) -> Result<Captured, GitError> {
         let script = format!("exec 2>&1\n{command}");
         let what = format!("the check `{command}`");
-        let (command, _rules) = self.confined_command(grants, cwd, "sh", &["-c", &script], &what)?;
-        capture(command, &what, limit, keep).await
+        let (mut command, _rules) = self.confined_command(grants, cwd, "sh", &["-c", &script], &what)?;
+        // A check runs code a session wrote: held to a session's process and memory limits by
+        // a cgroup of its own where the machine offers one.
+        let limits = &self.sandbox.limits;
+        let group = match self.sandbox.mode {
+            SandboxMode::Off => None,
+            SandboxMode::Required => canopy_harness::cgroup::create(limits).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "no cgroup for a check; it runs without process and memory limits");
+                None
+            }),
+        };
+        if let Some(group) = &group {
+            canopy_sys::namespace::join_cgroups_in_child(&mut command, group.procs_files());
+        }
+        let mut captured = capture(command, &what, limit, keep).await;
+        if let (Some(group), Ok(captured)) = (&group, &mut captured)
+            && let Some(reason) = group.hit(limits)
+        {
+            captured.log.push_str(&format!("\ncanopy: the check hit a [sandbox] limit: {reason}\n"));
+            if captured.code == Some(0) {
+                captured.code = Some(1);
+            }
+        }
+        captured
     }
 
     /// The command for `program args` in `cwd`, wrapped in the sandbox `grants` allow (as is

@@ -76,3 +76,24 @@ fn a_branch_head_is_read_from_a_regular_ref_file_only() {
         assert_eq!(Git::read_branch_head(tmp.path(), branch), None, "{branch}");
     }
 }
+
+/// A check runs code a session wrote: a fork bomb in it is held to the session's process limit
+/// by a cgroup of its own (where the machine offers one: this one, a root runner on cgroup v1)
+/// and the check fails saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_is_held_to_a_session_s_process_limit() {
+    if let canopy_harness::cgroup::Cgroups::Unavailable(why) = canopy_harness::cgroup::Cgroups::probed() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let (tmp, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    repo(tmp.path());
+    let mut sandbox = SandboxSettings::required(data.path());
+    sandbox.limits.max_processes = 32;
+    let git = Git::new("git", sandbox, Duration::from_secs(20));
+    let bomb = git.check(tmp.path(), tmp.path(), "f() { f | f & }; f; sleep 2; echo survived", 4000).await;
+    assert!(!bomb.passed, "{bomb:?}");
+    assert!(bomb.log.contains("canopy: the check hit a [sandbox] limit: process limit 32 reached"), "{}", bomb.log);
+    let fine = git.check(tmp.path(), tmp.path(), "true", 1000).await;
+    assert!(fine.passed, "a check within its limits passes: {fine:?}");
+}

@@ -124,9 +124,9 @@ fn probe() -> Cgroups {
     }
 }
 
-/// One session's group (a directory per hierarchy); removed when dropped.
+/// One session's (or check's) group (a directory per hierarchy); removed when dropped.
 #[derive(Debug)]
-pub(crate) struct SessionGroup {
+pub struct SessionGroup {
     v2: bool,
     pids: PathBuf,
     memory: PathBuf,
@@ -140,7 +140,7 @@ static SPARE: Mutex<Option<(Limits, SessionGroup)>> = Mutex::new(None);
 
 /// A group for one session with `limits`: the spare one made ahead, or a new one. `None` where
 /// the machine offers none.
-pub(crate) fn create(limits: &Limits) -> std::io::Result<Option<SessionGroup>> {
+pub fn create(limits: &Limits) -> std::io::Result<Option<SessionGroup>> {
     let spare = SPARE.lock().ok().and_then(|mut spare| spare.take());
     let group = match spare {
         Some((made_for, group)) if made_for == *limits => Some(group),
@@ -253,9 +253,19 @@ impl SessionGroup {
         Ok(())
     }
 
+    /// Its `cgroup.procs` files, for a command to join before it runs
+    /// (`canopy_sys::namespace::join_cgroups_in_child`).
+    pub fn procs_files(&self) -> Vec<std::ffi::CString> {
+        use std::os::unix::ffi::OsStrExt;
+        self.dirs
+            .iter()
+            .filter_map(|d| std::ffi::CString::new(d.join("cgroup.procs").as_os_str().as_bytes()).ok())
+            .collect()
+    }
+
     /// The limit the kernel had to hold the session to, if it had to: a fork refused at
     /// `pids.max`, or a process killed at the memory limit.
-    pub(crate) fn hit(&self, limits: &Limits) -> Option<String> {
+    pub fn hit(&self, limits: &Limits) -> Option<String> {
         if counter(&self.pids.join("pids.events"), "max ") > 0 {
             return Some(format!("process limit {} reached", limits.max_processes));
         }

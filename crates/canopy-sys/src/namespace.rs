@@ -3,7 +3,7 @@
 //! loopback), and the limits the kernel enforces per process set on the session's first
 //! process before it runs anything.
 //!
-//! Owns the fork-and-join that makes the sockets (a forked child joins the session's user
+//! Also the pre-exec join of a command's cgroups (a check's, `canopy-git`). Owns the fork-and-join that makes the sockets (a forked child joins the session's user
 //! namespace, where the runner's user holds every capability, then its network namespace,
 //! binds, and hands the sockets back over a Unix socket). Does not decide which addresses a
 //! session gets nor what arrives on them (`canopy-harness`'s `network` does).
@@ -372,6 +372,31 @@ pub fn inherit(command: &mut tokio::process::Command, fds: [RawFd; 2]) {
         command.pre_exec(move || {
             for fd in fds {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Makes the child join the cgroups whose `cgroup.procs` files are `procs` before it execs (it
+/// writes `0`, "this process", into each), so everything it starts is in them from the start.
+pub fn join_cgroups_in_child(command: &mut tokio::process::Command, procs: Vec<std::ffi::CString>) {
+    // SAFETY: the closure runs in the forked child before exec and calls only open, write and
+    // close, which are async-signal-safe, on C strings made before the fork; it allocates
+    // nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            for path in &procs {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if written != 1 {
                     return Err(io::Error::last_os_error());
                 }
             }
