@@ -43,7 +43,7 @@ pub(crate) struct Pending {
 /// What a confined session runs with once started: its sandbox's first process and the tasks
 /// serving its network (stopped when this is dropped).
 pub(crate) struct Confined {
-    pub pid: u32,
+    pid: u32,
     /// The same process, for signals that must not reach a later holder of its pid.
     pidfd: Arc<Pidfd>,
     #[allow(dead_code, reason = "held for its Drop: the network's tasks stop with the session")]
@@ -234,12 +234,13 @@ async fn watch(
             _ = exited.wait_for(|e| *e) => return,
             _ = tick.tick() => {}
         }
-        let held = group.as_ref().and_then(|g| g.hit(&limits));
-        let Some(reason) =
-            held.or_else(|| crate::limits::usage(&proc).and_then(|used| crate::limits::past(&limits, used)))
-        else {
-            continue;
+        // With a cgroup the kernel holds the session to its limits and says when it had to; the
+        // sum of its processes' resident memory would count shared pages more than once.
+        let reason = match &group {
+            Some(group) => group.hit(&limits),
+            None => crate::limits::usage(&proc).and_then(|used| crate::limits::past(&limits, used)),
         };
+        let Some(reason) = reason else { continue };
         tracing::warn!(pid, %reason, "a session reached its limit; ending it");
         // Said before the kill, so the exit that follows carries the reason.
         let _ = events.send(HarnessEvent::LimitReached { reason }).await;
