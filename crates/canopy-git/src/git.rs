@@ -106,6 +106,23 @@ impl Git {
         run(self.trusted_command(cwd, args), &describe(args)).await
     }
 
+    /// Runs git as the daemon with configuration `config` given in its environment (never
+    /// on its command line, where other processes could read a credential); `Failed` unless
+    /// it exits 0.
+    pub(crate) async fn trusted_with(
+        &self,
+        cwd: &Path,
+        args: &[&str],
+        config: &[(&str, &str)],
+    ) -> Result<Output, GitError> {
+        let mut command = self.trusted_command(cwd, args);
+        command.env("GIT_CONFIG_COUNT", config.len().to_string());
+        for (i, (key, value)) in config.iter().enumerate() {
+            command.env(format!("GIT_CONFIG_KEY_{i}"), key).env(format!("GIT_CONFIG_VALUE_{i}"), value);
+        }
+        require_ok(args, run(command, &describe(args)).await?)
+    }
+
     /// Git as the daemon runs it in a trusted repository: hooks off, no prompt, no system
     /// configuration, Canopy's identity.
     fn trusted_command(&self, cwd: &Path, args: &[&str]) -> Command {

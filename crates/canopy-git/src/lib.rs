@@ -17,7 +17,10 @@
 //! do), and knows nothing of NATS, the store or sessions beyond the paths it is given.
 
 mod git;
+pub mod http;
 mod ops;
+mod remote;
 
 pub use git::{Confined, Git, GitError};
+pub use remote::Remote;
 pub use ops::{CheckResult, MergeOutcome, Status, Summary, is_checkout, remove_dir, short};

@@ -97,3 +97,61 @@ async fn a_check_is_held_to_a_session_s_process_limit() {
     let fine = git.check(tmp.path(), tmp.path(), "true", 1000).await;
     assert!(fine.passed, "a check within its limits passes: {fine:?}");
 }
+
+/// The smart HTTP endpoint with the real `git http-backend` and a real git client: a runner's
+/// cache is made and updated over it, a push to a ref the login may write lands, a push to
+/// any other ref (or with another login, or none) is refused before git sees it and changes
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_endpoint_serves_fetches_and_only_the_pushes_it_allows() {
+    use canopy_git::http::{Access, Authorize, Refusal, basic_header, serve};
+    let tmp = tempfile::tempdir().unwrap();
+    repo(tmp.path());
+    let daemon = Git::new("git", SandboxSettings::off(tmp.path().join("daemon")), Duration::from_secs(5));
+    let mirror = daemon.mirror_path("r");
+    daemon.create_mirror(tmp.path().to_str().unwrap(), &mirror, "main").await.unwrap();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    let authorize: Authorize = std::sync::Arc::new(move |asked: canopy_git::http::Asked| {
+        seen.lock().unwrap().push(asked.clone());
+        Box::pin(async move {
+            match asked.login {
+                Some((user, password)) if user == "box1" && password == "secret" => match &asked.access {
+                    Access::Fetch => Ok(user),
+                    Access::Push(updates) if updates.iter().all(|u| u.name == "refs/canopy/agents/alice") => Ok(user),
+                    Access::Push(updates) => Err(Refusal::Forbidden(format!("may not push {}", updates[0].name))),
+                },
+                _ => Err(Refusal::Unauthenticated),
+            }
+        })
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = serve(listener, "git".into(), mirror.parent().unwrap().to_owned(), authorize).unwrap();
+    let url = format!("http://{}", endpoint.addr);
+    let runner = Git::new("git", SandboxSettings::off(tmp.path().join("runner")), Duration::from_secs(5));
+    let remote = canopy_git::Remote { url: url.clone(), authorization: basic_header("box1", "secret") };
+    let cache = runner.fetch_remote(&remote, "r").await.unwrap();
+    assert_eq!(runner.base_commit(&cache, "main").await.unwrap(), sh(tmp.path(), "git rev-parse main"));
+    // A commit made on this machine, pushed as the agent's ref.
+    let c = sh(tmp.path(), "git rev-parse c");
+    sh(&cache, &format!("git fetch -q {} c:refs/canopy/local", tmp.path().display()));
+    runner.push_remote(&remote, "r", "refs/canopy/local", "refs/canopy/agents/alice").await.unwrap();
+    assert_eq!(daemon.rev(&mirror, "refs/canopy/agents/alice").await.unwrap().as_deref(), Some(c.as_str()));
+    // Another ref, another login, no login: refused, and the daemon's refs stay as they were.
+    let main_before = daemon.base_commit(&mirror, "main").await.unwrap();
+    let refused = runner.push_remote(&remote, "r", "refs/canopy/local", "refs/heads/main").await.unwrap_err();
+    assert!(refused.to_string().contains("403"), "{refused}");
+    let stranger = canopy_git::Remote { url: url.clone(), authorization: basic_header("box1", "wrong") };
+    assert!(runner.push_remote(&stranger, "r", "refs/canopy/local", "refs/canopy/agents/alice").await.is_err());
+    assert!(runner.fetch_remote(&stranger, "r").await.is_err());
+    assert_eq!(daemon.base_commit(&mirror, "main").await.unwrap(), main_before);
+    let plain = std::process::Command::new("git")
+        .args(["ls-remote", &format!("{url}/r.git")])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .unwrap();
+    assert!(!plain.status.success(), "no login, no listing");
+    // Paths outside the smart protocol are not served at all.
+    assert!(runner.fetch_remote(&remote, "missing").await.is_err());
+    assert!(asked.lock().unwrap().iter().any(|a| matches!(&a.access, Access::Push(u) if u[0].name == "refs/heads/main")));
+}

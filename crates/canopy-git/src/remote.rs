@@ -1,0 +1,72 @@
+//! A runner's side of repositories it reaches over the daemon's smart HTTP endpoint: its own
+//! cache of each mirror (`<runner data>/repos/<name>.git`), brought up to date from the
+//! daemon's, and pushes of the refs its checkouts published there back to the daemon's mirror.
+//!
+//! The login travels in git's environment (`http.extraHeader`), never on a command line.
+//! Does not decide what is fetched or pushed when; the runner does, and the daemon's endpoint
+//! decides whether it may.
+
+use std::path::{Path, PathBuf};
+
+use crate::git::{Git, GitError};
+
+/// The daemon's git endpoint as one runner reaches it.
+#[derive(Clone)]
+pub struct Remote {
+    /// The endpoint's base URL (`http://10.0.0.5:7420`); a repository is `<url>/<name>.git`.
+    pub url: String,
+    /// The `Authorization` header value: the runner's id and token (`http::basic_header`).
+    pub authorization: String,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl Remote {
+    fn repo_url(&self, name: &str) -> String {
+        format!("{}/{name}.git", self.url.trim_end_matches('/'))
+    }
+
+    fn header(&self) -> String {
+        format!("Authorization: {}", self.authorization)
+    }
+}
+
+impl Git {
+    /// Brings this machine's cache of repository `name` up to date with the daemon's mirror
+    /// (its branches and Canopy's refs), making the cache first when there is none; returns
+    /// the cache's path.
+    pub async fn fetch_remote(&self, remote: &Remote, name: &str) -> Result<PathBuf, GitError> {
+        let mirror = self.mirror_path(name);
+        if !mirror.join("HEAD").exists() {
+            let parent = mirror.parent().ok_or_else(|| GitError::Invalid("a mirror needs a parent directory".into()))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| GitError::Spawn { what: "creating the repos directory".into(), reason: e.to_string() })?;
+            let target = mirror.display().to_string();
+            self.trusted(parent, &["init", "--bare", "--quiet", &target]).await?;
+        }
+        let url = remote.repo_url(name);
+        let header = remote.header();
+        let args = ["fetch", "--quiet", "--no-tags", "--force", &url, "+refs/heads/*:refs/heads/*", "+refs/canopy/*:refs/canopy/*"];
+        self.trusted_with(&mirror, &args, &[("http.extraHeader", &header)]).await?;
+        Ok(mirror)
+    }
+
+    /// Pushes ref `from` of this machine's cache of repository `name` to the daemon's mirror
+    /// as `to` (forced: the ref is the agent's branch as it is now).
+    pub async fn push_remote(&self, remote: &Remote, name: &str, from: &str, to: &str) -> Result<(), GitError> {
+        let mirror = self.mirror_path(name);
+        let (url, header, spec) = (remote.repo_url(name), remote.header(), format!("+{from}:{to}"));
+        self.trusted_with(&mirror, &["push", "--quiet", "--no-verify", &url, &spec], &[("http.extraHeader", &header)])
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether `dir` holds this machine's cache of a mirror.
+    pub fn has_mirror(dir: &Path) -> bool {
+        dir.join("HEAD").exists()
+    }
+}
