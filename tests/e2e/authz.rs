@@ -458,7 +458,9 @@ impl World {
             Method::AgentsInterrupt => json!({ "handle": "lead" }),
             Method::RunnersAdd => json!({ "id": format!("added-{n}") }),
             Method::OperatorsAdd => json!({ "handle": format!("op-{n}") }),
-            Method::OperatorsList => json!({}),
+            Method::OperatorsList | Method::RunnersList => json!({}),
+            // Taking back a runner that is not drained changes nothing the matrix relies on.
+            Method::RunnersDrain => json!({ "id": "embedded", "drain": false }),
             Method::OperatorsRevoke => {
                 let handle = format!("gone-{n}");
                 self.setup(Method::OperatorsAdd, 0, json!({ "handle": handle }));

@@ -137,6 +137,7 @@ impl Bench {
                     script: None,
                     persona: None,
                     repo: repo.map(str::to_owned),
+                    needs: Vec::new(),
                 };
                 let account: canopy_core::Account = self
                     .api
@@ -178,6 +179,7 @@ impl Bench {
             }),
             persona: None,
             repo: None,
+            needs: Vec::new(),
         };
         self.api.send::<method::AgentsCreate>(&self.operator, &request).await.map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -306,5 +308,7 @@ fn fake_sync_request(capacity: u32, running: Vec<RunningSession>) -> RunnersSync
         mcp_url: "http://127.0.0.1:1/mcp".into(),
         capacity,
         running,
+        labels: Vec::new(),
+        version: String::new(),
     }
 }

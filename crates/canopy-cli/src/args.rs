@@ -118,9 +118,12 @@ pub enum Command {
     /// Operators: add one (a token of its own), list them, revoke one.
     #[command(subcommand)]
     Operators(OperatorsCommand),
-    /// Runner credentials: add one (a NATS login and an API token), or revoke one.
-    #[command(subcommand)]
-    Runners(RunnersCommand),
+    /// Runners: list them (the default), add a credential (a NATS login and an API token),
+    /// revoke one, drain one or take it back.
+    Runners {
+        #[command(subcommand)]
+        command: Option<RunnersCommand>,
+    },
     /// The workspace's NATS logins and runner tokens: rotate them all.
     #[command(subcommand)]
     Credentials(CredentialsCommand),
@@ -341,6 +344,19 @@ pub enum RunnersCommand {
     },
     /// Revoke a runner's credential: its connection is closed, its token refused.
     Remove {
+        /// The runner's id.
+        id: String,
+    },
+    /// Every runner: labels, sessions, capacity, last sync, version, draining (the default).
+    List,
+    /// Take a runner out of service: no new sessions there, and each of its sessions moves
+    /// to another runner at its next turn boundary (never mid-turn).
+    Drain {
+        /// The runner's id.
+        id: String,
+    },
+    /// Put a drained runner back in service.
+    Undrain {
         /// The runner's id.
         id: String,
     },
@@ -720,6 +736,10 @@ pub struct CreateArgs {
     /// canopy/<handle>.
     #[arg(long)]
     pub repo: Option<String>,
+    /// A runner label its sessions need (repeatable, or comma-separated): it is placed only on
+    /// a runner with every one (`[runner] labels`).
+    #[arg(long, value_delimiter = ',')]
+    pub needs: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

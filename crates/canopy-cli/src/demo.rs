@@ -151,6 +151,7 @@ impl Demo {
             script: script.map(|text| ScriptSource { name: format!("{handle}.toml"), text: text.into() }),
             persona: None,
             repo: repo.map(str::to_owned),
+            needs: Vec::new(),
         };
         self.send::<method::AgentsCreate>(&request).await.map(|_| ())
     }

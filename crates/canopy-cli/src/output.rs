@@ -313,6 +313,35 @@ pub fn runner_added(r: &RunnersAddResponse, out: Option<&std::path::Path>) {
     }
 }
 
+/// `canopy runners`: one aligned line per runner.
+pub fn runners(runners: &[canopy_proto::api::RunnerInfo]) {
+    if runners.is_empty() {
+        println!("no runners have synced (the daemon's own starts with it; add one with `canopy runners add ID`)");
+        return;
+    }
+    let id = runners.iter().map(|r| r.id.as_str().len()).max().unwrap_or(2).max(2);
+    let labels: Vec<String> =
+        runners.iter().map(|r| if r.labels.is_empty() { "-".into() } else { r.labels.join(",") }).collect();
+    let lw = labels.iter().map(String::len).max().unwrap_or(6).max(6);
+    println!("{:id$}  {:lw$}  {:>8}  {:>9}  {:10}  {:8}  state", "id", "labels", "sessions", "capacity", "last sync", "version");
+    for (r, labels) in runners.iter().zip(&labels) {
+        let state = match (r.live, r.draining) {
+            (true, true) => "draining",
+            (true, false) => "live",
+            (false, true) => "lost, draining",
+            (false, false) => "lost",
+        };
+        let synced = format!("{}s ago", r.last_sync_secs);
+        let version = if r.version.is_empty() { "-" } else { r.version.as_str() };
+        println!(
+            "{:id$}  {labels:lw$}  {:>8}  {:>9}  {synced:10}  {version:8}  {state}",
+            r.id.as_str(),
+            r.sessions,
+            r.capacity
+        );
+    }
+}
+
 pub fn credentials_changed(what: &str, r: &CredentialsChangedResponse) {
     println!("{what}; NATS users now: {}", r.users.join(", "));
     if !r.applied {

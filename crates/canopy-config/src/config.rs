@@ -60,11 +60,13 @@ impl Default for Config {
             harness: "scripted".into(),
             script: Some(script.into()),
             allow_hosts: Vec::new(),
+            needs: Vec::new(),
         };
         let follows_manager = |script: &str| RoleConfig {
             harness: "manager".into(),
             script: Some(script.into()),
             allow_hosts: Vec::new(),
+            needs: Vec::new(),
         };
         Config {
             daemon: DaemonConfig::default(),
@@ -124,6 +126,9 @@ pub struct RunnerConfig {
     pub stop_grace: Duration,
     /// Longest line read from a harness; longer lines are cut off and reported.
     pub max_line_bytes: usize,
+    /// What this runner offers (`["linux", "gpu"]`): an agent or role that needs a label is
+    /// placed only on a runner that has it.
+    pub labels: Vec<String>,
 }
 
 impl Default for RunnerConfig {
@@ -140,6 +145,7 @@ impl Default for RunnerConfig {
             ready_timeout: Duration::from_secs(20),
             stop_grace: Duration::from_secs(3),
             max_line_bytes: 1 << 20,
+            labels: Vec::new(),
         }
     }
 }
@@ -743,6 +749,9 @@ pub struct RoleConfig {
     /// Hosts its sessions may reach through the egress proxy beyond `[sandbox] allow_hosts`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_hosts: Vec<String>,
+    /// Runner labels its sessions need (`["gpu"]`): placed only on a runner with every one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -754,6 +763,20 @@ pub struct DaemonConfig {
     pub store_queue: usize,
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Where the daemon serves its mirrors over git's smart HTTP to runners that keep their own
+    /// checkouts (port 0 picks a free one). A runner on another machine needs an address it
+    /// can reach: `0.0.0.0:7420`, say, with `git_url` naming it.
+    pub git_listen: String,
+    /// The URL runners are told to fetch from and push to (`http://build-host:7420`); empty:
+    /// `http://` and the address `git_listen` bound.
+    pub git_url: String,
+}
+
+impl DaemonConfig {
+    /// The git endpoint's address.
+    pub fn git_address(&self) -> Result<std::net::SocketAddr, String> {
+        self.git_listen.parse().map_err(|_| format!("{:?} is not an address such as 127.0.0.1:0", self.git_listen))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -778,6 +801,8 @@ impl Default for DaemonConfig {
             max_in_flight: 256,
             store_queue: 1024,
             shutdown_grace: Duration::from_secs(10),
+            git_listen: "127.0.0.1:0".into(),
+            git_url: String::new(),
         }
     }
 }
@@ -888,6 +913,7 @@ impl Config {
         self.validate_budgets()?;
         self.validate_repos()?;
         self.validate_web()?;
+        self.validate_git_endpoint()?;
         self.validate_retention()?;
         self.validate_notify()
     }
@@ -931,6 +957,12 @@ impl Config {
             return Err(("runner.runner_ttl", "must be at least twice runner.sync_interval".into()));
         }
         at_least_one("runner.capacity", runner.capacity as usize)?;
+        canopy_core::placement::check_labels("runner.labels", &runner.labels)
+            .map_err(|e| ("runner.labels", e.to_string()))?;
+        for (role, config) in &self.roles {
+            canopy_core::placement::check_labels("needs", &config.needs)
+                .map_err(|e| ("roles.needs", format!("[roles.{role}] {e}")))?;
+        }
         at_least_one("runner.crash_loop_count", runner.crash_loop_count as usize)?;
         if runner.max_line_bytes < 1024 {
             return Err(("runner.max_line_bytes", "must be at least 1024".into()));
@@ -1081,6 +1113,16 @@ impl Config {
             if repo.name.trim().is_empty() || repo.source.trim().is_empty() {
                 return Err(("repos", "every [[repos]] entry names a name and a source".into()));
             }
+        }
+        Ok(())
+    }
+
+    fn validate_git_endpoint(&self) -> Result<(), Invalid> {
+        self.daemon.git_address().map_err(|e| ("daemon.git_listen", e))?;
+        let url = self.daemon.git_url.as_str();
+        let shaped = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+        if !url.is_empty() && !shaped.is_some_and(|rest| !rest.is_empty() && !rest.contains(char::is_whitespace)) {
+            return Err(("daemon.git_url", format!("{url:?} is not an http(s) URL such as http://build-host:7420")));
         }
         Ok(())
     }

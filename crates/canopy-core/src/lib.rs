@@ -24,6 +24,7 @@ pub mod mention;
 pub mod model;
 pub mod names;
 pub mod notices;
+pub mod placement;
 pub mod redact;
 pub mod render;
 pub mod repos;

@@ -167,6 +167,7 @@ impl Agents {
                 .transpose()?
                 .filter(|p| !p.trim().is_empty()),
             repo: None,
+            needs: canopy_core::placement::check_labels("needs", &req.needs)?,
         };
         // A delta role is an implementer's: briefed per slice by a Manager, never standing.
         if self

@@ -29,6 +29,7 @@ use crate::credentials::Credentials;
 use crate::delivery::Delivery;
 use crate::edge::{ok, refusal};
 use crate::gate::{Gate, SpawnReplies};
+use crate::git_access::GitAccess;
 use crate::history::History;
 use crate::holds::BudgetGate;
 use crate::issues::Issues;
@@ -42,6 +43,7 @@ use crate::roles::RoleDefaults;
 use crate::run_ends::RunEnds;
 use crate::runs::Runs;
 use crate::sessions::Sessions;
+use crate::trees::Trees;
 use crate::watch::Watch;
 use crate::wire::Wire;
 
@@ -67,6 +69,7 @@ pub struct Api {
     pub(crate) history: History,
     pub(crate) budgets: Budgets,
     pub(crate) credentials: Credentials,
+    pub(crate) git_access: GitAccess,
     pub(crate) workspace_id: String,
 }
 
@@ -85,13 +88,16 @@ pub struct Parts {
     pub nats: Option<Arc<canopy_bus::ManagedNats>>,
     pub git: Arc<canopy_git::Git>,
     pub workspace_id: String,
+    /// The daemon's git endpoint as runners reach it (`[daemon] git_url`, or the bound address).
+    pub git_url: String,
 }
 
 impl Api {
     /// Builds every area, lowest first, each with exactly the services it names, and registers
     /// the reactions to posts (the spawn gate's and the merge gate's replies).
     pub fn build(parts: Parts) -> Api {
-        let Parts { store, wire, subjects, config, roles, bundles, secrets, data_dir, nats, git, workspace_id } = parts;
+        let Parts { store, wire, subjects, config, roles, bundles, secrets, data_dir, nats, git, workspace_id, git_url } =
+            parts;
         let holds = Arc::new(BudgetGate::default());
         let delivery =
             Delivery::new(Arc::new(store.clone()), wire.clone(), subjects.clone(), config.clone(), holds.clone());
@@ -102,7 +108,17 @@ impl Api {
         let issues = Issues::new(store.clone(), delivery.clone(), wire.clone(), subjects.clone(), budgets.clone());
         let prompts =
             Prompts::new(store.clone(), bundles, roles.clone(), config.clone(), data_dir.clone(), ends.clone());
-        let repos = Repos::new(store.clone(), delivery.clone(), ends.clone(), config.clone(), data_dir.clone(), git);
+        let trees = Trees::new(
+            store.clone(),
+            git.clone(),
+            data_dir.clone(),
+            wire.clone(),
+            subjects.clone(),
+            config.daemon.request_timeout,
+        );
+        let repos =
+            Repos::new(store.clone(), delivery.clone(), ends.clone(), config.clone(), data_dir.clone(), git, trees);
+        let git_access = GitAccess::new(store.clone(), auth.clone());
         let checks = Checks::new(store.clone(), delivery.clone(), repos.clone(), config.clone());
         let runs = Runs::new(
             store.clone(),
@@ -143,6 +159,7 @@ impl Api {
             budgets.clone(),
             config.clone(),
             data_dir.clone(),
+            git_url,
         );
         let history = History::new(store.clone(), config.clone(), data_dir.clone());
         let credentials = Credentials::new(
@@ -186,8 +203,14 @@ impl Api {
             history,
             budgets,
             credentials,
+            git_access,
             workspace_id,
         }
+    }
+
+    /// The decision the daemon's git endpoint asks about every request.
+    pub fn git_authorize(&self) -> canopy_git::http::Authorize {
+        self.git_access.authorize()
     }
 }
 

@@ -119,8 +119,13 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let _lock = lock(&dir)?;
     let (store, workspace) = open_store(&dir, &config).await?;
     let link = connect(&dir, &config, &workspace, nats_url).await?;
-    let api = build_api(&dir, &config, &store, &link, &workspace, check_script, git)?;
+    let (git_listener, git_url) = bind_git(&config).await?;
+    let git_program = git.program().to_owned();
+    let api = build_api(&dir, &config, &store, &link, &workspace, check_script, git, git_url.clone())?;
     recover(&dir, &api, &store).await?;
+    let git_http = canopy_git::http::serve(git_listener, git_program, dir.root().join("repos"), api.git_authorize())
+        .map_err(|source| DaemonError::Io { what: "serving git".into(), source })?;
+    tracing::info!(url = %git_url, "serving repositories to runners over git");
     let Link { nats, url, bus, requests, subjects, .. } = link;
     let served = Served::start(api.clone(), &config, requests, &bus, &subjects);
     let clients = Clients::start(&dir, &config, &served.in_process, web, embedded, &workspace, &url).await?;
@@ -137,6 +142,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         task.abort();
     }
     clients.stop().await;
+    git_http.stop();
     served.stop(config.daemon.shutdown_grace).await;
     drop(api);
     if let Err(e) = std::fs::remove_file(dir.daemon_json()) {
@@ -207,7 +213,23 @@ async fn connect(
     Ok(Link { nats, url, bus, requests, subjects, credentials })
 }
 
+/// Binds the git endpoint (`[daemon] git_listen`); the URL runners are told.
+async fn bind_git(config: &Config) -> Result<(tokio::net::TcpListener, String), DaemonError> {
+    let bad = |e: String| ConfigError { path: std::path::PathBuf::from("canopy.toml"), key: "daemon.git_listen".into(), message: e };
+    let addr = config.daemon.git_address().map_err(bad)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| DaemonError::Io { what: format!("binding the git endpoint at {addr} ([daemon] git_listen)"), source })?;
+    let bound = listener.local_addr().map_err(|source| DaemonError::Io { what: "the git endpoint's address".into(), source })?;
+    let url = match config.daemon.git_url.is_empty() {
+        true => format!("http://{bound}"),
+        false => config.daemon.git_url.trim_end_matches('/').to_owned(),
+    };
+    Ok((listener, url))
+}
+
 /// Builds the areas from the configuration, the bundle, the role defaults and the secrets.
+#[allow(clippy::too_many_arguments)]
 fn build_api(
     dir: &DataDir,
     config: &Arc<Config>,
@@ -216,6 +238,7 @@ fn build_api(
     workspace: &canopy_core::Workspace,
     check_script: ScriptCheck,
     git: canopy_git::Git,
+    git_url: String,
 ) -> Result<Api, DaemonError> {
     let secrets = Arc::new(Secrets {
         runners: std::sync::RwLock::new(link.credentials.runner_tokens()),
@@ -238,6 +261,7 @@ fn build_api(
         nats: link.nats.clone(),
         git: Arc::new(git),
         workspace_id: workspace.id.clone(),
+        git_url,
     }))
 }
 

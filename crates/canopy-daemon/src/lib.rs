@@ -5,7 +5,9 @@
 //! start (`api::Api::build`), lowest first:
 //!
 //! - services: `delivery` (carries a committed post; uses the store and the `wire`), `holds`
-//!   (the budget snapshot), `notify`, `run_ends`, `auth`, `replies` (reactions to posts);
+//!   (the budget snapshot), `notify`, `run_ends`, `auth`, `replies` (reactions to posts),
+//!   `trees` (checkouts' working trees, here or on their runners), `git_access` (who may use
+//!   the git endpoint);
 //! - areas: `budgets`, `issues`, `prompts`, `repos`, `runs`, `gate`, `agents`, `sessions`, `history`,
 //!   `credentials`, `messages`; `api` dispatches each method to its area (the method table
 //!   names it); `daemon` and `serve` are the lifecycle and the request loop.
@@ -27,6 +29,7 @@ pub mod daemon;
 pub mod delivery;
 pub mod edge;
 pub mod gate;
+pub mod git_access;
 pub mod history;
 pub mod holds;
 pub mod init;
@@ -45,6 +48,7 @@ mod serve;
 pub mod sessions;
 #[cfg(test)]
 mod testing;
+pub mod trees;
 pub mod watch;
 pub mod wire;
 

@@ -122,14 +122,13 @@ impl Merges {
         let depends_on =
             req.depends_on.iter().map(|d| rules::parse_merge_id("depends_on", d)).collect::<Result<Vec<_>, _>>()?;
         let mirror = self.repos.mirror(&own.repo);
-        let dir = self.repos.checkout_dir(caller.handle.as_str());
         let lock = self.repos.repo_lock(&own.repo.name);
         let held = lock.lock().await;
         let what = format!("refs/heads/{}", own.branch);
         let head = self
             .repos
-            .git()
-            .publish(&mirror, &dir, &what, &rules::agent_ref(caller.handle.as_str()))
+            .trees()
+            .publish(&own, &mirror, &what, &rules::agent_ref(caller.handle.as_str()))
             .await
             .map_err(|e| git_error("caller", e))?
             .ok_or_else(|| Error::invalid("caller", format!("your checkout has no branch {}", own.branch)))?;

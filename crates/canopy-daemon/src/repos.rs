@@ -25,6 +25,7 @@ use dashmap::DashMap;
 
 use crate::delivery::Delivery;
 use crate::run_ends::RunEnds;
+use crate::trees::Trees;
 
 /// The repos area. Cheap to clone.
 #[derive(Clone)]
@@ -36,6 +37,8 @@ pub struct Repos {
     data_dir: PathBuf,
     /// How git runs (confined in any checkout a session has written).
     git: Arc<canopy_git::Git>,
+    /// The checkouts' working trees, here or on their runners.
+    trees: Trees,
     /// One task at a time changes a repository's mirror, by repository name.
     repo_locks: Arc<DashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// One pass at a time makes the checkouts still preparing.
@@ -59,8 +62,24 @@ impl Repos {
         config: Arc<Config>,
         data_dir: PathBuf,
         git: Arc<canopy_git::Git>,
+        trees: Trees,
     ) -> Self {
-        Repos { store, delivery, ends, config, data_dir, git, repo_locks: Arc::default(), preparing: Arc::default() }
+        Repos {
+            store,
+            delivery,
+            ends,
+            config,
+            data_dir,
+            git,
+            trees,
+            repo_locks: Arc::default(),
+            preparing: Arc::default(),
+        }
+    }
+
+    /// The checkouts' working trees (the merge gate and the watcher read them).
+    pub(crate) fn trees(&self) -> &Trees {
+        &self.trees
     }
 
     /// How git runs (the merge gate runs it on this area's mirrors).
@@ -68,9 +87,9 @@ impl Repos {
         &self.git
     }
 
-    /// The working directory of an account's checkout.
+    /// The working directory of an account's checkout on the daemon's disk.
     pub(crate) fn checkout_dir(&self, handle: &str) -> PathBuf {
-        self.data_dir.join("sessions").join(handle).join("work")
+        self.trees.dir(handle)
     }
 
     pub(crate) fn mirror(&self, repo: &RepoRow) -> PathBuf {
@@ -311,9 +330,11 @@ impl Repos {
             let _held = lock.lock().await;
             self.base_now(&checkout.repo).await?
         };
-        let dir = self.checkout_dir(caller.handle.as_str());
-        let status =
-            self.git.status(&self.mirror(&checkout.repo), &dir, &base).await.map_err(|e| git_error("caller", e))?;
+        let status = self
+            .trees
+            .status(&checkout, &self.mirror(&checkout.repo), &base)
+            .await
+            .map_err(|e| git_error("caller", e))?;
         let manager = caller.handle.to_string();
         let (runs, checkouts) = self
             .store
@@ -378,13 +399,12 @@ impl Repos {
         let lock = self.repo_lock(&row.name);
         let _held = lock.lock().await;
         let start = match own.filter(|own| own.repo.id == row.id) {
-            Some(_) => {
-                let dir = self.checkout_dir(caller.handle.as_str());
+            Some(own) => {
                 let what = base.clone().unwrap_or_else(|| "HEAD".into());
                 let what =
                     if what == "HEAD" || what.starts_with("refs/") { what } else { format!("refs/heads/{what}") };
-                self.git
-                    .publish(&mirror, &dir, &what, &rules::agent_ref(caller.handle.as_str()))
+                self.trees
+                    .publish(&own, &mirror, &what, &rules::agent_ref(caller.handle.as_str()))
                     .await
                     .map_err(|e| git_error("base", e))?
                     .ok_or_else(|| Error::invalid("base", format!("your checkout has no {what}")))?
@@ -405,27 +425,65 @@ impl Repos {
         Ok(Some(canopy_store::NewCheckout { repo_id: row.id, start, read_only: false }))
     }
 
-    /// A finished run's checkout, its directory and what it did since its base (or why that
-    /// could not be read), its branch published into the mirror first; none without a ready
-    /// checkout.
-    pub(crate) async fn run_tree(&self, run: i64) -> Option<(Checkout, PathBuf, Result<canopy_git::Summary, String>)> {
+    /// A finished run's checkout, its directory when it is on this disk, and what it did
+    /// since its base (or why that could not be read), its branch published into the mirror
+    /// first; none without a ready checkout. A run whose runner is gone is read from what it
+    /// last published.
+    pub(crate) async fn run_tree(
+        &self,
+        run: i64,
+    ) -> Option<(Checkout, Option<PathBuf>, Result<canopy_git::Summary, String>)> {
         let handle = format!("run-{run}");
         let checkout = match self.store.read(move |conn| ops::checkout(conn, &handle)).await {
             Ok(Some(c)) if c.state == CheckoutState::Ready => c,
             _ => return None,
         };
-        let dir = self.checkout_dir(checkout.account.as_str());
         let mirror = self.mirror(&checkout.repo);
-        let summary = self.git.summary(&mirror, &dir, &checkout.base_commit).await.map_err(|e| e.to_string());
+        let dir = match self.trees.locate(checkout.account.as_str()).await {
+            crate::trees::Tree::Here(dir) => Some(dir),
+            crate::trees::Tree::Runner(_) => None,
+        };
+        let summary = self.trees.summary(&checkout, &mirror, &checkout.base_commit).await;
         if summary.is_ok() {
             let lock = self.repo_lock(&checkout.repo.name);
             let _held = lock.lock().await;
             let what = format!("refs/heads/{}", checkout.branch);
-            if let Err(e) = self.git.publish(&mirror, &dir, &what, &rules::run_ref(run)).await {
+            if let Err(e) = self.trees.publish(&checkout, &mirror, &what, &rules::run_ref(run)).await {
                 tracing::warn!(run, error = %e, "publishing a run's branch failed");
             }
         }
+        let summary = match summary {
+            Ok(summary) => Ok(summary),
+            Err(e) if dir.is_none() => self.published_summary(&checkout, run).await.ok_or_else(|| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         Some((checkout, dir, summary))
+    }
+
+    /// What a run on a runner that is gone last published (`refs/canopy/runs/<id>`).
+    async fn published_summary(&self, checkout: &Checkout, run: i64) -> Option<canopy_git::Summary> {
+        let mirror = self.mirror(&checkout.repo);
+        let head = self.git.rev(&mirror, &rules::run_ref(run)).await.ok().flatten()?;
+        let (commits, diffstat) = self.git.compare(&mirror, &checkout.base_commit, &head).await.ok()?;
+        Some(canopy_git::Summary { branch: checkout.branch.clone(), head, commits, diffstat, dirty: Vec::new() })
+    }
+
+    /// A run's branch head as its checkout has it now, published into the mirror; when its
+    /// runner is gone, what it last published (`failed (runner lost)` keeps that).
+    async fn latest_run_head(&self, checkout: &Checkout, mirror: &std::path::Path, run: i64) -> Result<String, Error> {
+        let what = format!("refs/heads/{}", checkout.branch);
+        let no_branch = || Error::invalid("run_id", format!("run {run}'s checkout has no branch {}", checkout.branch));
+        match self.trees.publish(checkout, mirror, &what, &rules::run_ref(run)).await {
+            Ok(Some(head)) => Ok(head),
+            Ok(None) => Err(no_branch()),
+            Err(e) => match self.trees.locate(checkout.account.as_str()).await {
+                crate::trees::Tree::Runner(runner) => {
+                    tracing::warn!(run, %runner, error = %e, "the run's runner did not publish; using what it pushed last");
+                    self.git.rev(mirror, &rules::run_ref(run)).await.map_err(|e| git_error("run_id", e))?.ok_or_else(no_branch)
+                }
+                crate::trees::Tree::Here(_) => Err(git_error("run_id", e)),
+            },
+        }
     }
 
     pub(crate) async fn runs_merge(&self, caller: Caller, req: RunsMergeRequest) -> Result<RunsMergeResponse, Error> {
@@ -440,18 +498,9 @@ impl Repos {
             ));
         }
         let mirror = self.mirror(&own.repo);
-        let run_dir = self.checkout_dir(run_checkout.account.as_str());
         let lock = self.repo_lock(&own.repo.name);
         let _held = lock.lock().await;
-        let what = format!("refs/heads/{}", run_checkout.branch);
-        let head = self
-            .git
-            .publish(&mirror, &run_dir, &what, &rules::run_ref(run))
-            .await
-            .map_err(|e| git_error("run_id", e))?
-            .ok_or_else(|| {
-                Error::invalid("run_id", format!("run {run}'s checkout has no branch {}", run_checkout.branch))
-            })?;
+        let head = self.latest_run_head(&run_checkout, &mirror, run).await?;
         if head == run_checkout.base_commit {
             return Ok(RunsMergeResponse {
                 merged: false,
@@ -465,8 +514,8 @@ impl Repos {
             });
         }
         let message = format!("Merge {} (run {run})", run_checkout.branch);
-        let dir = self.checkout_dir(caller.handle.as_str());
-        let outcome = self.git.merge_into(&mirror, &dir, &own.branch, &head, &message).await.map_err(|e| match e {
+        let merged = self.trees.merge_into(&own, &mirror, &own.branch, &head, &rules::run_ref(run), &message).await;
+        let outcome = merged.map_err(|e| match e {
             GitError::Invalid(m) => Error::ConflictOn { field: "run_id", reason: m },
             other => git_error("run_id", other),
         })?;
@@ -490,7 +539,7 @@ impl Repos {
         let detail = format!("into {} at {}", own.branch, canopy_git::short(&commit));
         let who = caller.clone();
         self.store.write(move |conn| ops::close_run_checkout(conn, &who, run, CheckoutState::Merged, &detail)).await?;
-        if let Err(e) = canopy_git::remove_dir(&run_dir) {
+        if let Err(e) = self.trees.remove(&run_checkout).await {
             tracing::warn!(run, error = %e, "removing a merged run's checkout failed");
         }
         Ok(RunsMergeResponse {
@@ -514,19 +563,22 @@ impl Repos {
         let run = req.run_id;
         let who = caller.clone();
         let checkout = self.store.read(move |conn| ops::run_checkout_for(conn, &who, run)).await?;
-        let dir = self.checkout_dir(checkout.account.as_str());
         {
             // Kept in the mirror all the same: a discarded branch is not merged, not lost.
             let lock = self.repo_lock(&checkout.repo.name);
             let _held = lock.lock().await;
             let what = format!("refs/heads/{}", checkout.branch);
-            if let Err(e) = self.git.publish(&self.mirror(&checkout.repo), &dir, &what, &rules::run_ref(run)).await {
+            let mirror = self.mirror(&checkout.repo);
+            if let Err(e) = self.trees.publish(&checkout, &mirror, &what, &rules::run_ref(run)).await {
                 tracing::warn!(run, error = %e, "keeping a discarded run's branch in the mirror failed");
             }
         }
         let who = caller.clone();
         self.store.write(move |conn| ops::close_run_checkout(conn, &who, run, CheckoutState::Discarded, "")).await?;
-        canopy_git::remove_dir(&dir).map_err(|e| git_error("run_id", e))?;
+        if let Err(e) = self.trees.remove(&checkout).await {
+            // Recorded as discarded: a tree left on a runner that is gone is that runner's to sweep.
+            tracing::warn!(run, error = %e, "removing a discarded run's checkout failed");
+        }
         Ok(RunsDiscardResponse {
             discarded: true,
             message: format!("run {run}'s checkout is removed; its branch is not merged"),
@@ -542,21 +594,21 @@ impl Repos {
             Err(e) => return tracing::warn!(error = %e, "finding stale checkouts failed"),
         };
         for checkout in stale {
-            let dir = self.checkout_dir(checkout.account.as_str());
             let target = match checkout.run {
                 Some((run, _)) => rules::run_ref(run),
                 None => rules::agent_ref(checkout.account.as_str()),
             };
-            if dir.exists() {
+            let gone = matches!(self.trees.locate(checkout.account.as_str()).await, crate::trees::Tree::Here(dir) if !dir.exists());
+            if !gone {
                 let lock = self.repo_lock(&checkout.repo.name);
                 let _held = lock.lock().await;
                 let what = format!("refs/heads/{}", checkout.branch);
-                if let Err(e) = self.git.publish(&self.mirror(&checkout.repo), &dir, &what, &target).await {
+                if let Err(e) = self.trees.publish(&checkout, &self.mirror(&checkout.repo), &what, &target).await {
                     tracing::warn!(agent = %checkout.account, error = %e, "keeping a stale checkout's branch failed");
                     continue;
                 }
             }
-            if let Err(e) = canopy_git::remove_dir(&dir) {
+            if let Err(e) = self.trees.remove(&checkout).await {
                 tracing::warn!(agent = %checkout.account, error = %e, "removing a stale checkout failed");
                 continue;
             }

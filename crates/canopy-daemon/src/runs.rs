@@ -128,7 +128,14 @@ impl Runs {
             }
         };
         let subject = Subject { trigger: canopy_core::checks::CheckTrigger::Run, name: checkout.branch.clone() };
-        let checks = self.checks.run_in(&checkout.repo, &dir, &summary.head, &subject).await;
+        // A run on another runner's disk is checked on what it pushed, in a scratch checkout.
+        let checks = match &dir {
+            Some(dir) => self.checks.run_in(&checkout.repo, dir, &summary.head, &subject).await,
+            None => self.checks.run_on_commit(&checkout.repo, &summary.head, &subject).await.unwrap_or_else(|e| {
+                tracing::warn!(run, error = %e, "checking a run's pushed tree failed");
+                Vec::new()
+            }),
+        };
         let line = (!checkout.repo.checks.is_empty()).then(|| canopy_core::checks::summary(&checks));
         let mut section = canopy_core::repos::run_branch_section(
             &checkout.branch,

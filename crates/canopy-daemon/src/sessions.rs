@@ -42,6 +42,8 @@ pub struct Sessions {
     budgets: Budgets,
     config: Arc<Config>,
     data_dir: PathBuf,
+    /// The daemon's git endpoint as runners reach it (told with every sync).
+    git_url: String,
 }
 
 impl Sessions {
@@ -57,8 +59,9 @@ impl Sessions {
         budgets: Budgets,
         config: Arc<Config>,
         data_dir: PathBuf,
+        git_url: String,
     ) -> Self {
-        Sessions { store, auth, delivery, wire, subjects, prompts, repos, budgets, config, data_dir }
+        Sessions { store, auth, delivery, wire, subjects, prompts, repos, budgets, config, data_dir, git_url }
     }
 
     pub(crate) async fn agents_start(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
@@ -132,6 +135,8 @@ impl Sessions {
         req: RunnersSyncRequest,
     ) -> Result<RunnersSyncResponse, Error> {
         as_runner(&runner, &req.runner_id)?;
+        // Every runner but the one inside the daemon keeps its own checkouts.
+        let own_checkouts = runner.as_str() != canopy_config::EMBEDDED_RUNNER;
         let running = req.running;
         let beat = RunnerHeartbeat {
             runner_id: req.runner_id,
@@ -141,6 +146,9 @@ impl Sessions {
             mcp_url: bounded_text("mcp_url", req.mcp_url, 512)?,
             capacity: req.capacity,
             ttl_ms: self.config.runner.runner_ttl.as_millis() as i64,
+            labels: canopy_core::placement::check_labels("labels", &req.labels)?,
+            version: bounded_text("version", req.version, 64)?,
+            role_needs: self.config.roles.iter().map(|(role, c)| (role.clone(), c.needs.clone())).collect(),
         };
         let auth = self.auth.clone();
         let live = self
@@ -152,6 +160,8 @@ impl Sessions {
                 ops::sync_runner(conn, &beat, &hash_for)
             })
             .await?;
+        let canopy_store::Synced { sessions: live, notices } = live;
+        self.delivery.deliver_notices(notices).await;
         let running: std::collections::HashSet<(String, Incarnation)> =
             running.into_iter().map(|r| (r.agent, r.incarnation)).collect();
         let (keep, fresh): (Vec<_>, Vec<_>) =
@@ -185,22 +195,34 @@ impl Sessions {
             .filter(|((s, _), _)| self.budgets.gate().hold(s.agent.as_str()).is_none())
             // An account whose checkout is not made (yet, or ever) does not start without it.
             .filter(|(_, checkout)| checkout.as_ref().is_none_or(|c| c.state == canopy_store::CheckoutState::Ready))
-            .map(|((s, rendered), checkout)| self.assignment(s, rendered, checkout))
+            .map(|((s, rendered), checkout)| self.assignment(s, rendered, checkout, own_checkouts))
             .collect();
-        Ok(RunnersSyncResponse { keep, start, more })
+        Ok(RunnersSyncResponse { keep, start, more, git_url: self.git_url.clone() })
     }
 
     /// What a runner is told to start for one placed session: its prompt, token, working
-    /// directory (its checkout when it has a ready one), harness and run.
+    /// directory (its checkout when it has a ready one: the daemon's, or for a runner that
+    /// keeps its own, what to make it from), harness and run.
     fn assignment(
         &self,
         s: canopy_store::LiveSession,
         rendered: Option<canopy_prompt::Rendered>,
         checkout: Option<canopy_store::Checkout>,
+        own_checkouts: bool,
     ) -> SessionAssignment {
         let checkout = checkout.filter(|c| c.state == canopy_store::CheckoutState::Ready);
         let cwd_read_only = checkout.as_ref().is_some_and(|c| c.read_only);
-        let checkout = checkout.map(|c| self.repos.session_checkout(&c));
+        let repo = checkout.as_ref().filter(|_| own_checkouts).map(|c| RepoAssignment {
+            name: c.repo.name.clone(),
+            branch: c.branch.clone(),
+            start: c.base_commit.clone(),
+            published: match c.run {
+                Some((run, _)) => canopy_core::repos::run_ref(run),
+                None => canopy_core::repos::agent_ref(c.account.as_str()),
+            },
+            read_only: c.read_only,
+        });
+        let checkout = checkout.filter(|_| !own_checkouts).map(|c| self.repos.session_checkout(&c));
         let (model, harness_tools) = self.prompts.harness_asks(&s);
         SessionAssignment {
             token: self.auth.session_token(s.agent.as_str(), s.incarnation),
@@ -212,8 +234,10 @@ impl Sessions {
             system_prompt: rendered.map(|r| r.text).unwrap_or_default(),
             cwd: match &checkout {
                 Some((dir, _)) => dir.display().to_string(),
+                None if repo.is_some() => String::new(),
                 None => self.config.workdir(&self.data_dir, s.agent.as_str()).display().to_string(),
             },
+            repo,
             repo_mirror: checkout.map(|(_, mirror)| mirror.display().to_string()),
             cwd_read_only,
             allow_hosts: self.config.roles.get(s.role.as_str()).map(|r| r.allow_hosts.clone()).unwrap_or_default(),
@@ -237,6 +261,40 @@ impl Sessions {
             script: s.script_name.zip(s.script).map(|(name, text)| ScriptSource { name, text }),
             home_channel: s.home_channel,
             charter: s.charter,
+        }
+    }
+
+    pub(crate) async fn runners_list(&self, _: Caller, _: RunnersListRequest) -> Result<RunnersListResponse, Error> {
+        let rows = self.store.read(ops::list_runners).await?;
+        let now = self.store.clock().now_ms();
+        Ok(RunnersListResponse { runners: rows.into_iter().map(|r| self.runner_info(r, now)).collect() })
+    }
+
+    pub(crate) async fn runners_drain(&self, caller: Caller, req: RunnersDrainRequest) -> Result<RunnerInfo, Error> {
+        let id = canopy_core::RunnerId::parse(&req.id).map_err(|e| Error::invalid("id", e.to_string()))?;
+        let drain = req.drain;
+        let row = self.store.write(move |conn| ops::set_draining(conn, &caller, id.as_str(), drain)).await?;
+        // Its sessions move at their next turn boundary; runners look at once.
+        self.delivery.poke_runners().await;
+        Ok(self.runner_info(row, self.store.clock().now_ms()))
+    }
+
+    fn runner_info(&self, row: canopy_store::RunnerRow, now_ms: i64) -> RunnerInfo {
+        let age_ms = (now_ms - row.last_seen_ms).max(0);
+        RunnerInfo {
+            id: canopy_core::RunnerId::from_trusted(row.id),
+            name: row.name,
+            labels: row.labels,
+            sessions: row.sessions,
+            capacity: row.capacity,
+            last_sync: humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(row.last_seen_ms.max(0) as u64),
+            )
+            .to_string(),
+            last_sync_secs: (age_ms / 1000) as u64,
+            live: age_ms <= self.config.runner.runner_ttl.as_millis() as i64,
+            version: row.version,
+            draining: row.draining,
         }
     }
 

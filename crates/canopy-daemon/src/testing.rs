@@ -70,6 +70,7 @@ impl Fixture {
             nats: None,
             git: Arc::new(canopy_git::Git::new("git", sandbox, Duration::from_secs(60))),
             workspace_id: report.workspace.id.clone(),
+            git_url: String::new(),
         });
         let operator = Caller { handle: Handle::from_trusted(report.operator), kind: AccountKind::Operator };
         Fixture { api, wire, operator, _dir: dir }

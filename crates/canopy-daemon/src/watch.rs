@@ -22,6 +22,7 @@ use dashmap::DashMap;
 use crate::checks::{Checks, Subject};
 use crate::delivery::Delivery;
 use crate::repos::Repos;
+use crate::trees::Tree;
 
 /// The branch watcher. Cheap to clone.
 #[derive(Clone)]
@@ -89,17 +90,26 @@ impl Watch {
         let mut live = Vec::new();
         for checkout in standing {
             let owner = checkout.account.to_string();
-            let dir = self.repos.checkout_dir(&owner);
-            let branch = checkout.branch.clone();
-            let read = tokio::task::spawn_blocking(move || canopy_git::Git::read_branch_head(&dir, &branch)).await;
-            let Ok(Some(head)) = read else { continue };
+            // A checkout on a runner's disk is read as its runner last pushed it.
+            let (head, pushed) = match self.repos.trees().locate(&owner).await {
+                Tree::Here(dir) => {
+                    let branch = checkout.branch.clone();
+                    let read = tokio::task::spawn_blocking(move || canopy_git::Git::read_branch_head(&dir, &branch));
+                    (read.await.ok().flatten(), false)
+                }
+                Tree::Runner(_) => {
+                    let mirror = self.repos.mirror(repo);
+                    (self.repos.git().rev(&mirror, &canopy_core::repos::agent_ref(&owner)).await.ok().flatten(), true)
+                }
+            };
+            let Some(head) = head else { continue };
             let (repo_id, branch) = (repo.id, checkout.branch.clone());
             let known =
                 self.store.read(move |conn| ops::branch_head(conn, repo_id, &branch)).await?.unwrap_or_default();
             // Only a head git found in the agent's checkout (published into the mirror) is live:
             // a ref file naming no commit must not break the scan for everyone.
             let live_head = match known.head != head {
-                true if self.took_commit(repo, checkout, &head, &known).await => {
+                true if self.took_commit(repo, checkout, &head, &known, pushed).await => {
                     moved = true;
                     head
                 }
@@ -124,11 +134,20 @@ impl Watch {
     /// A branch's new head: published into the mirror (confined: the checkout is the
     /// agent's), recorded, and taken by the branch's undecided merge requests. Its checks wait
     /// for the next look, so a burst of commits is checked once.
-    async fn took_commit(&self, repo: &RepoRow, checkout: &Checkout, head: &str, known: &BranchHead) -> bool {
+    async fn took_commit(
+        &self,
+        repo: &RepoRow,
+        checkout: &Checkout,
+        head: &str,
+        known: &BranchHead,
+        pushed: bool,
+    ) -> bool {
         let owner = checkout.account.to_string();
         let dir = self.repos.checkout_dir(&owner);
         let mirror = self.repos.mirror(repo);
-        let published = {
+        let published = if pushed {
+            Ok(Some(head.to_owned()))
+        } else {
             let lock = self.repos.repo_lock(&repo.name);
             let _held = lock.lock().await;
             let what = format!("refs/heads/{}", checkout.branch);

@@ -90,6 +90,11 @@ impl Git {
         Git { program: program.into(), sandbox, check_timeout }
     }
 
+    /// The git program (a name on `PATH` or a path).
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
     /// The data directory checkouts and mirrors live in.
     pub fn data_dir(&self) -> &Path {
         &self.sandbox.data_dir

@@ -1,12 +1,12 @@
 //! A runner's side of repositories it reaches over the daemon's smart HTTP endpoint: its own
-//! cache of each mirror (`<runner data>/repos/<name>.git`), brought up to date from the
-//! daemon's, and pushes of the refs its checkouts published there back to the daemon's mirror.
+//! cache of each mirror, brought up to date from the daemon's, and pushes of the refs its
+//! checkouts published there back to the daemon's mirror.
 //!
 //! The login travels in git's environment (`http.extraHeader`), never on a command line.
 //! Does not decide what is fetched or pushed when; the runner does, and the daemon's endpoint
 //! decides whether it may.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::git::{Git, GitError};
 
@@ -36,11 +36,10 @@ impl Remote {
 }
 
 impl Git {
-    /// Brings this machine's cache of repository `name` up to date with the daemon's mirror
-    /// (its branches and Canopy's refs), making the cache first when there is none; returns
-    /// the cache's path.
-    pub async fn fetch_remote(&self, remote: &Remote, name: &str) -> Result<PathBuf, GitError> {
-        let mirror = self.mirror_path(name);
+    /// Brings `mirror`, this machine's cache of repository `name`, up to date with the
+    /// daemon's mirror (its branches and Canopy's refs), making the cache first when there is
+    /// none.
+    pub async fn fetch_remote(&self, remote: &Remote, name: &str, mirror: &Path) -> Result<(), GitError> {
         if !mirror.join("HEAD").exists() {
             let parent = mirror.parent().ok_or_else(|| GitError::Invalid("a mirror needs a parent directory".into()))?;
             std::fs::create_dir_all(parent)
@@ -51,22 +50,22 @@ impl Git {
         let url = remote.repo_url(name);
         let header = remote.header();
         let args = ["fetch", "--quiet", "--no-tags", "--force", &url, "+refs/heads/*:refs/heads/*", "+refs/canopy/*:refs/canopy/*"];
-        self.trusted_with(&mirror, &args, &[("http.extraHeader", &header)]).await?;
-        Ok(mirror)
+        self.trusted_with(mirror, &args, &[("http.extraHeader", &header)]).await.map(|_| ())
     }
 
-    /// Pushes ref `from` of this machine's cache of repository `name` to the daemon's mirror
-    /// as `to` (forced: the ref is the agent's branch as it is now).
-    pub async fn push_remote(&self, remote: &Remote, name: &str, from: &str, to: &str) -> Result<(), GitError> {
-        let mirror = self.mirror_path(name);
+    /// Pushes ref `from` of `mirror`, this machine's cache of repository `name`, to the
+    /// daemon's mirror as `to` (forced: the ref is the agent's branch as it is now).
+    pub async fn push_remote(
+        &self,
+        remote: &Remote,
+        name: &str,
+        mirror: &Path,
+        from: &str,
+        to: &str,
+    ) -> Result<(), GitError> {
         let (url, header, spec) = (remote.repo_url(name), remote.header(), format!("+{from}:{to}"));
-        self.trusted_with(&mirror, &["push", "--quiet", "--no-verify", &url, &spec], &[("http.extraHeader", &header)])
+        self.trusted_with(mirror, &["push", "--quiet", "--no-verify", &url, &spec], &[("http.extraHeader", &header)])
             .await
             .map(|_| ())
-    }
-
-    /// Whether `dir` holds this machine's cache of a mirror.
-    pub fn has_mirror(dir: &Path) -> bool {
-        dir.join("HEAD").exists()
     }
 }

@@ -130,20 +130,21 @@ async fn the_http_endpoint_serves_fetches_and_only_the_pushes_it_allows() {
     let url = format!("http://{}", endpoint.addr);
     let runner = Git::new("git", SandboxSettings::off(tmp.path().join("runner")), Duration::from_secs(5));
     let remote = canopy_git::Remote { url: url.clone(), authorization: basic_header("box1", "secret") };
-    let cache = runner.fetch_remote(&remote, "r").await.unwrap();
+    let cache = tmp.path().join("runner/cache/r.git");
+    runner.fetch_remote(&remote, "r", &cache).await.unwrap();
     assert_eq!(runner.base_commit(&cache, "main").await.unwrap(), sh(tmp.path(), "git rev-parse main"));
     // A commit made on this machine, pushed as the agent's ref.
     let c = sh(tmp.path(), "git rev-parse c");
     sh(&cache, &format!("git fetch -q {} c:refs/canopy/local", tmp.path().display()));
-    runner.push_remote(&remote, "r", "refs/canopy/local", "refs/canopy/agents/alice").await.unwrap();
+    runner.push_remote(&remote, "r", &cache, "refs/canopy/local", "refs/canopy/agents/alice").await.unwrap();
     assert_eq!(daemon.rev(&mirror, "refs/canopy/agents/alice").await.unwrap().as_deref(), Some(c.as_str()));
     // Another ref, another login, no login: refused, and the daemon's refs stay as they were.
     let main_before = daemon.base_commit(&mirror, "main").await.unwrap();
-    let refused = runner.push_remote(&remote, "r", "refs/canopy/local", "refs/heads/main").await.unwrap_err();
+    let refused = runner.push_remote(&remote, "r", &cache, "refs/canopy/local", "refs/heads/main").await.unwrap_err();
     assert!(refused.to_string().contains("403"), "{refused}");
     let stranger = canopy_git::Remote { url: url.clone(), authorization: basic_header("box1", "wrong") };
-    assert!(runner.push_remote(&stranger, "r", "refs/canopy/local", "refs/canopy/agents/alice").await.is_err());
-    assert!(runner.fetch_remote(&stranger, "r").await.is_err());
+    assert!(runner.push_remote(&stranger, "r", &cache, "refs/canopy/local", "refs/canopy/agents/alice").await.is_err());
+    assert!(runner.fetch_remote(&stranger, "r", &cache).await.is_err());
     assert_eq!(daemon.base_commit(&mirror, "main").await.unwrap(), main_before);
     let plain = std::process::Command::new("git")
         .args(["ls-remote", &format!("{url}/r.git")])
@@ -152,6 +153,6 @@ async fn the_http_endpoint_serves_fetches_and_only_the_pushes_it_allows() {
         .unwrap();
     assert!(!plain.status.success(), "no login, no listing");
     // Paths outside the smart protocol are not served at all.
-    assert!(runner.fetch_remote(&remote, "missing").await.is_err());
+    assert!(runner.fetch_remote(&remote, "missing", &tmp.path().join("m.git")).await.is_err());
     assert!(asked.lock().unwrap().iter().any(|a| matches!(&a.access, Access::Push(u) if u[0].name == "refs/heads/main")));
 }

@@ -177,6 +177,8 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         | Method::OperatorsRevoke
         | Method::RunnersAdd
         | Method::RunnersRemove
+        | Method::RunnersList
+        | Method::RunnersDrain
         | Method::CredentialsRotate
         | Method::MergesList
         | Method::MergesQueue

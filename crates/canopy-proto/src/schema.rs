@@ -61,6 +61,8 @@ pub fn all() -> Vec<(String, Value)> {
     out.push(("runner.steer.reply.json".to_owned(), schema_for!(SteerReply).to_value()));
     out.push(("runner.interrupt.request.json".to_owned(), schema_for!(InterruptRequest).to_value()));
     out.push(("runner.interrupt.reply.json".to_owned(), schema_for!(InterruptReply).to_value()));
+    out.push(("runner.git.request.json".to_owned(), schema_for!(RunnerGitRequest).to_value()));
+    out.push(("runner.git.reply.json".to_owned(), schema_for!(RunnerGitReply).to_value()));
     out.push(("error.json".to_owned(), schema_for!(WireError).to_value()));
     out
 }

@@ -71,6 +71,11 @@ impl Subjects {
         format!("{}.runner.{runner_id}.interrupt", self.prefix)
     }
 
+    /// `canopy.<ws>.runner.<id>.git`: request/reply, act on a checkout the runner hosts.
+    pub fn runner_git(&self, runner_id: &RunnerId) -> String {
+        format!("{}.runner.{runner_id}.git", self.prefix)
+    }
+
     /// `canopy.<ws>.runner.poke`: a doorbell telling runners to sync now.
     pub fn runner_poke(&self) -> String {
         format!("{}.runner.poke", self.prefix)

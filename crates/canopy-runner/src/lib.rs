@@ -9,9 +9,10 @@
 //! decides restarts (backoff, crash loops) but not placement: the daemon does that.
 //!
 //! Files import downward only: `wiring` starts a `runner`; `runner` uses `requests`,
-//! `restarts`, `session` and `reporter`; all of them read `options`, which imports none of
-//! them. Nothing imports this file: it only declares and re-exports.
+//! `restarts`, `session` and `reporter`; all of them read `options`, which imports only
+//! `checkouts` (the checkouts a runner keeps on its own disk), which imports none of them. Nothing imports this file: it only declares and re-exports.
 
+mod checkouts;
 mod options;
 mod reporter;
 mod requests;
@@ -20,5 +21,6 @@ mod runner;
 mod session;
 pub mod wiring;
 
+pub use checkouts::Checkouts;
 pub use options::{RunnerOptions, RunnerSettings, RunnerToken, TokenUnreadable};
 pub use runner::{RunnerError, RunnerHandle, spawn};

@@ -41,6 +41,8 @@ pub struct RunnerSettings {
     pub delivery_batch: u32,
     /// How often an idle session looks for pending messages without a doorbell.
     pub delivery_resync: Duration,
+    /// What this runner offers placement (`[runner] labels`).
+    pub labels: Vec<String>,
 }
 
 /// How to run a runner.
@@ -63,6 +65,9 @@ pub struct RunnerOptions {
     /// How every session is confined (`[sandbox]`).
     pub sandbox: SandboxSettings,
     pub settings: RunnerSettings,
+    /// The checkouts this runner keeps on its own disk (unused by the embedded runner, which
+    /// is handed the daemon's).
+    pub checkouts: crate::checkouts::Checkouts,
 }
 
 /// The runner's API token cannot be read: a thread panicked while replacing it, so the

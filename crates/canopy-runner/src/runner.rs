@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use canopy_bus::CallError;
 use canopy_core::{Incarnation, RunnerId};
 use canopy_proto::api::{
-    DeliverDoorbell, InterruptRequest, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionAssignment,
+    DeliverDoorbell, InterruptRequest, RunnerGitRequest, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionAssignment,
     SessionReport, SteerRequest,
 };
 use canopy_proto::method;
@@ -109,13 +109,14 @@ fn random_suffix() -> u64 {
     (nanos as u64) ^ (u64::from(std::process::id()) << 32)
 }
 
-/// What reaches the runner over NATS: sync pokes, delivery doorbells, steer and interrupt
-/// requests.
+/// What reaches the runner over NATS: sync pokes, delivery doorbells, steer, interrupt and
+/// git requests.
 struct Inbound {
     pokes: BoxStream<'static, canopy_bus::Received>,
     doorbells: BoxStream<'static, canopy_bus::Received>,
     steers: BoxStream<'static, canopy_bus::Incoming>,
     interrupts: BoxStream<'static, canopy_bus::Incoming>,
+    gits: BoxStream<'static, canopy_bus::Incoming>,
 }
 
 impl Inbound {
@@ -127,6 +128,7 @@ impl Inbound {
             doorbells: bus.subscribe(&subjects.runner_deliver(id)).await.map_err(failed)?.boxed(),
             steers: bus.serve(&subjects.runner_steer(id), id.as_str()).await.map_err(failed)?.boxed(),
             interrupts: bus.serve(&subjects.runner_interrupt(id), id.as_str()).await.map_err(failed)?.boxed(),
+            gits: bus.serve(&subjects.runner_git(id), id.as_str()).await.map_err(failed)?.boxed(),
         })
     }
 }
@@ -158,10 +160,11 @@ struct RunnerActor {
 
 impl RunnerActor {
     async fn run(mut self, inbound: Inbound) {
-        let Inbound { mut pokes, mut doorbells, mut steers, mut interrupts } = inbound;
+        let Inbound { mut pokes, mut doorbells, mut steers, mut interrupts, mut gits } = inbound;
         let (exits_tx, mut exits) = mpsc::channel::<SessionExit>(64);
         let mut tick = tokio::time::interval(self.options.settings.sync_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let watch = self.watch_checkouts();
         loop {
             tokio::select! {
                 () = self.stop.cancelled() => break,
@@ -174,6 +177,7 @@ impl RunnerActor {
                 Some(doorbell) = doorbells.next() => self.ring(&doorbell.payload),
                 Some(request) = steers.next() => self.steer(request),
                 Some(request) = interrupts.next() => self.interrupt(request),
+                Some(request) = gits.next() => self.git(request),
                 Some(exit) = exits.recv() => {
                     self.on_exit(exit).await;
                     self.sync(&exits_tx).await;
@@ -184,6 +188,7 @@ impl RunnerActor {
         // of more sessions than the queue holds would wait on it, and the stop with them.
         drop(exits);
         self.stop_all().await;
+        watch.abort();
         self.endpoint.stop();
         tracing::info!(runner = %self.id, "runner stopped");
     }
@@ -210,6 +215,8 @@ impl RunnerActor {
             mcp_url: self.endpoint.url.clone(),
             capacity: self.options.settings.capacity,
             running,
+            labels: self.options.settings.labels.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
         };
         let assigned: RunnersSyncResponse = match api.send::<method::RunnersSync>(&token, &request).await {
             Ok(response) => response,
@@ -226,6 +233,7 @@ impl RunnerActor {
             self.registered = true;
             tracing::info!(runner = %self.id, "registered with the daemon");
         }
+        self.options.checkouts.set_url(&assigned.git_url);
         self.stop_unassigned(&assigned);
         if assigned.more {
             // More sessions wait; the next tick comes at once.
@@ -359,6 +367,31 @@ impl RunnerActor {
             let answer = answer_interrupt(parsed, session).await;
             publish_reply(&bus, &reply_to, serde_json::to_vec(&answer), "an interrupt request").await;
         });
+    }
+
+    /// Answers the daemon's request about a checkout kept here, without blocking the actor.
+    fn git(&self, request: canopy_bus::Incoming) {
+        let bus = self.options.api.bus.clone();
+        let Some(reply_to) = request.reply.clone() else { return };
+        let parsed = serde_json::from_slice::<RunnerGitRequest>(&request.payload).map_err(|e| e.to_string());
+        let checkouts = self.options.checkouts.clone();
+        tokio::spawn(async move {
+            let answer = checkouts.answer(parsed).await;
+            publish_reply(&bus, &reply_to, serde_json::to_vec(&answer), "a git request").await;
+        });
+    }
+
+    /// The watch over the checkouts kept here: each branch that moved is pushed to the daemon.
+    fn watch_checkouts(&self) -> tokio::task::JoinHandle<()> {
+        let checkouts = self.options.checkouts.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(checkouts.watch_interval());
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                checkouts.save_all().await;
+            }
+        })
     }
 
     /// Lets the session of `agent` call the MCP endpoint with `token`.

@@ -178,10 +178,21 @@ pub fn options(
     let id = RunnerId::parse(&credential.runner_id).map_err(|e| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, format!("runner id {:?}: {e}", credential.runner_id))
     })?;
+    let token = RunnerToken::from_file(&credential.token, file.to_owned());
+    let current = token.clone();
+    let checkouts = crate::checkouts::Checkouts::new(
+        git(config, dir.root()),
+        dir.root().join("runners").join(id.as_str()),
+        dir.sessions(),
+        id.clone(),
+        std::sync::Arc::new(move || current.get().map_err(|e| e.to_string())),
+        config.git.watch_interval,
+    );
     Ok(RunnerOptions {
         api,
         id,
-        token: RunnerToken::from_file(&credential.token, file.to_owned()),
+        token,
+        checkouts,
         name: format!("{}-{}", hostname(), std::process::id()),
         sessions_dir: dir.sessions(),
         scripted_program: std::env::current_exe()?,
@@ -203,6 +214,7 @@ pub fn options(
             coalesce_cap: config.delivery.coalesce_cap,
             delivery_batch: config.delivery.batch,
             delivery_resync: config.delivery.resync,
+            labels: runner.labels.clone(),
         },
     })
 }

@@ -38,6 +38,8 @@ pub struct AgentSpec {
     /// The repository it gets a checkout of (recorded `preparing`; the account is held
     /// until the daemon has made it).
     pub repo: Option<i64>,
+    /// Runner labels its sessions need (checked, sorted), besides its role's.
+    pub needs: Vec<String>,
 }
 
 /// An operator to create, with the hash of its bearer token.
@@ -146,7 +148,7 @@ pub(crate) fn insert_agent(conn: &Db<'_>, actor_id: Option<i64>, spec: &AgentSpe
     let now = conn.now_ms();
     conn.prepare_cached(
         "INSERT INTO accounts (handle, display_name, kind, role, parent_id, charter, state, created_at, harness, \
-         script_name, script, persona) VALUES (?1, ?2, 'agent', ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, ?10)",
+         script_name, script, persona, needs) VALUES (?1, ?2, 'agent', ?3, ?4, ?5, 'active', ?6, ?7, ?8, ?9, ?10, ?11)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -159,7 +161,8 @@ pub(crate) fn insert_agent(conn: &Db<'_>, actor_id: Option<i64>, spec: &AgentSpe
             spec.harness,
             script_name,
             script,
-            spec.persona
+            spec.persona,
+            canopy_core::placement::join(&spec.needs)
         ])
     })
     .map_err(sql("inserting an agent"))?;

@@ -132,6 +132,7 @@ async fn add_agents(store: &Store, caller: &canopy_core::acl::Caller, prefix: &s
                     script: None,
                     persona: None,
                     repo: None,
+                    needs: Vec::new(),
                 })
             })
             .collect::<Result<Vec<_>, Error>>()?;

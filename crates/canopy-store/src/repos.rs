@@ -254,6 +254,38 @@ pub fn checkout(conn: &Db<'_>, handle: &str) -> Result<Option<Checkout>, Error> 
         .map_err(sql("reading a checkout"))
 }
 
+/// The runner an account's checkout is on: the runner of its newest session (live or
+/// ended), since a runner that keeps its own checkouts makes one where the session starts.
+/// `None` before the account's first session.
+pub fn checkout_host(conn: &Db<'_>, handle: &str) -> Result<Option<String>, Error> {
+    conn.prepare_cached(
+        "SELECT s.runner_id FROM sessions s JOIN accounts a ON a.id = s.agent_id
+         WHERE a.handle = ?1 ORDER BY s.incarnation DESC LIMIT 1",
+    )
+    .and_then(|mut s| s.query_row(params![handle], |r| r.get(0)).optional())
+    .map_err(sql("reading where a checkout is"))
+}
+
+/// The checkouts `runner_id` hosts (its accounts' newest session is there), with their
+/// repositories: what its git login may fetch, and whose refs it may push.
+pub fn hosted_checkouts(conn: &Db<'_>, runner_id: &str) -> Result<Vec<Checkout>, Error> {
+    let mut s = conn
+        .prepare_cached(&format!(
+            "{CHECKOUT_SELECT} WHERE k.state = 'ready' AND (SELECT s.runner_id FROM sessions s WHERE s.agent_id = a.id
+             ORDER BY s.incarnation DESC LIMIT 1) = ?1 ORDER BY a.handle"
+        ))
+        .map_err(sql("listing a runner's checkouts"))?;
+    s.query_map(params![runner_id], checkout_from_row)
+        .and_then(|rows| rows.collect())
+        .map_err(sql("listing a runner's checkouts"))
+}
+
+/// Writes a refused request to the daemon's git endpoint to the audit log (`git_refused`):
+/// the login that made it (a runner's id, or none), the repository and why.
+pub fn record_git_refusal(conn: &Db<'_>, login: &str, repo: &str, why: &str) -> Result<(), Error> {
+    crate::schema::audit(conn, None, "git_refused", repo, &format!("{login}: {why}"))
+}
+
 /// Every checkout, or those in one state.
 pub fn checkouts(conn: &Db<'_>, state: Option<CheckoutState>) -> Result<Vec<Checkout>, Error> {
     let mut s = conn

@@ -524,6 +524,13 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN egress_refused INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 21: placement by labels, runners' versions and drains (`canopy runners`).
+    r#"
+    ALTER TABLE runners ADD COLUMN labels TEXT NOT NULL DEFAULT '';
+    ALTER TABLE runners ADD COLUMN version TEXT NOT NULL DEFAULT '';
+    ALTER TABLE runners ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE accounts ADD COLUMN needs TEXT NOT NULL DEFAULT '';
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -1,9 +1,10 @@
 //! Sessions, runners, presence and activity: the store side of running agents.
 //!
 //! A runner syncs (a heartbeat); the daemon answers with the sessions it should host.
-//! Placement is decided here, in the writer's transaction, so two runners syncing at once
-//! cannot both take an agent: an agent that should run and has no live session goes to the
-//! live runner with the fewest live sessions (ties by runner id). A session's incarnation
+//! Placement is applied here, in the writer's transaction, so two runners syncing at once
+//! cannot both take an agent: an agent that should run and has no live session goes where
+//! `canopy_core::placement::choose` says (a live runner with the labels it needs, not draining,
+//! with room; the fewest live sessions, ties by runner id), or is marked unplaced. A session's incarnation
 //! is one more than the agent's last; its token's hash is stored with it, and the token
 //! stops working when the session ends. Reports from runners move presence, store
 //! activity (bounded per session) and, on a crash loop, mark the agent `crashed` with a
@@ -15,7 +16,7 @@ use canopy_core::redact::{redact, redact_value};
 use canopy_core::{
     AccountKind, AccountState, ActivityItem, Desired, Error, Handle, Message, Presence, RoleName, RosterEntry,
 };
-use canopy_core::{Incarnation, RunnerId};
+use canopy_core::{Incarnation, RunnerId, placement};
 use rusqlite::{OptionalExtension, params};
 
 use crate::notices::notice;
@@ -42,6 +43,18 @@ pub struct RunnerHeartbeat {
     pub capacity: u32,
     /// A runner not seen for this long is dead: its sessions end and move elsewhere.
     pub ttl_ms: i64,
+    /// Its labels (checked, sorted) and the Canopy version it runs.
+    pub labels: Vec<String>,
+    pub version: String,
+    /// The labels each role's sessions need (`[roles.<role>] needs`), by role.
+    pub role_needs: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// What a runner's sync produced: its sessions, and notices for the daemon to deliver.
+#[derive(Debug, Default)]
+pub struct Synced {
+    pub sessions: Vec<LiveSession>,
+    pub notices: Vec<Message>,
 }
 
 /// A live session with what a runner needs to start it (the token is derived by the caller).
@@ -97,7 +110,7 @@ pub fn sync_runner(
     conn: &Db<'_>,
     beat: &RunnerHeartbeat,
     token_hash_for: &dyn Fn(&str, Incarnation) -> String,
-) -> Result<Vec<LiveSession>, Error> {
+) -> Result<Synced, Error> {
     let now = conn.now_ms();
     let previous: Option<(String, i64)> = conn
         .prepare_cached("SELECT boot, last_seen FROM runners WHERE id = ?1")
@@ -118,9 +131,19 @@ pub fn sync_runner(
     }
     let previous_boot = previous.map(|(boot, _)| boot);
     conn.execute(
-        "INSERT INTO runners (id, name, mcp_url, capacity, started_at, last_seen, boot) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6) \
-         ON CONFLICT (id) DO UPDATE SET name = ?2, mcp_url = ?3, capacity = ?4, last_seen = ?5, boot = ?6",
-        params![beat.runner_id.as_str(), beat.name, beat.mcp_url, beat.capacity, now, beat.boot],
+        "INSERT INTO runners (id, name, mcp_url, capacity, started_at, last_seen, boot, labels, version) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, ?8) ON CONFLICT (id) DO UPDATE SET name = ?2, mcp_url = ?3, \
+         capacity = ?4, last_seen = ?5, boot = ?6, labels = ?7, version = ?8",
+        params![
+            beat.runner_id.as_str(),
+            beat.name,
+            beat.mcp_url,
+            beat.capacity,
+            now,
+            beat.boot,
+            placement::join(&beat.labels),
+            beat.version
+        ],
     )
     .map_err(sql("recording a runner heartbeat"))?;
 
@@ -139,39 +162,7 @@ pub fn sync_runner(
     // Sessions on runners that stopped syncing end here; their agents get placed again.
     end_lost_runners(conn, beat.ttl_ms)?;
 
-    // Place every agent that should run and has no live session.
-    let waiting: Vec<(i64, String)> = conn
-        .prepare_cached(
-            "SELECT a.id, a.handle FROM accounts a WHERE a.kind = 'agent' AND a.state = 'active' \
-             AND a.desired = 'running' AND a.harness != '' \
-             AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.agent_id = a.id AND s.ended_at IS NULL) ORDER BY a.id",
-        )
-        .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
-        .map_err(sql("listing agents without a session"))?;
-    for (agent_id, handle) in waiting {
-        let target: Option<String> = conn
-            .prepare_cached(
-                "SELECT r.id FROM runners r WHERE r.last_seen >= ?1 AND \
-                 (SELECT COUNT(*) FROM sessions s WHERE s.runner_id = r.id AND s.ended_at IS NULL) < r.capacity \
-                 ORDER BY (SELECT COUNT(*) FROM sessions s WHERE s.runner_id = r.id AND s.ended_at IS NULL), r.id LIMIT 1",
-            )
-            .and_then(|mut s| s.query_row(params![now - beat.ttl_ms], |r| r.get(0)).optional())
-            .map_err(sql("choosing a runner"))?;
-        if target.as_deref() != Some(beat.runner_id.as_str()) {
-            continue; // Another runner is less loaded; it takes the agent at its next sync.
-        }
-        let incarnation: i64 = conn
-            .prepare_cached("SELECT COALESCE(MAX(incarnation), 0) + 1 FROM sessions WHERE agent_id = ?1")
-            .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
-            .map_err(sql("numbering a session"))?;
-        let token_hash = token_hash_for(&handle, Incarnation(incarnation as u64));
-        conn.execute(
-            "INSERT INTO sessions (agent_id, incarnation, runner_id, token_hash, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![agent_id, incarnation, beat.runner_id.as_str(), token_hash, now],
-        )
-        .map_err(sql("creating a session"))?;
-        set_presence(conn, agent_id, Presence::Starting, None, Some(Incarnation(incarnation as u64)), now)?;
-    }
+    let notices = place(conn, beat, token_hash_for, now)?;
 
     conn.prepare_cached(
         "SELECT a.handle, a.display_name, COALESCE(a.role, ''), s.incarnation, a.harness, a.script_name, a.script, \
@@ -205,6 +196,104 @@ pub fn sync_runner(
         .collect()
     })
     .map_err(sql("listing a runner's sessions"))
+    .map(|sessions| Synced { sessions, notices })
+}
+
+/// Places every agent that should run and has no live session (`canopy_core::placement`):
+/// those this runner should take get a session here; one no live runner can take is marked
+/// `unplaced (needs ...)`, and its home channel is told once.
+fn place(
+    conn: &Db<'_>,
+    beat: &RunnerHeartbeat,
+    token_hash_for: &dyn Fn(&str, Incarnation) -> String,
+    now: i64,
+) -> Result<Vec<Message>, Error> {
+    let waiting: Vec<(i64, String, String, String)> = conn
+        .prepare_cached(
+            "SELECT a.id, a.handle, COALESCE(a.role, ''), a.needs FROM accounts a WHERE a.kind = 'agent' \
+             AND a.state = 'active' AND a.desired = 'running' AND a.harness != '' \
+             AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.agent_id = a.id AND s.ended_at IS NULL) ORDER BY a.id",
+        )
+        .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect())
+        .map_err(sql("listing agents without a session"))?;
+    if waiting.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut runners = live_runners(conn, now - beat.ttl_ms)?;
+    let mut notices = Vec::new();
+    for (agent_id, handle, role, needs) in waiting {
+        let mut needs = placement::split(&needs);
+        needs.extend(beat.role_needs.get(&role).into_iter().flatten().cloned());
+        needs.sort();
+        needs.dedup();
+        match placement::choose(&needs, &runners) {
+            placement::Choice::Runner(id) if id == beat.runner_id.as_str() => {
+                start_session(conn, agent_id, &handle, beat, token_hash_for, now)?;
+                if let Some(runner) = runners.iter_mut().find(|r| r.id == id) {
+                    runner.sessions += 1;
+                }
+            }
+            // Another runner is less loaded; it takes the agent at its next sync.
+            placement::Choice::Runner(_) | placement::Choice::Wait => {}
+            placement::Choice::Unplaced => {
+                let reason = placement::unplaced(&needs);
+                let told: Option<String> = conn
+                    .prepare_cached("SELECT reason FROM presence WHERE agent_id = ?1")
+                    .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)).optional())
+                    .map_err(sql("reading an agent's presence"))?
+                    .flatten();
+                if told.as_deref() != Some(reason.as_str()) {
+                    set_presence(conn, agent_id, Presence::Offline, Some(&reason), None, now)?;
+                    notices.push(notice(conn, agent_id, &placement::say_unplaced(&handle, &needs))?);
+                }
+            }
+        }
+    }
+    Ok(notices)
+}
+
+/// The runners placement may use: those seen since `since`, with their live sessions.
+fn live_runners(conn: &Db<'_>, since: i64) -> Result<Vec<placement::Candidate>, Error> {
+    conn.prepare_cached(
+        "SELECT r.id, r.labels, r.capacity, r.draining, \
+         (SELECT COUNT(*) FROM sessions s WHERE s.runner_id = r.id AND s.ended_at IS NULL) \
+         FROM runners r WHERE r.last_seen >= ?1 ORDER BY r.id",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![since], |r| {
+            Ok(placement::Candidate {
+                id: r.get(0)?,
+                labels: placement::split(&r.get::<_, String>(1)?),
+                capacity: r.get(2)?,
+                draining: r.get(3)?,
+                sessions: r.get(4)?,
+            })
+        })?
+        .collect()
+    })
+    .map_err(sql("listing live runners"))
+}
+
+/// A new session of `agent_id` on the syncing runner, in its next incarnation.
+fn start_session(
+    conn: &Db<'_>,
+    agent_id: i64,
+    handle: &str,
+    beat: &RunnerHeartbeat,
+    token_hash_for: &dyn Fn(&str, Incarnation) -> String,
+    now: i64,
+) -> Result<(), Error> {
+    let incarnation: i64 = conn
+        .prepare_cached("SELECT COALESCE(MAX(incarnation), 0) + 1 FROM sessions WHERE agent_id = ?1")
+        .and_then(|mut s| s.query_row(params![agent_id], |r| r.get(0)))
+        .map_err(sql("numbering a session"))?;
+    let token_hash = token_hash_for(handle, Incarnation(incarnation as u64));
+    conn.execute(
+        "INSERT INTO sessions (agent_id, incarnation, runner_id, token_hash, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![agent_id, incarnation, beat.runner_id.as_str(), token_hash, now],
+    )
+    .map_err(sql("creating a session"))?;
+    set_presence(conn, agent_id, Presence::Starting, None, Some(Incarnation(incarnation as u64)), now)
 }
 
 /// Applies a batch of reports from `runner_id`.
@@ -414,6 +503,57 @@ pub fn set_desired(conn: &Db<'_>, caller: &Caller, handle: &Handle, desired: Des
 /// The interrupt itself goes to the runner; this only keeps the record.
 pub fn record_interrupt(conn: &Db<'_>, caller: &Caller, handle: &Handle, detail: &str) -> Result<(), Error> {
     record_act(conn, caller, "agents.interrupt", handle.as_str(), detail)
+}
+
+/// A runner as `canopy runners` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerRow {
+    pub id: String,
+    pub name: String,
+    pub labels: Vec<String>,
+    pub sessions: u32,
+    pub capacity: u32,
+    pub last_seen_ms: i64,
+    pub version: String,
+    pub draining: bool,
+}
+
+const RUNNER_SELECT: &str = "SELECT r.id, r.name, r.labels, \
+     (SELECT COUNT(*) FROM sessions s WHERE s.runner_id = r.id AND s.ended_at IS NULL), r.capacity, r.last_seen, \
+     r.version, r.draining FROM runners r";
+
+fn runner_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunnerRow> {
+    Ok(RunnerRow {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        labels: placement::split(&r.get::<_, String>(2)?),
+        sessions: r.get(3)?,
+        capacity: r.get(4)?,
+        last_seen_ms: r.get(5)?,
+        version: r.get(6)?,
+        draining: r.get(7)?,
+    })
+}
+
+/// Every runner the daemon has seen (a removed or retired one is forgotten), by id.
+pub fn list_runners(conn: &Db<'_>) -> Result<Vec<RunnerRow>, Error> {
+    let mut s = conn.prepare_cached(&format!("{RUNNER_SELECT} ORDER BY r.id")).map_err(sql("listing runners"))?;
+    s.query_map([], runner_from_row).and_then(|rows| rows.collect()).map_err(sql("listing runners"))
+}
+
+/// Drains runner `id` (no new session goes there) or takes it back; audited as `caller`'s.
+pub fn set_draining(conn: &Db<'_>, caller: &Caller, id: &str, draining: bool) -> Result<RunnerRow, Error> {
+    let changed = conn
+        .execute("UPDATE runners SET draining = ?2 WHERE id = ?1", params![id, draining])
+        .map_err(sql("draining a runner"))?;
+    if changed == 0 {
+        return Err(Error::NotFound { field: "id", what: format!("runner {id}") });
+    }
+    let action = if draining { "runner_drained" } else { "runner_undrained" };
+    record_act(conn, caller, action, id, "")?;
+    conn.prepare_cached(&format!("{RUNNER_SELECT} WHERE r.id = ?1"))
+        .and_then(|mut s| s.query_row(params![id], runner_from_row))
+        .map_err(sql("reading a runner"))
 }
 
 /// Ends every live session of a runner whose credential was revoked, and forgets the runner:

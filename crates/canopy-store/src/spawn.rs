@@ -303,6 +303,7 @@ pub fn decide_spawn(
             repo: conn
                 .query_row("SELECT repo_id FROM spawn_requests WHERE id = ?1", params![id], |r| r.get(0))
                 .map_err(sql("reading a request's repository"))?,
+            needs: Vec::new(),
         };
         // A proposed budget must still fit what is left above the requester.
         let granted = |child: i64| -> Result<(), Error> {

@@ -68,6 +68,7 @@ async fn workspace() -> (tempfile::TempDir, Store) {
             script: None,
             persona: None,
             repo: None,
+            needs: Vec::new(),
         };
         store.write(move |conn| ops::create_agent(conn, &operator(), &spec)).await.unwrap();
     }
@@ -188,6 +189,7 @@ async fn new_subscriptions_start_at_the_channel_head() {
         script: None,
         persona: None,
         repo: None,
+        needs: Vec::new(),
     };
     store.write(move |c| ops::create_agent(c, &operator(), &spec)).await.unwrap();
     let subs = store.read(|c| ops::subscriptions(c, "late")).await.unwrap();
@@ -339,6 +341,9 @@ async fn live_workspace() -> (tempfile::TempDir, Store) {
                 mcp_url: "http://x".into(),
                 capacity: 10,
                 ttl_ms: 60_000,
+                labels: Vec::new(),
+                version: String::new(),
+                role_needs: Default::default(),
             };
             ops::sync_runner(c, &beat, &|agent, n| format!("hash-{agent}-{n}"))
         })
@@ -782,6 +787,9 @@ async fn a_runner_that_starts_again_gets_fresh_sessions_at_once() {
         mcp_url: "http://x".into(),
         capacity: 10,
         ttl_ms: 60_000,
+        labels: Vec::new(),
+        version: String::new(),
+        role_needs: Default::default(),
     };
     let sync = |b: crate::RunnerHeartbeat| {
         let store = store.clone();
@@ -790,6 +798,7 @@ async fn a_runner_that_starts_again_gets_fresh_sessions_at_once() {
                 .write(move |c| ops::sync_runner(c, &b, &|agent, n| format!("hash-{agent}-{n}")))
                 .await
                 .unwrap()
+                .sessions
                 .into_iter()
                 .map(|s| (s.agent.to_string(), s.incarnation))
                 .collect::<Vec<_>>()
@@ -841,6 +850,7 @@ async fn only_an_operator_decides_a_merge_and_the_queue_takes_stacks_bottom_up()
         script: None,
         persona: None,
         repo: Some(repo.id),
+        needs: Vec::new(),
     };
     store.write(move |c| ops::create_agent(c, &operator(), &spec)).await.unwrap();
     let held = store.read(|c| ops::checkout(c, "web")).await.unwrap().unwrap();
@@ -1469,4 +1479,51 @@ async fn usage_counts_toward_a_runs_issue_or_the_one_issue_in_progress_and_else_
     let view = store.read(move |c| ops::issue_view(c, two)).await.unwrap();
     assert_eq!((view.subissues.len(), view.runs.clone()), (1, vec![1]));
     assert_eq!((view.spend.usd, view.spend.subissues_usd), (0.225, 0.5));
+}
+
+/// Placement by labels: an agent that needs `gpu` (its own need or its role's) goes only to a
+/// runner with the label; with none live it is `unplaced (needs gpu)`, told once, and placed
+/// as soon as such a runner syncs.
+#[tokio::test]
+async fn an_agent_needing_a_label_waits_unplaced_until_a_runner_has_it() {
+    let (_dir, store) = workspace().await;
+    store
+        .write(|c| {
+            c.execute("UPDATE accounts SET harness = 'scripted' WHERE kind = 'agent' AND handle != 'supervisor'", [])
+                .unwrap();
+            c.execute("UPDATE accounts SET needs = 'gpu' WHERE handle = 'ci-manager'", []).unwrap();
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let beat = |id: &str, labels: &[&str]| crate::RunnerHeartbeat {
+        runner_id: RunnerId::parse(id).unwrap(),
+        boot: format!("boot-{id}"),
+        hosting: false,
+        name: id.into(),
+        mcp_url: "http://x".into(),
+        capacity: 10,
+        ttl_ms: 60_000,
+        labels: labels.iter().map(|l| (*l).to_owned()).collect(),
+        version: "0.1.0".into(),
+        role_needs: [("manager".to_owned(), vec!["linux".to_owned()])].into_iter().collect(),
+    };
+    let sync = |b: crate::RunnerHeartbeat| {
+        let store = store.clone();
+        async move { store.write(move |c| ops::sync_runner(c, &b, &|agent, n| format!("hash-{agent}-{n}"))).await.unwrap() }
+    };
+    let plain = sync(beat("plain", &["linux"])).await;
+    let placed: Vec<String> = plain.sessions.iter().map(|s| s.agent.to_string()).collect();
+    assert!(!placed.contains(&"ci-manager".to_owned()), "{placed:?}");
+    assert!(placed.contains(&"docs-manager".to_owned()), "a Manager that needs only its role's linux: {placed:?}");
+    assert_eq!(plain.notices.len(), 1, "told once");
+    assert!(plain.notices[0].body.contains("gpu") && plain.notices[0].body.contains("@ci-manager"));
+    let entry = store.read(|c| ops::roster_entry(c, "ci-manager")).await.unwrap();
+    assert_eq!(entry.reason.as_deref(), Some("unplaced (needs gpu, linux)"));
+    assert!(sync(beat("plain", &["linux"])).await.notices.is_empty(), "not told again");
+    // A runner without the role's label takes nothing that needs it.
+    let bare = sync(beat("bare", &["gpu"])).await;
+    assert!(bare.sessions.is_empty(), "{:?}", bare.sessions);
+    let gpu = sync(beat("gpu-box", &["gpu", "linux"])).await;
+    assert_eq!(gpu.sessions.iter().map(|s| s.agent.as_str()).collect::<Vec<_>>(), ["ci-manager"]);
 }

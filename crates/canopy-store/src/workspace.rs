@@ -71,6 +71,7 @@ pub fn init(conn: &Db<'_>, spec: &InitSpec) -> Result<Workspace, Error> {
             script: spec.supervisor_script.clone(),
             persona: None,
             repo: None,
+            needs: Vec::new(),
         },
     )?;
     for name in ["announcements", "incidents"] {

@@ -35,12 +35,12 @@ pub async fn whoami(client: &Client, json: bool) -> u8 {
 
 /// `canopy agents create`.
 pub async fn create(client: &Client, json: bool, args: CreateArgs) -> u8 {
-    let CreateArgs { handle, name, role, parent, charter, harness, script, persona, repo } = args;
+    let CreateArgs { handle, name, role, parent, charter, harness, script, persona, repo, needs } = args;
     let script = match script.map(|path| read_script(&path)).transpose() {
         Ok(script) => script,
         Err(e) => return fail(json, &e),
     };
-    let request = AgentsCreateRequest { handle, name, role, parent, charter, harness, script, persona, repo };
+    let request = AgentsCreateRequest { handle, name, role, parent, charter, harness, script, persona, repo, needs };
     code(json, call::<method::AgentsCreate>(client, json, &request, output::account).await)
 }
 

@@ -41,12 +41,32 @@ pub async fn operators(client: &Client, json: bool, command: OperatorsCommand) -
 
 /// `canopy runners add|remove`. Each returns once the managed NATS server has applied it: the
 /// new runner's login accepted, the removed one's refused.
-pub async fn runners(dir: &DataDir, client: &Client, json: bool, command: RunnersCommand) -> u8 {
-    let result = match command {
+pub async fn runners(dir: &DataDir, client: &Client, json: bool, command: Option<RunnersCommand>) -> u8 {
+    let result = match command.unwrap_or(RunnersCommand::List) {
         RunnersCommand::Add { id, out } => runners_add(client, json, id, out).await,
         RunnersCommand::Remove { id } => runners_remove(dir, client, json, id).await,
+        RunnersCommand::List => {
+            let listed = client.send::<method::RunnersList>(&RunnersListRequest {}).await;
+            listed.map(|r| if json { output::json(&r) } else { output::runners(&r.runners) })
+        }
+        RunnersCommand::Drain { id } => runners_drain(client, json, id, true).await,
+        RunnersCommand::Undrain { id } => runners_drain(client, json, id, false).await,
     };
     code(json, result)
+}
+
+/// `canopy runners drain` and `undrain`.
+async fn runners_drain(client: &Client, json: bool, id: String, drain: bool) -> Result<(), CallError> {
+    let runner = client.send::<method::RunnersDrain>(&RunnersDrainRequest { id, drain }).await?;
+    match json {
+        true => output::json(&runner),
+        false if drain => println!(
+            "runner {} is draining: it takes no new session, and its {} session(s) move at their next turn boundary",
+            runner.id, runner.sessions
+        ),
+        false => println!("runner {} is back in service", runner.id),
+    }
+    Ok(())
 }
 
 /// `canopy runners remove`: the runner's login (read before it goes) is refused when it returns.

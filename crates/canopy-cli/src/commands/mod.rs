@@ -97,7 +97,7 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         Command::Prompt(command) => prompts::render(client, json, command).await,
         Command::Usage { agent, since } => history::usage(client, json, agent, since).await,
         Command::Operators(command) => credentials::operators(client, json, command).await,
-        Command::Runners(command) => credentials::runners(dir, client, json, command).await,
+        Command::Runners { command } => credentials::runners(dir, client, json, command).await,
         Command::Credentials(command) => credentials::credentials(dir, client, json, command).await,
         // Run by `run` before any connection.
         Command::Init(_)

@@ -60,6 +60,10 @@ pub struct AgentsCreateRequest {
     /// branch `canopy/<handle>` from the base branch.
     #[serde(default)]
     pub repo: Option<String>,
+    /// Runner labels its sessions need (`gpu`), besides its role's `[roles.<role>] needs`:
+    /// it is placed only on a runner that has every one.
+    #[serde(default)]
+    pub needs: Vec<String>,
 }
 
 /// One subagent definition file for a harness's own subagent mechanism.

@@ -1,4 +1,5 @@
-//! Repositories and checkouts: `repos.*` (add, list, gc) and `workspace.status`. The merge
+//! Repositories and checkouts: `repos.*` (add, list, gc) and `workspace.status`, and the
+//! daemon's requests to a runner about a checkout it hosts (`runner.<id>.git`). The merge
 //! gate's requests are `merges`.
 //!
 //! Merging a subagent run's branch into its Manager's is `runs`.
@@ -121,4 +122,86 @@ pub struct RunBranch {
     pub branch: String,
     /// `done`, `failed` or `timed_out`.
     pub status: String,
+}
+
+/// A session's checkout, for a runner that keeps its own (a runner other than the embedded
+/// one): it fetches the repository from the daemon's git endpoint and makes the checkout on
+/// its own disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RepoAssignment {
+    /// The repository's name (`<git_url>/<name>.git`).
+    pub name: String,
+    /// The checkout's branch (`canopy/<handle>`, `canopy/<manager>/run-<id>`).
+    pub branch: String,
+    /// The commit a new checkout starts from when `published` names none yet.
+    pub start: String,
+    /// The daemon's ref this checkout's branch is pushed to (`refs/canopy/agents/<handle>`,
+    /// `refs/canopy/runs/<id>`); a checkout made where it already names a commit starts there,
+    /// so an agent moved from another runner keeps what it pushed.
+    pub published: String,
+    /// The session may only read the checkout (a reviewer run's).
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// Request on `canopy.<ws>.runner.<id>.git`: the daemon asks the runner hosting `agent`'s
+/// checkout to act on it there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnerGitRequest {
+    /// The checkout's account (an agent's handle, or `run-<id>`).
+    pub agent: String,
+    /// Its repository.
+    pub repo: String,
+    pub op: RunnerGitOp,
+}
+
+/// What the daemon asks of a checkout on a runner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RunnerGitOp {
+    /// Push `what` (a ref of the checkout) to the daemon's mirror as `to`.
+    Publish { what: String, to: String },
+    /// The checkout's branch, ahead/behind `base` and dirty files.
+    Status { base: String },
+    /// What was done since `base`: commits, diffstat, dirty files.
+    Summary { base: String },
+    /// Merge `commit` (fetched from the daemon's ref `from`) into the checked-out `branch`.
+    Merge { branch: String, commit: String, from: String, message: String },
+    /// Delete the checkout (its branch was published first).
+    Remove,
+}
+
+/// Reply to a `runner.<id>.git` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "result", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RunnerGitReply {
+    /// `publish`: the commit pushed, or none when the checkout has no such ref.
+    Published { head: Option<String> },
+    /// `status` and `summary` (a status has no commits or diffstat).
+    Tree {
+        branch: String,
+        head: String,
+        ahead: u32,
+        behind: u32,
+        dirty: Vec<String>,
+        #[serde(default)]
+        commits: Vec<String>,
+        #[serde(default)]
+        diffstat: String,
+    },
+    /// `merge`: the branch now has `commit`.
+    Merged { commit: String, fast_forward: bool },
+    /// `merge`: the branch already had it.
+    UpToDate { commit: String },
+    /// `merge`: conflicts in these files; nothing changed.
+    Conflict { files: Vec<String> },
+    /// `remove`.
+    Removed,
+    /// Refused before anything changed (the checkout is on another branch, has changes in the
+    /// way, is not on this runner).
+    Refused { reason: String },
+    /// Git failed.
+    Failed { reason: String },
 }

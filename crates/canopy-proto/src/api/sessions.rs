@@ -68,6 +68,59 @@ pub struct RunnersSyncRequest {
     /// Most sessions this runner will host.
     pub capacity: u32,
     pub running: Vec<RunningSession>,
+    /// Its labels (`[runner] labels`): an agent that needs a label is placed only on a runner
+    /// that has it.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// The Canopy version it runs, for `canopy runners`.
+    #[serde(default)]
+    pub version: String,
+}
+
+/// `runners.list` (operators): every runner the daemon has seen.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersListRequest {}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersListResponse {
+    pub runners: Vec<RunnerInfo>,
+}
+
+/// One runner as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnerInfo {
+    pub id: RunnerId,
+    /// Its host and process (`build-box-4242`).
+    pub name: String,
+    pub labels: Vec<String>,
+    /// Its live sessions.
+    pub sessions: u32,
+    pub capacity: u32,
+    /// When it last synced (RFC 3339), and how many seconds ago.
+    pub last_sync: String,
+    pub last_sync_secs: u64,
+    /// Synced within `[runner] runner_ttl`.
+    pub live: bool,
+    pub version: String,
+    /// Drained: takes no new session, and its sessions move at their next turn boundary.
+    pub draining: bool,
+}
+
+/// `runners.drain` (operators).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunnersDrainRequest {
+    pub id: String,
+    /// `false` takes a drained runner back.
+    #[serde(default = "yes")]
+    pub drain: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Everything a runner needs to start one session.
@@ -93,6 +146,10 @@ pub struct SessionAssignment {
     /// When `cwd` is a checkout: its repository's mirror, which the session may read.
     #[serde(default)]
     pub repo_mirror: Option<String>,
+    /// A checkout the runner makes and keeps itself (`cwd` and `repo_mirror` are then empty):
+    /// every runner but the embedded one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<crate::api::RepoAssignment>,
     /// `cwd` is read-only to the session (a reviewer run's checkout of a merged tree).
     #[serde(default)]
     pub cwd_read_only: bool,
@@ -126,6 +183,10 @@ pub struct RunnersSyncResponse {
     pub start: Vec<SessionAssignment>,
     /// More sessions wait to be started: sync again at once.
     pub more: bool,
+    /// Where the daemon serves its mirrors over git's smart HTTP (`[daemon] git_url`), for
+    /// the checkouts a runner keeps itself; empty when it serves none.
+    #[serde(default)]
+    pub git_url: String,
 }
 
 pub use canopy_core::harness::PromptMode;

@@ -39,8 +39,7 @@ pub(crate) fn prepare(
     let spec = launch_spec(assignment, options, kind, mcp_url);
     if spec.repo_mirror.is_some() && !spec.cwd.join(".git").exists() {
         let reason = format!(
-            "its checkout {} is not on this machine: an agent with a repository runs on a runner that shares the \
-             daemon's data directory",
+            "its checkout {} is not on this machine: the daemon hands its own checkouts only to its embedded runner",
             spec.cwd.display()
         );
         return Err(Ending::failed(reason, true));

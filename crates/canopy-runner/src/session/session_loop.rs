@@ -96,6 +96,16 @@ impl SessionLoop {
     /// Launches the harness and waits until it is ready; the session's end when it cannot.
     async fn launch(&mut self) -> Result<mpsc::Receiver<HarnessEvent>, Ending> {
         self.reports.starting(&self.assignment.harness).await;
+        if let Some(repo) = self.assignment.repo.clone() {
+            // A checkout this runner keeps: made (or found) here before the harness starts in it.
+            let made = self.options.checkouts.ensure(&self.assignment.agent, &repo).await;
+            let (dir, mirror) = made.map_err(|e| {
+                Ending::failed(format!("its checkout of {} could not be made on this runner: {e}", repo.name), false)
+            })?;
+            self.assignment.cwd = dir.display().to_string();
+            self.assignment.repo_mirror = Some(mirror.display().to_string());
+            self.assignment.cwd_read_only = repo.read_only;
+        }
         let spec = prepare(&self.assignment, &self.options, &self.mcp_url)?;
         let kind = spec.kind;
         let (session, events) = Session::launch(spec, EVENT_QUEUE).await.map_err(|e| launch_failed(kind, e))?;
@@ -235,6 +245,11 @@ impl SessionLoop {
 
     /// Reports the session's end, if the ending asks for a report, and tells the runner.
     async fn finish(self, ending: Ending) {
+        // What the session left on its branch reaches the daemon before anything else hears
+        // of the end (a drained or failed-over agent continues from it elsewhere).
+        if self.assignment.repo.is_some() {
+            self.options.checkouts.save(&self.assignment.agent).await;
+        }
         match ending.report {
             EndReport::Nothing => {}
             EndReport::Failed => {

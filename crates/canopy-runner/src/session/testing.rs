@@ -38,6 +38,7 @@ pub(crate) fn assignment() -> SessionAssignment {
         prompt_hash: String::new(),
         cwd: String::new(),
         repo_mirror: None,
+        repo: None,
         cwd_read_only: false,
         allow_hosts: Vec::new(),
         subagents: Vec::new(),
@@ -66,6 +67,7 @@ pub(crate) fn settings() -> RunnerSettings {
         coalesce_cap: Duration::from_millis(50),
         delivery_batch: 10,
         delivery_resync: Duration::from_secs(3600),
+        labels: Vec::new(),
     }
 }
 
@@ -83,6 +85,14 @@ pub(crate) fn options(api: ApiClient, dir: &Path, script: &str) -> RunnerOptions
         harnesses: HashMap::new(),
         sandbox: SandboxSettings::required(dir.join("data")),
         settings: settings(),
+        checkouts: crate::checkouts::Checkouts::new(
+            canopy_git::Git::new("git", SandboxSettings::off(dir.join("data")), Duration::from_secs(60)),
+            dir.join("data/runners/r1"),
+            dir.join("sessions"),
+            canopy_core::RunnerId::parse("r1").unwrap(),
+            std::sync::Arc::new(|| Ok("cnr_test".to_owned())),
+            Duration::from_secs(5),
+        ),
     }
 }
 
