@@ -42,6 +42,7 @@ mod prompts;
 mod queue;
 mod real_clients;
 mod reliability;
+mod remote;
 mod repos;
 mod sessions;
 mod tail;

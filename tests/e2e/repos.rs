@@ -119,7 +119,7 @@ impl TestEnv {
         results()[after].clone()
     }
 
-    fn say(&self, agent: &str, text: &str) {
+    pub(crate) fn say(&self, agent: &str, text: &str) {
         self.ok(&["post", "--channel", &format!("home-{agent}"), "--topic", "ops", "--create-topic", text]);
     }
 }

@@ -16,6 +16,9 @@ pub struct ConnectionInfo {
     /// The operator console's address (`http://127.0.0.1:<port>`), when `[web]` is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web_url: Option<String>,
+    /// Where the daemon serves its mirrors to runners over git (`[daemon] git_url`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub git_url: String,
 }
 
 /// Reads `daemon.json` from the data directory.

@@ -128,7 +128,8 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     tracing::info!(url = %git_url, "serving repositories to runners over git");
     let Link { nats, url, bus, requests, subjects, .. } = link;
     let served = Served::start(api.clone(), &config, requests, &bus, &subjects);
-    let clients = Clients::start(&dir, &config, &served.in_process, web, embedded, &workspace, &url).await?;
+    let urls = Urls { nats: &url, git: &git_url };
+    let clients = Clients::start(&dir, &config, &served.in_process, web, embedded, &workspace, urls).await?;
     if let Some(client) = client
         && client.send(served.in_process.clone()).is_err()
     {
@@ -332,6 +333,12 @@ impl Served {
     }
 }
 
+/// The addresses `daemon.json` gives clients: the NATS server's and the git endpoint's.
+struct Urls<'a> {
+    nats: &'a str,
+    git: &'a str,
+}
+
 /// What the daemon hosts once its API answers: the console and the embedded runner, and
 /// `daemon.json` written between them (so a CLI that finds it finds a daemon that answers).
 struct Clients {
@@ -347,8 +354,9 @@ impl Clients {
         web: Option<Web>,
         embedded: Option<Embedded>,
         workspace: &canopy_core::Workspace,
-        url: &str,
+        urls: Urls<'_>,
     ) -> Result<Clients, DaemonError> {
+        let Urls { nats: url, git: git_url } = urls;
         // The console, when on: a failure to serve it (its port taken) is logged, not fatal, so
         // the agents keep running; `canopy web` then says the daemon serves no console.
         let web = match web {
@@ -368,6 +376,7 @@ impl Clients {
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             web_url: web.as_ref().map(|(url, _)| url.clone()),
+            git_url: git_url.to_owned(),
         };
         let info_text = serde_json::to_string_pretty(&info)
             .map_err(|e| DaemonError::Io { what: "encoding daemon.json".into(), source: std::io::Error::other(e) })?;

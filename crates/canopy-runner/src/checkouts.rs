@@ -1,9 +1,10 @@
 //! The checkouts a runner keeps on its own disk (`Checkouts`): every runner but the embedded
 //! one, which works in the daemon's. A repository is fetched from the daemon's git endpoint
-//! into this runner's cache of its mirror (`<data>/runners/<id>/repos/<name>.git`, with the
-//! runner's id and token as the login); an agent's checkout is made from it in the agent's
-//! directory, starting where the agent last pushed (so a session moved here from another
-//! runner keeps its work) or at its start commit.
+//! into this runner's cache of its mirror (`<data>/repos/<name>.git` of the runner's data
+//! directory, with the runner's id and token as the login; a runner started in the daemon's
+//! own directory shares the daemon's mirror); an agent's checkout is made from it in the
+//! agent's directory, starting where the agent last pushed (so a session moved here from
+//! another runner keeps its work) or at its start commit.
 //!
 //! What a checkout's branch becomes is pushed back to the daemon's mirror: when the branch
 //! moves (looked at every `[git] watch_interval`), when its session ends, and whenever the
@@ -40,9 +41,8 @@ pub struct Checkouts {
 }
 
 struct Inner {
+    /// Git, confined as every session; its data directory holds the mirrors' caches.
     git: Git,
-    /// `<data>/runners/<id>`: the mirrors' caches.
-    root: PathBuf,
     /// Where each agent's directory is (its checkout is `<sessions>/<agent>/work`).
     sessions: PathBuf,
     id: RunnerId,
@@ -57,7 +57,7 @@ struct Inner {
 
 impl std::fmt::Debug for Checkouts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Checkouts").field("root", &self.inner.root).finish_non_exhaustive()
+        f.debug_struct("Checkouts").field("sessions", &self.inner.sessions).finish_non_exhaustive()
     }
 }
 
@@ -69,7 +69,6 @@ fn outgoing(agent: &str) -> String {
 impl Checkouts {
     pub fn new(
         git: Git,
-        root: PathBuf,
         sessions: PathBuf,
         id: RunnerId,
         token: TokenSource,
@@ -78,7 +77,6 @@ impl Checkouts {
         Checkouts {
             inner: Arc::new(Inner {
                 git,
-                root,
                 sessions,
                 id,
                 token,
@@ -115,7 +113,7 @@ impl Checkouts {
     }
 
     fn mirror(&self, repo: &str) -> PathBuf {
-        self.inner.root.join("repos").join(format!("{repo}.git"))
+        self.inner.git.mirror_path(repo)
     }
 
     /// An agent's checkout on this disk.

@@ -182,7 +182,6 @@ pub fn options(
     let current = token.clone();
     let checkouts = crate::checkouts::Checkouts::new(
         git(config, dir.root()),
-        dir.root().join("runners").join(id.as_str()),
         dir.sessions(),
         id.clone(),
         std::sync::Arc::new(move || current.get().map_err(|e| e.to_string())),

@@ -87,7 +87,6 @@ pub(crate) fn options(api: ApiClient, dir: &Path, script: &str) -> RunnerOptions
         settings: settings(),
         checkouts: crate::checkouts::Checkouts::new(
             canopy_git::Git::new("git", SandboxSettings::off(dir.join("data")), Duration::from_secs(60)),
-            dir.join("data/runners/r1"),
             dir.join("sessions"),
             canopy_core::RunnerId::parse("r1").unwrap(),
             std::sync::Arc::new(|| Ok("cnr_test".to_owned())),

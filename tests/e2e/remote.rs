@@ -1,0 +1,246 @@
+//! Runners on other machines, end to end: a runner that cannot see the daemon's data
+//! directory (started under bwrap with the daemon's directory and the canonical repository
+//! hidden, on a second data directory) hosts a repository agent over the daemon's git
+//! endpoint: its run commits, `runs_merge` and `merge_request` work, the operator's approval
+//! lands the change on the base, and a push to another agent's branch with that runner's
+//! credential is refused and audited. Placement by labels: an agent that needs `gpu` waits
+//! `unplaced` until a runner with the label starts. Everything is on loopback.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::env::{Guarded, TestEnv};
+use crate::repos::{answer, canonical, git};
+use crate::sessions::FAST;
+
+/// The Manager: a run at its first turn; the operator's words drive its tools.
+const LEAD_SCRIPT: &str = r#"
+[[rule]]
+match = { kind = "start", text_contains = "Session 1 started" }
+actions = [
+  { call = "agents_run_subagent", args = { definition = "implementer", brief = "alpha: write your name into shared.txt" } },
+]
+
+[[rule]]
+match = { kind = "message", text_contains = "merge run 1" }
+actions = [{ call = "runs_merge", args = { run_id = 1 } }, { call = "workspace_status" }]
+
+[[rule]]
+match = { kind = "message", text_contains = "op: greet" }
+actions = [
+  { shell = "echo hello > greeting.txt && git add greeting.txt && git commit -qm 'Add a greeting'", expect = "ok" },
+  { call = "merge_request", args = { title = "Greeting", summary = "Adds greeting.txt." } },
+]
+
+[[rule]]
+match = { kind = "message" }
+actions = []
+"#;
+
+/// A run: writes its own name into `shared.txt` and commits.
+const RUN_SCRIPT: &str = r#"
+[[rule]]
+match = { kind = "start" }
+actions = [
+  { shell = "echo {self} > shared.txt && git commit -qam 'Write {self} into shared.txt'", expect = "ok" },
+  { say = "Report: wrote my name into shared.txt and committed it." },
+]
+"#;
+
+/// A runner on "another machine": its own data directory and configuration, its credential
+/// carried in a file, and (when `hide` is given) a view of the file system without those paths.
+pub(crate) struct Far {
+    pub dir: PathBuf,
+    pub _runner: Guarded,
+}
+
+impl TestEnv {
+    /// Starts runner `id` in a data directory of its own with `labels`, its credential made by
+    /// `canopy runners add --out`, confined by bwrap so that every path in `hide` is an empty
+    /// directory for it.
+    pub(crate) fn spawn_far_runner(&self, id: &str, labels: &[&str], hide: &[&Path]) -> Far {
+        let file = self.dir.path().join(format!("{id}.json"));
+        self.json(&["runners", "add", id, "--out", file.to_str().unwrap()]);
+        let dir = self.dir.path().join(format!("{id}-data"));
+        std::fs::create_dir_all(&dir).unwrap();
+        // The same settings as the daemon's (a runner needs its own canopy.toml), plus labels.
+        let config = std::fs::read_to_string(self.data_dir().join("canopy.toml")).unwrap();
+        let labels = labels.iter().map(|l| format!("{l:?}")).collect::<Vec<_>>().join(", ");
+        std::fs::write(dir.join("canopy.toml"), config.replacen("labels = []", &format!("labels = [{labels}]"), 1))
+            .unwrap();
+        let mut command = Command::new("bwrap");
+        command.args(["--dev-bind", "/", "/"]);
+        for path in hide {
+            command.arg("--tmpfs").arg(path);
+        }
+        command.arg("--").arg(crate::env::CANOPY).arg("--dir").arg(&dir);
+        command.args(["runner", "--credentials", file.to_str().unwrap(), "--nats-url", &self.nats_url_of_daemon()]);
+        command.env_remove("CANOPY_DIR");
+        let runner = self.spawn_registered_runner(command, id);
+        Far { dir, _runner: runner }
+    }
+
+    /// The daemon's connection file.
+    fn daemon_info(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.data_dir().join("daemon.json")).unwrap()).unwrap()
+    }
+
+    /// The managed NATS server's URL.
+    pub(crate) fn nats_url_of_daemon(&self) -> String {
+        self.daemon_info()["nats_url"].as_str().unwrap().to_owned()
+    }
+
+    /// Where the daemon serves repositories to runners.
+    pub(crate) fn git_url(&self) -> String {
+        self.daemon_info()["git_url"].as_str().unwrap().to_owned()
+    }
+}
+
+/// A scripted agent's transcript on a runner whose data directory is `dir`.
+fn far_transcript(dir: &Path, agent: &str) -> Vec<Value> {
+    let sessions = dir.join("sessions").join(agent);
+    let mut incarnations: Vec<u64> = std::fs::read_dir(&sessions)
+        .map(|rd| rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    incarnations.sort();
+    incarnations
+        .into_iter()
+        .flat_map(|i| {
+            let text =
+                std::fs::read_to_string(sessions.join(i.to_string()).join("transcript.jsonl")).unwrap_or_default();
+            text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The result of the `n`th call of `tool` in a far agent's transcript.
+fn far_tool_result(dir: &Path, agent: &str, tool: &str, n: usize) -> Value {
+    let results = || -> Vec<Value> {
+        far_transcript(dir, agent).into_iter().filter(|l| l["kind"] == "tool_result" && l["name"] == tool).collect()
+    };
+    crate::assert_eventually!(results().len() > n, "{agent} never called {tool}: {:#?}", far_transcript(dir, agent));
+    results()[n].clone()
+}
+
+#[test]
+fn a_runner_without_the_daemons_disk_hosts_a_repository_agent_that_lands_work() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    let run_script = env.dir.path().join("run.toml");
+    std::fs::write(&run_script, RUN_SCRIPT).unwrap();
+    let run_script = format!("script = {:?}", run_script.display().to_string());
+    let mut edits: Vec<(&str, &str)> = FAST.to_vec();
+    edits.push(("script = \"implementer.toml\"", &run_script));
+    // No runner in the daemon: every session runs on the far runner.
+    edits.push(("embedded = true", "embedded = false"));
+    env.edit_config(&edits);
+    env.start_daemon();
+    let repo = canonical(env.dir.path());
+    env.json(&["repos", "add", "app", repo.to_str().unwrap(), "--check", "test -s shared.txt"]);
+    let data = env.data_dir();
+    let far = env.spawn_far_runner("far", &[], &[&data, &repo]);
+
+    let script = env.script("lead.toml", LEAD_SCRIPT);
+    env.json(&["agents", "create", "--handle", "lead", "--name", "Lead", "--script", &script, "--repo", "app"]);
+    crate::assert_eventually!(env.roster_entry("lead")["runner"] == "far", "{}", env.roster_entry("lead"));
+    // Its checkout is on the far runner's disk, made from the daemon's git endpoint.
+    let lead = far.dir.join("sessions/lead/work");
+    let branch = || {
+        let out = Command::new("git").current_dir(&lead).args(["rev-parse", "--abbrev-ref", "HEAD"]).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default()
+    };
+    crate::assert_eventually!(branch() == "canopy/lead", "no checkout on the far runner: {:?}", branch());
+
+    // The run commits on the far runner; its report has the commit, pushed to the daemon.
+    let report = env.wait_message("home-lead", "run: 1", "branch:");
+    let body = report["body"].as_str().unwrap();
+    assert!(body.contains("branch: canopy/lead/run-1"), "{body}");
+    assert!(body.contains("Write run-1 into shared.txt"), "{body}");
+    assert!(body.contains("shared.txt | 2 +-"), "{body}");
+    assert!(body.contains("checks: passed: check"), "{body}");
+    let mirror = data.join("repos/app.git");
+    assert!(!git(&mirror, &["rev-parse", "refs/canopy/runs/1"]).is_empty());
+
+    // runs_merge merges into the Manager's checkout where it is: on the far runner.
+    env.settled("lead");
+    env.say("lead", "merge run 1");
+    let merged = answer(&far_tool_result(&far.dir, "lead", "runs_merge", 0));
+    assert_eq!(merged["merged"], true, "{merged}");
+    assert_eq!(std::fs::read_to_string(lead.join("shared.txt")).unwrap(), "run-1\n");
+    assert!(!far.dir.join("sessions/run-1/work").exists(), "a merged run's checkout stays");
+    let status = answer(&far_tool_result(&far.dir, "lead", "workspace_status", 0));
+    assert_eq!((status["branch"].as_str(), status["ahead"].as_u64()), (Some("canopy/lead"), Some(1)), "{status}");
+
+    // merge_request pushes the branch; the operator approves; the base has the change.
+    env.settled("lead");
+    env.say("lead", "op: greet");
+    env.wait_message("home-lead", "merge: Greeting", "asks to merge canopy/lead");
+    assert_eq!(env.json(&["merges", "approve", "merge-1"])["state"], "merged");
+    assert_eq!(std::fs::read_to_string(repo.join("greeting.txt")).unwrap(), "hello\n");
+    assert_eq!(std::fs::read_to_string(repo.join("shared.txt")).unwrap(), "run-1\n");
+
+    // With the far runner's credential, only its own agents' refs: another's is refused.
+    let token = serde_json::from_str::<Value>(&std::fs::read_to_string(env.dir.path().join("far.json")).unwrap())
+        .unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = env.git_url();
+    let authed = format!("http://far:{token}@{}/app.git", url.trim_start_matches("http://"));
+    let before = git(&mirror, &["rev-parse", "refs/heads/main"]);
+    for target in ["HEAD:refs/canopy/agents/supervisor", "+HEAD~1:refs/heads/main", "HEAD:refs/canopy/runs/9"] {
+        let out = Command::new("git").current_dir(&lead).args(["push", "-q", &authed, target]).output().unwrap();
+        assert!(!out.status.success(), "a push to {target} went through");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("403"), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let wrong = format!("http://far:nope@{}/app.git", url.trim_start_matches("http://"));
+    let mut fetch = Command::new("git");
+    fetch.current_dir(&lead).args(["fetch", "-q", &wrong]).env("GIT_TERMINAL_PROMPT", "0");
+    assert!(!fetch.output().unwrap().status.success(), "a fetch with a wrong token went through");
+    assert_eq!(git(&mirror, &["rev-parse", "refs/heads/main"]), before);
+    let audit = env.json(&["audit"]);
+    let refused: Vec<&Value> =
+        audit["entries"].as_array().unwrap().iter().filter(|e| e["action"] == "git_refused").collect();
+    assert_eq!(refused.len(), 3, "{audit}");
+    for target in ["refs/canopy/agents/supervisor", "refs/heads/main", "refs/canopy/runs/9"] {
+        assert!(refused.iter().any(|e| e["detail"].as_str().unwrap().ends_with(target)), "{target}: {refused:?}");
+    }
+}
+
+#[test]
+fn an_agent_needing_a_label_waits_unplaced_until_a_runner_with_it_starts() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    env.edit_config(FAST);
+    env.start_daemon();
+    let script = env.script("idle.toml", "");
+    env.json(&["agents", "create", "--handle", "trainer", "--name", "Trainer", "--script", &script, "--needs", "gpu"]);
+    crate::assert_eventually!(
+        env.roster_entry("trainer")["reason"] == "unplaced (needs gpu)",
+        "{}",
+        env.roster_entry("trainer")
+    );
+    let told = env.wait_message("home-trainer", "canopy: sessions", "waits for a runner");
+    assert!(told["body"].as_str().unwrap().contains("gpu"), "{told}");
+    let data = env.data_dir();
+    let _far = env.spawn_far_runner("gpu-box", &["gpu", "linux"], &[&data]);
+    crate::assert_eventually!(env.roster_entry("trainer")["runner"] == "gpu-box", "{}", env.roster_entry("trainer"));
+    env.settled("trainer");
+    let told = env
+        .messages("home-trainer")
+        .iter()
+        .filter(|m| m["body"].as_str().unwrap_or_default().contains("waits for a runner"))
+        .count();
+    assert_eq!(told, 1, "the operator is told once");
+    let runners = env.json(&["runners"]);
+    let gpu = runners["runners"].as_array().unwrap().iter().find(|r| r["id"] == "gpu-box").unwrap().clone();
+    assert_eq!(gpu["labels"], serde_json::json!(["gpu", "linux"]), "{runners}");
+    assert_eq!((gpu["sessions"].as_u64(), gpu["live"].as_bool(), gpu["draining"].as_bool()), (Some(1), Some(true), Some(false)));
+    assert!(gpu["version"].as_str().is_some_and(|v| !v.is_empty()), "{gpu}");
+    let text = env.ok(&["runners"]);
+    assert!(text.contains("gpu-box") && text.contains("gpu,linux") && text.contains("live"), "{text}");
+    let bad = env.refused(&["agents", "create", "--handle", "bad", "--name", "Bad", "--needs", "GPU!"]);
+    assert_eq!((bad["code"].as_str(), bad["field"].as_str()), (Some("invalid_argument"), Some("needs")), "{bad}");
+}
