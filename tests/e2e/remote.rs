@@ -4,7 +4,10 @@
 //! endpoint: its run commits, `runs_merge` and `merge_request` work, the operator's approval
 //! lands the change on the base, and a push to another agent's branch with that runner's
 //! credential is refused and audited. Placement by labels: an agent that needs `gpu` waits
-//! `unplaced` until a runner with the label starts. Everything is on loopback.
+//! `unplaced` until a runner with the label starts. Drain: a session in a long turn moves
+//! only once the turn ends, with its continuity block, every message delivered once. A
+//! runner killed mid-run: the run ends `failed (runner lost)` with what it pushed, and its
+//! Manager runs on the other runner within `runner_ttl` plus 2 s. Everything is on loopback.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,7 +74,8 @@ impl TestEnv {
         std::fs::write(dir.join("canopy.toml"), config.replacen("labels = []", &format!("labels = [{labels}]"), 1))
             .unwrap();
         let mut command = Command::new("bwrap");
-        command.args(["--dev-bind", "/", "/"]);
+        // Killing bwrap kills the runner (a host that dies takes its runner along).
+        command.args(["--dev-bind", "/", "/", "--die-with-parent"]);
         for path in hide {
             command.arg("--tmpfs").arg(path);
         }
@@ -237,10 +241,167 @@ fn an_agent_needing_a_label_waits_unplaced_until_a_runner_with_it_starts() {
     let runners = env.json(&["runners"]);
     let gpu = runners["runners"].as_array().unwrap().iter().find(|r| r["id"] == "gpu-box").unwrap().clone();
     assert_eq!(gpu["labels"], serde_json::json!(["gpu", "linux"]), "{runners}");
-    assert_eq!((gpu["sessions"].as_u64(), gpu["live"].as_bool(), gpu["draining"].as_bool()), (Some(1), Some(true), Some(false)));
+    assert_eq!(
+        (gpu["sessions"].as_u64(), gpu["live"].as_bool(), gpu["draining"].as_bool()),
+        (Some(1), Some(true), Some(false))
+    );
     assert!(gpu["version"].as_str().is_some_and(|v| !v.is_empty()), "{gpu}");
     let text = env.ok(&["runners"]);
     assert!(text.contains("gpu-box") && text.contains("gpu,linux") && text.contains("live"), "{text}");
     let bad = env.refused(&["agents", "create", "--handle", "bad", "--name", "Bad", "--needs", "GPU!"]);
     assert_eq!((bad["code"].as_str(), bad["field"].as_str()), (Some("invalid_argument"), Some("needs")), "{bad}");
+}
+
+/// A worker whose turn on "long" takes 4 s; anything else is read and left.
+const WORKER_SCRIPT: &str = r#"
+[[rule]]
+match = { kind = "message", text_contains = "long job" }
+actions = [
+  { sleep = "4s" },
+  { call = "comms_post_message", args = { channel = "{home}", topic = "ops", body = "long job done" } },
+]
+
+[[rule]]
+match = { kind = "message" }
+actions = []
+"#;
+
+/// Every input line of `agent` on the runners whose data directories are `dirs`.
+fn inputs_on(dirs: &[&Path], agent: &str) -> Vec<String> {
+    dirs.iter()
+        .flat_map(|dir| far_transcript(dir, agent))
+        .filter(|l| l["kind"] == "input")
+        .map(|l| l["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The daemon with no runner of its own, fast syncs and a short runner TTL.
+fn remote_only_env(extra: &[(&str, &str)]) -> TestEnv {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    let mut edits: Vec<(&str, &str)> = FAST.to_vec();
+    edits.extend([
+        ("embedded = true", "embedded = false"),
+        ("runner_ttl = \"10s\"", "runner_ttl = \"2s\""),
+        ("watch_interval = \"15s\"", "watch_interval = \"300ms\""),
+    ]);
+    edits.extend_from_slice(extra);
+    env.edit_config(&edits);
+    env.start_daemon();
+    env
+}
+
+#[test]
+fn a_drained_runner_moves_each_session_only_at_its_turn_boundary_delivering_everything_once() {
+    let env = remote_only_env(&[]);
+    let data = env.data_dir();
+    let a = env.spawn_far_runner("a", &[], &[&data]);
+    let script = env.script("worker.toml", WORKER_SCRIPT);
+    env.json(&["agents", "create", "--handle", "worker", "--name", "Worker", "--script", &script]);
+    crate::assert_eventually!(env.roster_entry("worker")["runner"] == "a", "{}", env.roster_entry("worker"));
+    env.settled("worker");
+    let b = env.spawn_far_runner("b", &[], &[&data]);
+
+    // A long turn, then the drain, then posts while the turn runs.
+    env.say("worker", "long job");
+    crate::assert_eventually!(env.roster_entry("worker")["presence"] == "working", "{}", env.roster_entry("worker"));
+    let drained = env.json(&["runners", "drain", "a"]);
+    assert_eq!(drained["draining"], true, "{drained}");
+    for n in 0..5 {
+        env.say("worker", &format!("note-{n}"));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mid = env.roster_entry("worker");
+    assert_eq!(
+        (mid["runner"].as_str(), mid["presence"].as_str()),
+        (Some("a"), Some("working")),
+        "moved mid-turn: {mid}"
+    );
+
+    // Once the turn is over it starts on b, with its continuity block and every note.
+    crate::assert_eventually!(env.roster_entry("worker")["runner"] == "b", "{}", env.roster_entry("worker"));
+    env.settled("worker");
+    let said: Vec<String> =
+        env.messages("home-worker").iter().map(|m| m["body"].as_str().unwrap_or("").to_owned()).collect();
+    assert!(said.iter().any(|m| m == "long job done"), "the long turn was cut: {said:?}");
+    let on_b = inputs_on(&[&b.dir], "worker");
+    assert!(on_b[0].contains("[canopy continuity]") && on_b[0].contains("draining"), "{on_b:#?}");
+    let every = inputs_on(&[&a.dir, &b.dir], "worker");
+    for n in 0..5 {
+        let note = format!("note-{n}");
+        assert_eq!(every.iter().filter(|i| i.contains(&note)).count(), 1, "{note} not delivered once: {every:#?}");
+    }
+    assert_eq!(every.iter().filter(|i| i.contains("long job")).count(), 1, "{every:#?}");
+    let runners = env.json(&["runners"]);
+    let a_row = runners["runners"].as_array().unwrap().iter().find(|r| r["id"] == "a").unwrap().clone();
+    assert_eq!((a_row["sessions"].as_u64(), a_row["draining"].as_bool()), (Some(0), Some(true)), "{runners}");
+    assert_eq!(env.json(&["runners", "undrain", "a"])["draining"], false);
+    let audit = env.json(&["audit"]);
+    assert!(audit["entries"].as_array().unwrap().iter().any(|e| e["action"] == "runner_drained"), "{audit}");
+    assert_eq!(env.refused(&["runners", "drain", "nowhere"])["code"], "not_found");
+}
+
+/// The Manager starts a run that commits, then works on for a minute.
+const LOST_LEAD: &str = r#"
+[[rule]]
+match = { kind = "start", text_contains = "Session 1 started" }
+actions = [
+  { call = "agents_run_subagent", args = { definition = "implementer", brief = "commit, then keep working" } },
+]
+
+[[rule]]
+match = { kind = "message" }
+actions = []
+"#;
+
+const LONG_RUN: &str = r#"
+[[rule]]
+match = { kind = "start" }
+actions = [
+  { shell = "echo {self} > shared.txt && git commit -qam 'Write {self} into shared.txt'", expect = "ok" },
+  { sleep = "120s" },
+]
+"#;
+
+#[test]
+fn a_runner_killed_mid_run_fails_the_run_with_what_it_pushed_and_its_manager_moves() {
+    let run_script = tempfile::Builder::new()
+        .prefix("long-run-")
+        .suffix(".toml")
+        .tempfile()
+        .unwrap()
+        .into_temp_path()
+        .keep()
+        .unwrap();
+    std::fs::write(&run_script, LONG_RUN).unwrap();
+    let run_line = format!("script = {:?}", run_script.display().to_string());
+    let env = remote_only_env(&[("script = \"implementer.toml\"", &run_line)]);
+    let repo = canonical(env.dir.path());
+    env.json(&["repos", "add", "app", repo.to_str().unwrap()]);
+    let data = env.data_dir();
+    let a = env.spawn_far_runner("a", &[], &[&data, &repo]);
+    let script = env.script("lead.toml", LOST_LEAD);
+    env.json(&["agents", "create", "--handle", "lead", "--name", "Lead", "--script", &script, "--repo", "app"]);
+    // The run (on a, the only runner) commits; its commit reaches the daemon while it works on.
+    let mirror = data.join("repos/app.git");
+    let pushed = || {
+        let mut out = Command::new("git");
+        out.current_dir(&mirror).args(["rev-parse", "-q", "--verify", "refs/canopy/runs/1"]);
+        out.output().is_ok_and(|o| o.status.success())
+    };
+    crate::assert_eventually!(pushed(), "the run's commit was never pushed");
+    let _b = env.spawn_far_runner("b", &[], &[&data, &repo]);
+
+    let Far { _runner: mut runner_a, dir: _ } = a;
+    let killed = std::time::Instant::now();
+    runner_a.0.kill().unwrap();
+    runner_a.0.wait().unwrap();
+    let report = env.wait_message("home-lead", "run: 1", "runner lost");
+    let body = report["body"].as_str().unwrap();
+    assert!(body.contains("failed") && body.contains("Write run-1 into shared.txt"), "{body}");
+    crate::assert_eventually!(env.roster_entry("lead")["runner"] == "b", "{}", env.roster_entry("lead"));
+    crate::assert_eventually!(env.roster_entry("lead")["presence"] == "idle", "{}", env.roster_entry("lead"));
+    let took = killed.elapsed();
+    assert!(took < std::time::Duration::from_secs(2 + 2 + 2), "the Manager took {took:?} to run again");
+    assert_eq!(env.json(&["runs", "--agent", "lead"])["runs"][0]["status"], "failed");
 }

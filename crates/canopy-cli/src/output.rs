@@ -323,7 +323,10 @@ pub fn runners(runners: &[canopy_proto::api::RunnerInfo]) {
     let labels: Vec<String> =
         runners.iter().map(|r| if r.labels.is_empty() { "-".into() } else { r.labels.join(",") }).collect();
     let lw = labels.iter().map(String::len).max().unwrap_or(6).max(6);
-    println!("{:id$}  {:lw$}  {:>8}  {:>9}  {:10}  {:8}  state", "id", "labels", "sessions", "capacity", "last sync", "version");
+    println!(
+        "{:id$}  {:lw$}  {:>8}  {:>9}  {:10}  {:8}  state",
+        "id", "labels", "sessions", "capacity", "last sync", "version"
+    );
     for (r, labels) in runners.iter().zip(&labels) {
         let state = match (r.live, r.draining) {
             (true, true) => "draining",

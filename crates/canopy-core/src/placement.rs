@@ -101,6 +101,7 @@ pub fn say_unplaced(handle: &str, needs: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
     use super::*;
 
     fn runner(id: &str, labels: &[&str], sessions: u32, capacity: u32, draining: bool) -> Candidate {
@@ -137,7 +138,10 @@ mod tests {
 
     #[test]
     fn labels_are_checked_sorted_and_stored_as_words() {
-        assert_eq!(check_labels("needs", &["gpu".into(), "big-disk".into(), "gpu".into()]).unwrap(), ["big-disk", "gpu"]);
+        assert_eq!(
+            check_labels("needs", &["gpu".into(), "big-disk".into(), "gpu".into()]).unwrap(),
+            ["big-disk", "gpu"]
+        );
         for bad in ["", "GPU", "-x", "a b", "x".repeat(33).as_str()] {
             assert!(check_label("needs", bad).is_err(), "{bad:?}");
         }

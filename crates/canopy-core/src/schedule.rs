@@ -148,6 +148,11 @@ impl TurnSchedule {
     pub fn stopping(&self) -> bool {
         self.stopping
     }
+
+    /// A turn-start delivery is in flight.
+    pub fn delivering(&self) -> bool {
+        self.delivering
+    }
 }
 
 #[cfg(test)]

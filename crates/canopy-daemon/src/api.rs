@@ -96,8 +96,20 @@ impl Api {
     /// Builds every area, lowest first, each with exactly the services it names, and registers
     /// the reactions to posts (the spawn gate's and the merge gate's replies).
     pub fn build(parts: Parts) -> Api {
-        let Parts { store, wire, subjects, config, roles, bundles, secrets, data_dir, nats, git, workspace_id, git_url } =
-            parts;
+        let Parts {
+            store,
+            wire,
+            subjects,
+            config,
+            roles,
+            bundles,
+            secrets,
+            data_dir,
+            nats,
+            git,
+            workspace_id,
+            git_url,
+        } = parts;
         let holds = Arc::new(BudgetGate::default());
         let delivery =
             Delivery::new(Arc::new(store.clone()), wire.clone(), subjects.clone(), config.clone(), holds.clone());
@@ -160,6 +172,7 @@ impl Api {
             config.clone(),
             data_dir.clone(),
             git_url,
+            runs.clone(),
         );
         let history = History::new(store.clone(), config.clone(), data_dir.clone());
         let credentials = Credentials::new(

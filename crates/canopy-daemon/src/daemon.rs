@@ -216,12 +216,19 @@ async fn connect(
 
 /// Binds the git endpoint (`[daemon] git_listen`); the URL runners are told.
 async fn bind_git(config: &Config) -> Result<(tokio::net::TcpListener, String), DaemonError> {
-    let bad = |e: String| ConfigError { path: std::path::PathBuf::from("canopy.toml"), key: "daemon.git_listen".into(), message: e };
+    let bad = |e: String| ConfigError {
+        path: std::path::PathBuf::from("canopy.toml"),
+        key: "daemon.git_listen".into(),
+        message: e,
+    };
     let addr = config.daemon.git_address().map_err(bad)?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| DaemonError::Io { what: format!("binding the git endpoint at {addr} ([daemon] git_listen)"), source })?;
-    let bound = listener.local_addr().map_err(|source| DaemonError::Io { what: "the git endpoint's address".into(), source })?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| DaemonError::Io {
+        what: format!("binding the git endpoint at {addr} ([daemon] git_listen)"),
+        source,
+    })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| DaemonError::Io { what: "the git endpoint's address".into(), source })?;
     let url = match config.daemon.git_url.is_empty() {
         true => format!("http://{bound}"),
         false => config.daemon.git_url.trim_end_matches('/').to_owned(),

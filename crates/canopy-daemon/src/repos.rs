@@ -479,7 +479,11 @@ impl Repos {
             Err(e) => match self.trees.locate(checkout.account.as_str()).await {
                 crate::trees::Tree::Runner(runner) => {
                     tracing::warn!(run, %runner, error = %e, "the run's runner did not publish; using what it pushed last");
-                    self.git.rev(mirror, &rules::run_ref(run)).await.map_err(|e| git_error("run_id", e))?.ok_or_else(no_branch)
+                    self.git
+                        .rev(mirror, &rules::run_ref(run))
+                        .await
+                        .map_err(|e| git_error("run_id", e))?
+                        .ok_or_else(no_branch)
                 }
                 crate::trees::Tree::Here(_) => Err(git_error("run_id", e)),
             },

@@ -154,6 +154,24 @@ impl Runs {
         (format!("{report}{section}"), line)
     }
 
+    /// Ends runs whose runner was lost mid-run: `failed (runner lost)`, with what each had
+    /// pushed of its branch (its checkout went with the runner).
+    pub async fn runner_lost(&self, runs: Vec<i64>) {
+        for run in runs {
+            if self.finishing.insert(run, ()).is_some() {
+                continue;
+            }
+            let report = "failed (runner lost): its runner stopped answering mid-run. Its branch as last pushed is \
+                          below; brief a new run to carry on from it."
+                .to_owned();
+            let (report, check) = self.report_with_branch(run, report).await;
+            if let Err(e) = self.ends.finish(run, RunStatus::Failed, report, check).await {
+                tracing::warn!(run, error = %e, "recording a lost run's end failed");
+            }
+            self.finishing.remove(&run);
+        }
+    }
+
     /// Stops runs past their deadline (the daemon's periodic checks).
     pub async fn expire(&self) -> Result<(), Error> {
         self.ends.expire().await

@@ -44,6 +44,8 @@ pub struct Sessions {
     data_dir: PathBuf,
     /// The daemon's git endpoint as runners reach it (told with every sync).
     git_url: String,
+    /// Ends runs lost with their runner.
+    runs: crate::runs::Runs,
 }
 
 impl Sessions {
@@ -60,8 +62,9 @@ impl Sessions {
         config: Arc<Config>,
         data_dir: PathBuf,
         git_url: String,
+        runs: crate::runs::Runs,
     ) -> Self {
-        Sessions { store, auth, delivery, wire, subjects, prompts, repos, budgets, config, data_dir, git_url }
+        Sessions { store, auth, delivery, wire, subjects, prompts, repos, budgets, config, data_dir, git_url, runs }
     }
 
     pub(crate) async fn agents_start(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
@@ -160,8 +163,9 @@ impl Sessions {
                 ops::sync_runner(conn, &beat, &hash_for)
             })
             .await?;
-        let canopy_store::Synced { sessions: live, notices } = live;
+        let canopy_store::Synced { sessions: live, notices, draining, lost_runs } = live;
         self.delivery.deliver_notices(notices).await;
+        self.runs_lost(lost_runs);
         let running: std::collections::HashSet<(String, Incarnation)> =
             running.into_iter().map(|r| (r.agent, r.incarnation)).collect();
         let (keep, fresh): (Vec<_>, Vec<_>) =
@@ -197,7 +201,7 @@ impl Sessions {
             .filter(|(_, checkout)| checkout.as_ref().is_none_or(|c| c.state == canopy_store::CheckoutState::Ready))
             .map(|((s, rendered), checkout)| self.assignment(s, rendered, checkout, own_checkouts))
             .collect();
-        Ok(RunnersSyncResponse { keep, start, more, git_url: self.git_url.clone() })
+        Ok(RunnersSyncResponse { keep, start, more, git_url: self.git_url.clone(), draining })
     }
 
     /// What a runner is told to start for one placed session: its prompt, token, working
@@ -371,13 +375,24 @@ impl Sessions {
     pub async fn check_runners(&self) {
         let ttl = self.config.runner.runner_ttl.as_millis() as i64;
         match self.store.write(move |conn| ops::end_lost_runners(conn, ttl)).await {
-            Ok(0) => {}
-            Ok(ended) => {
-                tracing::info!(ended, "ended the sessions of runners that stopped syncing");
+            Ok(lost) if lost.sessions == 0 => {}
+            Ok(lost) => {
+                tracing::info!(ended = lost.sessions, "ended the sessions of runners that stopped syncing");
+                self.runs_lost(lost.runs);
                 self.delivery.poke_runners().await;
             }
             Err(e) => tracing::warn!(error = %e, "ending the sessions of lost runners failed"),
         }
+    }
+
+    /// Ends runs lost with their runner, in a task (their reports read the mirror).
+    fn runs_lost(&self, runs: Vec<i64>) {
+        if runs.is_empty() {
+            return;
+        }
+        tracing::warn!(?runs, "runs lost with their runner end failed (runner lost)");
+        let area = self.runs.clone();
+        tokio::spawn(async move { area.runner_lost(runs).await });
     }
 
     /// Marks silent working sessions as stalled and tells the operator.

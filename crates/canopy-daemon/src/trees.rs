@@ -64,7 +64,9 @@ impl Trees {
         let who = handle.to_owned();
         let host = self.store.read(move |conn| ops::checkout_host(conn, &who)).await;
         match host {
-            Ok(Some(runner)) if runner != canopy_config::EMBEDDED_RUNNER => Tree::Runner(RunnerId::from_trusted(runner)),
+            Ok(Some(runner)) if runner != canopy_config::EMBEDDED_RUNNER => {
+                Tree::Runner(RunnerId::from_trusted(runner))
+            }
             Ok(_) => Tree::Here(self.dir(handle)),
             Err(e) => {
                 tracing::warn!(agent = %handle, error = %e, "reading where a checkout is failed; looking on this disk");
@@ -99,7 +101,8 @@ impl Trees {
         match self.locate(checkout.account.as_str()).await {
             Tree::Here(dir) => self.git.status(mirror, &dir, base).await,
             Tree::Runner(runner) => {
-                let (status, _) = self.ask_tree(&runner, checkout, RunnerGitOp::Status { base: base.to_owned() }).await?;
+                let (status, _) =
+                    self.ask_tree(&runner, checkout, RunnerGitOp::Status { base: base.to_owned() }).await?;
                 Ok(status)
             }
         }
@@ -137,7 +140,9 @@ impl Trees {
                     message: message.to_owned(),
                 };
                 match self.ask(&runner, checkout, op).await? {
-                    RunnerGitReply::Merged { commit, fast_forward } => Ok(MergeOutcome::Merged { commit, fast_forward }),
+                    RunnerGitReply::Merged { commit, fast_forward } => {
+                        Ok(MergeOutcome::Merged { commit, fast_forward })
+                    }
                     RunnerGitReply::UpToDate { commit } => Ok(MergeOutcome::UpToDate { commit }),
                     RunnerGitReply::Conflict { files } => Ok(MergeOutcome::Conflict { files }),
                     other => Err(unexpected(&runner, &other)),
@@ -174,10 +179,10 @@ impl Trees {
 
     /// Asks `runner` to act on `checkout`; its refusal or failure as git's error.
     async fn ask(&self, runner: &RunnerId, checkout: &Checkout, op: RunnerGitOp) -> Result<RunnerGitReply, GitError> {
-        let request =
-            RunnerGitRequest { agent: checkout.account.to_string(), repo: checkout.repo.name.clone(), op };
+        let request = RunnerGitRequest { agent: checkout.account.to_string(), repo: checkout.repo.name.clone(), op };
         let what = format!("asking runner {runner} about {}'s checkout", checkout.account);
-        let payload = serde_json::to_vec(&request).map_err(|e| GitError::Spawn { what: what.clone(), reason: e.to_string() })?;
+        let payload =
+            serde_json::to_vec(&request).map_err(|e| GitError::Spawn { what: what.clone(), reason: e.to_string() })?;
         let reply = self
             .wire
             .request(&self.subjects.runner_git(runner), Bytes::from(payload), self.timeout)

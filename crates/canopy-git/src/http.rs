@@ -132,7 +132,8 @@ pub fn serve(listener: TcpListener, program: PathBuf, root: PathBuf, authorize: 
                     let backend = backend.clone();
                     async move { Ok::<_, Infallible>(backend.answer(request, peer).await) }
                 });
-                let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                let connection =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "git connection ended");
                 }
@@ -154,7 +155,9 @@ fn text(status: http::StatusCode, message: &str) -> http::Response<Body> {
 
 fn unauthorized() -> http::Response<Body> {
     let mut response = text(http::StatusCode::UNAUTHORIZED, "a runner's login is required");
-    response.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Basic realm=\"canopy\""));
+    response
+        .headers_mut()
+        .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Basic realm=\"canopy\""));
     response
 }
 
@@ -500,7 +503,10 @@ mod tests {
     fn only_the_smart_protocol_paths_are_served() {
         let get = http::Method::GET;
         let post = http::Method::POST;
-        assert_eq!(route(&get, "/r.git/info/refs", "service=git-upload-pack"), Some(("r".into(), Service::Upload, true)));
+        assert_eq!(
+            route(&get, "/r.git/info/refs", "service=git-upload-pack"),
+            Some(("r".into(), Service::Upload, true))
+        );
         assert_eq!(route(&post, "/r.git/git-receive-pack", ""), Some(("r".into(), Service::Receive, false)));
         assert_eq!(route(&get, "/r.git/info/refs", ""), None, "the dumb protocol");
         assert_eq!(route(&get, "/r.git/HEAD", ""), None);

@@ -22,5 +22,5 @@ mod ops;
 mod remote;
 
 pub use git::{Confined, Git, GitError};
-pub use remote::Remote;
 pub use ops::{CheckResult, MergeOutcome, Status, Summary, is_checkout, remove_dir, short};
+pub use remote::Remote;

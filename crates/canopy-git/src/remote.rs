@@ -41,7 +41,8 @@ impl Git {
     /// none.
     pub async fn fetch_remote(&self, remote: &Remote, name: &str, mirror: &Path) -> Result<(), GitError> {
         if !mirror.join("HEAD").exists() {
-            let parent = mirror.parent().ok_or_else(|| GitError::Invalid("a mirror needs a parent directory".into()))?;
+            let parent =
+                mirror.parent().ok_or_else(|| GitError::Invalid("a mirror needs a parent directory".into()))?;
             std::fs::create_dir_all(parent)
                 .map_err(|e| GitError::Spawn { what: "creating the repos directory".into(), reason: e.to_string() })?;
             let target = mirror.display().to_string();
@@ -49,7 +50,15 @@ impl Git {
         }
         let url = remote.repo_url(name);
         let header = remote.header();
-        let args = ["fetch", "--quiet", "--no-tags", "--force", &url, "+refs/heads/*:refs/heads/*", "+refs/canopy/*:refs/canopy/*"];
+        let args = [
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--force",
+            &url,
+            "+refs/heads/*:refs/heads/*",
+            "+refs/canopy/*:refs/canopy/*",
+        ];
         self.trusted_with(mirror, &args, &[("http.extraHeader", &header)]).await.map(|_| ())
     }
 

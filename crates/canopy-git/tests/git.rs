@@ -154,5 +154,7 @@ async fn the_http_endpoint_serves_fetches_and_only_the_pushes_it_allows() {
     assert!(!plain.status.success(), "no login, no listing");
     // Paths outside the smart protocol are not served at all.
     assert!(runner.fetch_remote(&remote, "missing", &tmp.path().join("m.git")).await.is_err());
-    assert!(asked.lock().unwrap().iter().any(|a| matches!(&a.access, Access::Push(u) if u[0].name == "refs/heads/main")));
+    assert!(
+        asked.lock().unwrap().iter().any(|a| matches!(&a.access, Access::Push(u) if u[0].name == "refs/heads/main"))
+    );
 }

@@ -67,13 +67,7 @@ fn outgoing(agent: &str) -> String {
 }
 
 impl Checkouts {
-    pub fn new(
-        git: Git,
-        sessions: PathBuf,
-        id: RunnerId,
-        token: TokenSource,
-        watch_interval: Duration,
-    ) -> Checkouts {
+    pub fn new(git: Git, sessions: PathBuf, id: RunnerId, token: TokenSource, watch_interval: Duration) -> Checkouts {
         Checkouts {
             inner: Arc::new(Inner {
                 git,
@@ -222,7 +216,9 @@ impl Checkouts {
         let mirror = self.mirror(repo);
         let git = &self.inner.git;
         Ok(match &request.op {
-            RunnerGitOp::Publish { what, to } => RunnerGitReply::Published { head: self.publish(agent, repo, what, to).await? },
+            RunnerGitOp::Publish { what, to } => {
+                RunnerGitReply::Published { head: self.publish(agent, repo, what, to).await? }
+            }
             RunnerGitOp::Status { base } => {
                 let s = git.status(&mirror, dir, base).await?;
                 RunnerGitReply::Tree {
@@ -256,7 +252,10 @@ impl Checkouts {
                     git.fetch_remote(&remote, repo, &mirror).await?;
                 }
                 if git.rev(&mirror, from).await?.as_deref() != Some(commit.as_str()) {
-                    return Err(GitError::Invalid(format!("{from} is not at {} in the daemon's mirror", canopy_git::short(commit))));
+                    return Err(GitError::Invalid(format!(
+                        "{from} is not at {} in the daemon's mirror",
+                        canopy_git::short(commit)
+                    )));
                 }
                 match git.merge_into(&mirror, dir, branch, commit, message).await? {
                     MergeOutcome::Merged { commit, fast_forward } => RunnerGitReply::Merged { commit, fast_forward },

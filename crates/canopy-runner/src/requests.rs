@@ -137,7 +137,7 @@ mod tests {
                             .send(InterruptReply { interrupted: true, turn_id: Some("t1".into()), reason: None })
                             .unwrap();
                     }
-                    SessionCommand::Hint => {}
+                    SessionCommand::Hint | SessionCommand::Drain(_) => {}
                 }
             }
         });

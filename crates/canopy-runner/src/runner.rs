@@ -11,8 +11,8 @@ use std::sync::{Arc, RwLock};
 use canopy_bus::CallError;
 use canopy_core::{Incarnation, RunnerId};
 use canopy_proto::api::{
-    DeliverDoorbell, InterruptRequest, RunnerGitRequest, RunnersSyncRequest, RunnersSyncResponse, RunningSession, SessionAssignment,
-    SessionReport, SteerRequest,
+    DeliverDoorbell, InterruptRequest, RunnerGitRequest, RunnersSyncRequest, RunnersSyncResponse, RunningSession,
+    SessionAssignment, SessionReport, SteerRequest,
 };
 use canopy_proto::method;
 use canopy_tools::http::{HttpEndpoint, TokenCheck};
@@ -91,6 +91,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         stop: stop.clone(),
         resync_now: false,
         registered: false,
+        draining: false,
         boot,
     };
     let task = tokio::spawn(async move {
@@ -156,6 +157,8 @@ struct RunnerActor {
     resync_now: bool,
     /// Whether a sync has succeeded yet (the daemon knows this runner).
     registered: bool,
+    /// Whether the operator drained this runner, as the last sync said.
+    draining: bool,
 }
 
 impl RunnerActor {
@@ -234,6 +237,7 @@ impl RunnerActor {
             tracing::info!(runner = %self.id, "registered with the daemon");
         }
         self.options.checkouts.set_url(&assigned.git_url);
+        self.drain(assigned.draining);
         self.stop_unassigned(&assigned);
         if assigned.more {
             // More sessions wait; the next tick comes at once.
@@ -336,6 +340,23 @@ impl RunnerActor {
             {
                 // The session's queue is full of hints already; its next delivery pulls anyway.
                 tracing::debug!(%agent, "session command queue full; doorbell folded");
+            }
+        }
+    }
+
+    /// Tells every session whether this runner drains, at each sync while it does and once
+    /// when that changes: a draining session ends at its next turn boundary.
+    fn drain(&mut self, draining: bool) {
+        if !draining && !self.draining {
+            return;
+        }
+        if draining != self.draining {
+            tracing::info!(runner = %self.id, draining, "the operator changed whether this runner drains");
+        }
+        self.draining = draining;
+        for slot in self.sessions.values() {
+            if slot.commands.try_send(SessionCommand::Drain(draining)).is_err() {
+                tracing::debug!(agent = %slot.agent, "session command queue full; the drain is told at the next sync");
             }
         }
     }

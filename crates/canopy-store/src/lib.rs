@@ -53,7 +53,7 @@ pub use messages::{Page, PostSpec, Posted};
 pub use notices::SESSION_NOTICE_TOPIC;
 pub use repos::{Checkout, CheckoutState, NewCheckout, RepoRow};
 pub use runs::{Run, RunSpec, RunStatus, run_topic};
-pub use sessions::{Applied, LiveSession, Report, RunnerHeartbeat, RunnerRow, Synced};
+pub use sessions::{Applied, LiveSession, Lost, Report, RunnerHeartbeat, RunnerRow, Synced};
 pub use spawn::{Answered, Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
 pub use usage::{PRUNE_BATCH, Pruned, UsageReport, UsageView};
 pub use workspace::InitSpec;
@@ -298,9 +298,9 @@ pub mod ops {
     };
     pub use crate::runs::{expire_runs, finish_run, list_runs, load as run, run_of_account, start_run};
     pub use crate::sessions::{
-        apply_reports, end_lost_runners, forget_runner, list_runners, live_agent, mark_stalled, prompt_hash, prompt_inputs,
-        read_activity, record_act, record_interrupt, record_prompt_hashes, retire_runner, roster, roster_entry,
-        set_activity, set_desired, set_draining, subagent_activity, sync_runner,
+        apply_reports, end_lost_runners, forget_runner, list_runners, live_agent, mark_stalled, prompt_hash,
+        prompt_inputs, read_activity, record_act, record_interrupt, record_prompt_hashes, retire_runner, roster,
+        roster_entry, set_activity, set_desired, set_draining, subagent_activity, sync_runner,
     };
     pub use crate::spawn::{
         answer_reply, audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,

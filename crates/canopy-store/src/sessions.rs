@@ -55,6 +55,10 @@ pub struct RunnerHeartbeat {
 pub struct Synced {
     pub sessions: Vec<LiveSession>,
     pub notices: Vec<Message>,
+    /// The operator drained this runner.
+    pub draining: bool,
+    /// Runs whose runner was found lost in this sync.
+    pub lost_runs: Vec<i64>,
 }
 
 /// A live session with what a runner needs to start it (the token is derived by the caller).
@@ -160,9 +164,13 @@ pub fn sync_runner(
     }
 
     // Sessions on runners that stopped syncing end here; their agents get placed again.
-    end_lost_runners(conn, beat.ttl_ms)?;
+    let lost = end_lost_runners(conn, beat.ttl_ms)?;
 
     let notices = place(conn, beat, token_hash_for, now)?;
+    let draining: bool = conn
+        .prepare_cached("SELECT draining FROM runners WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![beat.runner_id.as_str()], |r| r.get(0)))
+        .map_err(sql("reading whether a runner drains"))?;
 
     conn.prepare_cached(
         "SELECT a.handle, a.display_name, COALESCE(a.role, ''), s.incarnation, a.harness, a.script_name, a.script, \
@@ -196,7 +204,7 @@ pub fn sync_runner(
         .collect()
     })
     .map_err(sql("listing a runner's sessions"))
-    .map(|sessions| Synced { sessions, notices })
+    .map(|sessions| Synced { sessions, notices, draining, lost_runs: lost.runs })
 }
 
 /// Places every agent that should run and has no live session (`canopy_core::placement`):
@@ -420,20 +428,37 @@ fn sandbox_notice(
 /// Ends the sessions of runners silent for longer than `ttl_ms` (their agents go offline,
 /// to be placed again); returns how many. Runs at every runner sync and on the daemon's own
 /// timer, so a lost runner owns nothing even when no other runner syncs.
-pub fn end_lost_runners(conn: &Db<'_>, ttl_ms: i64) -> Result<usize, Error> {
+pub fn end_lost_runners(conn: &Db<'_>, ttl_ms: i64) -> Result<Lost, Error> {
     let now = conn.now_ms();
-    let dead: Vec<(i64, i64)> = conn
+    let dead: Vec<(i64, i64, Option<i64>)> = conn
         .prepare_cached(
-            "SELECT s.id, s.agent_id FROM sessions s JOIN runners r ON r.id = s.runner_id \
+            "SELECT s.id, s.agent_id, run.id FROM sessions s JOIN runners r ON r.id = s.runner_id \
+             LEFT JOIN runs run ON run.account_id = s.agent_id AND run.status = 'running' \
              WHERE s.ended_at IS NULL AND r.last_seen < ?1",
         )
-        .and_then(|mut s| s.query_map(params![now - ttl_ms], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .and_then(|mut s| s.query_map(params![now - ttl_ms], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
         .map_err(sql("finding sessions of lost runners"))?;
-    for (session_id, agent_id) in &dead {
+    let mut runs = Vec::new();
+    for (session_id, agent_id, run) in &dead {
         end_session(conn, *session_id, "its runner stopped answering", now)?;
         set_presence(conn, *agent_id, Presence::Offline, Some("its runner stopped answering"), None, now)?;
+        if let Some(run) = run {
+            // A run is not started again elsewhere: it ends `failed (runner lost)`, keeping what
+            // it pushed (the daemon records the end with its branch).
+            conn.execute("UPDATE accounts SET desired = 'stopped' WHERE id = ?1", params![agent_id])
+                .map_err(sql("holding a lost run"))?;
+            runs.push(*run);
+        }
     }
-    Ok(dead.len())
+    Ok(Lost { sessions: dead.len(), runs })
+}
+
+/// What ending the sessions of lost runners did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Lost {
+    pub sessions: usize,
+    /// Runs whose runner was lost mid-run, for the daemon to end `failed (runner lost)`.
+    pub runs: Vec<i64>,
 }
 
 /// Marks sessions silent past `stall_after_ms` while working as `stalled`, with a notice.

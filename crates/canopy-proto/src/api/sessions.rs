@@ -187,6 +187,10 @@ pub struct RunnersSyncResponse {
     /// the checkouts a runner keeps itself; empty when it serves none.
     #[serde(default)]
     pub git_url: String,
+    /// The operator drained this runner (`canopy runners drain`): each of its standing
+    /// sessions ends at its next turn boundary, and starts on another runner.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 pub use canopy_core::harness::PromptMode;

@@ -18,12 +18,14 @@ use crate::session::reports::Reports;
 use crate::session::seen::{SharedSeen, with_seen};
 
 /// A finished turn-start delivery, reported back to the session loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Delivered {
     /// Whether a turn started with it (otherwise the messages are still pending).
     pub started: bool,
     /// Whether it opened with the continuity block.
     pub continuity: bool,
+    /// The turn it started, if it started one.
+    pub turn: Option<String>,
 }
 
 /// What a delivery task needs besides the harness.
@@ -41,7 +43,7 @@ impl DeliveryTask {
     pub async fn run(self, session: Arc<Session>) {
         let delivered = match self.mailbox.pull().await {
             Some(pending) => self.start_turn(&session, pending).await,
-            None => Delivered { started: true, continuity: false },
+            None => Delivered { started: true, continuity: false, turn: None },
         };
         if self.done.send(delivered).await.is_err() {
             // The loop ended while this ran (the harness exited): nothing waits to schedule more.
@@ -50,7 +52,7 @@ impl DeliveryTask {
     }
 
     async fn start_turn(&self, session: &Session, pending: canopy_proto::api::DeliveriesPullResponse) -> Delivered {
-        let mut delivered = Delivered { started: true, continuity: false };
+        let mut delivered = Delivered { started: true, continuity: false, turn: None };
         let (again, fresh) = with_seen(&self.seen, |s| s.reserve(pending.messages));
         // Injected before (a steer whose acknowledgement has not committed yet, or one that
         // was lost): do not repeat them, and record them as injected rather than moving the
@@ -67,7 +69,8 @@ impl DeliveryTask {
             delivered.continuity = block.is_some();
             let input = TurnInput::of(&fresh, &pending.redelivered, block.as_deref());
             match session.send(&input.input_id, &input.text, &input.context, SendMode::NextTurn).await {
-                Ok(SendOutcome::Started { .. }) => {
+                Ok(SendOutcome::Started { turn_id }) => {
+                    delivered.turn = Some(turn_id);
                     with_seen(&self.seen, |s| s.settle(&seqs, true));
                     self.mailbox.ack(seqs.clone()).await;
                     let detail = serde_json::json!({ "seqs": seqs });

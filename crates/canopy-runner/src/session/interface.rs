@@ -18,6 +18,10 @@ pub(crate) enum SessionCommand {
     Steer { message: Message, reply: oneshot::Sender<SteerReply> },
     /// Stop the running turn (an operator's `agents.interrupt`); the session stays up.
     Interrupt { reply: oneshot::Sender<InterruptReply> },
+    /// The runner is draining (`true`): end the session at its next turn boundary, never
+    /// mid-turn, so it starts on another runner; `false` takes that back. A run ignores it
+    /// (its one turn is its whole life).
+    Drain(bool),
 }
 
 /// A session's end, as the runner needs it.

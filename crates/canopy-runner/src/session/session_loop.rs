@@ -129,7 +129,8 @@ impl SessionLoop {
         };
         let input = FirstInput::compose(&self.assignment, continuity, &waiting, &redelivered);
         match session.send(&input.input_id, &input.text, &input.context, SendMode::NextTurn).await {
-            Ok(SendOutcome::Started { .. }) => {
+            Ok(SendOutcome::Started { turn_id }) => {
+                self.state.started_turn(&turn_id);
                 with_seen(&self.seen, |s| input.seqs.iter().for_each(|seq| s.insert(*seq)));
                 self.mailbox.ack(input.seqs).await;
                 self.reports.activity("input", input.summary, serde_json::Value::Null).await;
@@ -167,6 +168,10 @@ impl SessionLoop {
                 // Doorbells are at most once: look for pending messages now and then.
                 _ = resync.tick(), if self.state.resync_wanted() => self.state.resync(now()),
                 () = sleep_until(due) => self.deliver(&delivered_tx),
+            }
+            // A draining runner's session ends at a turn boundary, and only there.
+            if self.state.drain_due() {
+                self.begin_stop();
             }
         }
     }

@@ -69,6 +69,13 @@ pub(crate) struct LoopState {
     malformed: u64,
     /// The runner dropped the session's slot: no command can arrive any more.
     commands_closed: bool,
+    /// The runner is draining: the session ends at its next turn boundary.
+    draining: bool,
+    /// A turn a send started whose end has not been seen yet (its events may still be on
+    /// their way): the session is not at a turn boundary until it ends.
+    awaiting: Option<String>,
+    /// The last turns that ended, for a send whose answer comes after its turn's end.
+    ended: std::collections::VecDeque<String>,
 }
 
 impl LoopState {
@@ -83,6 +90,37 @@ impl LoopState {
             limit: None,
             malformed: 0,
             commands_closed: false,
+            draining: false,
+            awaiting: None,
+            ended: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// A send started turn `turn_id` (the first input, or a turn-start delivery).
+    pub fn started_turn(&mut self, turn_id: &str) {
+        if !self.ended.iter().any(|t| t == turn_id) {
+            self.awaiting = Some(turn_id.to_owned());
+        }
+    }
+
+    /// Whether a draining session is at a turn boundary now, so it may end: no turn runs, no
+    /// delivery is in flight and no turn a send started is still to end.
+    pub fn drain_due(&self) -> bool {
+        self.draining
+            && !self.run
+            && !self.schedule.stopping()
+            && self.schedule.turn().is_none()
+            && !self.schedule.delivering()
+            && self.awaiting.is_none()
+    }
+
+    fn turn_over(&mut self, turn_id: &str) {
+        if self.awaiting.as_deref() == Some(turn_id) {
+            self.awaiting = None;
+        }
+        self.ended.push_back(turn_id.to_owned());
+        if self.ended.len() > 8 {
+            self.ended.pop_front();
         }
     }
 
@@ -101,14 +139,18 @@ impl LoopState {
             }
             // A run's last words are its report; a standing session keeps none.
             HarnessEvent::Text { text, .. } if self.run => self.last_text.clone_from(text),
-            HarnessEvent::TurnEnded { status, .. } if self.run && !self.run_reported => {
+            HarnessEvent::TurnEnded { status, turn_id } if self.run && !self.run_reported => {
+                self.turn_over(turn_id);
                 self.schedule.run_ended();
                 self.run_reported = true;
                 let done = *status == TurnStatus::Completed;
                 return EventStep::FinishRun { done, report: std::mem::take(&mut self.last_text) };
             }
             // Anything that arrived during the turn goes at the next one.
-            HarnessEvent::TurnEnded { .. } => self.schedule.turn_ended(now),
+            HarnessEvent::TurnEnded { turn_id, .. } => {
+                self.turn_over(turn_id);
+                self.schedule.turn_ended(now);
+            }
             HarnessEvent::SteerInjected { input_id, .. } => {
                 if let Some(seq) = steered_seq(input_id) {
                     // Seen before the turn ends, so a turn-start pull never repeats it.
@@ -136,6 +178,10 @@ impl LoopState {
         }
         let stopping = self.schedule.stopping();
         let report = if stopping { EndReport::Stopped } else { EndReport::Nothing };
+        let reason = match self.draining && stopping {
+            true => "moved: its runner is draining".to_owned(),
+            false => reason,
+        };
         Ending { requested: stopping, fatal: false, reason, report }
     }
 
@@ -166,6 +212,10 @@ impl LoopState {
                 Some(turn_id) => CommandStep::Steer { message, turn_id, reply },
                 None => CommandStep::RefuseSteer { reply, answer: refused("no turn is running".into()) },
             },
+            SessionCommand::Drain(draining) => {
+                self.draining = draining;
+                CommandStep::Nothing
+            }
             SessionCommand::Interrupt { reply } => match self.running_turn() {
                 Some(turn_id) => CommandStep::Interrupt { turn_id, reply },
                 None if self.schedule.stopping() => {
@@ -189,6 +239,9 @@ impl LoopState {
 
     /// A delivery task finished.
     pub fn delivered(&mut self, done: Delivered, now: Instant) {
+        if let Some(turn) = &done.turn {
+            self.started_turn(turn);
+        }
         self.schedule.delivered(done.started, done.continuity, now);
     }
 

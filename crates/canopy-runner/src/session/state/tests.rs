@@ -148,7 +148,7 @@ fn after_a_compaction_the_next_delivery_carries_the_continuity_block() {
     state.on_event(&HarnessEvent::CompactionEnded, t0);
     state.on_command(Some(SessionCommand::Hint), t0);
     assert_eq!(state.start_delivery(t0 + QUIET), Some(Delivery { continuity: true }));
-    state.delivered(Delivered { started: true, continuity: true }, t0 + QUIET);
+    state.delivered(Delivered { started: true, continuity: true, turn: None }, t0 + QUIET);
     state.on_command(Some(SessionCommand::Hint), t0 + QUIET);
     assert_eq!(state.start_delivery(t0 + QUIET * 2), Some(Delivery { continuity: false }), "the debt is paid");
 }
@@ -241,7 +241,7 @@ fn a_delivery_starts_when_due_one_at_a_time_and_one_not_taken_is_retried() {
     assert_eq!(state.start_delivery(t0 + QUIET), Some(Delivery { continuity: false }));
     state.on_command(Some(SessionCommand::Hint), t0 + QUIET);
     assert_eq!(state.due(), None, "a doorbell during a delivery waits for it");
-    state.delivered(Delivered { started: false, continuity: false }, t0 + QUIET * 2);
+    state.delivered(Delivered { started: false, continuity: false, turn: None }, t0 + QUIET * 2);
     assert!(state.due().is_some(), "a delivery the harness did not take is retried");
 }
 
@@ -286,4 +286,47 @@ fn an_ending_tells_the_runner_who_ended_and_how() {
         ("a", canopy_core::Incarnation(4), false, true)
     );
     assert_eq!(exit.reason, "unknown harness");
+}
+
+// draining
+
+#[test]
+fn a_draining_session_ends_only_at_a_turn_boundary() {
+    let (mut state, _) = state(false);
+    let t0 = Instant::now();
+    // The first input started t1; its events have not arrived yet: not a boundary.
+    state.started_turn("t1");
+    assert!(state.on_command(Some(SessionCommand::Drain(true)), t0).is_nothing());
+    assert!(!state.drain_due(), "a turn a send started is still to end");
+    state.on_event(&started("t1"), t0);
+    assert!(!state.drain_due(), "mid-turn");
+    state.on_event(&ended("t1", TurnStatus::Completed), t0);
+    assert!(state.drain_due(), "the turn ended");
+    // Taken back: the session stays.
+    state.on_command(Some(SessionCommand::Drain(false)), t0);
+    assert!(!state.drain_due());
+    // A delivery in flight is not a boundary; the turn it started must end first, even when
+    // its end is seen before the delivery's answer.
+    state.on_command(Some(SessionCommand::Drain(true)), t0);
+    state.on_command(Some(SessionCommand::Hint), t0);
+    let delivery = state.start_delivery(t0 + QUIET);
+    assert!(delivery.is_some() && !state.drain_due(), "a delivery is in flight");
+    state.on_event(&started("t2"), t0 + QUIET);
+    state.on_event(&ended("t2", TurnStatus::Completed), t0 + QUIET);
+    state.delivered(Delivered { started: true, continuity: false, turn: Some("t2".into()) }, t0 + QUIET);
+    assert!(state.drain_due(), "t2 already ended");
+    assert!(state.begin_stop());
+    assert!(!state.drain_due(), "once");
+    let ending = match state.on_event(&exited(), t0 + QUIET) {
+        EventStep::Exit(ending) => ending,
+        other => panic!("{other:?}"),
+    };
+    assert!(ending.requested && ending.reason.contains("draining"), "{ending:?}");
+}
+
+#[test]
+fn a_run_is_not_drained() {
+    let (mut state, _) = state(true);
+    state.on_command(Some(SessionCommand::Drain(true)), Instant::now());
+    assert!(!state.drain_due(), "a run's one turn is its whole life");
 }
