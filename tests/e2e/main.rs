@@ -34,6 +34,7 @@ mod governance;
 mod interrupt;
 mod issues;
 mod issues_cli;
+mod lanes;
 mod lifecycle;
 mod omp;
 mod operator;

@@ -154,7 +154,7 @@ pub async fn figures(bench: &Bench, quick: bool) -> Result<Vec<Figure>, String> 
     // Their sessions expire with the stand-in runner's silence; stopping them keeps them out
     // of the figures that follow.
     for home in &homes {
-        let stop = AgentsStartStopRequest { handle: home.trim_start_matches("home-").to_owned() };
+        let stop = AgentsStartStopRequest { handle: home.trim_start_matches("home-").to_owned(), harness: None };
         bench.api.send::<method::AgentsStop>(&bench.operator, &stop).await.map_err(|e| e.to_string())?;
     }
     Ok(figures)

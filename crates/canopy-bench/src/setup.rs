@@ -145,7 +145,7 @@ impl Bench {
                     .await
                     .map_err(|e| format!("creating {handle}: {e}"))?;
                 if stopped {
-                    let stop = AgentsStartStopRequest { handle: handle.clone() };
+                    let stop = AgentsStartStopRequest { handle: handle.clone(), harness: None };
                     self.api
                         .send::<method::AgentsStop>(&self.operator, &stop)
                         .await

@@ -654,6 +654,10 @@ pub enum AgentsCommand {
     Start {
         /// The agent's handle.
         handle: String,
+        /// Move its lane to this harness of its role's chain (back from a failover, say); a
+        /// live session on another harness ends at its next turn boundary.
+        #[arg(long)]
+        harness: Option<String>,
     },
     /// Stop an agent's session; it stays stopped until `start`.
     Stop {

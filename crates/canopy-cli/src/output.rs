@@ -211,6 +211,9 @@ fn roster_row(a: &RosterEntry, width: usize, presence: usize) {
     let activity = a.activity.as_deref().map(|t| format!("  \u{2014} {t}")).unwrap_or_default();
     let seen = a.last_seen.as_deref().map(time).unwrap_or_else(|| "never".to_owned());
     let mut marks = Vec::new();
+    if let Some(failover) = &a.failover {
+        marks.push(format!("on {} ({failover})", a.harness));
+    }
     if a.unconfined {
         marks.push("unconfined".to_owned());
     }

@@ -61,12 +61,14 @@ impl Default for Config {
             script: Some(script.into()),
             allow_hosts: Vec::new(),
             needs: Vec::new(),
+            fallback: Vec::new(),
         };
         let follows_manager = |script: &str| RoleConfig {
             harness: "manager".into(),
             script: Some(script.into()),
             allow_hosts: Vec::new(),
             needs: Vec::new(),
+            fallback: Vec::new(),
         };
         Config {
             daemon: DaemonConfig::default(),
@@ -158,11 +160,27 @@ pub struct SessionsConfig {
     pub stall_after: Duration,
     /// Activity items kept per session; the oldest go first.
     pub activity_per_session: u32,
+    /// A lane whose role names a harness chain moves to the next harness after this many
+    /// model-side failures (rate limits, overload, provider errors)...
+    pub failover_after: u32,
+    /// ...within this long.
+    #[serde(with = "humantime_serde")]
+    pub failover_window: Duration,
+    /// A lane moved off its first harness tries it again after this long, once a probe of
+    /// that harness's model API answers.
+    #[serde(with = "humantime_serde")]
+    pub failback_after: Duration,
 }
 
 impl Default for SessionsConfig {
     fn default() -> SessionsConfig {
-        SessionsConfig { stall_after: Duration::from_secs(600), activity_per_session: 1000 }
+        SessionsConfig {
+            stall_after: Duration::from_secs(600),
+            activity_per_session: 1000,
+            failover_after: 3,
+            failover_window: Duration::from_secs(300),
+            failback_after: Duration::from_secs(1800),
+        }
     }
 }
 
@@ -737,11 +755,14 @@ fn is_env_name(name: &str) -> bool {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, from = "RoleConfigFile", into = "RoleConfigFile")]
 pub struct RoleConfig {
     /// `scripted`, `claude`, `codex`, `omp` or `pi`; for a run's role also `manager` (its
-    /// runs take their Manager's harness).
+    /// runs take their Manager's harness). In the file, the first of `harness`.
     pub harness: String,
+    /// The rest of a chain `harness = ["claude", "codex"]`: the harnesses a lane moves to, in
+    /// order, when the one it is on keeps failing for a model-side reason.
+    pub fallback: Vec<String>,
     /// For the scripted harness: a script shipped in `config/scripts/` by name, or a path
     /// (relative to the data directory).
     #[serde(default)]
@@ -752,6 +773,55 @@ pub struct RoleConfig {
     /// Runner labels its sessions need (`["gpu"]`): placed only on a runner with every one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub needs: Vec<String>,
+}
+
+impl RoleConfig {
+    /// The harness chain: `harness`, then `fallback`.
+    pub fn chain(&self) -> Vec<String> {
+        std::iter::once(self.harness.clone()).chain(self.fallback.iter().cloned()).collect()
+    }
+}
+
+/// `[roles.<role>]` as written: `harness` is one name or a chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoleConfigFile {
+    harness: OneOrChain,
+    #[serde(default)]
+    script: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    allow_hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    needs: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum OneOrChain {
+    One(String),
+    Chain(Vec<String>),
+}
+
+impl From<RoleConfigFile> for RoleConfig {
+    fn from(file: RoleConfigFile) -> RoleConfig {
+        let mut chain = match file.harness {
+            OneOrChain::One(one) => vec![one],
+            OneOrChain::Chain(chain) => chain,
+        };
+        // An empty chain keeps an empty harness, which validation refuses naming the key.
+        let harness = if chain.is_empty() { String::new() } else { chain.remove(0) };
+        RoleConfig { harness, fallback: chain, script: file.script, allow_hosts: file.allow_hosts, needs: file.needs }
+    }
+}
+
+impl From<RoleConfig> for RoleConfigFile {
+    fn from(role: RoleConfig) -> RoleConfigFile {
+        let harness = match role.fallback.is_empty() {
+            true => OneOrChain::One(role.harness.clone()),
+            false => OneOrChain::Chain(role.chain()),
+        };
+        RoleConfigFile { harness, script: role.script, allow_hosts: role.allow_hosts, needs: role.needs }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -971,8 +1041,29 @@ impl Config {
     }
 
     fn validate_sessions(&self) -> Result<(), Invalid> {
-        longer_than_zero(&[("sessions.stall_after", self.sessions.stall_after)])?;
-        at_least_one("sessions.activity_per_session", self.sessions.activity_per_session as usize)
+        let sessions = &self.sessions;
+        longer_than_zero(&[
+            ("sessions.stall_after", sessions.stall_after),
+            ("sessions.failover_window", sessions.failover_window),
+            ("sessions.failback_after", sessions.failback_after),
+        ])?;
+        at_least_one("sessions.failover_after", sessions.failover_after as usize)?;
+        at_least_one("sessions.activity_per_session", sessions.activity_per_session as usize)?;
+        const HARNESSES: [&str; 5] = ["scripted", "claude", "codex", "omp", "pi"];
+        for (role, config) in &self.roles {
+            let chain = config.chain();
+            for (i, harness) in config.fallback.iter().enumerate() {
+                if !HARNESSES.contains(&harness.as_str()) {
+                    let why =
+                        format!("[roles.{role}] harness chain: {harness:?} is not one of: {}", HARNESSES.join(", "));
+                    return Err(("roles.harness", why));
+                }
+                if chain[..=i].contains(harness) {
+                    return Err(("roles.harness", format!("[roles.{role}] harness chain names {harness} twice")));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn validate_runs(&self) -> Result<(), Invalid> {
@@ -1229,6 +1320,21 @@ mod humantime_serde {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_role_names_one_harness_or_a_chain_and_a_bad_chain_is_refused() {
+        let chain: Config = toml::from_str("[roles.manager]\nharness = [\"claude\", \"codex\"]\n").unwrap();
+        let role = &chain.roles["manager"];
+        assert_eq!((role.harness.as_str(), role.fallback.as_slice()), ("claude", &["codex".to_owned()][..]));
+        assert_eq!(role.chain(), ["claude", "codex"]);
+        let one: Config = toml::from_str("[roles.manager]\nharness = \"claude\"\n").unwrap();
+        assert!(one.roles["manager"].fallback.is_empty());
+        for (bad, why) in [("[\"claude\", \"gpt\"]", "not one of"), ("[\"claude\", \"claude\"]", "twice")] {
+            let config: Config = toml::from_str(&format!("[roles.manager]\nharness = {bad}\n")).unwrap();
+            let (key, message) = config.validate_sessions().unwrap_err();
+            assert!(key == "roles.harness" && message.contains(why), "{bad}: {message}");
+        }
+    }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(Path::new("canopy.toml"), text)

@@ -267,6 +267,10 @@ pub struct RosterEntry {
     /// The budget nearest its limit among those covering it, once at 80% or more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetMark>,
+    /// Why its lane left its first harness (`claude failing: rate limited`), while it is on
+    /// another of its role's chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<String>,
 }
 
 /// One budget as `canopy usage` shows it: whose, what it covers, and its current window.

@@ -49,6 +49,24 @@ pub fn limit_reached(handle: &str, what: &str) -> String {
     )
 }
 
+/// A lane moved to the next harness of its role's chain (`why`: the failure, in one line).
+pub fn failed_over(handle: &str, from: &str, to: &str, why: &str, home: &str) -> String {
+    let why: String = why.lines().next().unwrap_or_default().chars().take(160).collect();
+    format!(
+        "@{handle}'s {from} harness keeps failing ({why}), so it carries on with {to} in the same checkout, its \
+         conversation carried over by its continuity block. It goes back to {home} once a probe of {home} answers \
+         after [sessions] failback_after; `canopy agents start {handle} --harness {home}` moves it back now."
+    )
+}
+
+/// A lane went back to its first harness after `failback_after`; its next session is the probe.
+pub fn failed_back(handle: &str, home: &str) -> String {
+    format!(
+        "@{handle} goes back to {home} at its next turn boundary: [sessions] failback_after passed. If {home} still \
+         fails, it moves on again and waits twice as long before the next try."
+    )
+}
+
 /// How a subagent run ended, for its Manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunEnd {

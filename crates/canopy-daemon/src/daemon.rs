@@ -423,6 +423,7 @@ fn background(api: &Api, config: &Config) -> Vec<tokio::task::JoinHandle<()>> {
                 tick.tick().await;
                 api.sessions.check_stalled().await;
                 api.sessions.check_runners().await;
+                api.sessions.check_failback().await;
                 api.sessions.check_mailboxes().await;
                 api.gate.check_requests().await;
                 api.budgets.check_budgets().await;

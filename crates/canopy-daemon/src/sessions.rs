@@ -72,6 +72,9 @@ impl Sessions {
     }
 
     pub(crate) async fn agents_stop(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
+        if req.harness.is_some() {
+            return Err(Error::invalid("harness", "only `agents start` moves a lane to another harness"));
+        }
         self.set_desired(caller, req, Desired::Stopped).await
     }
 
@@ -82,9 +85,82 @@ impl Sessions {
         desired: Desired,
     ) -> Result<RosterEntry, Error> {
         let handle = Handle::parse(&req.handle).map_err(|e| Error::name("handle", e))?;
-        let entry = self.store.write(move |conn| ops::set_desired(conn, &caller, &handle, desired)).await?;
+        let harness = match req.harness {
+            Some(harness) => Some(self.lane_harness(&handle, harness).await?),
+            None => None,
+        };
+        let entry = self
+            .store
+            .write(move |conn| {
+                if let Some(harness) = &harness {
+                    ops::set_harness(conn, Some(&caller), &handle, harness)?;
+                }
+                ops::set_desired(conn, &caller, &handle, desired)
+            })
+            .await?;
         self.delivery.poke_runners().await;
         Ok(entry)
+    }
+
+    /// `harness` checked for `handle`'s lane: a harness Canopy runs, and one of its role's
+    /// chain when the role names one.
+    async fn lane_harness(&self, handle: &Handle, harness: String) -> Result<String, Error> {
+        if canopy_core::harness::HarnessKind::parse(&harness).is_none() {
+            return Err(Error::invalid(
+                "harness",
+                format!("{harness:?} is not one of: scripted, claude, codex, omp, pi"),
+            ));
+        }
+        let name = handle.to_string();
+        let entry = self.store.read(move |conn| ops::roster_entry(conn, &name)).await?;
+        if let Some(role) = self.config.roles.get(entry.role.as_str())
+            && !role.fallback.is_empty()
+            && !role.chain().contains(&harness)
+        {
+            let chain = role.chain().join(", ");
+            return Err(Error::invalid("harness", format!("{handle}'s role {} runs only {chain}", entry.role)));
+        }
+        Ok(harness)
+    }
+
+    /// `[sessions]` failover settings and each role's harness chain.
+    fn failover_rules(&self) -> canopy_store::FailoverRules {
+        let sessions = &self.config.sessions;
+        canopy_store::FailoverRules {
+            after: sessions.failover_after,
+            window_ms: sessions.failover_window.as_millis() as i64,
+            chains: self
+                .config
+                .roles
+                .iter()
+                .filter(|(_, r)| !r.fallback.is_empty())
+                .map(|(role, r)| (role.clone(), r.chain()))
+                .collect(),
+        }
+    }
+
+    /// Lanes past `[sessions] failback_after` on a fallback harness go back to their first
+    /// (the daemon's timer); each session moves at its next turn boundary.
+    pub async fn check_failback(&self) {
+        let after = self.config.sessions.failback_after.as_millis() as i64;
+        let moved = self
+            .store
+            .write(move |conn| {
+                let now = conn.now_ms();
+                ops::failback_due(conn, now, after)?
+                    .into_iter()
+                    .map(|(handle, home)| ops::fail_back(conn, &handle, &home))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await;
+        match moved {
+            Ok(notices) if notices.is_empty() => {}
+            Ok(notices) => {
+                self.delivery.deliver_notices(notices).await;
+                self.delivery.poke_runners().await;
+            }
+            Err(e) => tracing::warn!(error = %e, "moving lanes back to their first harness failed"),
+        }
     }
 
     /// Stops an agent's running turn through the runner hosting its live session. The
@@ -163,7 +239,11 @@ impl Sessions {
                 ops::sync_runner(conn, &beat, &hash_for)
             })
             .await?;
-        let canopy_store::Synced { sessions: live, notices, draining, lost_runs } = live;
+        let canopy_store::Synced { sessions: live, notices, draining, lost_runs, move_at_boundary } = live;
+        let move_at_boundary = move_at_boundary
+            .into_iter()
+            .map(|(agent, incarnation)| RunningSession { agent: agent.to_string(), incarnation })
+            .collect();
         self.delivery.deliver_notices(notices).await;
         self.runs_lost(lost_runs);
         let running: std::collections::HashSet<(String, Incarnation)> =
@@ -201,7 +281,7 @@ impl Sessions {
             .filter(|(_, checkout)| checkout.as_ref().is_none_or(|c| c.state == canopy_store::CheckoutState::Ready))
             .map(|((s, rendered), checkout)| self.assignment(s, rendered, checkout, own_checkouts))
             .collect();
-        Ok(RunnersSyncResponse { keep, start, more, git_url: self.git_url.clone(), draining })
+        Ok(RunnersSyncResponse { keep, start, more, git_url: self.git_url.clone(), draining, move_at_boundary })
     }
 
     /// What a runner is told to start for one placed session: its prompt, token, working
@@ -350,8 +430,9 @@ impl Sessions {
             usd: self.config.budgets.unreported_turn_usd,
             tokens: self.config.budgets.unreported_turn_tokens,
         };
+        let rules = self.failover_rules();
         let applied =
-            self.store.write(move |conn| ops::apply_reports(conn, &runner_id, &reports, max, estimate)).await?;
+            self.store.write(move |conn| ops::apply_reports(conn, &runner_id, &reports, max, estimate, &rules)).await?;
         for item in &applied.activity {
             let event = encode(&ActivityEvent { item: item.clone() });
             self.publish_activity(item.agent.as_str(), event.clone()).await;

@@ -5,7 +5,7 @@
 //! `restarts`'s, the answers to the daemon's steer and interrupt requests `requests`'s; a
 //! session's life is `session`'s. Does not decide placement: the daemon does.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, RwLock};
 
 use canopy_bus::CallError;
@@ -92,6 +92,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         resync_now: false,
         registered: false,
         draining: false,
+        moving: HashSet::new(),
         boot,
     };
     let task = tokio::spawn(async move {
@@ -159,6 +160,8 @@ struct RunnerActor {
     registered: bool,
     /// Whether the operator drained this runner, as the last sync said.
     draining: bool,
+    /// The sessions told to end at their next turn boundary, as the last sync said.
+    moving: HashSet<(String, Incarnation)>,
 }
 
 impl RunnerActor {
@@ -237,7 +240,7 @@ impl RunnerActor {
             tracing::info!(runner = %self.id, "registered with the daemon");
         }
         self.options.checkouts.set_url(&assigned.git_url);
-        self.drain(assigned.draining);
+        self.move_at_boundary(&assigned);
         self.stop_unassigned(&assigned);
         if assigned.more {
             // More sessions wait; the next tick comes at once.
@@ -344,21 +347,27 @@ impl RunnerActor {
         }
     }
 
-    /// Tells every session whether this runner drains, at each sync while it does and once
-    /// when that changes: a draining session ends at its next turn boundary.
-    fn drain(&mut self, draining: bool) {
-        if !draining && !self.draining {
-            return;
+    /// Tells each session the daemon moves whether it ends at its next turn boundary (this
+    /// runner drains, or its agent moved to another harness), at every sync while it does,
+    /// and once when that is taken back.
+    fn move_at_boundary(&mut self, assigned: &RunnersSyncResponse) {
+        if assigned.draining != self.draining {
+            tracing::info!(runner = %self.id, draining = assigned.draining, "the operator changed whether this runner drains");
+            self.draining = assigned.draining;
         }
-        if draining != self.draining {
-            tracing::info!(runner = %self.id, draining, "the operator changed whether this runner drains");
-        }
-        self.draining = draining;
-        for slot in self.sessions.values() {
-            if slot.commands.try_send(SessionCommand::Drain(draining)).is_err() {
-                tracing::debug!(agent = %slot.agent, "session command queue full; the drain is told at the next sync");
+        let moving: HashSet<(String, Incarnation)> =
+            assigned.move_at_boundary.iter().map(|s| (s.agent.clone(), s.incarnation)).collect();
+        let taken_back: Vec<(String, Incarnation)> = self.moving.difference(&moving).cloned().collect();
+        for (agent, incarnation, drain) in
+            moving.iter().map(|(a, i)| (a, *i, true)).chain(taken_back.iter().map(|(a, i)| (a, *i, false)))
+        {
+            if let Some(commands) = self.commands_of(agent, incarnation)
+                && commands.try_send(SessionCommand::Drain(drain)).is_err()
+            {
+                tracing::debug!(%agent, "session command queue full; the move is told at the next sync");
             }
         }
+        self.moving = moving;
     }
 
     /// The command queue of the session `agent` runs as `incarnation` here, if it does.

@@ -15,6 +15,7 @@ mod channels;
 mod checkpoint;
 mod checks;
 mod delivery;
+mod failover;
 mod governance;
 mod history;
 mod issues;
@@ -46,6 +47,7 @@ pub use budgets::{Charged, Estimate, Holds, RoleBudget};
 pub use channels::ChannelSpec;
 pub use checks::{BranchHead, CheckEnd, CheckStart, Conflict};
 pub use delivery::{Pending, Reach, Recipient};
+pub use failover::FailoverRules;
 pub use history::{HistoryPage, HistoryQuery};
 pub use issues::{Changed as IssuesChanged, Imported, IssueChange, IssueQuery, IssueView, NewIssue, Owners};
 pub use merges::{Landed, MergeCheck, MergeDecided, MergeSpec, QueueStep, Recovered, Submitted};
@@ -276,6 +278,7 @@ pub mod ops {
     pub use crate::delivery::{
         acknowledge, agent_id, expire, offer, overflowing, pending, reach, record_held, record_injected,
     };
+    pub use crate::failover::{fail_back, failback_due, set_harness};
     pub use crate::governance::{
         board, open_direct, pin, rename_topic, resolve_topic, subscribe_self, unpin, unsubscribe_self,
     };

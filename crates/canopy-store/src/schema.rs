@@ -524,12 +524,18 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN egress_refused INTEGER NOT NULL DEFAULT 0;
     "#,
-    // 21: placement by labels, runners' versions and drains (`canopy runners`).
+    // 21: placement by labels, runners' versions and drains (`canopy runners`); a lane's
+    // harness chain (the harness it failed over from, why, when, and each session's harness).
     r#"
     ALTER TABLE runners ADD COLUMN labels TEXT NOT NULL DEFAULT '';
     ALTER TABLE runners ADD COLUMN version TEXT NOT NULL DEFAULT '';
     ALTER TABLE runners ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE accounts ADD COLUMN needs TEXT NOT NULL DEFAULT '';
+    ALTER TABLE accounts ADD COLUMN home_harness TEXT NOT NULL DEFAULT '';
+    ALTER TABLE accounts ADD COLUMN failover TEXT;
+    ALTER TABLE accounts ADD COLUMN failed_over_at INTEGER;
+    ALTER TABLE accounts ADD COLUMN failbacks INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN harness TEXT NOT NULL DEFAULT '';
     "#,
 ];
 

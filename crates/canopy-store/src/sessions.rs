@@ -59,6 +59,9 @@ pub struct Synced {
     pub draining: bool,
     /// Runs whose runner was found lost in this sync.
     pub lost_runs: Vec<i64>,
+    /// This runner's standing sessions that end at their next turn boundary and start again:
+    /// all of them while it drains, and any whose agent's harness changed since it started.
+    pub move_at_boundary: Vec<(Handle, Incarnation)>,
 }
 
 /// A live session with what a runner needs to start it (the token is derived by the caller).
@@ -204,7 +207,26 @@ pub fn sync_runner(
         .collect()
     })
     .map_err(sql("listing a runner's sessions"))
-    .map(|sessions| Synced { sessions, notices, draining, lost_runs: lost.runs })
+    .map(|sessions| {
+        let move_at_boundary = moving(conn, beat, draining)?;
+        Ok(Synced { sessions, notices, draining, lost_runs: lost.runs, move_at_boundary })
+    })?
+}
+
+/// The standing sessions of the syncing runner that end at their next turn boundary.
+fn moving(conn: &Db<'_>, beat: &RunnerHeartbeat, draining: bool) -> Result<Vec<(Handle, Incarnation)>, Error> {
+    conn.prepare_cached(
+        "SELECT a.handle, s.incarnation FROM sessions s JOIN accounts a ON a.id = s.agent_id \
+         WHERE s.runner_id = ?1 AND s.ended_at IS NULL AND a.run_of IS NULL \
+         AND (?2 OR (s.harness != '' AND s.harness != a.harness)) ORDER BY a.handle",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![beat.runner_id.as_str(), draining], |r| {
+            Ok((Handle::from_trusted(r.get(0)?), Incarnation(r.get::<_, i64>(1)? as u64)))
+        })?
+        .collect()
+    })
+    .map_err(sql("listing sessions to move"))
 }
 
 /// Places every agent that should run and has no live session (`canopy_core::placement`):
@@ -297,7 +319,8 @@ fn start_session(
         .map_err(sql("numbering a session"))?;
     let token_hash = token_hash_for(handle, Incarnation(incarnation as u64));
     conn.execute(
-        "INSERT INTO sessions (agent_id, incarnation, runner_id, token_hash, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO sessions (agent_id, incarnation, runner_id, token_hash, started_at, harness) \
+         SELECT ?1, ?2, ?3, ?4, ?5, harness FROM accounts WHERE id = ?1",
         params![agent_id, incarnation, beat.runner_id.as_str(), token_hash, now],
     )
     .map_err(sql("creating a session"))?;
@@ -311,6 +334,7 @@ pub fn apply_reports(
     reports: &[Report],
     max_activity: u32,
     estimate: crate::budgets::Estimate,
+    failover: &crate::failover::FailoverRules,
 ) -> Result<Applied, Error> {
     let mut applied = Applied::default();
     let mut charged = crate::budgets::Charged::default();
@@ -381,6 +405,16 @@ pub fn apply_reports(
         }
         if let Some(presence) = report.presence {
             if presence == Presence::Failing {
+                let reason = report.reason.as_deref().unwrap_or("the model API keeps failing");
+                if let Some((ended, told)) =
+                    crate::failover::consider(conn, failover, session_id, &report.agent, reason, now)?
+                {
+                    end_session(conn, session_id, &ended, now)?;
+                    set_presence(conn, agent_id, Presence::Offline, Some(&ended), None, now)?;
+                    applied.notices.push(told);
+                    applied.poke = true;
+                    continue;
+                }
                 // Told once when it starts failing; the roster carries each retry.
                 let was: Option<String> = conn
                     .prepare_cached("SELECT state FROM presence WHERE agent_id = ?1")
@@ -631,7 +665,7 @@ const ROSTER_SELECT: &str = "SELECT a.handle, a.display_name, COALESCE(a.role, '
       WHERE sub.account_id = a.id AND m.sender_id != a.id AND NOT EXISTS (SELECT 1 FROM deliveries d \
       WHERE d.agent_id = a.id AND d.seq = m.seq AND d.state = 'injected')), \
      (SELECT MIN(sr.id) FROM spawn_requests sr WHERE sr.requester_id = a.id AND sr.state = 'pending'), \
-     COALESCE(s.egress_refused, 0) FROM accounts a \
+     COALESCE(s.egress_refused, 0), a.failover FROM accounts a \
      LEFT JOIN accounts par ON par.id = a.parent_id LEFT JOIN presence p ON p.agent_id = a.id \
      LEFT JOIN sessions s ON s.agent_id = a.id AND s.ended_at IS NULL";
 
@@ -664,6 +698,7 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
         overflow: r.get(13)?,
         pending: r.get::<_, i64>(14)? as u64,
         egress_refused: r.get::<_, i64>(16)? as u64,
+        failover: r.get(17)?,
         // The daemon knows the sandbox mode and the budget holds; the store does not.
         unconfined: false,
         host_network: false,

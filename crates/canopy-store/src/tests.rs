@@ -446,7 +446,16 @@ async fn a_planted_secret_never_comes_out_of_activity_or_history() {
             serde_json::json!({ "kind": "tool_result", "name": "bash", "call_id": format!("c{i}"), "output": output });
         let reports = vec![report("ci-manager", "tool_result", detail, None)];
         store
-            .write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, Estimate::default()))
+            .write(move |c| {
+                ops::apply_reports(
+                    c,
+                    &RunnerId::parse("r1").unwrap(),
+                    &reports,
+                    1000,
+                    Estimate::default(),
+                    &Default::default(),
+                )
+            })
             .await
             .unwrap();
         // Message bodies are the operator's record and stay as posted; history excerpts are redacted.
@@ -499,7 +508,16 @@ async fn usage_is_summed_per_turn_session_and_agent_and_old_records_are_pruned()
         report("docs-manager", "usage", serde_json::Value::Null, Some(usage("t1", 1, None))),
     ];
     store
-        .write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, Estimate::default()))
+        .write(move |c| {
+            ops::apply_reports(
+                c,
+                &RunnerId::parse("r1").unwrap(),
+                &reports,
+                1000,
+                Estimate::default(),
+                &Default::default(),
+            )
+        })
         .await
         .unwrap();
     let all = store.read(|c| ops::usage(c, None, 0)).await.unwrap();
@@ -541,7 +559,16 @@ async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stay
             .unwrap();
         let reports = vec![report("ci-manager", "compaction_ended", serde_json::Value::Null, None)];
         store
-            .write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, Estimate::default()))
+            .write(move |c| {
+                ops::apply_reports(
+                    c,
+                    &RunnerId::parse("r1").unwrap(),
+                    &reports,
+                    1000,
+                    Estimate::default(),
+                    &Default::default(),
+                )
+            })
             .await
             .unwrap();
     }
@@ -975,7 +1002,9 @@ fn turn(agent: &str, kind: &str, turn: &str, cost: Option<f64>) -> crate::Report
 async fn apply(store: &Store, reports: Vec<crate::Report>) -> crate::Applied {
     let estimate = crate::Estimate { usd: 0.1, tokens: 1000 };
     store
-        .write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, estimate))
+        .write(move |c| {
+            ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, estimate, &Default::default())
+        })
         .await
         .unwrap()
 }
@@ -1526,4 +1555,75 @@ async fn an_agent_needing_a_label_waits_unplaced_until_a_runner_has_it() {
     assert!(bare.sessions.is_empty(), "{:?}", bare.sessions);
     let gpu = sync(beat("gpu-box", &["gpu", "linux"])).await;
     assert_eq!(gpu.sessions.iter().map(|s| s.agent.as_str()).collect::<Vec<_>>(), ["ci-manager"]);
+}
+
+/// A lane that keeps failing moves to the next harness of its role's chain after `after`
+/// failures (not before), its session ending and its home told once; after `failback_after`
+/// it goes back, and the sync asks the runner to end the session on the old harness at its
+/// turn boundary.
+#[tokio::test]
+async fn a_failing_lane_moves_along_its_chain_and_back() {
+    let (_dir, store) = live_workspace().await;
+    store
+        .write(|c| {
+            c.execute("UPDATE accounts SET harness = 'claude' WHERE handle = 'ci-manager'", []).unwrap();
+            c.execute("UPDATE sessions SET harness = 'claude'", []).unwrap();
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let rules = crate::FailoverRules {
+        after: 3,
+        window_ms: 60_000,
+        chains: [("manager".to_owned(), vec!["claude".to_owned(), "codex".to_owned()])].into_iter().collect(),
+    };
+    let failing = || crate::Report {
+        presence: Some(canopy_core::Presence::Failing),
+        reason: Some("the model API call failed (HTTP 429, rate_limit_error); retry 1 of 10".into()),
+        ..report("ci-manager", "model_error", serde_json::json!({ "fatal": false }), None)
+    };
+    let apply = |rules: crate::FailoverRules| {
+        let store = store.clone();
+        async move {
+            store
+                .write(move |c| {
+                    ops::apply_reports(
+                        c,
+                        &RunnerId::parse("r1").unwrap(),
+                        &[failing()],
+                        1000,
+                        Estimate::default(),
+                        &rules,
+                    )
+                })
+                .await
+                .unwrap()
+        }
+    };
+    for _ in 0..2 {
+        assert!(apply(rules.clone()).await.notices.iter().all(|n| !n.body.contains("keeps failing")));
+    }
+    let entry = store.read(|c| ops::roster_entry(c, "ci-manager")).await.unwrap();
+    assert_eq!((entry.harness.as_str(), entry.presence), ("claude", canopy_core::Presence::Failing));
+    let moved = apply(rules.clone()).await;
+    assert_eq!(moved.notices.iter().filter(|n| n.body.contains("keeps failing")).count(), 1);
+    let entry = store.read(|c| ops::roster_entry(c, "ci-manager")).await.unwrap();
+    assert_eq!(entry.harness, "codex");
+    assert!(entry.failover.as_deref().is_some_and(|f| f.starts_with("claude failing: ")), "{entry:?}");
+    assert!(entry.runner.is_none(), "its claude session ended");
+    // Not due before failback_after; due after, and back on claude.
+    let due = |after: i64| store.read(move |c| ops::failback_due(c, c.now_ms(), after));
+    assert!(due(60_000).await.unwrap().is_empty());
+    store.clock().advance(std::time::Duration::from_secs(61));
+    let back = due(60_000).await.unwrap();
+    assert_eq!(back, vec![(h("ci-manager"), "claude".to_owned())]);
+    let told = store.write(move |c| ops::fail_back(c, &back[0].0, &back[0].1)).await.unwrap();
+    assert!(told.body.contains("goes back to claude"), "{}", told.body);
+    let entry = store.read(|c| ops::roster_entry(c, "ci-manager")).await.unwrap();
+    assert_eq!((entry.harness.as_str(), entry.failover), ("claude", None));
+    // A lane without a chain does not move, however often it fails.
+    let none = crate::FailoverRules { chains: Default::default(), ..rules };
+    for _ in 0..4 {
+        assert!(apply(none.clone()).await.notices.iter().all(|n| !n.body.contains("keeps failing")));
+    }
 }

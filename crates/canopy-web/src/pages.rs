@@ -377,6 +377,7 @@ fn node(n: &TreeNode, roster: &[RosterEntry], usage: &UsageResponse) -> Markup {
                     @if a.unconfined { " " span.badge { "unconfined" } }
                     @if a.host_network { " " span.badge { "host network" } }
                     @if a.egress_refused > 0 { " " span.badge { "egress refused: " (a.egress_refused) } }
+                    @if let Some(failover) = &a.failover { " " span.badge { "on " (a.harness) " (" (failover) ")" } }
                     @if let Some(text) = &a.activity { div.activity { "— " (text) } }
                 }
                 div.spend {

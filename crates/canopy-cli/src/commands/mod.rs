@@ -124,7 +124,7 @@ async fn agents_command(client: &Client, json: bool, command: AgentsCommand) -> 
         AgentsCommand::Show { handle } => agents::show(client, json, handle).await,
         AgentsCommand::Reparent { handle, parent } => agents::reparent(client, json, handle, parent).await,
         AgentsCommand::Despawn { handle, yes } => agents::despawn(client, json, handle, yes).await,
-        AgentsCommand::Start { handle } => sessions::start(client, json, handle).await,
+        AgentsCommand::Start { handle, harness } => sessions::start(client, json, handle, harness).await,
         AgentsCommand::Stop { handle } => sessions::stop(client, json, handle).await,
         AgentsCommand::Interrupt { handle } => sessions::interrupt(client, json, handle).await,
         AgentsCommand::Budget { handle, usd, tokens, period, subtree, clear } => {

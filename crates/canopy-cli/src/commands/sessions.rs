@@ -14,15 +14,19 @@ use crate::client::{CallError, Client};
 use crate::exit::code;
 use crate::output;
 
-/// `canopy agents start`.
-pub async fn start(client: &Client, json: bool, handle: String) -> u8 {
-    let request = AgentsStartStopRequest { handle };
-    code(json, call::<method::AgentsStart>(client, json, &request, desired("run: a session starts")).await)
+/// `canopy agents start`, on another harness with `--harness`.
+pub async fn start(client: &Client, json: bool, handle: String, harness: Option<String>) -> u8 {
+    let what = match harness {
+        Some(_) => "run on it: a session on another harness ends at its next turn boundary",
+        None => "run: a session starts",
+    };
+    let request = AgentsStartStopRequest { handle, harness };
+    code(json, call::<method::AgentsStart>(client, json, &request, desired(what)).await)
 }
 
 /// `canopy agents stop`.
 pub async fn stop(client: &Client, json: bool, handle: String) -> u8 {
-    let request = AgentsStartStopRequest { handle };
+    let request = AgentsStartStopRequest { handle, harness: None };
     code(json, call::<method::AgentsStop>(client, json, &request, desired("stop: its session ends")).await)
 }
 

@@ -17,6 +17,10 @@ use crate::api::runs::RunAssignment;
 #[serde(deny_unknown_fields)]
 pub struct AgentsStartStopRequest {
     pub handle: String,
+    /// `agents.start` only: move the lane to this harness of its role's chain (a live session
+    /// on another ends at its next turn boundary), clearing a failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<String>,
 }
 
 /// `agents.interrupt` (operators): stop the agent's running turn. The session stays up.
@@ -191,6 +195,11 @@ pub struct RunnersSyncResponse {
     /// sessions ends at its next turn boundary, and starts on another runner.
     #[serde(default)]
     pub draining: bool,
+    /// Sessions of this runner that end at their next turn boundary (never mid-turn) and
+    /// start again, elsewhere or on another harness: every standing one while it drains, and
+    /// any whose agent moved to another harness.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub move_at_boundary: Vec<RunningSession>,
 }
 
 pub use canopy_core::harness::PromptMode;
