@@ -1319,6 +1319,7 @@ mod humantime_serde {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
     use super::*;
 
     #[test]
