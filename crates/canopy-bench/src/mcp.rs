@@ -165,8 +165,11 @@ struct Endpoints {
     /// Canopy's tools as the embedded runner serves them (the default single-machine mode):
     /// their calls go to the daemon's handler in process.
     mcp: HttpEndpoint,
-    /// The same tools as a runner on another machine serves them: their calls go over NATS.
+    /// The same tools as a runner on another machine served them before: calls over NATS.
     remote: HttpEndpoint,
+    /// The same tools as a runner on another machine serves them: calls over HTTP to the
+    /// daemon's endpoint (`canopy_runner::HttpTools`).
+    far: HttpEndpoint,
     /// The raw echo, answering what a real call answers with the same content type.
     echo: HttpEndpoint,
     /// A session's relay to `mcp` (`canopy_harness::network::relay`), the way a confined
@@ -185,6 +188,15 @@ async fn endpoints(bench: &Bench, tokens: &[(String, String)]) -> Result<Endpoin
     let mcp = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
     let tools = canopy_tools::CanopyTools::new(bench.api.clone(), canopy_tools::TokenSource::Header);
     let remote = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
+    let far_api = bench.api.clone().in_process(Arc::new(bench.remote_tools()?));
+    let tools = canopy_tools::CanopyTools::new(far_api, canopy_tools::TokenSource::Header);
+    let far = canopy_tools::http::serve(tools, check.clone()).await.map_err(|e| e.to_string())?;
+    let mut far_probe = Caller::connect(far.addr, &tokens[0]).await?;
+    far_probe.initialize().await?;
+    let far_answer = far_probe.call().await?;
+    if !String::from_utf8_lossy(&far_answer).contains("\"isError\":false") {
+        return Err(format!("the probe call from a runner elsewhere failed: {}", String::from_utf8_lossy(&far_answer)));
+    }
     let mut probe = Caller::connect(mcp.addr, &tokens[0]).await?;
     probe.initialize().await?;
     let answer = probe.call().await?;
@@ -202,7 +214,7 @@ async fn endpoints(bench: &Bench, tokens: &[(String, String)]) -> Result<Endpoin
     let target = canopy_harness::egress::Allowed { host: mcp.addr.ip().to_string(), port: Some(mcp.addr.port()) };
     let slots = Arc::new(tokio::sync::Semaphore::new(canopy_harness::egress::MAX_CONNECTIONS));
     tokio::spawn(canopy_harness::network::relay(relay, target, slots));
-    Ok(Endpoints { mcp, remote, echo, relayed })
+    Ok(Endpoints { mcp, remote, far, echo, relayed })
 }
 
 /// The tool call figures at each caller count, and the throughput figure.
@@ -213,13 +225,16 @@ async fn measure(bench: &Bench, tokens: &[(String, String)], quick: bool) -> Res
     let mut figures = Vec::new();
     let mut rates = Vec::new();
     let mut relayed = Vec::new();
+    let mut far = Vec::new();
     for n in CALLERS {
-        let (figure, through_relay, rate) = at_callers(&endpoints, &tokens[..n], length, &parts).await?;
+        let (figure, through_relay, from_far, rate) = at_callers(&endpoints, &tokens[..n], length, &parts).await?;
         figures.push(figure);
         relayed.push(through_relay);
+        far.push(from_far);
         rates.push(rate);
     }
     figures.extend(relayed);
+    figures.extend(far);
     let (at16, at64) = (rates[1], rates[2]);
     figures.push(Figure {
         figure: "MCP throughput from 16 to 64 callers".into(),
@@ -286,11 +301,17 @@ async fn at_callers(
     tokens: &[(String, String)],
     length: Duration,
     parts: &OneCaller,
-) -> Result<(Figure, Figure, f64), String> {
+) -> Result<(Figure, Figure, Figure, f64), String> {
     let n = tokens.len();
     let (mut tool_callers, mut relay_callers, mut echo_callers) = (Vec::new(), Vec::new(), Vec::new());
+    let mut far_callers = Vec::new();
     for token in tokens {
-        for (addr, callers) in [(endpoints.mcp.addr, &mut tool_callers), (endpoints.relayed, &mut relay_callers)] {
+        let ours = [
+            (endpoints.mcp.addr, &mut tool_callers),
+            (endpoints.relayed, &mut relay_callers),
+            (endpoints.far.addr, &mut far_callers),
+        ];
+        for (addr, callers) in ours {
             let mut caller = Caller::connect(addr, token).await?;
             caller.initialize().await?;
             callers.push(caller);
@@ -300,12 +321,12 @@ async fn at_callers(
         echo_callers.push(caller);
     }
     // Warm all three, then alternate rounds.
-    for callers in [&mut tool_callers, &mut relay_callers, &mut echo_callers] {
+    for callers in [&mut tool_callers, &mut relay_callers, &mut far_callers, &mut echo_callers] {
         phase(callers, Duration::from_millis(100)).await?;
     }
     let (mut tool_p50, mut tool_p99, mut tool_rate) = (Vec::new(), Vec::new(), Vec::new());
     let (mut echo_p50, mut echo_p99, mut echo_rate) = (Vec::new(), Vec::new(), Vec::new());
-    let mut relay_p50 = Vec::new();
+    let (mut relay_p50, mut far_p50) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let (times, rate) = phase(&mut echo_callers, length).await?;
         echo_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
@@ -317,6 +338,8 @@ async fn at_callers(
         tool_rate.push(rate);
         let (times, _) = phase(&mut relay_callers, length).await?;
         relay_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
+        let (times, _) = phase(&mut far_callers, length).await?;
+        far_p50.push(percentile(&times, 0.5).as_secs_f64() * 1e6);
     }
     let (value, baseline) = (median(tool_p50), median(echo_p50));
     let ratio = value / baseline;
@@ -337,12 +360,40 @@ async fn at_callers(
              direct {value:.0} us ({ratio:.1}x)"
         ),
     };
+    let from_far = median(far_p50);
+    // One caller: latency, <= 3x. Many: this bench runs the runner's side of each call on the
+    // daemon's cores too, so the figure is a CPU ratio on one machine and the call's extra HTTP
+    // hop (the runner's client and the daemon's server) costs at least one echo more than the
+    // embedded call: the hop itself is held to <= 1.5 echoes (docs/benchmarks.md).
+    let (far_target, far_met) = match n {
+        1 => ("<= 3x baseline p50".to_owned(), from_far / baseline <= 3.0),
+        _ => (
+            format!("<= 3x baseline p50, or on one machine the embedded figure ({ratio:.2}x) + 1.5x"),
+            from_far / baseline <= 3.0 || from_far / baseline - ratio <= 1.5,
+        ),
+    };
+    let far = Figure {
+        figure: format!("MCP tool call p50 from a runner on another machine, {n} concurrent caller{}", plural(n)),
+        value: from_far,
+        unit: "us".into(),
+        baseline,
+        baseline_name: "raw HTTP echo on the same front, same bytes, p50 (us)".into(),
+        ratio: from_far / baseline,
+        target: far_target,
+        met: far_met,
+        note: format!(
+            "the tool server's calls go over HTTP to the daemon's endpoint on kept-alive connections with the \
+             runner's login (canopy_runner::HttpTools), as a runner that is not the daemon's own sends them; the \
+             embedded runner's (in process) {value:.0} us ({ratio:.1}x)"
+        ),
+    };
     // One caller: the parts of the call beside the same echo.
     let breakdown = match n {
         1 => format!(
             "; one caller's parts, x the echo: the same call to the API in process {:.1}x ({:.0} us), \
              over NATS {:.1}x ({:.0} us), a raw NATS request round trip {:.1}x ({:.0} us); \
-             the tool call through an endpoint calling over NATS (a runner elsewhere) {:.1}x ({:.0} us)",
+             the tool call through an endpoint calling over NATS (a runner elsewhere, before it called over \
+             HTTP) {:.1}x ({:.0} us)",
             parts.local / baseline,
             parts.local,
             parts.nats_api / baseline,
@@ -370,7 +421,7 @@ async fn at_callers(
             median(echo_p99)
         ),
     };
-    Ok((figure, through_relay, rate))
+    Ok((figure, through_relay, far, rate))
 }
 
 fn plural(n: usize) -> &'static str {

@@ -60,6 +60,15 @@ impl std::ops::Deref for Bench {
 }
 
 impl Bench {
+    /// The tool-call path of a runner on another machine, as the stand-in runner: over HTTP
+    /// to the daemon's endpoint (`daemon.json`'s `git_url`) with the stand-in's login.
+    pub fn remote_tools(&self) -> Result<canopy_runner::HttpTools, String> {
+        let info = canopy_config::read_connection_info(self.data()).map_err(|e| format!("daemon.json: {e}"))?;
+        let tools = canopy_runner::HttpTools::new(self.api.bus.clone(), self.api.timeout);
+        tools.set(&info.git_url, canopy_git::http::basic_header(fake_runner().as_str(), &self.runner_token));
+        Ok(tools)
+    }
+
     /// A fresh benchmark workspace with its daemon running.
     pub async fn start() -> Result<Bench, String> {
         let setup = Setup { edits: EDITS, files: &[], runners: &[BENCH_RUNNER, FAKE_RUNNER] };

@@ -123,11 +123,18 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     let git_program = git.program().to_owned();
     let api = build_api(&dir, &config, &store, &link, &workspace, check_script, git, git_url.clone())?;
     recover(&dir, &api, &store).await?;
-    let git_http = canopy_git::http::serve(git_listener, git_program, dir.root().join("repos"), api.git_authorize())
-        .map_err(|source| DaemonError::Io { what: "serving git".into(), source })?;
-    tracing::info!(url = %git_url, "serving repositories to runners over git");
     let Link { nats, url, bus, requests, subjects, .. } = link;
     let served = Served::start(api.clone(), &config, requests, &bus, &subjects);
+    let tools = crate::runner_api::handler(
+        served.local.clone(),
+        api.auth.clone(),
+        subjects.clone(),
+        config.limits.max_body_bytes.saturating_mul(4),
+    );
+    let git_http =
+        canopy_git::http::serve(git_listener, git_program, dir.root().join("repos"), api.git_authorize(), Some(tools))
+            .map_err(|source| DaemonError::Io { what: "serving git".into(), source })?;
+    tracing::info!(url = %git_url, "serving repositories and tool calls to runners over HTTP");
     let urls = Urls { nats: &url, git: &git_url };
     let clients = Clients::start(&dir, &config, &served.in_process, web, embedded, &workspace, urls).await?;
     if let Some(client) = client
@@ -308,6 +315,8 @@ struct Served {
     serving: CancellationToken,
     tracker: TaskTracker,
     in_process: ApiClient,
+    /// The handler in process, for the runners' tool calls over HTTP.
+    local: Arc<dyn canopy_bus::api::LocalApi>,
 }
 
 impl Served {
@@ -323,8 +332,9 @@ impl Served {
         // The clients in this process (the embedded runner, the console) call the handler directly.
         let local: Arc<dyn canopy_bus::api::LocalApi> =
             Arc::new(InProcess { api: shared, permits, tracker: tracker.clone() });
-        let in_process = ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout).in_process(local);
-        Served { server, serving, tracker, in_process }
+        let in_process =
+            ApiClient::new(bus.clone(), subjects.clone(), config.daemon.request_timeout).in_process(local.clone());
+        Served { server, serving, tracker, in_process, local }
     }
 
     /// Stops taking requests and lets those in flight finish within `grace`.

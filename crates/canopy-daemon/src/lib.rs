@@ -7,7 +7,7 @@
 //! - services: `delivery` (carries a committed post; uses the store and the `wire`), `holds`
 //!   (the budget snapshot), `notify`, `run_ends`, `auth`, `replies` (reactions to posts),
 //!   `trees` (checkouts' working trees, here or on their runners), `git_access` (who may use
-//!   the git endpoint);
+//!   the git endpoint), `runner_api` (tool calls from runners elsewhere, over HTTP);
 //! - areas: `budgets`, `issues`, `prompts`, `repos`, `runs`, `gate`, `agents`, `sessions`, `history`,
 //!   `credentials`, `messages`; `api` dispatches each method to its area (the method table
 //!   names it); `daemon` and `serve` are the lifecycle and the request loop.
@@ -43,6 +43,7 @@ pub mod replies;
 pub mod repos;
 pub mod roles;
 pub mod run_ends;
+pub mod runner_api;
 pub mod runs;
 mod serve;
 pub mod sessions;

@@ -3,6 +3,9 @@
 //! a login (HTTP Basic: a runner's id and its token) and a question to the caller for every
 //! request (`Authorize`): may this login fetch this repository, or make these ref updates?
 //!
+//! The same listener hands paths under `/api/` to a handler the caller gives (the daemon's
+//! tool calls from runners), and only routes them.
+//!
 //! Owns the protocol's edges: which paths exist (`info/refs`, `git-upload-pack`,
 //! `git-receive-pack`; the dumb protocol is refused), reading a push's ref updates from the
 //! head of its body before any of it reaches git (so a refused push writes nothing), and
@@ -81,6 +84,17 @@ pub enum Refusal {
 /// Decides one request: the login's name (passed to git as `REMOTE_USER`), or a refusal.
 pub type Authorize = Arc<dyn Fn(Asked) -> Pin<Box<dyn Future<Output = Result<String, Refusal>> + Send>> + Send + Sync>;
 
+/// What the same listener serves under `/api/` (the daemon's tool calls from runners); the
+/// endpoint only routes to it.
+pub type Other = Arc<
+    dyn Fn(http::Request<Incoming>, SocketAddr) -> Pin<Box<dyn Future<Output = http::Response<Body>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// The prefix of the paths `Other` answers.
+pub const OTHER_PREFIX: &str = "/api/";
+
 /// The running endpoint; dropping it (or `stop`) stops accepting.
 #[derive(Debug)]
 pub struct GitHttp {
@@ -108,14 +122,22 @@ struct Backend {
     /// The directory holding the mirrors (`<name>.git`).
     root: PathBuf,
     authorize: Authorize,
+    other: Option<Other>,
     slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// Serves the mirrors in `root` on `listener` with git `program`, asking `authorize` about
-/// every request.
-pub fn serve(listener: TcpListener, program: PathBuf, root: PathBuf, authorize: Authorize) -> std::io::Result<GitHttp> {
+/// every request, and hands paths under `OTHER_PREFIX` to `other` when there is one.
+pub fn serve(
+    listener: TcpListener,
+    program: PathBuf,
+    root: PathBuf,
+    authorize: Authorize,
+    other: Option<Other>,
+) -> std::io::Result<GitHttp> {
     let addr = listener.local_addr()?;
-    let backend = Backend { program, root, authorize, slots: Arc::new(tokio::sync::Semaphore::new(MAX_BACKENDS)) };
+    let backend =
+        Backend { program, root, authorize, other, slots: Arc::new(tokio::sync::Semaphore::new(MAX_BACKENDS)) };
     let accept = tokio::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
@@ -127,6 +149,11 @@ pub fn serve(listener: TcpListener, program: PathBuf, root: PathBuf, authorize: 
                 }
             };
             let backend = backend.clone();
+            // A tool call's answer is a small write after its head: sent at once, not after
+            // the peer's delayed acknowledgement.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY on a git connection");
+            }
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
                     let backend = backend.clone();
@@ -143,9 +170,11 @@ pub fn serve(listener: TcpListener, program: PathBuf, root: PathBuf, authorize: 
     Ok(GitHttp { addr, accept })
 }
 
-type Body = BoxBody<Bytes, std::io::Error>;
+/// A response body: the backend's output streamed, or a whole text.
+pub type Body = BoxBody<Bytes, std::io::Error>;
 
-fn text(status: http::StatusCode, message: &str) -> http::Response<Body> {
+/// A plain-text response with `status`.
+pub fn text(status: http::StatusCode, message: &str) -> http::Response<Body> {
     let mut response =
         http::Response::new(Full::new(Bytes::from(format!("{message}\n"))).map_err(|never| match never {}).boxed());
     *response.status_mut() = status;
@@ -196,7 +225,7 @@ fn route(method: &http::Method, path: &str, query: &str) -> Option<(String, Serv
 }
 
 /// The Basic login of `headers`, if it has a well-formed one.
-fn basic_login(headers: &http::HeaderMap) -> Option<(String, String)> {
+pub fn basic_login(headers: &http::HeaderMap) -> Option<(String, String)> {
     use base64::Engine;
     let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
     let encoded = value.strip_prefix("Basic ").or_else(|| value.strip_prefix("basic "))?;
@@ -250,6 +279,11 @@ pub fn parse_commands(head: &[u8]) -> Result<Option<(Vec<RefUpdate>, usize)>, St
 
 impl Backend {
     async fn answer(&self, request: http::Request<Incoming>, peer: SocketAddr) -> http::Response<Body> {
+        if let Some(other) = &self.other
+            && request.uri().path().starts_with(OTHER_PREFIX)
+        {
+            return other(request, peer).await;
+        }
         let (parts, body) = request.into_parts();
         let Some((repo, service, listing)) =
             route(&parts.method, parts.uri.path(), parts.uri.query().unwrap_or_default())

@@ -126,7 +126,7 @@ async fn the_http_endpoint_serves_fetches_and_only_the_pushes_it_allows() {
         })
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = serve(listener, "git".into(), mirror.parent().unwrap().to_owned(), authorize).unwrap();
+    let endpoint = serve(listener, "git".into(), mirror.parent().unwrap().to_owned(), authorize, None).unwrap();
     let url = format!("http://{}", endpoint.addr);
     let runner = Git::new("git", SandboxSettings::off(tmp.path().join("runner")), Duration::from_secs(5));
     let remote = canopy_git::Remote { url: url.clone(), authorization: basic_header("box1", "secret") };

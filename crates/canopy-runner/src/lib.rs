@@ -10,7 +10,8 @@
 //!
 //! Files import downward only: `wiring` starts a `runner`; `runner` uses `requests`,
 //! `restarts`, `session` and `reporter`; all of them read `options`, which imports only
-//! `checkouts` (the checkouts a runner keeps on its own disk), which imports none of them. Nothing imports this file: it only declares and re-exports.
+//! `checkouts` (the checkouts a runner keeps on its own disk), which imports none of them;
+//! `tool_path` (tool calls over HTTP from a runner elsewhere) imports nothing of the runner. Nothing imports this file: it only declares and re-exports.
 
 mod checkouts;
 mod options;
@@ -19,8 +20,10 @@ mod requests;
 mod restarts;
 mod runner;
 mod session;
+mod tool_path;
 pub mod wiring;
 
 pub use checkouts::Checkouts;
 pub use options::{RunnerOptions, RunnerSettings, RunnerToken, TokenUnreadable};
 pub use runner::{RunnerError, RunnerHandle, spawn};
+pub use tool_path::HttpTools;

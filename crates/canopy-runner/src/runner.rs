@@ -67,7 +67,13 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
     let check_tokens = tokens.clone();
     // A poisoned lock admits nobody: the endpoint fails closed (`admit` logs the poisoning).
     let check: TokenCheck = Arc::new(move |token| check_tokens.read().is_ok_and(|t| t.contains_key(token)));
-    let tools = CanopyTools::new(options.api.clone(), TokenSource::Header);
+    // A runner elsewhere sends tool calls over HTTP once its sync names the daemon's endpoint.
+    let http_tools = crate::tool_path::HttpTools::new(options.api.bus.clone(), options.api.timeout);
+    let tools_api = match options.api.is_in_process() {
+        true => options.api.clone(),
+        false => options.api.clone().in_process(Arc::new(http_tools.clone())),
+    };
+    let tools = CanopyTools::new(tools_api, TokenSource::Header);
     let endpoint = canopy_tools::http::serve(tools, check).await.map_err(RunnerError::Endpoint)?;
     let inbound = Inbound::subscribe(&options).await?;
     let (reports, reporter) = crate::reporter::spawn(
@@ -83,6 +89,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         options,
         endpoint,
         tokens,
+        http_tools,
         reports,
         sessions: HashMap::new(),
         stopping: HashMap::new(),
@@ -141,6 +148,8 @@ struct RunnerActor {
     endpoint: HttpEndpoint,
     /// token -> agent, for the MCP endpoint's admission check.
     tokens: Tokens,
+    /// Where the sessions' tool calls go when this runner is not the daemon's own.
+    http_tools: crate::tool_path::HttpTools,
     reports: mpsc::Sender<SessionReport>,
     /// agent -> its running session.
     sessions: HashMap<String, SessionSlot>,
@@ -240,6 +249,7 @@ impl RunnerActor {
             tracing::info!(runner = %self.id, "registered with the daemon");
         }
         self.options.checkouts.set_url(&assigned.git_url);
+        self.http_tools.set(&assigned.git_url, canopy_git::http::basic_header(self.id.as_str(), &token));
         self.move_at_boundary(&assigned);
         self.stop_unassigned(&assigned);
         if assigned.more {
