@@ -15,6 +15,7 @@ mod cluster;
 mod disk;
 mod kill9;
 mod nats;
+mod runner_host;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -230,11 +231,13 @@ struct Deliveries {
     missing: Vec<String>,
 }
 
-/// Reads every input of `agent`'s sessions and checks each acknowledged post to it arrived
-/// at least once, and every repeat is marked `redelivered`.
-fn check_deliveries(env: &TestEnv, agent: &str, ledger: &Ledger) -> Deliveries {
+/// Reads every input of `agent`'s sessions on the runners whose data directories are `dirs`
+/// and checks each acknowledged post to it arrived at least once, and every repeat is marked
+/// `redelivered`.
+fn check_deliveries(dirs: &[std::path::PathBuf], agent: &str, ledger: &Ledger) -> Deliveries {
     let mut seen = BTreeMap::<u64, Vec<bool>>::new();
-    for input in crate::delivery::inputs(env, agent) {
+    let inputs = dirs.iter().flat_map(|dir| crate::remote::transcript_in(dir, agent)).filter(|l| l["kind"] == "input");
+    for input in inputs {
         let text = input["text"].as_str().unwrap_or_default();
         for line in text.lines() {
             // `[canopy-<nonce> message <seq> from @x (role) in #c > t at <time>[, redelivered]]`
@@ -288,11 +291,23 @@ struct Checked {
 /// acknowledged post stored once at its sequence in `channels`, every post to a worker
 /// delivered, every repeat marked.
 fn check_load(env: &TestEnv, api: &ApiClient, ledger: &Ledger, workers: &[&str], channels: &[String]) -> Checked {
+    check_load_on(env, api, ledger, workers, channels, &[env.data_dir()])
+}
+
+/// `check_load` with the workers' sessions on the runners whose data directories are `dirs`.
+fn check_load_on(
+    env: &TestEnv,
+    api: &ApiClient,
+    ledger: &Ledger,
+    workers: &[&str],
+    channels: &[String],
+    dirs: &[std::path::PathBuf],
+) -> Checked {
     settle_all(env, workers);
     let stored = check_posts_exactly_once(env, api, ledger, channels);
     let (mut once, mut marked) = (0, 0);
     for worker in workers {
-        let d = check_deliveries(env, worker, ledger);
+        let d = check_deliveries(dirs, worker, ledger);
         assert!(d.missing.is_empty(), "{worker} never received {:?}", d.missing);
         assert!(d.unmarked_repeats.is_empty(), "{worker}: repeats not marked redelivered: {:?}", d.unmarked_repeats);
         once += d.once;

@@ -18,18 +18,7 @@ pub(crate) const QUICK: &[(&str, &str)] = &[
 
 /// Every transcript line of every session of `agent`, in order.
 pub(crate) fn transcript(env: &TestEnv, agent: &str) -> Vec<Value> {
-    let dir = env.data_dir().join("sessions").join(agent);
-    let mut incarnations: Vec<u64> = std::fs::read_dir(&dir)
-        .map(|rd| rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default();
-    incarnations.sort();
-    incarnations
-        .into_iter()
-        .flat_map(|i| {
-            let text = std::fs::read_to_string(dir.join(i.to_string()).join("transcript.jsonl")).unwrap_or_default();
-            text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect::<Vec<_>>()
-        })
-        .collect()
+    crate::remote::transcript_in(&env.data_dir(), agent)
 }
 
 /// The inputs (prompts and steers) an agent's harness received.

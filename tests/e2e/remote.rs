@@ -103,7 +103,7 @@ impl TestEnv {
 }
 
 /// A scripted agent's transcript on a runner whose data directory is `dir`.
-fn far_transcript(dir: &Path, agent: &str) -> Vec<Value> {
+pub(crate) fn transcript_in(dir: &Path, agent: &str) -> Vec<Value> {
     let sessions = dir.join("sessions").join(agent);
     let mut incarnations: Vec<u64> = std::fs::read_dir(&sessions)
         .map(|rd| rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
@@ -122,9 +122,9 @@ fn far_transcript(dir: &Path, agent: &str) -> Vec<Value> {
 /// The result of the `n`th call of `tool` in a far agent's transcript.
 fn far_tool_result(dir: &Path, agent: &str, tool: &str, n: usize) -> Value {
     let results = || -> Vec<Value> {
-        far_transcript(dir, agent).into_iter().filter(|l| l["kind"] == "tool_result" && l["name"] == tool).collect()
+        transcript_in(dir, agent).into_iter().filter(|l| l["kind"] == "tool_result" && l["name"] == tool).collect()
     };
-    crate::assert_eventually!(results().len() > n, "{agent} never called {tool}: {:#?}", far_transcript(dir, agent));
+    crate::assert_eventually!(results().len() > n, "{agent} never called {tool}: {:#?}", transcript_in(dir, agent));
     results()[n].clone()
 }
 
@@ -204,6 +204,15 @@ fn a_runner_without_the_daemons_disk_hosts_a_repository_agent_that_lands_work() 
     fetch.current_dir(&lead).args(["fetch", "-q", &wrong]).env("GIT_TERMINAL_PROMPT", "0");
     assert!(!fetch.output().unwrap().status.success(), "a fetch with a wrong token went through");
     assert_eq!(git(&mirror, &["rev-parse", "refs/heads/main"]), before);
+    // Tool calls go over the same endpoint: only tool methods, only with a runner's login.
+    let authority = url.trim_start_matches("http://");
+    let login = format!("Authorization: Basic {}\r\n", base64_login("far", &token));
+    assert!(raw_post(authority, "/api/runners.sync", &login, "").starts_with("HTTP/1.1 404"));
+    assert!(raw_post(authority, "/api/whoami", "", "").starts_with("HTTP/1.1 401"));
+    let anonymous = raw_post(authority, "/api/whoami", &login, "");
+    assert!(anonymous.starts_with("HTTP/1.1 200") && anonymous.contains("\"forbidden\""), "{anonymous}");
+    let log = std::fs::read_to_string(env.dir.path().join("far.log")).unwrap();
+    assert!(!log.contains("over HTTP failed"), "a tool call fell back to NATS: {log}");
     let audit = env.json(&["audit"]);
     let refused: Vec<&Value> =
         audit["entries"].as_array().unwrap().iter().filter(|e| e["action"] == "git_refused").collect();
@@ -269,7 +278,7 @@ actions = []
 /// Every input line of `agent` on the runners whose data directories are `dirs`.
 fn inputs_on(dirs: &[&Path], agent: &str) -> Vec<String> {
     dirs.iter()
-        .flat_map(|dir| far_transcript(dir, agent))
+        .flat_map(|dir| transcript_in(dir, agent))
         .filter(|l| l["kind"] == "input")
         .map(|l| l["text"].as_str().unwrap_or_default().to_owned())
         .collect()
@@ -404,4 +413,24 @@ fn a_runner_killed_mid_run_fails_the_run_with_what_it_pushed_and_its_manager_mov
     let took = killed.elapsed();
     assert!(took < std::time::Duration::from_secs(2 + 2 + 2), "the Manager took {took:?} to run again");
     assert_eq!(env.json(&["runs", "--agent", "lead"])["runs"][0]["status"], "failed");
+}
+
+/// `user:password` in base64, as HTTP Basic sends it.
+fn base64_login(user: &str, password: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+}
+
+/// One HTTP/1.1 POST on a fresh loopback connection; the whole answer as text.
+fn raw_post(authority: &str, path: &str, headers: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
 }
