@@ -360,33 +360,7 @@ async fn at_callers(
              direct {value:.0} us ({ratio:.1}x)"
         ),
     };
-    let from_far = median(far_p50);
-    // One caller: latency, <= 3x. Many: this bench runs the runner's side of each call on the
-    // daemon's cores too, so the figure is a CPU ratio on one machine and the call's extra HTTP
-    // hop (the runner's client and the daemon's server) costs at least one echo more than the
-    // embedded call: the hop itself is held to <= 1.5 echoes (docs/benchmarks.md).
-    let (far_target, far_met) = match n {
-        1 => ("<= 3x baseline p50".to_owned(), from_far / baseline <= 3.0),
-        _ => (
-            format!("<= 3x baseline p50, or on one machine the embedded figure ({ratio:.2}x) + 1.5x"),
-            from_far / baseline <= 3.0 || from_far / baseline - ratio <= 1.5,
-        ),
-    };
-    let far = Figure {
-        figure: format!("MCP tool call p50 from a runner on another machine, {n} concurrent caller{}", plural(n)),
-        value: from_far,
-        unit: "us".into(),
-        baseline,
-        baseline_name: "raw HTTP echo on the same front, same bytes, p50 (us)".into(),
-        ratio: from_far / baseline,
-        target: far_target,
-        met: far_met,
-        note: format!(
-            "the tool server's calls go over HTTP to the daemon's endpoint on kept-alive connections with the \
-             runner's login (canopy_runner::HttpTools), as a runner that is not the daemon's own sends them; the \
-             embedded runner's (in process) {value:.0} us ({ratio:.1}x)"
-        ),
-    };
+    let far = far_figure(n, median(far_p50), baseline, (value, ratio));
     // One caller: the parts of the call beside the same echo.
     let breakdown = match n {
         1 => format!(
@@ -422,6 +396,37 @@ async fn at_callers(
         ),
     };
     Ok((figure, through_relay, far, rate))
+}
+
+/// The tool call from a runner on another machine at `n` callers (p50 `from_far` us) beside the
+/// echo's `baseline`, and the embedded figure's p50 and ratio.
+fn far_figure(n: usize, from_far: f64, baseline: f64, (value, ratio): (f64, f64)) -> Figure {
+    // One caller: latency, <= 3x. Many: this bench runs the runner's side of each call on the
+    // daemon's cores too, so the figure is a CPU ratio on one machine and the call's extra HTTP
+    // hop (the runner's client and the daemon's server) costs at least one echo more than the
+    // embedded call: the hop itself is held to <= 1.5 echoes (docs/benchmarks.md).
+    let (target, met) = match n {
+        1 => ("<= 3x baseline p50".to_owned(), from_far / baseline <= 3.0),
+        _ => (
+            format!("<= 3x baseline p50, or on one machine the embedded figure ({ratio:.2}x) + 1.5x"),
+            from_far / baseline <= 3.0 || from_far / baseline - ratio <= 1.5,
+        ),
+    };
+    Figure {
+        figure: format!("MCP tool call p50 from a runner on another machine, {n} concurrent caller{}", plural(n)),
+        value: from_far,
+        unit: "us".into(),
+        baseline,
+        baseline_name: "raw HTTP echo on the same front, same bytes, p50 (us)".into(),
+        ratio: from_far / baseline,
+        target,
+        met,
+        note: format!(
+            "the tool server's calls go over HTTP to the daemon's endpoint on kept-alive connections with the \
+             runner's login (canopy_runner::HttpTools), as a runner that is not the daemon's own sends them; the \
+             embedded runner's (in process) {value:.0} us ({ratio:.1}x)"
+        ),
+    }
 }
 
 fn plural(n: usize) -> &'static str {

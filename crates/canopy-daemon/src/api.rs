@@ -120,14 +120,7 @@ impl Api {
         let issues = Issues::new(store.clone(), delivery.clone(), wire.clone(), subjects.clone(), budgets.clone());
         let prompts =
             Prompts::new(store.clone(), bundles, roles.clone(), config.clone(), data_dir.clone(), ends.clone());
-        let trees = Trees::new(
-            store.clone(),
-            git.clone(),
-            data_dir.clone(),
-            wire.clone(),
-            subjects.clone(),
-            config.daemon.request_timeout,
-        );
+        let trees = Trees::new(store.clone(), git.clone(), data_dir.clone(), (wire.clone(), subjects.clone()), &config);
         let repos =
             Repos::new(store.clone(), delivery.clone(), ends.clone(), config.clone(), data_dir.clone(), git, trees);
         let git_access = GitAccess::new(store.clone(), auth.clone());

@@ -43,15 +43,15 @@ pub struct Trees {
 }
 
 impl Trees {
+    /// A runner gets `[daemon] request_timeout` to answer.
     pub fn new(
         store: Store,
         git: Arc<canopy_git::Git>,
         data_dir: PathBuf,
-        wire: Arc<dyn Wire>,
-        subjects: Subjects,
-        timeout: Duration,
+        (wire, subjects): (Arc<dyn Wire>, Subjects),
+        config: &canopy_config::Config,
     ) -> Self {
-        Trees { store, git, data_dir, wire, subjects, timeout }
+        Trees { store, git, data_dir, wire, subjects, timeout: config.daemon.request_timeout }
     }
 
     /// The directory of an account's checkout on the daemon's disk.

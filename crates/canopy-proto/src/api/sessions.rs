@@ -153,7 +153,7 @@ pub struct SessionAssignment {
     /// A checkout the runner makes and keeps itself (`cwd` and `repo_mirror` are then empty):
     /// every runner but the embedded one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repo: Option<crate::api::RepoAssignment>,
+    pub repo: Option<crate::api::repos::RepoAssignment>,
     /// `cwd` is read-only to the session (a reviewer run's checkout of a merged tree).
     #[serde(default)]
     pub cwd_read_only: bool,
