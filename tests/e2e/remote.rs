@@ -284,8 +284,9 @@ fn inputs_on(dirs: &[&Path], agent: &str) -> Vec<String> {
         .collect()
 }
 
-/// The daemon with no runner of its own, fast syncs and a short runner TTL.
-fn remote_only_env(extra: &[(&str, &str)]) -> TestEnv {
+/// The daemon with no runner of its own, fast syncs and a short runner TTL; with `run_script`,
+/// the implementer runs that script.
+fn remote_only_env(run_script: Option<&str>) -> TestEnv {
     let mut env = TestEnv::new();
     env.ok(&["init", "--operator", "ops"]);
     let mut edits: Vec<(&str, &str)> = FAST.to_vec();
@@ -294,7 +295,14 @@ fn remote_only_env(extra: &[(&str, &str)]) -> TestEnv {
         ("runner_ttl = \"10s\"", "runner_ttl = \"2s\""),
         ("watch_interval = \"15s\"", "watch_interval = \"300ms\""),
     ]);
-    edits.extend_from_slice(extra);
+    let run_line = run_script.map(|text| {
+        let path = env.dir.path().join("run.toml");
+        std::fs::write(&path, text).unwrap();
+        format!("script = {:?}", path.display().to_string())
+    });
+    if let Some(line) = &run_line {
+        edits.push(("script = \"implementer.toml\"", line));
+    }
     env.edit_config(&edits);
     env.start_daemon();
     env
@@ -302,7 +310,7 @@ fn remote_only_env(extra: &[(&str, &str)]) -> TestEnv {
 
 #[test]
 fn a_drained_runner_moves_each_session_only_at_its_turn_boundary_delivering_everything_once() {
-    let env = remote_only_env(&[]);
+    let env = remote_only_env(None);
     let data = env.data_dir();
     let a = env.spawn_far_runner("a", &[], &[&data]);
     let script = env.script("worker.toml", WORKER_SCRIPT);
@@ -374,17 +382,7 @@ actions = [
 
 #[test]
 fn a_runner_killed_mid_run_fails_the_run_with_what_it_pushed_and_its_manager_moves() {
-    let run_script = tempfile::Builder::new()
-        .prefix("long-run-")
-        .suffix(".toml")
-        .tempfile()
-        .unwrap()
-        .into_temp_path()
-        .keep()
-        .unwrap();
-    std::fs::write(&run_script, LONG_RUN).unwrap();
-    let run_line = format!("script = {:?}", run_script.display().to_string());
-    let env = remote_only_env(&[("script = \"implementer.toml\"", &run_line)]);
+    let env = remote_only_env(Some(LONG_RUN));
     let repo = canonical(env.dir.path());
     env.json(&["repos", "add", "app", repo.to_str().unwrap()]);
     let data = env.data_dir();

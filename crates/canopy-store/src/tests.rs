@@ -445,19 +445,7 @@ async fn a_planted_secret_never_comes_out_of_activity_or_history() {
         let detail =
             serde_json::json!({ "kind": "tool_result", "name": "bash", "call_id": format!("c{i}"), "output": output });
         let reports = vec![report("ci-manager", "tool_result", detail, None)];
-        store
-            .write(move |c| {
-                ops::apply_reports(
-                    c,
-                    &RunnerId::parse("r1").unwrap(),
-                    &reports,
-                    1000,
-                    Estimate::default(),
-                    &Default::default(),
-                )
-            })
-            .await
-            .unwrap();
+        apply_with(&store, reports, Estimate::default(), Default::default()).await;
         // Message bodies are the operator's record and stay as posted; history excerpts are redacted.
         let body = format!("note {i}: {secret}");
         store
@@ -507,19 +495,7 @@ async fn usage_is_summed_per_turn_session_and_agent_and_old_records_are_pruned()
         report("ci-manager", "usage", serde_json::Value::Null, Some(usage("t2", 7, Some(0.25)))),
         report("docs-manager", "usage", serde_json::Value::Null, Some(usage("t1", 1, None))),
     ];
-    store
-        .write(move |c| {
-            ops::apply_reports(
-                c,
-                &RunnerId::parse("r1").unwrap(),
-                &reports,
-                1000,
-                Estimate::default(),
-                &Default::default(),
-            )
-        })
-        .await
-        .unwrap();
+    apply_with(&store, reports, Estimate::default(), Default::default()).await;
     let all = store.read(|c| ops::usage(c, None, 0)).await.unwrap();
     assert_eq!(all.total.input_tokens, 158);
     assert_eq!(all.total.output_tokens, 40);
@@ -558,19 +534,7 @@ async fn continuity_facts_carry_checkpoints_requests_and_pins_and_the_block_stay
             .await
             .unwrap();
         let reports = vec![report("ci-manager", "compaction_ended", serde_json::Value::Null, None)];
-        store
-            .write(move |c| {
-                ops::apply_reports(
-                    c,
-                    &RunnerId::parse("r1").unwrap(),
-                    &reports,
-                    1000,
-                    Estimate::default(),
-                    &Default::default(),
-                )
-            })
-            .await
-            .unwrap();
+        apply_with(&store, reports, Estimate::default(), Default::default()).await;
     }
     let facts = store.read(|c| ops::continuity_facts(c, "ci-manager", Incarnation(1), false)).await.unwrap();
     assert_eq!(facts.reason, ContinuityReason::Start { previous: None });
@@ -1000,11 +964,18 @@ fn turn(agent: &str, kind: &str, turn: &str, cost: Option<f64>) -> crate::Report
 }
 
 async fn apply(store: &Store, reports: Vec<crate::Report>) -> crate::Applied {
-    let estimate = crate::Estimate { usd: 0.1, tokens: 1000 };
+    apply_with(store, reports, crate::Estimate { usd: 0.1, tokens: 1000 }, Default::default()).await
+}
+
+/// Applies `reports` from runner `r1` with `estimate` and the failover `rules`.
+async fn apply_with(
+    store: &Store,
+    reports: Vec<crate::Report>,
+    estimate: crate::Estimate,
+    rules: crate::FailoverRules,
+) -> crate::Applied {
     store
-        .write(move |c| {
-            ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, estimate, &Default::default())
-        })
+        .write(move |c| ops::apply_reports(c, &RunnerId::parse("r1").unwrap(), &reports, 1000, estimate, &rules))
         .await
         .unwrap()
 }
@@ -1582,24 +1553,7 @@ async fn a_failing_lane_moves_along_its_chain_and_back() {
         reason: Some("the model API call failed (HTTP 429, rate_limit_error); retry 1 of 10".into()),
         ..report("ci-manager", "model_error", serde_json::json!({ "fatal": false }), None)
     };
-    let apply = |rules: crate::FailoverRules| {
-        let store = store.clone();
-        async move {
-            store
-                .write(move |c| {
-                    ops::apply_reports(
-                        c,
-                        &RunnerId::parse("r1").unwrap(),
-                        &[failing()],
-                        1000,
-                        Estimate::default(),
-                        &rules,
-                    )
-                })
-                .await
-                .unwrap()
-        }
-    };
+    let apply = |rules: crate::FailoverRules| apply_with(&store, vec![failing()], Estimate::default(), rules);
     for _ in 0..2 {
         assert!(apply(rules.clone()).await.notices.iter().all(|n| !n.body.contains("keeps failing")));
     }
