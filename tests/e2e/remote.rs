@@ -212,7 +212,7 @@ fn a_runner_without_the_daemons_disk_hosts_a_repository_agent_that_lands_work() 
     let anonymous = raw_post(authority, "/api/whoami", &login, "");
     assert!(anonymous.starts_with("HTTP/1.1 200") && anonymous.contains("\"forbidden\""), "{anonymous}");
     let log = std::fs::read_to_string(env.dir.path().join("far.log")).unwrap();
-    assert!(!log.contains("over HTTP failed"), "a tool call fell back to NATS: {log}");
+    assert!(!log.contains("over HTTP could not be sent"), "a tool call fell back to NATS: {log}");
     let audit = env.json(&["audit"]);
     let refused: Vec<&Value> =
         audit["entries"].as_array().unwrap().iter().filter(|e| e["action"] == "git_refused").collect();
@@ -431,4 +431,52 @@ fn raw_post(authority: &str, path: &str, headers: &str, body: &str) -> String {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     answer
+}
+
+/// Commits when told to; reads anything else.
+const COMMITTER: &str = r#"
+[[rule]]
+match = { kind = "message", text_contains = "COMMIT" }
+actions = [{ shell = "echo {self} >> work.txt && git add work.txt && git commit -qm 'Work of {self}'", expect = "ok" }]
+
+[[rule]]
+match = { kind = "message" }
+actions = []
+"#;
+
+/// An agent that committed on a runner elsewhere and is drained back onto the daemon's own
+/// runner continues in the daemon's checkout from what it pushed.
+#[test]
+fn an_agent_moved_back_to_the_daemons_runner_continues_from_what_it_pushed() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    let mut edits: Vec<(&str, &str)> = FAST.to_vec();
+    edits.push(("watch_interval = \"15s\"", "watch_interval = \"300ms\""));
+    env.edit_config(&edits);
+    env.start_daemon();
+    let repo = canonical(env.dir.path());
+    env.json(&["repos", "add", "app", repo.to_str().unwrap()]);
+    let data = env.data_dir();
+    let _far = env.spawn_far_runner("far", &[], &[&data, &repo]);
+    // The far runner hosts nothing yet, so it is the least loaded: the agent goes there.
+    let script = env.script("committer.toml", COMMITTER);
+    env.json(&["agents", "create", "--handle", "dev", "--name", "Dev", "--script", &script, "--repo", "app"]);
+    crate::assert_eventually!(env.roster_entry("dev")["runner"] == "far", "{}", env.roster_entry("dev"));
+    env.settled("dev");
+    env.say("dev", "COMMIT");
+    let mirror = data.join("repos/app.git");
+    let pushed = || git_log(&mirror, "refs/canopy/agents/dev");
+    crate::assert_eventually!(pushed() == "Work of dev", "the commit never reached the daemon: {}", pushed());
+
+    env.json(&["runners", "drain", "far"]);
+    crate::assert_eventually!(env.roster_entry("dev")["runner"] == "embedded", "{}", env.roster_entry("dev"));
+    env.settled("dev");
+    let here = data.join("sessions/dev/work");
+    assert_eq!(git_log(&here, "HEAD"), "Work of dev", "the daemon's checkout did not catch up");
+}
+
+/// The subject of `rev`'s newest commit in `dir` (empty when there is none).
+fn git_log(dir: &Path, rev: &str) -> String {
+    let out = Command::new("git").current_dir(dir).args(["log", "-1", "--format=%s", rev]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

@@ -707,6 +707,32 @@ impl Repos {
             .await
     }
 
+    /// Brings a standing agent's checkout on this disk up to what it last pushed from another
+    /// runner (a merge of the pushed head, a fast-forward when nothing was committed here since);
+    /// nothing when it pushed nothing newer. A failure is logged: the session starts on what is here.
+    pub(crate) async fn catch_up(&self, checkout: &Checkout) {
+        if checkout.run.is_some() || checkout.state != CheckoutState::Ready {
+            return;
+        }
+        let (dir, mirror) = self.session_checkout(checkout);
+        let handle = checkout.account.as_str();
+        let Ok(Some(pushed)) = self.git.rev(&mirror, &rules::agent_ref(handle)).await else { return };
+        let Some(here) = canopy_git::Git::read_branch_head(&dir, &checkout.branch) else { return };
+        if here == pushed {
+            return;
+        }
+        let message = format!("Merge what {handle} pushed from another runner");
+        match self.git.merge_into(&mirror, &dir, &checkout.branch, &pushed, &message).await {
+            Ok(MergeOutcome::UpToDate { .. }) => {}
+            Ok(outcome) => {
+                tracing::info!(agent = %handle, ?outcome, "a checkout caught up with what its agent pushed elsewhere")
+            }
+            Err(e) => {
+                tracing::warn!(agent = %handle, error = %e, "catching a checkout up with what its agent pushed failed")
+            }
+        }
+    }
+
     /// The working directory and mirror a session of `handle` gets, when it has a checkout.
     pub(crate) fn session_checkout(&self, checkout: &Checkout) -> (PathBuf, PathBuf) {
         (self.checkout_dir(checkout.account.as_str()), self.mirror(&checkout.repo))

@@ -270,6 +270,13 @@ impl Sessions {
                     .await?
             }
         };
+        if !own_checkouts {
+            // An agent back on the daemon's own checkout after running elsewhere continues from
+            // what it pushed there.
+            for checkout in checkouts.iter().flatten() {
+                self.repos.catch_up(checkout).await;
+            }
+        }
         let start = fresh
             .into_iter()
             .zip(prompts)

@@ -261,7 +261,13 @@ pub fn parse_commands(head: &[u8]) -> Result<Option<(Vec<RefUpdate>, usize)>, St
         let Some(payload) = head.get(at + 4..at + len) else { return Ok(None) };
         at += len;
         let line = payload.split(|b| *b == 0).next().unwrap_or_default();
-        let line = std::str::from_utf8(line).map_err(|_| "a ref update is not UTF-8".to_owned())?.trim_end();
+        // Git strips one trailing newline and nothing else: so does this, and a name must be
+        // printable ASCII, so the name checked is the name git writes.
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        if !line.iter().all(|b| (0x20..0x7f).contains(b)) {
+            return Err("a ref update names a ref that is not printable ASCII".to_owned());
+        }
+        let line = std::str::from_utf8(line).map_err(|_| "a ref update is not UTF-8".to_owned())?;
         if line.starts_with("shallow ") || line.starts_with("push-cert") {
             return Err("shallow and signed pushes are not accepted".to_owned());
         }
@@ -270,7 +276,7 @@ pub fn parse_commands(head: &[u8]) -> Result<Option<(Vec<RefUpdate>, usize)>, St
             return Err(format!("a ref update reads {line:?}"));
         };
         let hex = |s: &str| (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
-        if !hex(old) || !hex(new) || name.is_empty() {
+        if !hex(old) || !hex(new) || !name.starts_with("refs/") || name.contains(' ') {
             return Err(format!("a ref update reads {line:?}"));
         }
         updates.push(RefUpdate { old: old.to_owned(), new: new.to_owned(), name: name.to_owned() });
@@ -341,7 +347,14 @@ impl Backend {
         command.env("PATH", path).env("HOME", "/tmp").env("GIT_CONFIG_NOSYSTEM", "1");
         command.env("GIT_CONFIG_GLOBAL", "/dev/null");
         // Hooks never run in a mirror; pushes never delete (the check above refuses them too).
-        let config = [("core.hooksPath", "/dev/null"), ("receive.denyDeletes", "true"), ("http.receivepack", "true")];
+        let config = [
+            ("core.hooksPath", "/dev/null"),
+            ("receive.denyDeletes", "true"),
+            ("http.receivepack", "true"),
+            // A runner's objects are checked as they arrive, and one push is bounded.
+            ("receive.fsckObjects", "true"),
+            ("receive.maxInputSize", "2g"),
+        ];
         command.env("GIT_CONFIG_COUNT", config.len().to_string());
         for (i, (key, value)) in config.iter().enumerate() {
             command.env(format!("GIT_CONFIG_KEY_{i}"), key).env(format!("GIT_CONFIG_VALUE_{i}"), value);
@@ -531,6 +544,9 @@ mod tests {
         assert!(parse_commands(b"zzzz").is_err());
         assert!(parse_commands(pkt("shallow abc").as_bytes()).is_err());
         assert!(parse_commands(pkt("not an update").as_bytes()).is_err());
+        let sneaky = format!("{old} {new} refs/canopy/agents/alice\u{a0}\n");
+        assert!(parse_commands(pkt(&sneaky).as_bytes()).is_err(), "a name git would write differently");
+        assert!(parse_commands(pkt(&format!("{old} {new} HEAD\n")).as_bytes()).is_err());
     }
 
     #[test]

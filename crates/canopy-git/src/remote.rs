@@ -63,18 +63,27 @@ impl Git {
     }
 
     /// Pushes ref `from` of `mirror`, this machine's cache of repository `name`, to the
-    /// daemon's mirror as `to` (forced: the ref is the agent's branch as it is now).
+    /// daemon's mirror as `to`: forced (the ref is the agent's branch as it is now), or with
+    /// `lease` only while `to` is at that commit there (`Some(None)`: while it does not exist).
     pub async fn push_remote(
         &self,
         remote: &Remote,
         name: &str,
         mirror: &Path,
-        from: &str,
-        to: &str,
+        (from, to): (&str, &str),
+        lease: Option<Option<&str>>,
     ) -> Result<(), GitError> {
-        let (url, header, spec) = (remote.repo_url(name), remote.header(), format!("+{from}:{to}"));
-        self.trusted_with(mirror, &["push", "--quiet", "--no-verify", &url, &spec], &[("http.extraHeader", &header)])
-            .await
-            .map(|_| ())
+        let (url, header) = (remote.repo_url(name), remote.header());
+        let (spec, lease) = match lease {
+            None => (format!("+{from}:{to}"), None),
+            // No `+`: the lease alone allows a rewrite, and only over the expected commit.
+            Some(expected) => {
+                (format!("{from}:{to}"), Some(format!("--force-with-lease={to}:{}", expected.unwrap_or(""))))
+            }
+        };
+        let mut args = vec!["push", "--quiet", "--no-verify"];
+        args.extend(lease.as_deref());
+        args.extend([url.as_str(), spec.as_str()]);
+        self.trusted_with(mirror, &args, &[("http.extraHeader", &header)]).await.map(|_| ())
     }
 }

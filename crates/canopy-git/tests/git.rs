@@ -136,14 +136,32 @@ async fn the_http_endpoint_serves_fetches_and_only_the_pushes_it_allows() {
     // A commit made on this machine, pushed as the agent's ref.
     let c = sh(tmp.path(), "git rev-parse c");
     sh(&cache, &format!("git fetch -q {} c:refs/canopy/local", tmp.path().display()));
-    runner.push_remote(&remote, "r", &cache, "refs/canopy/local", "refs/canopy/agents/alice").await.unwrap();
+    runner.push_remote(&remote, "r", &cache, ("refs/canopy/local", "refs/canopy/agents/alice"), None).await.unwrap();
     assert_eq!(daemon.rev(&mirror, "refs/canopy/agents/alice").await.unwrap().as_deref(), Some(c.as_str()));
     // Another ref, another login, no login: refused, and the daemon's refs stay as they were.
     let main_before = daemon.base_commit(&mirror, "main").await.unwrap();
-    let refused = runner.push_remote(&remote, "r", &cache, "refs/canopy/local", "refs/heads/main").await.unwrap_err();
+    let refused =
+        runner.push_remote(&remote, "r", &cache, ("refs/canopy/local", "refs/heads/main"), None).await.unwrap_err();
     assert!(refused.to_string().contains("403"), "{refused}");
     let stranger = canopy_git::Remote { url: url.clone(), authorization: basic_header("box1", "wrong") };
-    assert!(runner.push_remote(&stranger, "r", &cache, "refs/canopy/local", "refs/canopy/agents/alice").await.is_err());
+    assert!(
+        runner
+            .push_remote(&stranger, "r", &cache, ("refs/canopy/local", "refs/canopy/agents/alice"), None)
+            .await
+            .is_err()
+    );
+    // A rewrite with a lease: refused unless the daemon's ref is where the lease says.
+    sh(&cache, &format!("git fetch -q {} b:refs/canopy/other", tmp.path().display()));
+    let other = ("refs/canopy/other", "refs/canopy/agents/alice");
+    let stale = sh(tmp.path(), "git rev-parse a");
+    assert!(
+        runner.push_remote(&remote, "r", &cache, other, Some(Some(&stale))).await.is_err(),
+        "pushed over newer work"
+    );
+    assert_eq!(daemon.rev(&mirror, "refs/canopy/agents/alice").await.unwrap().as_deref(), Some(c.as_str()));
+    runner.push_remote(&remote, "r", &cache, other, Some(Some(&c))).await.unwrap();
+    let b = sh(tmp.path(), "git rev-parse b");
+    assert_eq!(daemon.rev(&mirror, "refs/canopy/agents/alice").await.unwrap().as_deref(), Some(b.as_str()));
     assert!(runner.fetch_remote(&stranger, "r", &cache).await.is_err());
     assert_eq!(daemon.base_commit(&mirror, "main").await.unwrap(), main_before);
     let plain = std::process::Command::new("git")

@@ -140,6 +140,14 @@ impl Checkouts {
             let start = pushed.clone().unwrap_or_else(|| repo.start.clone());
             self.inner.git.create_checkout(&mirror, &dir, &repo.branch, &start, agent).await?;
             tracing::info!(%agent, repo = %repo.name, start = %canopy_git::short(&start), "made a checkout on this runner");
+        } else if let Some(pushed) = &pushed {
+            // Back here after running elsewhere: continue from what it pushed there, never
+            // push this older tree over it.
+            let here = Git::read_branch_head(&dir, &repo.branch);
+            if here.as_deref() != Some(pushed.as_str()) {
+                let message = format!("Merge what {agent} pushed from another runner");
+                self.inner.git.merge_into(&mirror, &dir, &repo.branch, pushed, &message).await?;
+            }
         }
         if let Ok(mut kept) = self.inner.kept.lock() {
             kept.insert(agent.to_owned(), Kept { repo: repo.clone(), pushed });
@@ -148,14 +156,21 @@ impl Checkouts {
     }
 
     /// Pushes `what` (a ref of `agent`'s checkout) to the daemon's mirror as `to`; the commit
-    /// pushed, or none when the checkout has no such ref.
-    async fn publish(&self, agent: &str, repo: &str, what: &str, to: &str) -> Result<Option<String>, GitError> {
+    /// pushed, or none when the checkout has no such ref. With `lease`, only while `to` is still
+    /// at that commit (or absent, for `Some(None)`) on the daemon.
+    async fn publish(
+        &self,
+        agent: &str,
+        repo: &str,
+        (what, to): (&str, &str),
+        lease: Option<Option<&str>>,
+    ) -> Result<Option<String>, GitError> {
         let remote = self.remote()?;
         let (mirror, dir) = (self.mirror(repo), self.dir(agent));
         let lock = self.lock(repo);
         let _held = lock.lock().await;
         let Some(head) = self.inner.git.publish(&mirror, &dir, what, &outgoing(agent)).await? else { return Ok(None) };
-        self.inner.git.push_remote(&remote, repo, &mirror, &outgoing(agent), to).await?;
+        self.inner.git.push_remote(&remote, repo, &mirror, (&outgoing(agent), to), lease).await?;
         Ok(Some(head))
     }
 
@@ -169,12 +184,22 @@ impl Checkouts {
             return;
         }
         let what = format!("refs/heads/{}", kept.repo.branch);
-        match self.publish(agent, &kept.repo.name, &what, &kept.repo.published).await {
+        // Only over what this runner last saw there: a newer push from elsewhere is not undone.
+        let lease = Some(kept.pushed.as_deref());
+        match self.publish(agent, &kept.repo.name, (&what, &kept.repo.published), lease).await {
             Ok(pushed) => {
                 if let Ok(mut all) = self.inner.kept.lock()
                     && let Some(entry) = all.get_mut(agent)
                 {
                     entry.pushed = pushed;
+                }
+            }
+            // Refused: the agent runs elsewhere now (or its ref moved on there); this copy is
+            // no longer pushed, so a refusal is not retried at every look.
+            Err(e) if e.to_string().contains("403") || e.to_string().contains("stale info") => {
+                tracing::warn!(%agent, error = %e, "the daemon no longer takes this checkout's branch; it stays here only");
+                if let Ok(mut kept) = self.inner.kept.lock() {
+                    kept.remove(agent);
                 }
             }
             Err(e) => tracing::warn!(%agent, error = %e, "pushing a checkout's branch to the daemon failed"),
@@ -195,6 +220,16 @@ impl Checkouts {
             Ok(request) => request,
             Err(e) => return RunnerGitReply::Refused { reason: format!("bad git request: {e}") },
         };
+        // Names become paths here: a handle and a repository name, or nothing is touched.
+        // (An agent's handle, or a run's `run-<id>`: lowercase letters, digits and hyphens.)
+        let agent = &request.agent;
+        let named = !agent.is_empty()
+            && agent.len() <= 64
+            && agent.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && canopy_core::repos::check_repo_name("repo", &request.repo).is_ok();
+        if !named {
+            return RunnerGitReply::Refused { reason: format!("bad git request: {request:?} names no checkout") };
+        }
         let dir = self.dir(&request.agent);
         if !canopy_git::is_checkout(&dir) {
             return match request.op {
@@ -217,7 +252,7 @@ impl Checkouts {
         let git = &self.inner.git;
         Ok(match &request.op {
             RunnerGitOp::Publish { what, to } => {
-                RunnerGitReply::Published { head: self.publish(agent, repo, what, to).await? }
+                RunnerGitReply::Published { head: self.publish(agent, repo, (what, to), None).await? }
             }
             RunnerGitOp::Status { base } => {
                 let s = git.status(&mirror, dir, base).await?;
@@ -271,5 +306,41 @@ impl Checkouts {
                 RunnerGitReply::Removed
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests fail loudly by design")]
+    use super::*;
+
+    fn checkouts(dir: &Path) -> Checkouts {
+        let git =
+            Git::new("git", canopy_harness::sandbox::SandboxSettings::off(dir.join("data")), Duration::from_secs(5));
+        let token: TokenSource = Arc::new(|| Ok("cnr_x".to_owned()));
+        Checkouts::new(git, dir.join("sessions"), RunnerId::parse("r1").unwrap(), token, Duration::from_secs(1))
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_names_are_not_a_checkout_touches_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("keep");
+        std::fs::create_dir_all(outside.join(".git")).unwrap();
+        let here = checkouts(dir.path());
+        for (agent, repo) in [("../keep", "app"), ("a/b", "app"), ("", "app"), ("lead", "../x"), ("Lead", "app")] {
+            let request = RunnerGitRequest { agent: agent.into(), repo: repo.into(), op: RunnerGitOp::Remove };
+            let answer = here.answer(Ok(request)).await;
+            assert!(matches!(answer, RunnerGitReply::Refused { .. }), "{agent} {repo}: {answer:?}");
+        }
+        assert!(outside.join(".git").exists());
+        let missing = RunnerGitRequest {
+            agent: "lead".into(),
+            repo: "app".into(),
+            op: RunnerGitOp::Status { base: "main".into() },
+        };
+        assert!(
+            matches!(here.answer(Ok(missing)).await, RunnerGitReply::Refused { reason } if reason.contains("not on runner r1"))
+        );
+        assert!(matches!(here.answer(Err("junk".into())).await, RunnerGitReply::Refused { .. }));
     }
 }

@@ -100,6 +100,7 @@ pub async fn spawn(options: RunnerOptions) -> Result<RunnerHandle, RunnerError> 
         registered: false,
         draining: false,
         moving: HashSet::new(),
+        ended: HashSet::new(),
         boot,
     };
     let task = tokio::spawn(async move {
@@ -171,6 +172,10 @@ struct RunnerActor {
     draining: bool,
     /// The sessions told to end at their next turn boundary, as the last sync said.
     moving: HashSet<(String, Incarnation)>,
+    /// Sessions that ended here whose end the daemon may not have applied yet: never started
+    /// again (a new start is a new incarnation), so a sync that overtakes the end report
+    /// cannot restart one.
+    ended: HashSet<(String, Incarnation)>,
 }
 
 impl RunnerActor {
@@ -256,9 +261,16 @@ impl RunnerActor {
             // More sessions wait; the next tick comes at once.
             self.resync_now = true;
         }
+        // An ended session the daemon still lists has an end report on its way; one it no
+        // longer lists is forgotten.
+        self.ended.retain(|(agent, incarnation)| {
+            assigned.start.iter().any(|a| a.agent == *agent && a.incarnation == *incarnation)
+        });
         let now = Instant::now();
         for assignment in assigned.start {
-            if self.sessions.contains_key(&assignment.agent) {
+            if self.sessions.contains_key(&assignment.agent)
+                || self.ended.contains(&(assignment.agent.clone(), assignment.incarnation))
+            {
                 continue;
             }
             if self.not_before.get(&assignment.agent).is_some_and(|t| *t > now) {
@@ -310,6 +322,7 @@ impl RunnerActor {
     }
 
     async fn on_exit(&mut self, exit: SessionExit) {
+        self.ended.insert((exit.agent.clone(), exit.incarnation));
         let current = self.sessions.get(&exit.agent).is_some_and(|s| s.incarnation == exit.incarnation);
         if current && let Some(slot) = self.sessions.remove(&exit.agent) {
             self.forget_token(&slot.token);

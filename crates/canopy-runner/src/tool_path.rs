@@ -81,18 +81,20 @@ impl HttpTools {
         Ok(sender)
     }
 
-    async fn post(&self, endpoint: &Endpoint, method: &str, token: &str, payload: Bytes) -> Result<Bytes, String> {
-        let mut sender = self.connection(&endpoint.authority).await?;
+    /// The daemon's answer to one call over HTTP. An error is `Unsent` while nothing reached
+    /// the daemon (a NATS retry cannot do the call twice), `Sent` once it may have.
+    async fn post(&self, endpoint: &Endpoint, method: &str, token: &str, payload: Bytes) -> Result<Bytes, Failed> {
+        let mut sender = self.connection(&endpoint.authority).await.map_err(Failed::Unsent)?;
         let request = http::Request::post(format!("/api/{method}"))
             .header(http::header::HOST, &endpoint.authority)
             .header(http::header::AUTHORIZATION, &endpoint.authorization)
             .header("canopy-token", token)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(payload))
-            .map_err(|e| e.to_string())?;
-        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+            .map_err(|e| Failed::Unsent(e.to_string()))?;
+        let response = sender.send_request(request).await.map_err(|e| Failed::Sent(e.to_string()))?;
         let status = response.status();
-        let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let body = response.into_body().collect().await.map_err(|e| Failed::Sent(e.to_string()))?.to_bytes();
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < IDLE
         {
@@ -100,9 +102,18 @@ impl HttpTools {
         }
         match status.is_success() {
             true => Ok(body),
-            false => Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim())),
+            // Refused before the API ran (the login, the method, the size): NATS may try.
+            false => Err(Failed::Unsent(format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim()))),
         }
     }
+}
+
+/// How a call over HTTP failed.
+enum Failed {
+    /// Before the daemon could have run it.
+    Unsent(String),
+    /// After it may have.
+    Sent(String),
 }
 
 impl LocalApi for HttpTools {
@@ -112,9 +123,16 @@ impl LocalApi for HttpTools {
             let endpoint = tools.endpoint.lock().ok().and_then(|e| e.clone());
             let method = subject.rsplit_once(".api.").map(|(_, m)| m.to_owned()).unwrap_or_default();
             if let Some(endpoint) = endpoint {
-                match tools.post(&endpoint, &method, &token, payload.clone()).await {
-                    Ok(reply) => return reply,
-                    Err(e) => tracing::warn!(error = %e, %method, "a tool call over HTTP failed; sending it over NATS"),
+                let posted =
+                    tokio::time::timeout(tools.timeout, tools.post(&endpoint, &method, &token, payload.clone()));
+                match posted.await {
+                    Ok(Ok(reply)) => return reply,
+                    Ok(Err(Failed::Unsent(e))) => {
+                        tracing::warn!(error = %e, %method, "a tool call over HTTP could not be sent; sending it over NATS");
+                    }
+                    // It may have run: sent again it could run twice (a message posted twice).
+                    Ok(Err(Failed::Sent(e))) => return unreachable_reply(&format!("the call over HTTP failed: {e}")),
+                    Err(_) => return unreachable_reply(&format!("no answer over HTTP within {:?}", tools.timeout)),
                 }
             }
             match tools.bus.request(&subject, Some(&token), payload, tools.timeout).await {

@@ -51,8 +51,10 @@ fn lane(conn: &Db<'_>, handle: &str) -> Result<Option<Lane>, Error> {
 
 /// After a `failing` report of session `session_id` of `handle` (`reason`): when the session
 /// has failed `after` times within the window and its role's chain goes on, the lane moves to
-/// the next harness and its home channel is told. When it moved: why its session ends (the
-/// caller ends it at once: its turn is failing anyway), and the notice.
+/// the next harness and its home channel is told. Its session is not ended here: the runner's
+/// next sync no longer lists it, so the runner stops it at once (its turn is failing anyway),
+/// pushes its branch, and reports the end, after which the lane is placed again. The notice,
+/// when it moved.
 pub(crate) fn consider(
     conn: &Db<'_>,
     rules: &FailoverRules,
@@ -60,8 +62,17 @@ pub(crate) fn consider(
     handle: &str,
     reason: &str,
     now: i64,
-) -> Result<Option<(String, Message)>, Error> {
+) -> Result<Option<Message>, Error> {
     let Some(lane) = lane(conn, handle)? else { return Ok(None) };
+    // A session on a harness the lane already left (an operator's move, a failover a moment
+    // ago) moves nothing: it is on its way out.
+    let running: String = conn
+        .prepare_cached("SELECT harness FROM sessions WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![session_id], |r| r.get(0)))
+        .map_err(sql("reading a session's harness"))?;
+    if running != lane.harness {
+        return Ok(None);
+    }
     let Some(chain) = rules.chains.get(&lane.role) else { return Ok(None) };
     let Some(next) = chain.iter().position(|h| *h == lane.harness).and_then(|i| chain.get(i + 1)) else {
         return Ok(None);
@@ -84,11 +95,10 @@ pub(crate) fn consider(
         params![lane.agent_id, next, lane.harness, why, now],
     )
     .map_err(sql("moving a lane to its next harness"))?;
-    let ended = format!("moved to {next}: {why}");
-    audit(conn, None, "agents.failed_over", handle, &ended)?;
+    audit(conn, None, "agents.failed_over", handle, &format!("moved to {next}: {why}"))?;
     let home = if lane.home.is_empty() { lane.harness.clone() } else { lane.home.clone() };
     let body = canopy_core::notices::failed_over(handle, &lane.harness, next, reason, &home);
-    Ok(Some((ended, notice(conn, lane.agent_id, &body)?)))
+    notice(conn, lane.agent_id, &body).map(Some)
 }
 
 /// Moves `handle`'s lane to `harness` (the operator's `agents start --harness`, or a failback):

@@ -182,7 +182,8 @@ pub fn sync_runner(
          LEFT JOIN channels c ON c.id = a.home_channel_id LEFT JOIN accounts p ON p.id = a.parent_id \
          LEFT JOIN runs r ON r.account_id = a.id LEFT JOIN accounts m ON m.id = a.run_of \
          LEFT JOIN channels mc ON mc.id = m.home_channel_id \
-         WHERE s.runner_id = ?1 AND s.ended_at IS NULL ORDER BY a.handle",
+         WHERE s.runner_id = ?1 AND s.ended_at IS NULL \
+         AND NOT (a.failover IS NOT NULL AND s.harness != '' AND s.harness != a.harness) ORDER BY a.handle",
     )
     .and_then(|mut s| {
         s.query_map(params![beat.runner_id.as_str()], |r| {
@@ -218,7 +219,7 @@ fn moving(conn: &Db<'_>, beat: &RunnerHeartbeat, draining: bool) -> Result<Vec<(
     conn.prepare_cached(
         "SELECT a.handle, s.incarnation FROM sessions s JOIN accounts a ON a.id = s.agent_id \
          WHERE s.runner_id = ?1 AND s.ended_at IS NULL AND a.run_of IS NULL \
-         AND (?2 OR (s.harness != '' AND s.harness != a.harness)) ORDER BY a.handle",
+         AND (?2 OR (a.failover IS NULL AND s.harness != '' AND s.harness != a.harness)) ORDER BY a.handle",
     )
     .and_then(|mut s| {
         s.query_map(params![beat.runner_id.as_str(), draining], |r| {
@@ -406,11 +407,7 @@ pub fn apply_reports(
         if let Some(presence) = report.presence {
             if presence == Presence::Failing {
                 let reason = report.reason.as_deref().unwrap_or("the model API keeps failing");
-                if let Some((ended, told)) =
-                    crate::failover::consider(conn, failover, session_id, &report.agent, reason, now)?
-                {
-                    end_session(conn, session_id, &ended, now)?;
-                    set_presence(conn, agent_id, Presence::Offline, Some(&ended), None, now)?;
+                if let Some(told) = crate::failover::consider(conn, failover, session_id, &report.agent, reason, now)? {
                     applied.notices.push(told);
                     applied.poke = true;
                     continue;

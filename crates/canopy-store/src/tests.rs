@@ -1564,7 +1564,21 @@ async fn a_failing_lane_moves_along_its_chain_and_back() {
     let entry = store.read(|c| ops::roster_entry(c, "ci-manager")).await.unwrap();
     assert_eq!(entry.harness, "codex");
     assert!(entry.failover.as_deref().is_some_and(|f| f.starts_with("claude failing: ")), "{entry:?}");
-    assert!(entry.runner.is_none(), "its claude session ended");
+    // Its claude session is no longer listed for its runner, which stops it and reports the end.
+    let beat = crate::RunnerHeartbeat {
+        runner_id: RunnerId::parse("r1").unwrap(),
+        boot: "b1".into(),
+        hosting: true,
+        name: "r1".into(),
+        mcp_url: "http://x".into(),
+        capacity: 10,
+        ttl_ms: 60_000,
+        labels: Vec::new(),
+        version: String::new(),
+        role_needs: Default::default(),
+    };
+    let listed = store.write(move |c| ops::sync_runner(c, &beat, &|a, n| format!("hash-{a}-{n}"))).await.unwrap();
+    assert!(listed.sessions.iter().all(|s| s.agent.as_str() != "ci-manager"), "{:?}", listed.sessions);
     // Not due before failback_after; due after, and back on claude.
     let due = |after: i64| store.read(move |c| ops::failback_due(c, c.now_ms(), after));
     assert!(due(60_000).await.unwrap().is_empty());
