@@ -303,7 +303,8 @@ impl Sessions {
     ) -> SessionAssignment {
         let checkout = checkout.filter(|c| c.state == canopy_store::CheckoutState::Ready);
         let cwd_read_only = checkout.as_ref().is_some_and(|c| c.read_only);
-        let repo = checkout.as_ref().filter(|_| own_checkouts).map(|c| RepoAssignment {
+        // Every runner is told the repository; the embedded one also gets the daemon's checkout.
+        let repo = checkout.as_ref().map(|c| RepoAssignment {
             name: c.repo.name.clone(),
             branch: c.branch.clone(),
             start: c.base_commit.clone(),

@@ -206,6 +206,21 @@ impl Checkouts {
         }
     }
 
+    /// Whether `agent`'s checkout is one this runner made and keeps.
+    pub(crate) fn keeps(&self, agent: &str) -> bool {
+        self.inner.kept.lock().is_ok_and(|k| k.contains_key(agent))
+    }
+
+    /// Publishes the branch of a checkout in the daemon's own directory (the embedded runner's
+    /// session ended) into the daemon's mirror, so the agent continues from it wherever it
+    /// starts next.
+    pub(crate) async fn publish_here(&self, repo: &RepoAssignment, mirror: &Path, checkout: &Path) {
+        let what = format!("refs/heads/{}", repo.branch);
+        if let Err(e) = self.inner.git.publish(mirror, checkout, &what, &repo.published).await {
+            tracing::warn!(branch = %repo.branch, error = %e, "publishing a checkout's branch at its session's end failed");
+        }
+    }
+
     /// One look of the watch: every checkout here whose branch moved is pushed.
     pub(crate) async fn save_all(&self) {
         let agents: Vec<String> = self.inner.kept.lock().map(|k| k.keys().cloned().collect()).unwrap_or_default();

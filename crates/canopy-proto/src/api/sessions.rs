@@ -150,8 +150,9 @@ pub struct SessionAssignment {
     /// When `cwd` is a checkout: its repository's mirror, which the session may read.
     #[serde(default)]
     pub repo_mirror: Option<String>,
-    /// A checkout the runner makes and keeps itself (`cwd` and `repo_mirror` are then empty):
-    /// every runner but the embedded one.
+    /// The session's repository and branch. A runner that keeps its own checkouts (every one
+    /// but the embedded runner, whose `cwd` and `repo_mirror` name the daemon's) makes and
+    /// pushes the checkout from it; the embedded runner publishes the branch at the session's end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo: Option<crate::api::repos::RepoAssignment>,
     /// `cwd` is read-only to the session (a reviewer run's checkout of a merged tree).

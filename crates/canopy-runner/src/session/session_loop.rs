@@ -96,7 +96,7 @@ impl SessionLoop {
     /// Launches the harness and waits until it is ready; the session's end when it cannot.
     async fn launch(&mut self) -> Result<mpsc::Receiver<HarnessEvent>, Ending> {
         self.reports.starting(&self.assignment.harness).await;
-        if let Some(repo) = self.assignment.repo.clone() {
+        if let Some(repo) = self.assignment.repo.clone().filter(|_| self.assignment.cwd.is_empty()) {
             // A checkout this runner keeps: made (or found) here before the harness starts in it.
             let made = self.options.checkouts.ensure(&self.assignment.agent, &repo).await;
             let (dir, mirror) = made.map_err(|e| {
@@ -252,8 +252,14 @@ impl SessionLoop {
     async fn finish(self, ending: Ending) {
         // What the session left on its branch reaches the daemon before anything else hears
         // of the end (a drained or failed-over agent continues from it elsewhere).
-        if self.assignment.repo.is_some() {
-            self.options.checkouts.save(&self.assignment.agent).await;
+        if let Some(repo) = &self.assignment.repo {
+            match self.assignment.repo_mirror.as_deref() {
+                Some(mirror) if !repo.read_only && !self.options.checkouts.keeps(&self.assignment.agent) => {
+                    let (mirror, cwd) = (std::path::Path::new(mirror), std::path::Path::new(&self.assignment.cwd));
+                    self.options.checkouts.publish_here(repo, mirror, cwd).await;
+                }
+                _ => self.options.checkouts.save(&self.assignment.agent).await,
+            }
         }
         match ending.report {
             EndReport::Nothing => {}
