@@ -166,8 +166,8 @@ pub struct SessionsConfig {
     /// ...within this long.
     #[serde(with = "humantime_serde")]
     pub failover_window: Duration,
-    /// A lane moved off its first harness tries it again after this long, once a probe of
-    /// that harness's model API answers.
+    /// A lane moved off its first harness tries it again after this long (its next session
+    /// there is the probe; one that fails over again waits twice as long before the next try).
     #[serde(with = "humantime_serde")]
     pub failback_after: Duration,
 }

@@ -54,8 +54,8 @@ pub fn failed_over(handle: &str, from: &str, to: &str, why: &str, home: &str) ->
     let why: String = why.lines().next().unwrap_or_default().chars().take(160).collect();
     format!(
         "@{handle}'s {from} harness keeps failing ({why}), so it carries on with {to} in the same checkout, its \
-         conversation carried over by its continuity block. It goes back to {home} once a probe of {home} answers \
-         after [sessions] failback_after; `canopy agents start {handle} --harness {home}` moves it back now."
+         conversation carried over by its continuity block. It tries {home} again after [sessions] failback_after; \
+         `canopy agents start {handle} --harness {home}` moves it back now."
     )
 }
 
