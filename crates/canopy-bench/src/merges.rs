@@ -132,7 +132,9 @@ async fn queue_throughput(quick: bool) -> Result<Figure, String> {
     let homes = bench.create_agents_on("q", entries, false, Some("app")).await?;
     let handles: Vec<String> = homes.iter().map(|h| h.trim_start_matches("home-").to_owned()).collect();
     let (sessions, heartbeat) = bench.fake_sessions_kept(1_000).await?;
+    let answering = bench.answer_git_as_stand_in().await?;
     let measured = measure_queue(&bench, &sessions, &handles).await;
+    answering.abort();
     heartbeat.abort();
     bench.stop().await;
     let (elapsed, baseline) = measured?;
@@ -164,7 +166,8 @@ async fn measure_queue(
     let entries = handles.len();
     for (i, handle) in handles.iter().enumerate() {
         let session = sessions.iter().find(|s| s.agent == *handle).ok_or(format!("{handle} got no session"))?;
-        let work = Path::new(&session.cwd);
+        // The stand-in runner shares the daemon's directory: its checkouts are the daemon's.
+        let work = &bench.data().sessions().join(handle).join("work");
         std::fs::write(work.join(format!("q{i}.txt")), format!("{i}\n")).map_err(|e| e.to_string())?;
         git(work, &["add", "-A"])?;
         git(work, &["commit", "-qm", &format!("entry {i}")])?;
@@ -185,7 +188,7 @@ async fn measure_queue(
     }
     wait_merges(bench, entries, canopy_core::MergeState::Merged).await?;
     let elapsed = started.elapsed();
-    let work = Path::new(&sessions[0].cwd);
+    let work = &bench.data().sessions().join(&handles[0]).join("work");
     let git_ops = Git::new("git", SandboxSettings::required(bench.data().root()), Duration::from_secs(60));
     let mirror = git_ops.mirror_path("app");
     let started = Instant::now();

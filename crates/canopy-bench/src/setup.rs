@@ -60,6 +60,54 @@ impl std::ops::Deref for Bench {
 }
 
 impl Bench {
+    /// Answers the daemon's requests about the stand-in runner's checkouts (`runner.<id>.git`)
+    /// as a runner sharing the daemon's directory would: its checkouts are the daemon's own, so
+    /// a publish is a fetch into the mirror, confined as the runner's. Other asks are refused.
+    pub async fn answer_git_as_stand_in(&self) -> Result<tokio::task::JoinHandle<()>, String> {
+        use futures_util::StreamExt;
+        let data = self.data().clone();
+        let file = data.runner_credential(FAKE_RUNNER);
+        let subjects = self.api.subjects.clone();
+        let id = fake_runner();
+        let login = canopy_bus::Login::reading(
+            move || canopy_config::credentials::read_login(&file),
+            Some(subjects.inbox(canopy_proto::Party::Runner(&id))),
+        );
+        let info = canopy_config::read_connection_info(&data).map_err(|e| format!("daemon.json: {e}"))?;
+        let bus = canopy_bus::Bus::connect(&info.nats_url, &login, "bench-stand-in", true)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut asks = bus.serve(&subjects.runner_git(&id), id.as_str()).await.map_err(|e| e.to_string())?;
+        bus.flush().await.map_err(|e| e.to_string())?;
+        let git = canopy_git::Git::new(
+            "git",
+            canopy_harness::SandboxSettings::required(data.root()),
+            Duration::from_secs(60),
+        );
+        Ok(tokio::spawn(async move {
+            while let Some(ask) = asks.next().await {
+                let Some(reply) = ask.reply else { continue };
+                let answer = match serde_json::from_slice::<canopy_proto::api::RunnerGitRequest>(&ask.payload) {
+                    Ok(canopy_proto::api::RunnerGitRequest {
+                        agent,
+                        repo,
+                        op: canopy_proto::api::RunnerGitOp::Publish { what, to },
+                    }) => {
+                        let dir = data.sessions().join(&agent).join("work");
+                        match git.publish(&git.mirror_path(&repo), &dir, &what, &to).await {
+                            Ok(head) => canopy_proto::api::RunnerGitReply::Published { head },
+                            Err(e) => canopy_proto::api::RunnerGitReply::Failed { reason: e.to_string() },
+                        }
+                    }
+                    other => {
+                        canopy_proto::api::RunnerGitReply::Refused { reason: format!("not the stand-in's: {other:?}") }
+                    }
+                };
+                let _ = bus.publish(&reply, serde_json::to_vec(&answer).unwrap_or_default().into()).await;
+            }
+        }))
+    }
+
     /// The tool-call path of a runner on another machine, as the stand-in runner: over HTTP
     /// to the daemon's endpoint (`daemon.json`'s `git_url`) with the stand-in's login.
     pub fn remote_tools(&self) -> Result<canopy_runner::HttpTools, String> {
