@@ -57,8 +57,8 @@ const GUARDS: &[(&str, Guard)] = &[
     ("MCP tool call p50, 16 concurrent", Guard::AtMost(5.0)),
     ("MCP tool call p50, 64 concurrent", Guard::AtMost(5.0)),
     ("MCP tool call p50 through a session's relay, 1 concurrent", Guard::AtMost(4.0)),
-    // 2.9 (over NATS it was 4.7-5.4).
-    ("MCP tool call p50 from a runner on another machine, 1 concurrent", Guard::AtMost(4.0)),
+    // 2.9 release, 3.7 in CI's debug build (over NATS it was 4.8-5.0 in release).
+    ("MCP tool call p50 from a runner on another machine, 1 concurrent", Guard::AtMost(5.0)),
     // 0.93-1.15: throughput holds past 16 callers.
     ("MCP throughput from 16 to 64", Guard::AtLeast(0.7)),
     // 1.3.
