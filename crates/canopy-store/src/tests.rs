@@ -326,6 +326,22 @@ async fn pending_messages_past_retention_expire_and_are_counted() {
     assert!(pending.messages.is_empty());
 }
 
+/// A heartbeat of runner `id` (boot `boot`) with room for 10 sessions, no labels.
+fn beat_of(id: &str, boot: &str) -> crate::RunnerHeartbeat {
+    crate::RunnerHeartbeat {
+        runner_id: RunnerId::parse(id).unwrap(),
+        boot: boot.into(),
+        hosting: false,
+        name: id.into(),
+        mcp_url: "http://x".into(),
+        capacity: 10,
+        ttl_ms: 60_000,
+        labels: Vec::new(),
+        version: String::new(),
+        role_needs: Default::default(),
+    }
+}
+
 /// A workspace whose `ci-manager` and `docs-manager` both have a live session on runner `r1`.
 async fn live_workspace() -> (tempfile::TempDir, Store) {
     let (dir, store) = workspace().await;
@@ -333,19 +349,7 @@ async fn live_workspace() -> (tempfile::TempDir, Store) {
         .write(|c| {
             c.execute("UPDATE accounts SET harness = 'scripted' WHERE kind = 'agent' AND handle != 'supervisor'", [])
                 .unwrap();
-            let beat = crate::RunnerHeartbeat {
-                runner_id: RunnerId::parse("r1").unwrap(),
-                boot: "b1".into(),
-                hosting: false,
-                name: "r1".into(),
-                mcp_url: "http://x".into(),
-                capacity: 10,
-                ttl_ms: 60_000,
-                labels: Vec::new(),
-                version: String::new(),
-                role_needs: Default::default(),
-            };
-            ops::sync_runner(c, &beat, &|agent, n| format!("hash-{agent}-{n}"))
+            ops::sync_runner(c, &beat_of("r1", "b1"), &|agent, n| format!("hash-{agent}-{n}"))
         })
         .await
         .unwrap();
@@ -770,18 +774,7 @@ async fn a_request_expires_exactly_when_its_time_is_up() {
 #[tokio::test]
 async fn a_runner_that_starts_again_gets_fresh_sessions_at_once() {
     let (_dir, store) = live_workspace().await;
-    let beat = |boot: &str| crate::RunnerHeartbeat {
-        runner_id: RunnerId::parse("r1").unwrap(),
-        boot: boot.into(),
-        hosting: false,
-        name: "r1".into(),
-        mcp_url: "http://x".into(),
-        capacity: 10,
-        ttl_ms: 60_000,
-        labels: Vec::new(),
-        version: String::new(),
-        role_needs: Default::default(),
-    };
+    let beat = |boot: &str| beat_of("r1", boot);
     let sync = |b: crate::RunnerHeartbeat| {
         let store = store.clone();
         async move {
@@ -1497,16 +1490,10 @@ async fn an_agent_needing_a_label_waits_unplaced_until_a_runner_has_it() {
         .await
         .unwrap();
     let beat = |id: &str, labels: &[&str]| crate::RunnerHeartbeat {
-        runner_id: RunnerId::parse(id).unwrap(),
-        boot: format!("boot-{id}"),
-        hosting: false,
-        name: id.into(),
-        mcp_url: "http://x".into(),
-        capacity: 10,
-        ttl_ms: 60_000,
         labels: labels.iter().map(|l| (*l).to_owned()).collect(),
         version: "0.1.0".into(),
         role_needs: [("manager".to_owned(), vec!["linux".to_owned()])].into_iter().collect(),
+        ..beat_of(id, &format!("boot-{id}"))
     };
     let sync = |b: crate::RunnerHeartbeat| {
         let store = store.clone();
@@ -1565,18 +1552,7 @@ async fn a_failing_lane_moves_along_its_chain_and_back() {
     assert_eq!(entry.harness, "codex");
     assert!(entry.failover.as_deref().is_some_and(|f| f.starts_with("claude failing: ")), "{entry:?}");
     // Its claude session is no longer listed for its runner, which stops it and reports the end.
-    let beat = crate::RunnerHeartbeat {
-        runner_id: RunnerId::parse("r1").unwrap(),
-        boot: "b1".into(),
-        hosting: true,
-        name: "r1".into(),
-        mcp_url: "http://x".into(),
-        capacity: 10,
-        ttl_ms: 60_000,
-        labels: Vec::new(),
-        version: String::new(),
-        role_needs: Default::default(),
-    };
+    let beat = crate::RunnerHeartbeat { hosting: true, ..beat_of("r1", "b1") };
     let listed = store.write(move |c| ops::sync_runner(c, &beat, &|a, n| format!("hash-{a}-{n}"))).await.unwrap();
     assert!(listed.sessions.iter().all(|s| s.agent.as_str() != "ci-manager"), "{:?}", listed.sessions);
     // Not due before failback_after; due after, and back on claude.
