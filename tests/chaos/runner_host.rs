@@ -77,7 +77,9 @@ fn a_runner_host_killed_under_load_moves_its_repository_agents_and_loses_nothing
     let ledger = Arc::new(Ledger::default());
     let stop = Arc::new(AtomicBool::new(false));
     let tasks = super::start_posters(&env, &api, &WORKERS, (2, Duration::from_millis(40)), &stop, &ledger);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Load under way: some posts acknowledged before the kill, more after the move.
+    let acked = || ledger.acked().len();
+    crate::assert_eventually!(acked() >= 20, "the load never got going: {} posts", acked());
     let crate::remote::Far { _runner: mut host, dir: a_dir } = a;
     let killed = Instant::now();
     host.0.kill().unwrap();
@@ -91,7 +93,8 @@ fn a_runner_host_killed_under_load_moves_its_repository_agents_and_loses_nothing
     }
     let moved = killed.elapsed();
     assert!(moved < Duration::from_secs(2 + 2 + 3), "its workers took {moved:?} to run on b");
-    std::thread::sleep(Duration::from_millis(1500));
+    let before = acked();
+    crate::assert_eventually!(acked() >= before + 20, "the load stalled after the move: {} posts", acked());
     super::stop_load(&env, &stop, tasks);
     let checked = super::check_load_on(&env, &api, &ledger, &WORKERS, &super::homes(&WORKERS), &[a_dir, b.dir.clone()]);
     // A moved worker's checkout on b starts from what it pushed.
