@@ -3,7 +3,8 @@
 //! the budget delivers them exactly once; a spent subtree budget holds a child below it
 //! (even one created after); a spawn proposal that does not fit is refused naming what is
 //! left, one that fits is carved out at approval; a subagent run is refused over budget; a
-//! turn whose usage never arrives counts at the configured estimate.
+//! turn whose usage never arrives counts at the configured estimate, and a scripted turn that says
+//! nothing of usage costs nothing.
 //!
 //! Owns these scenarios only; transcript helpers are `delivery`'s, tool calls `continuity`'s.
 
@@ -218,7 +219,11 @@ fn a_spawn_proposal_must_fit_what_the_subtree_has_left_and_is_carved_out_at_appr
 #[test]
 fn a_turn_whose_usage_never_arrives_counts_at_the_estimate() {
     let env = TestEnv::started_with(QUICK);
-    env.create_scripted("silent", "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ say = \"hello\" }]\n");
+    // `usage = "none"`: a turn that reports nothing, as a harness whose usage never arrives.
+    env.create_scripted(
+        "silent",
+        "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ say = \"hello\" }, { usage = \"none\" }]\n",
+    );
     crate::assert_eventually!(
         env.json(&["usage", "--agent", "silent"])["total"]["reports_estimated"] == 1,
         "the start turn was not estimated: {}",
@@ -228,4 +233,25 @@ fn a_turn_whose_usage_never_arrives_counts_at_the_estimate() {
     assert_eq!(usage["total"]["cost_usd"], 0.05, "the default estimate: {usage}");
     assert_eq!(usage["total"]["input_tokens"], 10000, "{usage}");
     assert!(env.ok(&["usage", "--agent", "silent"]).contains("(1 estimated)"));
+}
+
+#[test]
+fn a_scripted_turn_that_says_nothing_of_usage_costs_nothing() {
+    let env = TestEnv::started_with(QUICK);
+    for handle in ["idle-a", "idle-b"] {
+        env.create_scripted(handle, "[[rule]]\nmatch = { kind = \"start\" }\nactions = [{ say = \"hello\" }]\n");
+    }
+    // Each start turn reports once at its end: zero, with a cost, replacing its estimate.
+    let settled = |env: &TestEnv| {
+        ["idle-a", "idle-b"].iter().all(|handle| {
+            let total = &env.json(&["usage", "--agent", handle])["total"];
+            total["reports"] == 1 && total["reports_estimated"] == 0
+        })
+    };
+    crate::assert_eventually!(settled(&env), "the start turns did not report zero: {}", env.json(&["usage"]));
+    let usage = env.json(&["usage"]);
+    assert_eq!(usage["total"]["cost_usd"], 0.0, "{usage}");
+    assert_eq!(usage["total"]["reports_estimated"], 0, "{usage}");
+    let text = env.ok(&["usage"]);
+    assert!(!text.contains("estimated"), "no invented spend: {text}");
 }

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::mcp::McpClient;
 use crate::protocol::{Input, InputMeta, Output};
-use crate::script::{Action, Placeholders, Script, ShellExpect};
+use crate::script::{Action, Placeholders, Script, ScriptUsage, ShellExpect};
 
 /// The usage line printed for `--help` and bad arguments.
 pub const USAGE: &str = "usage: canopy-scripted --script FILE [--system-prompt-file FILE] [--transcript FILE]";
@@ -352,6 +352,8 @@ struct Turn {
     stop: Option<Stop>,
     /// Stdin is closed: no more events will come, and the harness exits after this turn.
     input_closed: bool,
+    /// A `usage` action ran (a report, or `"none"`); otherwise the turn reports zero at its end.
+    usage_said: bool,
 }
 
 struct Harness {
@@ -435,6 +437,7 @@ impl Harness {
             steers: VecDeque::new(),
             stop: None,
             input_closed: false,
+            usage_said: false,
         };
         // Transcript lines are written before the matching stdout line, so whoever sees an
         // event on stdout finds it in the transcript too.
@@ -476,6 +479,11 @@ impl Harness {
             remember_start(state, line);
         }
         let status = if turn.stop.is_some() { "interrupted" } else { "completed" };
+        if !turn.usage_said {
+            // No model ran: the turn costs nothing, and says so, so the daemon's estimate for
+            // turns that never report gives way to zero.
+            emit_usage(&mut self.out, &turn.id, &ScriptUsage { cost_usd: Some(0.0), ..ScriptUsage::default() })?;
+        }
         self.out.record(json!({ "kind": "turn_ended", "turn_id": turn.id, "status": status }))?;
         self.out.emit(&Output::TurnEnded { turn_id: turn.id.clone(), status: status.to_owned() })?;
         Ok(turn.stop == Some(Stop::Shutdown) || turn.input_closed)
@@ -596,16 +604,10 @@ impl Harness {
                 out.emit(&Output::Compaction { phase: "end".to_owned() })?;
             }
             Action::Usage(usage) => {
-                out.record(json!({ "kind": "usage", "turn_id": turn.id, "input_tokens": usage.input_tokens,
-                    "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd }))?;
-                out.emit(&Output::Usage {
-                    turn_id: turn.id.clone(),
-                    input_tokens: usage.input_tokens,
-                    output_tokens: usage.output_tokens,
-                    cache_read_tokens: usage.cache_read_tokens,
-                    cache_write_tokens: usage.cache_write_tokens,
-                    cost_usd: usage.cost_usd,
-                })?;
+                turn.usage_said = true;
+                if let Some(usage) = usage {
+                    emit_usage(out, &turn.id, &usage)?;
+                }
             }
             Action::FakeTool { tool, output } => {
                 *calls += 1;
@@ -702,6 +704,20 @@ fn with_key(action: &Action, key: &str) -> Action {
         }
         other => other.clone(),
     }
+}
+
+/// Records and reports one model call's usage in `turn_id`.
+fn emit_usage(out: &mut Emitter, turn_id: &str, usage: &ScriptUsage) -> Result<(), RunError> {
+    out.record(json!({ "kind": "usage", "turn_id": turn_id, "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd }))?;
+    out.emit(&Output::Usage {
+        turn_id: turn_id.to_owned(),
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        cache_read_tokens: usage.cache_read_tokens,
+        cache_write_tokens: usage.cache_write_tokens,
+        cost_usd: usage.cost_usd,
+    })
 }
 
 fn start_tool(out: &mut Emitter, turn: &Turn, call_id: &str, name: &str, args: &Value) -> Result<(), RunError> {

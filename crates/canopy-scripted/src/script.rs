@@ -83,8 +83,10 @@ pub enum Action {
     /// Exit at once with code 101, without ending the turn.
     Crash,
     /// Report the tokens (and cost) this model turn used, as a real harness does after a
-    /// model call.
-    Usage(ScriptUsage),
+    /// model call; `None` (`usage = "none"`) reports nothing, as a harness whose usage never
+    /// arrives. A turn with no `usage` action reports zero when it completes: the stand-in
+    /// for the model costs nothing.
+    Usage(Option<ScriptUsage>),
     /// A pretend tool call named `tool` whose output is `output` (takes placeholders): how a
     /// test makes a session produce tool output, secrets and all, without a real tool.
     FakeTool { tool: String, output: String },
@@ -486,7 +488,10 @@ impl Checker<'_> {
             }
             "compact" => self.flag(value, "compact").map(|()| Action::Compact),
             "end_turn" => self.flag(value, "end_turn").map(|()| Action::EndTurn),
-            "usage" => self.usage(value).map(Action::Usage),
+            "usage" => match value.get_ref() {
+                DeValue::String(text) if text.as_ref() == "none" => Ok(Action::Usage(None)),
+                _ => self.usage(value).map(|u| Action::Usage(Some(u))),
+            },
             "fake_tool" => {
                 let tool = self.string(value, "fake_tool")?;
                 if tool.trim().is_empty() {
@@ -523,9 +528,10 @@ impl Checker<'_> {
 
     fn usage(&self, value: &Spanned<DeValue<'_>>) -> Result<ScriptUsage, ScriptError> {
         let DeValue::Table(table) = value.get_ref() else {
-            return Err(
-                self.error(value.span(), "`usage` must be a table like { input_tokens = 10, output_tokens = 5 }")
-            );
+            return Err(self.error(
+                value.span(),
+                "`usage` must be \"none\" or a table like { input_tokens = 10, output_tokens = 5 }",
+            ));
         };
         let mut usage = ScriptUsage::default();
         for (key, item) in Self::entries(table) {
@@ -856,24 +862,27 @@ actions = [
 actions = [
   { usage = { input_tokens = 1200, output_tokens = 300, cache_read_tokens = 5, cost_usd = 0.25 } },
   { fake_tool = "bash", output = "token for {self}" },
+  { usage = "none" },
 ]
 "#);
         assert_eq!(
             script.rules[0].actions,
             vec![
-                Action::Usage(ScriptUsage {
+                Action::Usage(Some(ScriptUsage {
                     input_tokens: 1200,
                     output_tokens: 300,
                     cache_read_tokens: 5,
                     cache_write_tokens: 0,
                     cost_usd: Some(0.25),
-                }),
+                })),
                 Action::FakeTool { tool: "bash".into(), output: "token for {self}".into() },
+                Action::Usage(None),
             ]
         );
         refused("[[rule]]\nactions = [\n  { usage = { input_tokens = -1 } },\n]\n", 3, "non-negative integer");
         refused("[[rule]]\nactions = [\n  { usage = { tokens = 1 } },\n]\n", 3, "unknown key `tokens` in usage");
-        refused("[[rule]]\nactions = [{ usage = 5 }]\n", 2, "`usage` must be a table");
+        refused("[[rule]]\nactions = [{ usage = 5 }]\n", 2, "`usage` must be \"none\" or a table");
+        refused("[[rule]]\nactions = [{ usage = \"some\" }]\n", 2, "`usage` must be \"none\" or a table");
         refused(
             "[[rule]]\nactions = [\n { usage = { cost_usd = \"free\" } }]\n",
             3,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use canopy_scripted::mcp::{McpClient, McpError};
 use canopy_scripted::protocol::Output;
-use common::{Harness, ended, started};
+use common::{Harness, ended, free, started};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Frame, Incoming};
@@ -279,6 +279,7 @@ actions = [
             output: json!("no such channel"),
         }
     );
+    assert_eq!(h.next().await, free("t1"));
     assert_eq!(h.next().await, ended("t1", "completed"));
     let results: Vec<Value> = h.transcript().into_iter().filter(|line| line["kind"] == "tool_result").collect();
     assert_eq!(results[1]["is_error"], json!(true));
@@ -300,5 +301,6 @@ async fn the_binary_reports_a_wrong_token_as_a_tool_error() {
         }
         other => panic!("expected a failed tool call, got {other:?}"),
     }
+    assert_eq!(h.next().await, free("t1"));
     assert_eq!(h.next().await, ended("t1", "completed"));
 }

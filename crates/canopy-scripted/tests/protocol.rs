@@ -10,7 +10,7 @@ mod common;
 use std::process::Stdio;
 
 use canopy_scripted::protocol::Output;
-use common::{Harness, ended, started, text};
+use common::{Harness, ended, free, started, text};
 use serde_json::json;
 
 /// Sleep long enough that inputs sent during it are certainly read before it ends, even on a
@@ -66,11 +66,13 @@ async fn a_start_turn_says_compacts_and_ends_early() {
     assert_eq!(h.next().await, text("t1", "hello, I am ada in ada-home"));
     assert_eq!(h.next().await, Output::Compaction { phase: "start".into() });
     assert_eq!(h.next().await, Output::Compaction { phase: "end".into() });
+    assert_eq!(h.next().await, free("t1"));
     assert_eq!(h.next().await, ended("t1", "completed"));
 
     // No rule matches: the turn just ends.
     h.send(json!({"type": "prompt", "id": "in-2", "text": "nothing to see"})).await;
     assert_eq!(h.next().await, started("t2", "in-2"));
+    assert_eq!(h.next().await, free("t2"));
     assert_eq!(h.next().await, ended("t2", "completed"));
 
     assert_eq!(
@@ -81,9 +83,11 @@ async fn a_start_turn_says_compacts_and_ends_early() {
                    "meta": {"kind": "start"}}),
             json!({"kind": "text", "turn_id": "t1", "text": "hello, I am ada in ada-home"}),
             json!({"kind": "compaction", "turn_id": "t1"}),
+            json!({"kind": "usage", "turn_id": "t1", "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}),
             json!({"kind": "turn_ended", "turn_id": "t1", "status": "completed"}),
             json!({"kind": "input", "id": "in-2", "turn_id": "t2", "position": 0, "steer": false,
                    "text": "nothing to see", "meta": {}}),
+            json!({"kind": "usage", "turn_id": "t2", "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}),
             json!({"kind": "turn_ended", "turn_id": "t2", "status": "completed"}),
         ]
     );
@@ -140,13 +144,14 @@ async fn a_steer_during_a_sleep_is_injected_after_it_and_runs_first() {
     assert_eq!(h.next().await, Output::SteerAccepted { id: "s1".into(), turn_id: "t1".into(), position: 1 });
     assert_eq!(h.next().await, text("t1", "stopping because carol said: please stop"));
     assert_eq!(h.next().await, text("t1", "after the sleep"));
+    assert_eq!(h.next().await, free("t1"));
     assert_eq!(h.next().await, ended("t1", "completed"));
 
     let transcript = h.transcript();
     let kinds: Vec<&str> = transcript.iter().map(|line| line["kind"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
-        ["system_prompt", "input", "text", "tool_call", "tool_result", "input", "text", "text", "turn_ended"]
+        ["system_prompt", "input", "text", "tool_call", "tool_result", "input", "text", "text", "usage", "turn_ended"]
     );
     assert_eq!(
         transcript[5],
@@ -168,6 +173,7 @@ async fn a_steer_during_a_sleep_is_injected_after_it_and_runs_first() {
     assert!(matches!(h.next().await, Output::SteerRejected { id, .. } if id == "s3"));
     h.send(prompt("p3", "hi")).await;
     assert_eq!(h.next().await, started("t2", "p3"));
+    assert_eq!(h.next().await, free("t2"));
     assert_eq!(h.next().await, ended("t2", "completed"));
 }
 
@@ -185,6 +191,7 @@ async fn a_steer_during_the_last_action_is_injected_before_the_turn_ends() {
     assert_eq!(h.next().await, Output::SteerAccepted { id: "s1".into(), turn_id: "t1".into(), position: 1 });
     assert_eq!(h.next().await, Output::SteerAccepted { id: "s2".into(), turn_id: "t1".into(), position: 2 });
     assert_eq!(h.next().await, text("t1", "stopping because carol said: stop it"));
+    assert_eq!(h.next().await, free("t1"));
     assert_eq!(h.next().await, ended("t1", "completed"));
     let positions: Vec<_> =
         h.transcript().iter().filter(|l| l["kind"] == "input").map(|l| l["position"].clone()).collect();
@@ -206,6 +213,7 @@ async fn an_abort_cuts_a_sleep_short_and_ends_the_turn_interrupted() {
     // The pretend tool is cut off at once; the waiting steer was never seen, so it is handed back.
     assert!(matches!(h.next().await, Output::ToolAborted { call_id, name, .. } if call_id == "c1" && name == "sleep"));
     assert!(matches!(h.next().await, Output::SteerRejected { id, .. } if id == "s1"));
+    assert_eq!(h.next().await, free("t1"));
     assert_eq!(h.next().await, ended("t1", "interrupted"));
     assert_eq!(
         h.transcript().last().unwrap(),
@@ -214,6 +222,7 @@ async fn an_abort_cuts_a_sleep_short_and_ends_the_turn_interrupted() {
 
     h.send(prompt("p2", "next")).await;
     assert_eq!(h.next().await, started("t2", "p2"));
+    assert_eq!(h.next().await, free("t2"));
     assert_eq!(h.next().await, ended("t2", "completed"));
 }
 
@@ -226,6 +235,7 @@ async fn shutdown_during_a_turn_interrupts_it_and_exits() {
     assert!(matches!(h.next().await, Output::ToolStarted { .. }));
     h.send(json!({"type": "shutdown"})).await;
     assert!(matches!(h.next().await, Output::ToolFinished { .. }));
+    assert_eq!(h.next().await, free("t1"));
     assert_eq!(h.next().await, ended("t1", "interrupted"));
     assert_eq!(h.next_or_end().await, None);
     assert_eq!(h.wait().await.code(), Some(0));
@@ -241,6 +251,7 @@ async fn end_of_input_finishes_the_turn_then_exits() {
     assert!(matches!(h.next().await, Output::ToolStarted { .. }));
     assert!(matches!(h.next().await, Output::ToolFinished { .. }));
     assert_eq!(h.next().await, text("t1", "after the sleep"));
+    assert_eq!(h.next().await, free("t1"));
     assert_eq!(h.next().await, ended("t1", "completed"));
     assert_eq!(h.next_or_end().await, None);
     assert_eq!(h.wait().await.code(), Some(0));
@@ -282,6 +293,7 @@ async fn a_call_without_mcp_environment_is_a_tool_error_not_a_failure() {
             output: json!({"error": "CANOPY_MCP_URL is not set"}),
         }
     );
+    assert_eq!(h.next().await, free("t1"));
     assert_eq!(h.next().await, ended("t1", "completed"));
 }
 
@@ -348,5 +360,38 @@ async fn the_system_prompt_is_optional_and_the_transcript_too() {
     let lines: Vec<Output> =
         String::from_utf8_lossy(&out.stdout).lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     assert!(matches!(lines[0], Output::Ready { .. }));
-    assert_eq!(lines[1..], [started("t1", "a"), text("t1", "hi"), ended("t1", "completed")]);
+    assert_eq!(lines[1..], [started("t1", "a"), text("t1", "hi"), free("t1"), ended("t1", "completed")]);
+}
+
+#[tokio::test]
+async fn a_turn_reports_what_its_script_says_of_usage_and_zero_when_it_says_nothing() {
+    let script = r#"
+[[rule]]
+match = { text_contains = "spend" }
+actions = [{ usage = { input_tokens = 10, output_tokens = 2, cost_usd = 0.5 } }]
+
+[[rule]]
+match = { text_contains = "silent" }
+actions = [{ usage = "none" }]
+"#;
+    let mut h = Harness::start(script, &[]).await;
+    h.send(json!({"type": "prompt", "id": "p1", "text": "spend"})).await;
+    assert_eq!(h.next().await, started("t1", "p1"));
+    let said = Output::Usage {
+        turn_id: "t1".into(),
+        input_tokens: 10,
+        output_tokens: 2,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
+        cost_usd: Some(0.5),
+    };
+    assert_eq!(h.next().await, said, "the script's usage, and no zero after it");
+    assert_eq!(h.next().await, ended("t1", "completed"));
+    h.send(json!({"type": "prompt", "id": "p2", "text": "silent"})).await;
+    assert_eq!(h.next().await, started("t2", "p2"));
+    assert_eq!(h.next().await, ended("t2", "completed"), "`usage = \"none\"` reports nothing");
+    h.send(json!({"type": "prompt", "id": "p3", "text": "other"})).await;
+    assert_eq!(h.next().await, started("t3", "p3"));
+    assert_eq!(h.next().await, free("t3"));
+    assert_eq!(h.next().await, ended("t3", "completed"));
 }

@@ -125,3 +125,15 @@ pub fn started(turn_id: &str, input_id: &str) -> Output {
 pub fn ended(turn_id: &str, status: &str) -> Output {
     Output::TurnEnded { turn_id: turn_id.to_owned(), status: status.to_owned() }
 }
+
+/// The zero usage a turn with no `usage` action reports as it ends.
+pub fn free(turn_id: &str) -> Output {
+    Output::Usage {
+        turn_id: turn_id.to_owned(),
+        input_tokens: 0,
+        output_tokens: 0,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
+        cost_usd: Some(0.0),
+    }
+}
