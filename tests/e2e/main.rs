@@ -38,6 +38,7 @@ mod lanes;
 mod lifecycle;
 mod omp;
 mod operator;
+mod output;
 mod pi;
 mod prompts;
 mod queue;

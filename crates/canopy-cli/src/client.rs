@@ -6,6 +6,7 @@
 pub use canopy_bus::CallError;
 use std::time::Duration;
 
+use crate::writer::errln;
 use canopy_bus::{ApiClient, Bus, Login};
 use canopy_config::credentials::read_login;
 use canopy_config::{Config, ConnectionInfo, DataDir, read_connection_info};
@@ -154,7 +155,7 @@ impl Follower {
         }
         match Client::connect(&self.dir).await {
             Ok(client) => {
-                eprintln!("the daemon is back (pid {}, {}); catching up", info.pid, info.nats_url);
+                errln!("the daemon is back (pid {}, {}); catching up", info.pid, info.nats_url);
                 self.client = client;
                 self.away = false;
                 true
@@ -169,13 +170,13 @@ impl Follower {
     /// A call answered again after an absence on the same server.
     pub fn answered(&mut self) {
         if std::mem::take(&mut self.away) {
-            eprintln!("the daemon answers again; catching up");
+            errln!("the daemon answers again; catching up");
         }
     }
 
     fn away(&mut self, why: &str) {
         if !std::mem::replace(&mut self.away, true) {
-            eprintln!("lost the daemon ({why}); waiting for it to come back");
+            errln!("lost the daemon ({why}); waiting for it to come back");
         }
     }
 }

@@ -4,8 +4,6 @@
 //! bash wrapper that routes those positions to `canopy complete`; zsh and fish get the
 //! static scripts. Does not change anything: every candidate comes from a read.
 
-use std::io::Write;
-
 use canopy_config::DataDir;
 use canopy_proto::api::*;
 use canopy_proto::method;
@@ -13,6 +11,7 @@ use clap::CommandFactory;
 
 use crate::args::{Cli, CompleteWhat};
 use crate::client::Client;
+use crate::writer::errln;
 
 /// The bash positions whose values come from the daemon, and the function that answers
 /// them before handing everything else to clap's completion.
@@ -57,30 +56,19 @@ pub fn script(shell: clap_complete::Shell) -> u8 {
     if shell == clap_complete::Shell::Bash {
         out.extend_from_slice(BASH_DYNAMIC.as_bytes());
     }
-    write_stdout(&out)
+    crate::writer::out_bytes(&out);
+    0
 }
 
 /// `canopy man`: the manual page of every command, as roff.
 pub fn man() -> u8 {
     let mut out = Vec::new();
     if let Err(e) = clap_mangen::Man::new(Cli::command()).render(&mut out) {
-        eprintln!("error: rendering the manual page: {e}");
+        errln!("error: rendering the manual page: {e}");
         return 1;
     }
-    write_stdout(&out)
-}
-
-fn write_stdout(bytes: &[u8]) -> u8 {
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-        Ok(()) => 0,
-        // A reader that stopped early is not an error.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
-        Err(e) => {
-            eprintln!("error: writing to stdout: {e}");
-            1
-        }
-    }
+    crate::writer::out_bytes(&out);
+    0
 }
 
 /// `canopy complete WHAT`: candidates one per line; nothing (and success) without a daemon,
@@ -116,7 +104,8 @@ pub async fn candidates(dir: &DataDir, what: CompleteWhat) -> u8 {
     };
     let mut text = names.join("\n");
     text.push('\n');
-    write_stdout(text.as_bytes())
+    crate::writer::out_bytes(text.as_bytes());
+    0
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use canopy_proto::{ApiMethod, method};
 
 use crate::exit::EXIT_UNAVAILABLE;
 use crate::sandbox::{Sandbox, Setup, operator_git as git};
+use crate::writer::{errln, out, outln};
 
 const CI_MANAGER: &str = r#"
 [[rule]]
@@ -96,7 +97,7 @@ struct Demo {
 }
 
 fn say(line: &str) {
-    println!("{line}");
+    outln!("{line}");
 }
 
 impl Demo {
@@ -193,7 +194,7 @@ fn operator_says_yes(yes: bool, id: &str, question: &str) -> bool {
         say(&format!("  - operator: approving {id} automatically (--yes)"));
         return true;
     }
-    print!("  - operator: {question} [y/N] ");
+    out!("  - operator: {question} [y/N] ");
     // A question that could not be flushed is still answered: the read below decides.
     let _ = std::io::stdout().flush();
     let mut answer = String::new();
@@ -226,7 +227,7 @@ pub async fn run(yes: bool) -> u8 {
     let sandbox = match Sandbox::start(&setup).await {
         Ok(sandbox) => sandbox,
         Err(e) => {
-            eprintln!("error: starting the demo workspace: {e}");
+            errln!("error: starting the demo workspace: {e}");
             return EXIT_UNAVAILABLE;
         }
     };
@@ -242,7 +243,7 @@ pub async fn run(yes: bool) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("error: the demo failed: {e}");
+            errln!("error: the demo failed: {e}");
             1
         }
     }

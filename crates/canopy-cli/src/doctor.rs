@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use crate::exit::{EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::output;
+use crate::writer::{errln, outln};
 
 /// One line of the report.
 #[derive(Debug, Serialize)]
@@ -61,7 +62,7 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
                     &serde_json::json!({"error": {"code": "invalid_argument", "message": e.to_string(), "field": e.key}}),
                 );
             } else {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
             }
             return EXIT_USAGE;
         }
@@ -105,12 +106,12 @@ pub async fn run(dir: &DataDir, json: bool) -> u8 {
             if !check.required {
                 line.push_str(" [no configured role uses it]");
             }
-            println!("{line}");
+            outln!("{line}");
         }
         if refused {
-            eprintln!("canopy doctor: the daemon would refuse this canopy.toml (see above)");
+            errln!("canopy doctor: the daemon would refuse this canopy.toml (see above)");
         } else if !report.ok {
-            eprintln!("canopy doctor: something the configured roles need is missing (see above)");
+            errln!("canopy doctor: something the configured roles need is missing (see above)");
         }
     }
     match (refused, report.ok) {
@@ -401,7 +402,7 @@ async fn harness_check(
             return check;
         }
         // Codex's missing API key is refused by the adapter at launch, naming the variable.
-        eprintln!("doctor: starting a {} session to check it (no model call)...", kind.as_str());
+        errln!("doctor: starting a {} session to check it (no model call)...", kind.as_str());
         match session_starts(kind, &program, settings, sandbox, scratch).await {
             Ok(()) => check.session_starts = Some(true),
             Err(e) => {

@@ -9,6 +9,7 @@ use canopy_bus::CallError;
 use canopy_core::ErrorCode;
 
 use crate::output;
+use crate::writer::errln;
 
 /// Exit code for bad usage or configuration (EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
@@ -60,6 +61,6 @@ fn print_error(json: bool, wire: &canopy_proto::WireError) {
     if json {
         output::json(&serde_json::json!({ "error": wire }));
     } else {
-        eprintln!("error: {wire}");
+        errln!("error: {wire}");
     }
 }

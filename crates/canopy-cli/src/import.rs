@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use canopy_config::{Config, DataDir};
 
 use crate::output;
+use crate::writer::{errln, outln};
 
 /// What one import did.
 #[derive(Debug, Default, serde::Serialize)]
@@ -70,16 +71,16 @@ pub async fn run(dir: &DataDir, json: bool, from: &Path, bundle: Option<PathBuf>
     if json {
         output::json(&report);
     } else {
-        println!("imported into {}: {} file(s) written", report.bundle, report.written.len());
+        outln!("imported into {}: {} file(s) written", report.bundle, report.written.len());
         for w in &report.written {
-            println!("  wrote   {w}");
+            outln!("  wrote   {w}");
         }
         for s in &report.skipped {
-            println!("  skipped {}: {}", s.what, s.why);
+            outln!("  skipped {}: {}", s.what, s.why);
         }
         match report.problems.is_empty() {
-            true => println!("the bundle passes `canopy bundle check`"),
-            false => report.problems.iter().for_each(|p| eprintln!("  problem {p}")),
+            true => outln!("the bundle passes `canopy bundle check`"),
+            false => report.problems.iter().for_each(|p| errln!("  problem {p}")),
         }
     }
     u8::from(!report.problems.is_empty())

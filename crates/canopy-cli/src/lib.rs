@@ -8,7 +8,9 @@
 //! `commands/` holds one file per area (the daemon's areas), `exit` the exit codes and error
 //! printing every command shares. `sandbox` (public) is the temporary workspace `canopy demo`
 //! plays in; the benchmark, its own binary (`canopy-bench`), builds on it, and this crate
-//! does not link the benchmark.
+//! does not link the benchmark. Everything printed goes through `writer`, the one place a
+//! failed write is handled; the lints below keep it so.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod args;
 mod client;
@@ -20,13 +22,15 @@ pub mod exit;
 mod import;
 mod output;
 pub mod sandbox;
+mod writer;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-pub use args::Cli;
+use crate::writer::errln;
+pub use args::{Cli, cli_commands};
 pub use output::{json, log_to_stderr};
 
 /// Parses the process's arguments, runs the command, and maps the outcome to an exit code.
@@ -46,10 +50,13 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
-            // A usage message that cannot be written has nowhere else to go (no logging
-            // yet); the exit code below still tells the caller.
-            let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(exit::EXIT_USAGE) } else { ExitCode::SUCCESS };
+            // Help and the version go to stdout like any output; a usage error to stderr.
+            if e.use_stderr() {
+                writer::write_err(format_args!("{}", e.render()));
+                return ExitCode::from(exit::EXIT_USAGE);
+            }
+            writer::write_out(format_args!("{}", e.render()));
+            return ExitCode::from(writer::exit_code(0));
         }
     };
     output::init_logging(&cli);
@@ -62,13 +69,19 @@ pub fn block_on(command: impl std::future::Future<Output = u8>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
+            errln!("error: starting the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(command);
+    // A closed or full stdout drops the command at its next await, so what it started ends.
+    let code = runtime.block_on(async {
+        tokio::select! {
+            code = command => code,
+            () = writer::stopped() => 0,
+        }
+    });
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    ExitCode::from(code)
+    ExitCode::from(writer::exit_code(code))
 }
 
 #[cfg(test)]

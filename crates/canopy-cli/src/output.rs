@@ -9,6 +9,7 @@ use serde::Serialize;
 use tracing_subscriber::EnvFilter;
 
 use crate::args::{Cli, Command, LogFormat};
+use crate::writer::{errln, outln};
 
 /// Whether times are shown in UTC (`--utc`), set once at start.
 static UTC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -85,30 +86,30 @@ pub fn log_to_stderr(default: &str, json: bool) {
 /// Prints a value as one JSON document on stdout.
 pub fn json<T: Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
-        Err(e) => eprintln!("error: encoding output: {e}"),
+        Ok(text) => outln!("{text}"),
+        Err(e) => errln!("error: encoding output: {e}"),
     }
 }
 
 /// Prints a value as one JSON line (for streams such as `tail`).
 pub fn json_line<T: Serialize>(value: &T) {
     if let Ok(text) = serde_json::to_string(value) {
-        println!("{text}");
+        outln!("{text}");
     }
 }
 
 pub fn account(account: &Account) {
-    println!("{} ({})", account.handle, account.display_name);
+    outln!("{} ({})", account.handle, account.display_name);
     let role = account.role.as_ref().map_or("-".to_owned(), ToString::to_string);
-    println!("  kind {}  role {}  state {}", account.kind, role, account.state);
+    outln!("  kind {}  role {}  state {}", account.kind, role, account.state);
     if let Some(parent) = &account.parent {
-        println!("  parent {parent}");
+        outln!("  parent {parent}");
     }
     if let Some(home) = &account.home_channel {
-        println!("  home #{home}");
+        outln!("  home #{home}");
     }
     if !account.charter.is_empty() {
-        println!("  charter {}", account.charter);
+        outln!("  charter {}", account.charter);
     }
 }
 
@@ -117,7 +118,7 @@ pub fn agents(agents: &[Account]) {
     for a in agents {
         let role = a.role.as_ref().map_or("-".to_owned(), ToString::to_string);
         let parent = a.parent.as_ref().map_or("-".to_owned(), ToString::to_string);
-        println!("{:width$}  {:10}  {:10}  {:9}  {}", a.handle, role, parent, a.state.to_string(), a.display_name);
+        outln!("{:width$}  {:10}  {:10}  {:9}  {}", a.handle, role, parent, a.state.to_string(), a.display_name);
     }
 }
 
@@ -128,13 +129,13 @@ pub fn tree(node: &TreeNode) {
             (false, true) => ("└── ", format!("{prefix}    ")),
             (false, false) => ("├── ", format!("{prefix}│   ")),
         };
-        println!("{prefix}{branch}{} ({}, {}, {})", node.handle, node.display_name, node.role, node.state);
+        outln!("{prefix}{branch}{} ({}, {}, {})", node.handle, node.display_name, node.role, node.state);
         for (i, child) in node.children.iter().enumerate() {
             walk(child, &next, i + 1 == node.children.len() && node.omitted == 0, false);
         }
         if node.omitted > 0 {
             let branch = if root { "" } else { "└── " };
-            println!("{next}{branch}... {} more", node.omitted);
+            outln!("{next}{branch}... {} more", node.omitted);
         }
     }
     walk(node, "", true, true);
@@ -143,7 +144,7 @@ pub fn tree(node: &TreeNode) {
 pub fn channels(channels: &[Channel]) {
     let width = channels.iter().map(|c| c.name.as_str().len() + 1).max().unwrap_or(8);
     for c in channels {
-        println!(
+        outln!(
             "{:width$}  {:12}  {:10}  {:9}  wakes {:8}  {} subscribers, last #{}",
             format!("#{}", c.name),
             c.kind.to_string(),
@@ -160,7 +161,7 @@ pub fn topics(topics: &[Topic]) {
     for t in topics {
         let resolved = if t.resolved { "  (resolved)" } else { "" };
         let messages = if t.messages == 1 { "message" } else { "messages" };
-        println!(
+        outln!(
             "{}  {} {messages}, last #{} at {}{resolved}",
             t.name,
             t.messages,
@@ -171,15 +172,15 @@ pub fn topics(topics: &[Topic]) {
 }
 
 pub fn read(page: &ReadResponse) {
-    println!("#{}", page.channel);
+    outln!("#{}", page.channel);
     for group in &page.groups {
-        println!("  {}", group.topic);
+        outln!("  {}", group.topic);
         for m in &group.messages {
-            println!("    {}", message_line(m, false));
+            outln!("    {}", message_line(m, false));
         }
     }
     if page.more {
-        println!("(more: --after {})", page.next_after);
+        outln!("(more: --after {})", page.next_after);
     }
 }
 
@@ -232,7 +233,7 @@ fn roster_row(a: &RosterEntry, width: usize, presence: usize) {
         marks.push(format!("{} pending", a.pending));
     }
     let marks = if marks.is_empty() { String::new() } else { format!("  [{}]", marks.join(", ")) };
-    println!(
+    outln!(
         "{:width$}  {:presence$}  session {:<3}  seen {seen}{marks}{why}{activity}",
         a.handle,
         a.presence.as_str(),
@@ -252,7 +253,7 @@ pub fn activity(item: &ActivityItem, watched: &str, json: bool) {
         true => String::new(),
         false => format!("[{}] ", item.agent),
     };
-    println!("{at} #{} {who}{}", item.incarnation, item.summary);
+    outln!("{at} #{} {who}{}", item.incarnation, item.summary);
 }
 
 /// Per-recipient outcomes of a post, then the counts.
@@ -260,75 +261,77 @@ pub fn outcomes(r: &PostResponse) {
     for o in &r.outcomes {
         let outcome = o.outcome.as_str();
         let reason = o.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
-        println!("  {outcome:8} {}{reason}", o.recipient);
+        outln!("  {outcome:8} {}{reason}", o.recipient);
     }
     let c = &r.counts;
     if c.steered + c.queued + c.woke + c.held + c.refused > 0 {
-        println!(
-            "  {} steered, {} woke, {} queued, {} held, {} refused",
-            c.steered, c.woke, c.queued, c.held, c.refused
-        );
+        outln!("  {} steered, {} woke, {} queued, {} held, {} refused", c.steered, c.woke, c.queued, c.held, c.refused);
     }
     if !r.unknown_mentions.is_empty() {
-        println!("  unknown mentions (no such account): {}", r.unknown_mentions.join(", "));
+        outln!("  unknown mentions (no such account): {}", r.unknown_mentions.join(", "));
     }
 }
 
 pub fn board(r: &BoardResponse) {
-    println!("#{} board", r.channel);
+    outln!("#{} board", r.channel);
     for m in &r.pins {
-        println!("  {}", message_line(m, false));
+        outln!("  {}", message_line(m, false));
     }
 }
 
 /// `bundle check --gated`: per role, each line its sessions do not see yet.
 pub fn gated(lines: &[canopy_prompt::Gated]) {
     if lines.is_empty() {
-        println!("no gated lines: every role sees every line");
+        outln!("no gated lines: every role sees every line");
     }
     let mut role = "";
     for g in lines {
         if g.role != role {
             role = &g.role;
-            println!("role {role}: lines waiting for a tool");
+            outln!("role {role}: lines waiting for a tool");
         }
-        println!("  {}:{}  waits for {}: {}", g.file, g.line, g.waits_for.join(", "), g.text);
+        outln!("  {}:{}  waits for {}: {}", g.file, g.line, g.waits_for.join(", "), g.text);
     }
 }
 
 pub fn operators(operators: &[Account]) {
     let width = operators.iter().map(|a| a.handle.as_str().len()).max().unwrap_or(8);
     for a in operators {
-        println!("{:width$}  {:8}  {}", a.handle.as_str(), a.state.to_string(), a.display_name);
+        outln!("{:width$}  {:8}  {}", a.handle.as_str(), a.state.to_string(), a.display_name);
     }
 }
 
 pub fn runner_added(r: &RunnersAddResponse, out: Option<&std::path::Path>) {
     let id = &r.credential.runner_id;
-    println!("runner {id}: credential written to {}", r.path);
+    outln!("runner {id}: credential written to {}", r.path);
     if let Some(out) = out {
-        println!("  and to {} (carry it to the runner's machine)", out.display());
+        outln!("  and to {} (carry it to the runner's machine)", out.display());
     }
-    println!("  start it here:      canopy runner --id {id}");
-    println!("  or on its machine:  canopy runner --credentials FILE --nats-url URL");
+    outln!("  start it here:      canopy runner --id {id}");
+    outln!("  or on its machine:  canopy runner --credentials FILE --nats-url URL");
     if !r.applied {
-        println!("  the NATS server is external: install `canopy nats-config` there and reload it");
+        outln!("  the NATS server is external: install `canopy nats-config` there and reload it");
     }
 }
 
 /// `canopy runners`: one aligned line per runner.
 pub fn runners(runners: &[canopy_proto::api::RunnerInfo]) {
     if runners.is_empty() {
-        println!("no runners have synced (the daemon's own starts with it; add one with `canopy runners add ID`)");
+        outln!("no runners have synced (the daemon's own starts with it; add one with `canopy runners add ID`)");
         return;
     }
     let id = runners.iter().map(|r| r.id.as_str().len()).max().unwrap_or(2).max(2);
     let labels: Vec<String> =
         runners.iter().map(|r| if r.labels.is_empty() { "-".into() } else { r.labels.join(",") }).collect();
     let lw = labels.iter().map(String::len).max().unwrap_or(6).max(6);
-    println!(
+    outln!(
         "{:id$}  {:lw$}  {:>8}  {:>9}  {:10}  {:8}  state",
-        "id", "labels", "sessions", "capacity", "last sync", "version"
+        "id",
+        "labels",
+        "sessions",
+        "capacity",
+        "last sync",
+        "version"
     );
     for (r, labels) in runners.iter().zip(&labels) {
         let state = match (r.live, r.draining) {
@@ -339,7 +342,7 @@ pub fn runners(runners: &[canopy_proto::api::RunnerInfo]) {
         };
         let synced = format!("{}s ago", r.last_sync_secs);
         let version = if r.version.is_empty() { "-" } else { r.version.as_str() };
-        println!(
+        outln!(
             "{:id$}  {labels:lw$}  {:>8}  {:>9}  {synced:10}  {version:8}  {state}",
             r.id.as_str(),
             r.sessions,
@@ -349,16 +352,16 @@ pub fn runners(runners: &[canopy_proto::api::RunnerInfo]) {
 }
 
 pub fn credentials_changed(what: &str, r: &CredentialsChangedResponse) {
-    println!("{what}; NATS users now: {}", r.users.join(", "));
+    outln!("{what}; NATS users now: {}", r.users.join(", "));
     if !r.applied {
-        println!("  the NATS server is external: install `canopy nats-config` there and reload it");
+        outln!("  the NATS server is external: install `canopy nats-config` there and reload it");
     }
 }
 
 pub fn spawn_request(r: &SpawnRequest) {
     let note = r.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
     let budget = r.budget.map(|b| format!(", budget {}", canopy_core::budget::say::amount(b))).unwrap_or_default();
-    println!(
+    outln!(
         "{} {:9} {} asks for @{} ({}, {}{budget}){note}",
         r.id,
         r.state.to_string(),
@@ -374,7 +377,7 @@ pub fn spawn_request(r: &SpawnRequest) {
         (Some(at), _) => format!("asked {}, decided {}", relative(&r.created_at), relative(at)),
         (None, _) => format!("asked {}", relative(&r.created_at)),
     };
-    println!("    {when}; reason: {}", r.reason);
+    outln!("    {when}; reason: {}", r.reason);
 }
 
 /// The line that opens `whoami`, `roster` and `tree` while requests wait for the operator.
@@ -475,18 +478,18 @@ pub fn budgets(list: &[canopy_core::BudgetStatus]) {
             }
             canopy_core::budget::Scope::Agent => String::new(),
         };
-        println!("{:width$}  {:7}  {:>4}%  {}  {window}{left}{level}", b.owner, b.scope.to_string(), b.percent, spent);
+        outln!("{:width$}  {:7}  {:>4}%  {}  {window}{left}{level}", b.owner, b.scope.to_string(), b.percent, spent);
     }
 }
 
 /// `canopy agents budget`: what changed, then every budget that covers the agent.
 pub fn budget_change(r: &AgentsBudgetResponse) {
     if r.covering.is_empty() {
-        println!("no budget covers it");
+        outln!("no budget covers it");
     }
     budgets(&r.covering);
     if !r.released.is_empty() {
-        println!("released (what they held is delivered now): {}", r.released.join(", "));
+        outln!("released (what they held is delivered now): {}", r.released.join(", "));
     }
 }
 
@@ -499,13 +502,13 @@ pub fn repo(r: &canopy_core::Repo) {
             format!("checks {}", named.join(", "))
         }
     };
-    println!("{}  {} (base {}, review {}, {checks})", r.name, r.source, r.base, r.review.as_str());
+    outln!("{}  {} (base {}, review {}, {checks})", r.name, r.source, r.base, r.review.as_str());
 }
 
 /// `canopy repos list`: the repositories, then every checkout.
 pub fn repos(r: &ReposListResponse) {
     if r.repos.is_empty() {
-        println!("no repositories (add one with `canopy repos add NAME PATH_OR_URL`)");
+        outln!("no repositories (add one with `canopy repos add NAME PATH_OR_URL`)");
         return;
     }
     for one in &r.repos {
@@ -514,18 +517,18 @@ pub fn repos(r: &ReposListResponse) {
     if r.checkouts.is_empty() {
         return;
     }
-    println!();
+    outln!();
     let agent = r.checkouts.iter().map(|c| c.agent.len()).max().unwrap_or(5).max(5);
     let branch = r.checkouts.iter().map(|c| c.branch.len()).max().unwrap_or(6).max(6);
-    println!("{:agent$}  {:8}  {:branch$}  {:9}  {:9}  path", "agent", "repo", "branch", "state", "conflicts");
+    outln!("{:agent$}  {:8}  {:branch$}  {:9}  {:9}  path", "agent", "repo", "branch", "state", "conflicts");
     for c in &r.checkouts {
         let note = c.note.as_deref().map(|n| format!("  ({n})")).unwrap_or_default();
         let path = c.path.as_deref().unwrap_or("-");
         let clash = conflict_cell(&r.conflicts, &c.repo, &c.branch);
-        println!("{:agent$}  {:8}  {:branch$}  {:9}  {clash:9}  {path}{note}", c.agent, c.repo, c.branch, c.state);
+        outln!("{:agent$}  {:8}  {:branch$}  {:9}  {clash:9}  {path}{note}", c.agent, c.repo, c.branch, c.state);
     }
     if !r.conflicts.is_empty() {
-        println!();
+        outln!();
         conflicts(&r.conflicts);
     }
 }
@@ -543,19 +546,19 @@ fn conflict_cell(conflicts: &[ConflictInfo], repo: &str, branch: &str) -> String
 /// Conflicts as lines: `conflict  branch  x  other: files`.
 pub fn conflicts(conflicts: &[ConflictInfo]) {
     for c in conflicts {
-        println!("conflict  {}  x  {}: {}", c.branch, c.other, c.files.join(", "));
+        outln!("conflict  {}  x  {}: {}", c.branch, c.other, c.files.join(", "));
     }
 }
 
 /// `canopy repos gc`.
 pub fn gc(r: &ReposGcResponse) {
     if r.leftovers.is_empty() {
-        println!("no leftovers");
+        outln!("no leftovers");
         return;
     }
     let verb = if r.removed { "removed" } else { "found" };
     for l in &r.leftovers {
-        println!("{verb}  {}  ({})", l.path, l.why);
+        outln!("{verb}  {}  ({})", l.path, l.why);
     }
 }
 
@@ -563,7 +566,7 @@ pub fn gc(r: &ReposGcResponse) {
 pub fn merge(m: &canopy_core::MergeRequest) {
     let note = m.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
     let landed = m.merged_commit.as_deref().map(|c| format!(" at {}", &c[..c.len().min(10)])).unwrap_or_default();
-    println!(
+    outln!(
         "{} {:8} {}: {} ({} into {} {}){landed}{note}",
         m.id,
         m.state.to_string(),
@@ -578,7 +581,7 @@ pub fn merge(m: &canopy_core::MergeRequest) {
 /// `canopy merges`.
 pub fn merges(r: &MergesListResponse) {
     if r.merges.is_empty() {
-        println!("no merge requests");
+        outln!("no merge requests");
     }
     for m in &r.merges {
         merge(m);
@@ -588,7 +591,7 @@ pub fn merges(r: &MergesListResponse) {
         );
         let clash = conflict_cell(&r.conflicts, &m.repo, &m.branch);
         if open && clash != "-" {
-            println!("         {clash} (canopy merges show {})", m.id);
+            outln!("         {clash} (canopy merges show {})", m.id);
         }
     }
 }
@@ -596,38 +599,38 @@ pub fn merges(r: &MergesListResponse) {
 /// `canopy usage`: tokens first (many pay by quota), cost where a harness reported one.
 pub fn usage(r: &UsageResponse) {
     if r.total.reports == 0 {
-        println!("no usage reported");
+        outln!("no usage reported");
     } else {
         usage_table(r);
     }
     if !r.budgets.is_empty() {
-        println!();
-        println!("budgets");
+        outln!();
+        outln!("budgets");
         budgets(&r.budgets);
     }
 }
 
 fn usage_table(r: &UsageResponse) {
     let width = r.agents.iter().map(|a| a.agent.as_str().len()).max().unwrap_or(5).max(5);
-    println!("{:width$}  {:>10}  {:>10}  {:>10}  {:>7}  cost", "agent", "input", "output", "cached", "reports");
+    outln!("{:width$}  {:>10}  {:>10}  {:>10}  {:>7}  cost", "agent", "input", "output", "cached", "reports");
     for row in &r.agents {
-        println!("{}", usage_row(row.agent.as_str(), &row.totals, width));
+        outln!("{}", usage_row(row.agent.as_str(), &row.totals, width));
     }
     if r.agents.len() > 1 {
-        println!("{}", usage_row("total", &r.total, width));
+        outln!("{}", usage_row("total", &r.total, width));
     }
     if !r.sessions.is_empty() {
-        println!();
+        outln!();
         for row in &r.sessions {
             let label = format!("session {}", row.incarnation.unwrap_or_default());
-            println!("{}", usage_row(&label, &row.totals, width.max(12)));
+            outln!("{}", usage_row(&label, &row.totals, width.max(12)));
         }
     }
     if !r.turns.is_empty() {
-        println!();
+        outln!();
         for row in &r.turns {
             let label = format!("#{} {}", row.incarnation.unwrap_or_default(), row.turn_id.as_deref().unwrap_or("-"));
-            println!("{}", usage_row(&label, &row.totals, width.max(12)));
+            outln!("{}", usage_row(&label, &row.totals, width.max(12)));
         }
     }
 }
@@ -677,10 +680,7 @@ pub struct Status {
 
 /// `canopy status`, one screen.
 pub fn status(s: &Status) {
-    println!(
-        "workspace {}  daemon pid {} (canopy {}), NATS {}",
-        s.workspace, s.daemon_pid, s.daemon_version, s.nats_url
-    );
+    outln!("workspace {}  daemon pid {} (canopy {}), NATS {}", s.workspace, s.daemon_pid, s.daemon_version, s.nats_url);
     let mut runners: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for a in &s.agents {
         if let Some(runner) = &a.runner {
@@ -689,13 +689,13 @@ pub fn status(s: &Status) {
     }
     let runners: Vec<String> =
         runners.iter().map(|(r, n)| format!("{r} ({n} session{})", if *n == 1 { "" } else { "s" })).collect();
-    println!("runners   {}", if runners.is_empty() { "none hosting sessions".to_owned() } else { runners.join(", ") });
+    outln!("runners   {}", if runners.is_empty() { "none hosting sessions".to_owned() } else { runners.join(", ") });
     let mut by_presence: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for a in &s.agents {
         *by_presence.entry(a.presence.as_str()).or_default() += 1;
     }
     let counts: Vec<String> = by_presence.iter().map(|(p, n)| format!("{n} {p}")).collect();
-    println!("agents    {} ({})", s.agents.len(), counts.join(", "));
+    outln!("agents    {} ({})", s.agents.len(), counts.join(", "));
     let trouble: Vec<String> = s
         .agents
         .iter()
@@ -703,17 +703,17 @@ pub fn status(s: &Status) {
         .map(|a| format!("{} {}", a.handle, a.presence))
         .collect();
     if !trouble.is_empty() {
-        println!("attention {}", trouble.join(", "));
+        outln!("attention {}", trouble.join(", "));
     }
     match waiting(&s.spawns, &s.merges) {
-        Some(line) => println!("waiting   {line}"),
-        None if s.waiting_issues.is_empty() => println!("waiting   nothing waits for you"),
+        Some(line) => outln!("waiting   {line}"),
+        None if s.waiting_issues.is_empty() => outln!("waiting   nothing waits for you"),
         None => {}
     }
     if !s.waiting_issues.is_empty() {
-        println!("waiting on you: {}", waiting_issues_heading(s.waiting_issues.len()));
+        outln!("waiting on you: {}", waiting_issues_heading(s.waiting_issues.len()));
         for line in waiting_issues(&s.waiting_issues) {
-            println!("  {line}");
+            outln!("  {line}");
         }
     }
     let alerts: Vec<String> = s
@@ -728,14 +728,14 @@ pub fn status(s: &Status) {
         })
         .collect();
     if !alerts.is_empty() {
-        println!("budgets   {}", alerts.join(", "));
+        outln!("budgets   {}", alerts.join(", "));
     }
     match s.incidents.is_empty() {
-        true => println!("incidents none"),
+        true => outln!("incidents none"),
         false => {
-            println!("incidents");
+            outln!("incidents");
             for m in &s.incidents {
-                println!("  {}", message_line(m, false));
+                outln!("  {}", message_line(m, false));
             }
         }
     }

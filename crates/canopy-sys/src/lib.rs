@@ -248,19 +248,6 @@ pub fn local_time(unix_secs: i64) -> Option<LocalTime> {
     })
 }
 
-/// Restores SIGPIPE's default action, so a command whose stdout is closed (`| head -1`)
-/// ends quietly (status 141) instead of failing in `println!`. Only for a process that
-/// starts no child and writes no pipe but its stdout and stderr: sockets are written with
-/// `MSG_NOSIGNAL` by the standard library either way.
-pub fn default_sigpipe() {
-    // SAFETY: `signal` with `SIG_DFL` changes only this process's disposition of SIGPIPE; it
-    // touches no memory of ours and is called before any output is written.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
 /// Milliseconds since the Unix epoch, on the same clock as `unix_us`.
 pub fn unix_ms() -> i64 {
     i64::try_from(unix_us() / 1000).unwrap_or(i64::MAX)

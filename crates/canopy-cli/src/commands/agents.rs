@@ -13,19 +13,24 @@ use crate::args::{CreateArgs, WatchArgs};
 use crate::client::{CallError, Client, Follower};
 use crate::exit::{EXIT_REFUSED, code, fail};
 use crate::output;
+use crate::writer::{err, errln, outln};
 
 /// `canopy whoami`.
 pub async fn whoami(client: &Client, json: bool) -> u8 {
     waiting_banner(client, json).await;
     let result = call::<method::Whoami>(client, json, &WhoamiRequest {}, |r: &WhoamiResponse| {
-        println!(
+        outln!(
             "{} ({}) in workspace {} ({}), daemon {}",
-            r.account.handle, r.account.kind, r.workspace.name, r.workspace.id, r.version
+            r.account.handle,
+            r.account.kind,
+            r.workspace.name,
+            r.workspace.id,
+            r.version
         );
         if !r.waiting_issues.is_empty() {
-            println!("Waiting on you: {}", output::waiting_issues_heading(r.waiting_issues.len()));
+            outln!("Waiting on you: {}", output::waiting_issues_heading(r.waiting_issues.len()));
             for line in output::waiting_issues(&r.waiting_issues) {
-                println!("  {line}");
+                outln!("  {line}");
             }
         }
     })
@@ -58,11 +63,11 @@ pub async fn show(client: &Client, json: bool, handle: String) -> u8 {
     let result = call::<method::AgentsShow>(client, json, &AgentsShowRequest { handle }, |r: &AgentsShowResponse| {
         output::account(&r.account);
         if !r.children.is_empty() {
-            println!("  children {}", r.children.join(", "));
+            outln!("  children {}", r.children.join(", "));
         }
         for s in &r.subscriptions {
             let mandatory = if s.mandatory { "mandatory" } else { "optional" };
-            println!("  subscribed #{} ({mandatory}, cursor {})", s.channel, s.cursor);
+            outln!("  subscribed #{} ({mandatory}, cursor {})", s.channel, s.cursor);
         }
     })
     .await;
@@ -78,12 +83,12 @@ pub async fn reparent(client: &Client, json: bool, handle: String, parent: Strin
 /// `canopy agents despawn`: asks first on a terminal unless `--yes`.
 pub async fn despawn(client: &Client, json: bool, handle: String, yes: bool) -> u8 {
     if !yes && !confirm_despawn(client, &handle).await {
-        eprintln!("not despawned");
+        errln!("not despawned");
         return EXIT_REFUSED;
     }
     let request = AgentsDespawnRequest { handle };
     let result = call::<method::AgentsDespawn>(client, json, &request, |r: &AgentsDespawnResponse| {
-        println!("despawned {}", r.despawned.join(", "))
+        outln!("despawned {}", r.despawned.join(", "))
     })
     .await;
     code(json, result)
@@ -101,7 +106,7 @@ async fn confirm_despawn(client: &Client, handle: &str) -> bool {
         Ok(shown) if !shown.children.is_empty() => format!(" and its reports ({})", shown.children.join(", ")),
         _ => String::new(),
     };
-    eprint!("despawn {handle}{below}? Their sessions stop; history stays. [y/N] ");
+    err!("despawn {handle}{below}? Their sessions stop; history stays. [y/N] ");
     // A question that could not be flushed is still answered: the read below decides.
     let _ = std::io::stderr().flush();
     let mut answer = String::new();

@@ -15,6 +15,7 @@ use canopy_proto::method;
 use crate::client::{CallError, Client};
 use crate::exit::{fail, fail_usage};
 use crate::output;
+use crate::writer::outln;
 
 /// Calls a method and prints the response as JSON or through `human`.
 pub async fn call<M: ApiMethod>(
@@ -42,7 +43,7 @@ pub async fn waiting_banner(client: &Client, json: bool) {
     let merges = MergesListRequest { state: Some(canopy_core::MergeState::Pending) };
     let merges = client.send::<method::MergesList>(&merges).await.map(|r| r.merges).unwrap_or_default();
     if let Some(line) = output::waiting(&spawns, &merges) {
-        println!("{line}");
+        outln!("{line}");
     }
 }
 

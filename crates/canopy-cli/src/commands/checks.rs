@@ -12,6 +12,7 @@ use crate::args::ChecksCommand;
 use crate::client::Client;
 use crate::exit::{code, fail};
 use crate::output;
+use crate::writer::{out, outln};
 
 /// `canopy checks [--repo R] [--branch B] [log ID]`.
 pub async fn checks(
@@ -51,12 +52,12 @@ async fn log(client: &Client, json: bool, id: String) -> u8 {
     if json {
         output::json(&serde_json::json!({ "check": check, "log": text }));
     } else {
-        println!("{}  {}", check.id, check.line());
-        println!("{} on {} ({}), `{}`", check.subject, short(&check.commit), check.trigger, check.command);
-        println!();
-        print!("{text}");
+        outln!("{}  {}", check.id, check.line());
+        outln!("{} on {} ({}), `{}`", check.subject, short(&check.commit), check.trigger, check.command);
+        outln!();
+        out!("{text}");
         if !text.is_empty() && !text.ends_with('\n') {
-            println!();
+            outln!();
         }
     }
     0
@@ -69,18 +70,23 @@ fn short(sha: &str) -> &str {
 /// Check runs as an aligned table, newest first.
 pub fn print_table(checks: &[CheckRun]) {
     if checks.is_empty() {
-        println!("no checks have run");
+        outln!("no checks have run");
         return;
     }
     let subject = checks.iter().map(|c| c.subject.len()).max().unwrap_or(7).max(7);
     let name = checks.iter().map(|c| c.name.len()).max().unwrap_or(5).max(5);
-    println!(
+    outln!(
         "{:10}  {:8}  {:subject$}  {:name$}  {:10}  {:9}  outcome",
-        "id", "repo", "subject", "check", "commit", "state"
+        "id",
+        "repo",
+        "subject",
+        "check",
+        "commit",
+        "state"
     );
     for c in checks {
         let secs = c.duration_ms as f64 / 1000.0;
-        println!(
+        outln!(
             "{:10}  {:8}  {:subject$}  {:name$}  {:10}  {:9}  {} ({secs:.1} s)",
             c.id,
             c.repo,

@@ -15,6 +15,7 @@ use crate::args::{CredentialsCommand, OperatorsCommand, RunnersCommand};
 use crate::client::{CallError, Client};
 use crate::exit::code;
 use crate::output;
+use crate::writer::outln;
 
 /// `canopy operators add|list|revoke`.
 pub async fn operators(client: &Client, json: bool, command: OperatorsCommand) -> u8 {
@@ -31,7 +32,7 @@ pub async fn operators(client: &Client, json: bool, command: OperatorsCommand) -
         OperatorsCommand::Revoke { handle } => {
             let request = OperatorsRevokeRequest { handle };
             call::<method::OperatorsRevoke>(client, json, &request, |a: &canopy_core::Account| {
-                println!("revoked operator {}: its token is refused from now on", a.handle)
+                outln!("revoked operator {}: its token is refused from now on", a.handle)
             })
             .await
         }
@@ -60,11 +61,12 @@ async fn runners_drain(client: &Client, json: bool, id: String, drain: bool) -> 
     let runner = client.send::<method::RunnersDrain>(&RunnersDrainRequest { id, drain }).await?;
     match json {
         true => output::json(&runner),
-        false if drain => println!(
+        false if drain => outln!(
             "runner {} is draining: it takes no new session, and its {} session(s) move at their next turn boundary",
-            runner.id, runner.sessions
+            runner.id,
+            runner.sessions
         ),
-        false => println!("runner {} is back in service", runner.id),
+        false => outln!("runner {} is back in service", runner.id),
     }
     Ok(())
 }
@@ -122,8 +124,8 @@ async fn operators_add(
     } else {
         let handle = &response.account.handle;
         match &out {
-            Some(out) => println!("operator {handle}: token written to {} (0600)", out.display()),
-            None => println!("operator {handle}: token {} (shown once; keep it 0600)", response.token),
+            Some(out) => outln!("operator {handle}: token written to {} (0600)", out.display()),
+            None => outln!("operator {handle}: token {} (shown once; keep it 0600)", response.token),
         }
     }
     Ok(())

@@ -10,6 +10,7 @@ use super::call::call;
 use crate::client::{CallError, Client};
 use crate::exit::{code, fail_usage};
 use crate::output;
+use crate::writer::{errln, outln};
 
 /// `canopy approve ID` and `canopy deny ID --reason R`.
 pub async fn decide(client: &Client, json: bool, id: String, denied: Option<String>) -> u8 {
@@ -46,7 +47,7 @@ async fn wait_for_request(client: &Client, json: bool) -> Result<(), CallError> 
     let seen: std::collections::HashSet<String> =
         client.send::<method::SpawnList>(&pending).await?.requests.into_iter().map(|r| r.id).collect();
     // On stderr in both modes: `--json` output stays the request alone; scripts can wait for it.
-    eprintln!("waiting for a new spawn request ({} pending already; Ctrl-C to stop)", seen.len());
+    errln!("waiting for a new spawn request ({} pending already; Ctrl-C to stop)", seen.len());
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
     loop {
         tick.tick().await;
@@ -70,7 +71,7 @@ pub async fn audit(client: &Client, json: bool, since: Option<std::time::Duratio
     let result = call::<method::AuditList>(client, json, &request, |r: &AuditListResponse| {
         for e in &r.entries {
             let actor = e.actor.as_ref().map_or("canopy".to_owned(), ToString::to_string);
-            println!("{} {actor:12} {:24} {} {}", output::time(&e.at), e.action, e.target, e.detail);
+            outln!("{} {actor:12} {:24} {} {}", output::time(&e.at), e.action, e.target, e.detail);
         }
     })
     .await;

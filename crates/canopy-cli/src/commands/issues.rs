@@ -21,6 +21,7 @@ use crate::args::{IssuesCommand, IssuesEditArgs, IssuesListArgs, IssuesNewArgs};
 use crate::client::{CallError, Client};
 use crate::exit::{fail, fail_usage};
 use crate::output;
+use crate::writer::{errln, outln};
 
 /// The most issues `issues.list` answers in one page.
 const LIST_PAGE: u32 = 200;
@@ -139,16 +140,16 @@ async fn list_issues(client: &Client, json: bool, args: IssuesListArgs) -> Resul
     }
     if all.issues.is_empty() {
         match closed_too || filtered {
-            true => println!("no issues match"),
-            false => println!("no open issues (`--all` lists closed ones too)"),
+            true => outln!("no issues match"),
+            false => outln!("no open issues (`--all` lists closed ones too)"),
         }
         return Ok(());
     }
     for line in table(&all.issues, SystemTime::now()) {
-        println!("{line}");
+        outln!("{line}");
     }
     if let Some(after) = all.next_after {
-        println!("(more after #{after}: raise --limit)");
+        outln!("(more after #{after}: raise --limit)");
     }
     Ok(())
 }
@@ -164,7 +165,7 @@ async fn new(client: &Client, json: bool, args: IssuesNewArgs) -> Result<(), Fai
         given => text_or_stdin(given, "the issue body", "body")?,
     };
     let request = IssuesCreateRequest { title, body, owner: assign, parent, labels, depends_on, idempotency_key };
-    Ok(call::<method::IssuesCreate>(client, json, &request, |i: &Issue| println!("{}", said("filed", i))).await?)
+    Ok(call::<method::IssuesCreate>(client, json, &request, |i: &Issue| outln!("{}", said("filed", i))).await?)
 }
 
 /// `canopy issues show N`.
@@ -172,7 +173,7 @@ async fn show(client: &Client, json: bool, issue: &str) -> Result<(), Failed> {
     let request = IssuesShowRequest { issue: number("issue", issue)? };
     Ok(call::<method::IssuesShow>(client, json, &request, |d: &IssueDetail| {
         for line in detail(d, SystemTime::now()) {
-            println!("{line}");
+            outln!("{line}");
         }
     })
     .await?)
@@ -181,7 +182,7 @@ async fn show(client: &Client, json: bool, issue: &str) -> Result<(), Failed> {
 /// `canopy issues assign N H`.
 async fn assign(client: &Client, json: bool, issue: &str, owner: String, note: Option<String>) -> Result<(), Failed> {
     let request = IssuesAssignRequest { issue: number("issue", issue)?, owner, note };
-    Ok(call::<method::IssuesAssign>(client, json, &request, |i: &Issue| println!("{}", said("assigned", i))).await?)
+    Ok(call::<method::IssuesAssign>(client, json, &request, |i: &Issue| outln!("{}", said("assigned", i))).await?)
 }
 
 /// `canopy issues move N STATE --note T`: closing is `close`'s, which asks for a resolution.
@@ -209,7 +210,7 @@ async fn move_issue(
         question,
         ..IssuesUpdateRequest::default()
     };
-    Ok(call::<method::IssuesUpdate>(client, json, &request, |i: &Issue| println!("{}", said("moved", i))).await?)
+    Ok(call::<method::IssuesUpdate>(client, json, &request, |i: &Issue| outln!("{}", said("moved", i))).await?)
 }
 
 /// `canopy issues comment N TEXT` (the text from stdin when absent or `-`).
@@ -217,8 +218,7 @@ async fn comment(client: &Client, json: bool, issue: &str, text: Option<String>)
     let issue = number("issue", issue)?;
     let text = text_or_stdin(text, "the comment", "text")?;
     let request = IssuesCommentRequest { issue, text };
-    Ok(call::<method::IssuesComment>(client, json, &request, |i: &Issue| println!("{}", said("commented on", i)))
-        .await?)
+    Ok(call::<method::IssuesComment>(client, json, &request, |i: &Issue| outln!("{}", said("commented on", i))).await?)
 }
 
 /// `canopy issues close N --resolution TEXT [--wontdo]`: a move to done or wontdo whose note
@@ -238,7 +238,7 @@ async fn close(
         resolution: Some(resolution),
         ..IssuesUpdateRequest::default()
     };
-    Ok(call::<method::IssuesUpdate>(client, json, &request, |i: &Issue| println!("{}", said("closed", i))).await?)
+    Ok(call::<method::IssuesUpdate>(client, json, &request, |i: &Issue| outln!("{}", said("closed", i))).await?)
 }
 
 /// `canopy issues edit N [--title] [--body] [--label]... [--depends-on]...`.
@@ -259,15 +259,15 @@ async fn edit(client: &Client, json: bool, args: IssuesEditArgs) -> Result<(), F
         given => Some(text_or_stdin(given, "the issue body", "body")?),
     };
     let request = IssuesUpdateRequest { issue, title, body, labels, depends_on, ..Default::default() };
-    Ok(call::<method::IssuesUpdate>(client, json, &request, |i: &Issue| println!("{}", said("edited", i))).await?)
+    Ok(call::<method::IssuesUpdate>(client, json, &request, |i: &Issue| outln!("{}", said("edited", i))).await?)
 }
 
 /// `canopy issues budget N --usd X | --clear`.
 async fn budget(client: &Client, json: bool, issue: &str, usd: Option<f64>) -> Result<(), Failed> {
     let request = IssuesBudgetRequest { issue: number("issue", issue)?, usd };
     Ok(call::<method::IssuesBudget>(client, json, &request, |i: &Issue| match i.budget_usd {
-        Some(usd) => println!("#{} has a budget of {}: runs for it are held once it is spent", i.number, dollars(usd)),
-        None => println!("#{} has no budget now", i.number),
+        Some(usd) => outln!("#{} has a budget of {}: runs for it are held once it is spent", i.number, dollars(usd)),
+        None => outln!("#{} has no budget now", i.number),
     })
     .await?)
 }
@@ -296,7 +296,7 @@ async fn import(client: &Client, json: bool, file: &Path, source: String) -> Res
             }
             Err(e) => {
                 if sent > 0 {
-                    eprintln!(
+                    errln!(
                         "{sent} of {total} issues were imported before this error ({} created); importing the file \
                          again skips them",
                         all.created.len()
@@ -308,7 +308,7 @@ async fn import(client: &Client, json: bool, file: &Path, source: String) -> Res
     }
     match json {
         true => output::json(&all),
-        false => println!("{}", import_summary(&all, &source)),
+        false => outln!("{}", import_summary(&all, &source)),
     }
     Ok(())
 }
@@ -351,7 +351,7 @@ async fn export(client: &Client, json: bool, path: Option<&Path>) -> Result<(), 
     file.persist(path).map_err(|e| write_error(e.error))?;
     match json {
         true => output::json(&serde_json::json!({ "exported": exported, "output": path })),
-        false => println!("exported {exported} issue{} to {}", plural(exported), path.display()),
+        false => outln!("exported {exported} issue{} to {}", plural(exported), path.display()),
     }
     Ok(())
 }

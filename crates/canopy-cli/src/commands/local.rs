@@ -13,6 +13,7 @@ use crate::args::{DaemonArgs, InitArgs, McpArgs, RunnerArgs};
 use crate::client::CallError;
 use crate::exit::{EXIT_UNAVAILABLE, EXIT_USAGE, fail, fail_usage};
 use crate::output;
+use crate::writer::{errln, out, outln};
 
 /// `canopy init`: creates the workspace.
 pub async fn init(dir: &DataDir, json: bool, args: &InitArgs) -> u8 {
@@ -32,14 +33,11 @@ pub async fn init(dir: &DataDir, json: bool, args: &InitArgs) -> u8 {
             0
         }
         Ok(report) => {
-            println!(
-                "initialised workspace {} ({}) in {}",
-                report.workspace.name, report.workspace.id, report.data_dir
-            );
-            println!("  operator {} (token in {}, mode 0600)", report.operator, report.token_file);
-            println!("  config   {}", report.config_file);
-            println!("  channels #announcements, #incidents, #home-supervisor");
-            println!("next: canopy daemon --dir {}", report.data_dir);
+            outln!("initialised workspace {} ({}) in {}", report.workspace.name, report.workspace.id, report.data_dir);
+            outln!("  operator {} (token in {}, mode 0600)", report.operator, report.token_file);
+            outln!("  config   {}", report.config_file);
+            outln!("  channels #announcements, #incidents, #home-supervisor");
+            outln!("next: canopy daemon --dir {}", report.data_dir);
             0
         }
         Err(e) => fail(json, &CallError::Refused((&e).into())),
@@ -108,7 +106,7 @@ pub async fn daemon(dir: &DataDir, json: bool, args: &DaemonArgs) -> u8 {
             if json {
                 output::json(&serde_json::json!({ "error": { "code": "daemon", "message": e.to_string() } }));
             } else {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
             }
             code
         }
@@ -161,7 +159,7 @@ pub async fn runner(dir: &DataDir, json: bool, args: &RunnerArgs) -> u8 {
     if json {
         output::json_line(&serde_json::json!({ "runner": handle.id, "mcp_url": handle.mcp_url }));
     } else {
-        eprintln!("runner {} serving tools at {}", handle.id, handle.mcp_url);
+        errln!("runner {} serving tools at {}", handle.id, handle.mcp_url);
     }
     shutdown_signal().await;
     // Its sessions get their stop grace; what it would still tell the daemon (session ends)
@@ -272,10 +270,10 @@ pub async fn web(dir: &DataDir, json: bool, no_open: bool) -> u8 {
     if json {
         output::json(&serde_json::json!({ "url": base, "link": link, "opened": opened }));
     } else {
-        println!("{link}");
+        outln!("{link}");
         match opened {
-            true => eprintln!("opened in your browser; the link works once"),
-            false => eprintln!("open it in a browser on this machine; it works once, for a short time"),
+            true => errln!("opened in your browser; the link works once"),
+            false => errln!("open it in a browser on this machine; it works once, for a short time"),
         }
     }
     0
@@ -325,10 +323,10 @@ pub fn nats_config(dir: &DataDir, json: bool) -> u8 {
             0
         }
         Ok((workspace, block)) => {
-            println!("# NATS logins of Canopy workspace {workspace}: put this in the nats-server configuration,");
-            println!("# reload the server, then run `canopy daemon --nats-url URL`. Re-run after");
-            println!("# `canopy runners add|remove` and `canopy credentials rotate`.");
-            print!("{block}");
+            outln!("# NATS logins of Canopy workspace {workspace}: put this in the nats-server configuration,");
+            outln!("# reload the server, then run `canopy daemon --nats-url URL`. Re-run after");
+            outln!("# `canopy runners add|remove` and `canopy credentials rotate`.");
+            out!("{block}");
             0
         }
         Err(e) => fail(json, &CallError::Unreachable(e)),

@@ -12,6 +12,7 @@ use crate::args::MergesCommand;
 use crate::client::Client;
 use crate::exit::{EXIT_REFUSED, code, fail, refuse_locally};
 use crate::output;
+use crate::writer::{out, outln};
 
 /// `canopy merges [--state S] [show|approve|deny|queue]`.
 pub async fn merges(client: &Client, json: bool, state: Option<String>, command: Option<MergesCommand>) -> u8 {
@@ -39,42 +40,42 @@ fn show(d: &MergeDetail) {
     let m = &d.request;
     output::merge(m);
     if let Some(position) = d.queue_position {
-        println!("queue: position {position}");
+        outln!("queue: position {position}");
     }
     if let Some(reason) = &m.override_reason {
-        println!("approved over its review: {reason}");
+        outln!("approved over its review: {reason}");
     }
-    println!("summary: {}", m.summary);
+    outln!("summary: {}", m.summary);
     for c in &m.commits {
-        println!("  {c}");
+        outln!("  {c}");
     }
-    println!();
+    outln!();
     match d.checks.is_empty() {
-        true => println!("checks: {}", m.check.lines().next().unwrap_or("none")),
+        true => outln!("checks: {}", m.check.lines().next().unwrap_or("none")),
         false => {
-            println!("checks on {}:", &d.checks[0].commit[..d.checks[0].commit.len().min(10)]);
+            outln!("checks on {}:", &d.checks[0].commit[..d.checks[0].commit.len().min(10)]);
             for c in &d.checks {
-                println!("  {}  {}", c.id, c.line());
+                outln!("  {}  {}", c.id, c.line());
             }
         }
     }
-    println!();
+    outln!();
     if d.reviews.is_empty() {
-        println!("reviews: none");
+        outln!("reviews: none");
     }
     for r in &d.reviews {
         let verdict = r.verdict.map(|v| v.as_str()).unwrap_or(r.state.as_str());
         let stale = if r.head == m.head { "" } else { " (of an older head)" };
-        println!("review {} by {}: {verdict}{stale}", r.id, r.reviewer);
+        outln!("review {} by {}: {verdict}{stale}", r.id, r.reviewer);
         if !r.summary.is_empty() {
-            println!("  {}", r.summary.replace('\n', "\n  "));
+            outln!("  {}", r.summary.replace('\n', "\n  "));
         }
         for c in &r.comments {
-            println!("  {}:{}: {}", c.file, c.line, c.body.trim());
+            outln!("  {}:{}: {}", c.file, c.line, c.body.trim());
         }
     }
     if !d.conflicts.is_empty() {
-        println!();
+        outln!();
         output::conflicts(&d.conflicts);
     }
 }
@@ -82,10 +83,10 @@ fn show(d: &MergeDetail) {
 /// `canopy merges queue`.
 fn queue(r: &MergesQueueResponse) {
     if r.queue.is_empty() {
-        println!("the merge queue is empty");
+        outln!("the merge queue is empty");
     }
     for (i, m) in r.queue.iter().enumerate() {
-        print!("{:>3}. ", i + 1);
+        out!("{:>3}. ", i + 1);
         output::merge(m);
     }
 }

@@ -17,6 +17,7 @@ use crate::args::{
 use crate::client::{CallError, Client, Follower};
 use crate::exit::code;
 use crate::output;
+use crate::writer::{errln, outln};
 
 /// `canopy channels [list|create]`.
 pub async fn channels(client: &Client, json: bool, command: Option<ChannelsCommand>) -> u8 {
@@ -66,13 +67,12 @@ pub async fn topics(client: &Client, json: bool, channel: String, command: Optio
         }
         Some(TopicsCommand::Rename { topic, to }) => {
             let request = TopicsRenameRequest { channel, topic: topic.clone(), to: to.clone() };
-            call::<method::TopicsRename>(client, json, &request, |_: &Done| println!("renamed {topic:?} to {to:?}"))
-                .await
+            call::<method::TopicsRename>(client, json, &request, |_: &Done| outln!("renamed {topic:?} to {to:?}")).await
         }
         Some(TopicsCommand::Resolve { topic, reopen }) => {
             let request = TopicsResolveRequest { channel, topic: topic.clone(), resolved: !reopen };
             let word = if reopen { "reopened" } else { "resolved" };
-            call::<method::TopicsResolve>(client, json, &request, |_: &Done| println!("{word} {topic:?}")).await
+            call::<method::TopicsResolve>(client, json, &request, |_: &Done| outln!("{word} {topic:?}")).await
         }
     };
     code(json, result)
@@ -115,7 +115,7 @@ pub async fn post(dir: &DataDir, client: &Client, json: bool, mut args: PostArgs
     };
     let result = call::<method::MessagesPost>(client, json, &request, |r: &PostResponse| {
         let retry = if r.duplicate { " (already posted with this idempotency key)" } else { "" };
-        println!("posted seq {} to #{} > {}{retry}", r.message.seq, r.message.channel, r.message.topic);
+        outln!("posted seq {} to #{} > {}{retry}", r.message.seq, r.message.channel, r.message.topic);
         output::outcomes(r);
     })
     .await;
@@ -201,7 +201,7 @@ async fn recent(client: &Client, json: bool, args: &TailArgs, head: Seq) -> Resu
     for message in messages.iter().skip(messages.len().saturating_sub(n as usize)) {
         match json {
             true => output::json_line(message),
-            false => println!("{}", output::message_line(message, true)),
+            false => outln!("{}", output::message_line(message, true)),
         }
     }
     Ok(())
@@ -231,7 +231,7 @@ async fn tail_connection(
     }
     if !std::mem::replace(told, true) {
         // On stderr, so `--json` output stays one message per line; scripts can wait for it.
-        eprintln!("following messages after {last} (Ctrl-C to stop)");
+        errln!("following messages after {last} (Ctrl-C to stop)");
     }
     loop {
         match result {
@@ -267,7 +267,7 @@ async fn catch_up(client: &Client, json: bool, channel: Option<&str>, last: &mut
             if json {
                 output::json_line(message);
             } else {
-                println!("{}", output::message_line(message, true));
+                outln!("{}", output::message_line(message, true));
             }
         }
         *last = page.next_after.max(*last);

@@ -55,15 +55,10 @@ pub async fn run(cli: Cli) -> u8 {
         {
             prompts::render_role_here(&dir, json, &role)
         }
-        command => {
-            // Nothing below starts a child or writes a pipe of its own: a closed stdout
-            // (`| head -1`) ends the process quietly, as for any Unix tool.
-            canopy_sys::default_sigpipe();
-            match Client::connect(&dir).await {
-                Ok(client) => api_command(&dir, client, json, command).await,
-                Err(e) => fail(json, &e),
-            }
-        }
+        command => match Client::connect(&dir).await {
+            Ok(client) => api_command(&dir, client, json, command).await,
+            Err(e) => fail(json, &e),
+        },
     }
 }
 

@@ -16,6 +16,7 @@ use crate::args::{PromptCommand, cli_commands};
 use crate::client::{CallError, Client};
 use crate::exit::{code, fail, fail_usage};
 use crate::output;
+use crate::writer::{errln, out, outln};
 
 /// `canopy prompt render --agent A | --role R`, by the daemon.
 pub async fn render(client: &Client, json: bool, command: PromptCommand) -> u8 {
@@ -59,7 +60,7 @@ pub fn render_role_here(dir: &DataDir, json: bool, role: &str) -> u8 {
         }
         Ok(r) => {
             print_render(&r);
-            eprintln!("-- rendered without a daemon: the workspace's name and mission are examples");
+            errln!("-- rendered without a daemon: the workspace's name and mission are examples");
             0
         }
         Err(e) => fail(json, &CallError::Refused(canopy_proto::WireError::from(&e))),
@@ -67,8 +68,8 @@ pub fn render_role_here(dir: &DataDir, json: bool, role: &str) -> u8 {
 }
 
 fn print_render(r: &PromptsRenderResponse) {
-    print!("{}", r.text);
-    eprintln!(
+    out!("{}", r.text);
+    errln!(
         "-- {} {} ({} mode, {}), sections: {}; sha256 {}",
         r.role,
         r.definition.as_deref().map(|d| format!("[{d}]")).unwrap_or_default(),
@@ -79,7 +80,7 @@ fn print_render(r: &PromptsRenderResponse) {
     );
     if let Some(s) = &r.session {
         let same = if s.hash == r.hash { "same" } else { "differs: the bundle or facts changed since" };
-        eprintln!("-- session {} started with sha256 {} ({same})", s.incarnation, s.hash);
+        errln!("-- session {} started with sha256 {} ({same})", s.incarnation, s.hash);
     }
 }
 
@@ -105,9 +106,9 @@ pub fn bundle_check(dir: &DataDir, json: bool, bundle: Option<std::path::PathBuf
             if json {
                 output::json(&serde_json::json!({ "ok": false, "bundle": name, "problems": problems }));
             } else {
-                eprintln!("bundle {name}: {} problem(s)", problems.len());
+                errln!("bundle {name}: {} problem(s)", problems.len());
                 for p in &problems {
-                    eprintln!("  {p}");
+                    errln!("  {p}");
                 }
             }
             1
@@ -133,7 +134,7 @@ fn print_bundle_ok(json: bool, name: &str, renderer: &Renderer, gated: bool) {
         );
     } else {
         let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
-        println!(
+        outln!(
             "bundle {name}: ok ({}, {}, {}, {})",
             count(b.roles.len(), "role"),
             count(b.definitions.len(), "definition"),

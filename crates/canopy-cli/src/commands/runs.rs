@@ -8,6 +8,7 @@ use canopy_proto::method;
 use super::call::call;
 use crate::client::Client;
 use crate::exit::code;
+use crate::writer::outln;
 
 /// `canopy runs --agent A [--open]`.
 pub async fn list(client: &Client, json: bool, agent: String, open: bool) -> u8 {
@@ -16,9 +17,12 @@ pub async fn list(client: &Client, json: bool, agent: String, open: bool) -> u8 
         for run in &r.runs {
             let ended = run.ended_at.as_deref().unwrap_or("-");
             let scripted = if run.scripted { "  (scripted: no model ran)" } else { "" };
-            println!(
+            outln!(
                 "{:8} {:10} {:14} started {} ended {ended}{scripted}",
-                run.handle, run.status, run.definition, run.started_at
+                run.handle,
+                run.status,
+                run.definition,
+                run.started_at
             );
         }
     })

@@ -13,6 +13,7 @@ use super::call::call;
 use crate::client::{CallError, Client};
 use crate::exit::code;
 use crate::output;
+use crate::writer::outln;
 
 /// `canopy agents start`, on another harness with `--harness`.
 pub async fn start(client: &Client, json: bool, handle: String, harness: Option<String>) -> u8 {
@@ -32,7 +33,7 @@ pub async fn stop(client: &Client, json: bool, handle: String) -> u8 {
 
 /// What `agents start` and `stop` say: the change takes effect at the runner's next sync.
 fn desired(what: &'static str) -> impl FnOnce(&canopy_core::RosterEntry) {
-    move |e| println!("{} will {what} at its runner's next sync (it was {})", e.handle, e.presence)
+    move |e| outln!("{} will {what} at its runner's next sync (it was {})", e.handle, e.presence)
 }
 
 /// `canopy agents interrupt`: the running turn ends; the session stays up.
@@ -43,10 +44,10 @@ pub async fn interrupt(client: &Client, json: bool, handle: String) -> u8 {
         &AgentsInterruptRequest { handle },
         |r: &AgentsInterruptResponse| match (&r.turn_id, &r.reason) {
             (Some(turn), _) if r.interrupted => {
-                println!("interrupted {} turn {turn} (session #{} stays up)", r.agent, r.incarnation)
+                outln!("interrupted {} turn {turn} (session #{} stays up)", r.agent, r.incarnation)
             }
             (_, reason) => {
-                println!("{}: nothing to interrupt ({})", r.agent, reason.as_deref().unwrap_or("no turn is running"))
+                outln!("{}: nothing to interrupt ({})", r.agent, reason.as_deref().unwrap_or("no turn is running"))
             }
         },
     )
