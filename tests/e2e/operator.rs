@@ -1,8 +1,8 @@
 //! The operator's CLI as a new user meets it: `tail` and `watch` that follow the daemon
-//! across a restart on a new port, a stale `daemon.json` reported with its fix, listing
-//! commands whose stdout closes early, no Rust `Debug` text in any human output, what waits
-//! for the operator shown first (`whoami`, `roster`, `tree`, `requests`, `requests --wait`,
-//! `[notify]`), `canopy status`, and `doctor` checking what the daemon checks.
+//! across a restart on a new port, a stale `daemon.json` reported with its fix, no Rust
+//! `Debug` text in any human output, what waits for the operator shown first (`whoami`,
+//! `roster`, `tree`, `requests`, `requests --wait`, `[notify]`), `canopy status`, and
+//! `doctor` checking what the daemon checks. Output onto a closed pipe is `output`'s.
 //!
 //! Owns these scenarios only; the environment is `env`'s.
 
@@ -129,44 +129,6 @@ fn tail_and_watch_follow_the_daemon_across_a_restart_on_a_new_port() {
     assert_eq!(out.status.code(), Some(69));
     let err = text(&out.stderr);
     assert!(err.contains("is not running") && err.contains("canopy daemon --dir"), "{err}");
-}
-
-/// Every listing command, its stdout closed before it writes: it ends without a panic,
-/// quietly (killed by SIGPIPE, or done).
-#[test]
-fn a_listing_command_whose_stdout_closes_ends_quietly() {
-    use std::os::unix::process::ExitStatusExt;
-    let env = TestEnv::started_with(QUICK);
-    env.create_scripted("beta", QUIET);
-    for i in 0..20 {
-        env.json(&["post", "--channel", "announcements", "--topic", "t", "--create-topic", &format!("news {i}")]);
-    }
-    let listings: &[&[&str]] = &[
-        &["read", "--channel", "announcements"],
-        &["requests"],
-        &["roster"],
-        &["tree"],
-        &["audit"],
-        &["channels"],
-        &["topics", "--channel", "announcements"],
-        &["agents", "list"],
-        &["usage"],
-        &["status"],
-        &["whoami"],
-    ];
-    for args in listings {
-        let mut child =
-            env.command(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
-        let err = text(&out.stderr);
-        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "canopy {args:?}: {err}");
-        assert!(
-            out.status.success() || out.status.signal() == Some(13),
-            "canopy {args:?} exited {:?}: {err}",
-            out.status
-        );
-    }
 }
 
 /// What a new user runs in an afternoon, in human form: none of it shows Rust's `Debug`.
