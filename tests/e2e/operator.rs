@@ -317,3 +317,58 @@ fn bash_completes_handles_from_the_daemon_and_the_manual_page_renders() {
     let shown = text(&out.stdout);
     assert!(shown.contains("canopy") && shown.contains("roster"), "{shown}");
 }
+
+/// Each `[notify]` line in `file`, parsed.
+fn notices_in(file: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(file).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+#[test]
+fn notices_link_to_the_decision_and_what_still_waits_is_told_once_more() {
+    let mut env = TestEnv::new();
+    env.ok(&["init", "--operator", "ops"]);
+    env.edit_config(QUICK);
+    env.edit_config(&[("crash_loop_count = 5", "crash_loop_count = 2")]);
+    let file = env.data_dir().join("notices.jsonl");
+    // Each notice on a line of its own, whole (one `cat` per notice, appended).
+    let command = format!("command = \"cat >> {}\"", file.display());
+    env.edit_config(&[("command = \"\"", command.as_str()), ("remind_after = \"1h\"", "remind_after = \"3s\"")]);
+    env.start_daemon();
+    let console = env.json(&["web", "--no-open"])["url"].as_str().unwrap().trim_end_matches('/').to_owned();
+
+    env.create_scripted("ci-lead", REQUESTER);
+    env.create_scripted("doomed", "[[rule]]\nactions = [{ crash = true }]\n");
+    let of = |kind: &str, reminder: bool| -> Vec<Value> {
+        notices_in(&file).into_iter().filter(|n| n["kind"] == kind && n["reminder"] == reminder).collect()
+    };
+    crate::assert_eventually!(of("spawn_request", false).len() == 1, "no spawn notice: {:?}", notices_in(&file));
+    let spawn = &of("spawn_request", false)[0];
+    assert_eq!(spawn["console_url"], format!("{console}/#spawn-req-1"), "{spawn}");
+    assert_eq!(spawn["request"]["handle"], "flaky");
+    crate::assert_eventually!(of("agent_failing", false).len() == 1, "no failing notice: {:?}", notices_in(&file));
+    let failing = &of("agent_failing", false)[0];
+    assert_eq!(failing["console_url"], format!("{console}/agents/doomed"), "{failing}");
+    assert_eq!(failing["agent"]["presence"], "crashed", "{failing}");
+
+    let status = env.ok(&["status"]);
+    assert!(status.contains("doomed crashed for "), "status shows how long it has waited: {status}");
+    assert!(status.contains("req-1 from ci-lead ("), "{status}");
+
+    // After `remind_after`, each is told once more, and only once.
+    crate::assert_eventually!(
+        of("spawn_request", true).len() == 1 && of("agent_failing", true).len() == 1,
+        "no reminders: {:?}",
+        notices_in(&file)
+    );
+    assert_eq!(of("spawn_request", true)[0]["console_url"], spawn["console_url"]);
+    // Nothing new after several more checks (the daemon looks every 750 ms here).
+    let seen = notices_in(&file).len();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(notices_in(&file).len(), seen, "a reminder repeated: {:?}", notices_in(&file));
+    // A restarted daemon does not remind again either: the reminders are stored.
+    env.stop_daemon();
+    env.start_daemon();
+    env.ok(&["whoami"]);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(notices_in(&file).len(), seen, "a restart repeated a reminder: {:?}", notices_in(&file));
+}

@@ -433,8 +433,8 @@ pub fn waiting_issues_heading(n: usize) -> String {
     format!("{n} {noun} on your answer (answer with `canopy issues comment N TEXT`)")
 }
 
-/// Issues blocked on the operator's answer, one line each: `#N title: question`, each cut
-/// to one line (`status` and `whoami` show them).
+/// Issues blocked on the operator's answer, one line each: `#N title: question (5m)`, cut to
+/// one line, with how long it has waited (`status` and `whoami` show them).
 pub fn waiting_issues(issues: &[canopy_core::issues::IssueSummary]) -> Vec<String> {
     issues
         .iter()
@@ -443,7 +443,8 @@ pub fn waiting_issues(issues: &[canopy_core::issues::IssueSummary]) -> Vec<Strin
                 Some(canopy_core::issues::Blocker::Operator { question }) => question.as_str(),
                 _ => "",
             };
-            format!("#{} {}: {}", i.number, one_line(&i.title, 60), one_line(question, 100))
+            let waited = age(&i.updated_at, std::time::SystemTime::now());
+            format!("#{} {}: {} ({waited})", i.number, one_line(&i.title, 60), one_line(question, 100))
         })
         .collect()
 }
@@ -696,11 +697,18 @@ pub fn status(s: &Status) {
     }
     let counts: Vec<String> = by_presence.iter().map(|(p, n)| format!("{n} {p}")).collect();
     outln!("agents    {} ({})", s.agents.len(), counts.join(", "));
+    let now = std::time::SystemTime::now();
     let trouble: Vec<String> = s
         .agents
         .iter()
-        .filter(|a| matches!(a.presence, canopy_core::Presence::Crashed | canopy_core::Presence::Stalled))
-        .map(|a| format!("{} {}", a.handle, a.presence))
+        .filter(|a| {
+            use canopy_core::Presence::{Crashed, Failing, Stalled};
+            matches!(a.presence, Crashed | Stalled | Failing)
+        })
+        .map(|a| match &a.since {
+            Some(since) => format!("{} {} for {}", a.handle, a.presence, age(since, now)),
+            None => format!("{} {}", a.handle, a.presence),
+        })
         .collect();
     if !trouble.is_empty() {
         outln!("attention {}", trouble.join(", "));

@@ -405,20 +405,28 @@ pub struct RoleBudgetConfig {
 }
 
 /// `[notify]`: a command (run with `sh -c`, as the operator's user, outside any sandbox) that
-/// the daemon starts when a spawn or merge request starts waiting for the operator, with the
-/// request as one JSON object on its stdin (`{"kind": "spawn_request", "request": {..}}`);
-/// `notify-send`, a webhook with `curl`. Empty: none. Killed after `timeout`.
+/// the daemon starts when something starts waiting for the operator (a spawn or merge request,
+/// an agent that is failing), with the item as one JSON object on its stdin
+/// (`{"kind": "spawn_request", "request": {..}, "console_url": ..}`); `notify-send`, a webhook
+/// with `curl`. Empty: none. Killed after `timeout`. An item still waiting after
+/// `remind_after` is notified once more.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NotifyConfig {
     pub command: String,
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub remind_after: Duration,
 }
 
 impl Default for NotifyConfig {
     fn default() -> NotifyConfig {
-        NotifyConfig { command: String::new(), timeout: Duration::from_secs(10) }
+        NotifyConfig {
+            command: String::new(),
+            timeout: Duration::from_secs(10),
+            remind_after: Duration::from_secs(3600),
+        }
     }
 }
 
@@ -434,6 +442,9 @@ pub struct WebConfig {
     pub session_ttl: Duration,
     #[serde(with = "humantime_serde")]
     pub link_ttl: Duration,
+    /// The console's address as the operator's browser reaches it (`https://canopy.lan:8443`),
+    /// when that is not `listen` itself: links in notices use it. Empty: the listen address.
+    pub public_url: String,
 }
 
 impl Default for WebConfig {
@@ -443,8 +454,22 @@ impl Default for WebConfig {
             listen: "127.0.0.1:0".into(),
             session_ttl: Duration::from_secs(12 * 3600),
             link_ttl: Duration::from_secs(120),
+            public_url: String::new(),
         }
     }
+}
+
+/// Checks a `public_url`: `http(s)://host[:port]`, nothing after but an optional `/`. Returns
+/// it without the slash.
+fn check_public_url(url: &str) -> Result<String, String> {
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+    let Some(rest) = rest else { return Err(format!("{url:?} is not an http(s) URL such as https://canopy.lan:8443")) };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']');
+    if authority.is_empty() || !authority.chars().all(allowed) {
+        return Err(format!("{url:?} must be a scheme and a host (and port), with no path, user or query"));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
 }
 
 impl WebConfig {
@@ -1220,6 +1245,9 @@ impl Config {
 
     fn validate_web(&self) -> Result<(), Invalid> {
         self.web.address().map_err(|e| ("web.listen", e))?;
+        if !self.web.public_url.is_empty() {
+            check_public_url(&self.web.public_url).map_err(|e| ("web.public_url", e))?;
+        }
         longer_than_zero(&[("web.session_ttl", self.web.session_ttl), ("web.link_ttl", self.web.link_ttl)])
     }
 
@@ -1236,7 +1264,7 @@ impl Config {
     }
 
     fn validate_notify(&self) -> Result<(), Invalid> {
-        longer_than_zero(&[("notify.timeout", self.notify.timeout)])
+        longer_than_zero(&[("notify.timeout", self.notify.timeout), ("notify.remind_after", self.notify.remind_after)])
     }
 }
 
@@ -1465,5 +1493,19 @@ mod tests {
     fn durations_are_humantime() {
         let config = parse("[daemon]\nshutdown_grace = \"1m 30s\"\n").unwrap_or_default();
         assert_eq!(config.daemon.shutdown_grace, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn the_consoles_public_url_and_the_reminder_age_are_checked() {
+        let config = parse("[web]\npublic_url = \"https://canopy.lan:8443/\"\n[notify]\nremind_after = \"2h\"\n");
+        let config = config.unwrap_or_default();
+        assert_eq!(config.web.public_url, "https://canopy.lan:8443/");
+        assert_eq!(config.notify.remind_after, Duration::from_secs(7200));
+        for bad in ["canopy.lan", "ftp://x", "https://", "https://a/b", "https://u@a", "https://a?x=1"] {
+            let err = parse(&format!("[web]\npublic_url = \"{bad}\"\n")).err();
+            assert_eq!(err.map(|e| e.key), Some("web.public_url".into()), "{bad}");
+        }
+        let err = parse("[notify]\nremind_after = \"0s\"\n").err();
+        assert_eq!(err.map(|e| e.key), Some("notify.remind_after".into()));
     }
 }

@@ -271,6 +271,10 @@ pub struct RosterEntry {
     /// another of its role's chain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<String>,
+    /// Since when the agent has been in this presence (RFC 3339): how long a failing agent has
+    /// waited for the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
 }
 
 /// One budget as `canopy usage` shows it: whose, what it covers, and its current window.

@@ -70,6 +70,7 @@ pub struct Api {
     pub(crate) budgets: Budgets,
     pub(crate) credentials: Credentials,
     pub(crate) git_access: GitAccess,
+    pub(crate) notifier: Notifier,
     pub(crate) workspace_id: String,
 }
 
@@ -114,7 +115,7 @@ impl Api {
         let delivery =
             Delivery::new(Arc::new(store.clone()), wire.clone(), subjects.clone(), config.clone(), holds.clone());
         let auth = Auth::new(store.clone(), secrets);
-        let notifier = Notifier::new(config.clone(), data_dir.clone());
+        let notifier = Notifier::new(config.clone(), data_dir.clone(), store.clone());
         let ends = RunEnds::new(store.clone(), delivery.clone(), config.clone());
         let budgets = Budgets::new(store.clone(), delivery.clone(), holds, &config);
         let issues = Issues::new(store.clone(), delivery.clone(), wire.clone(), subjects.clone(), budgets.clone());
@@ -166,6 +167,7 @@ impl Api {
             data_dir.clone(),
             git_url,
             runs.clone(),
+            notifier.clone(),
         );
         let history = History::new(store.clone(), config.clone(), data_dir.clone());
         let credentials = Credentials::new(
@@ -180,7 +182,7 @@ impl Api {
         let merges = Merges::new(
             store.clone(),
             delivery.clone(),
-            notifier,
+            notifier.clone(),
             repos.clone(),
             checks.clone(),
             runs.clone(),
@@ -210,6 +212,7 @@ impl Api {
             budgets,
             credentials,
             git_access,
+            notifier,
             workspace_id,
         }
     }

@@ -137,6 +137,9 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
     tracing::info!(url = %git_url, "serving repositories and tool calls to runners over HTTP");
     let urls = Urls { nats: &url, git: &git_url };
     let clients = Clients::start(&dir, &config, &served.in_process, web, embedded, &workspace, urls).await?;
+    if let Some(url) = &clients.web_url {
+        api.notifier.console_at(url);
+    }
     if let Some(client) = client
         && client.send(served.in_process.clone()).is_err()
     {
@@ -360,6 +363,8 @@ struct Urls<'a> {
 /// `daemon.json` written between them (so a CLI that finds it finds a daemon that answers).
 struct Clients {
     web: Option<StopEmbedded>,
+    /// Where the console listens, when it does.
+    web_url: Option<String>,
     runner: Option<StopEmbedded>,
 }
 
@@ -406,7 +411,7 @@ impl Clients {
             }
             _ => None,
         };
-        Ok(Clients { web: web.map(|(_, stop)| stop), runner })
+        Ok(Clients { web: web.map(|(_, stop)| stop), web_url: info.web_url, runner })
     }
 
     async fn stop(self) {
@@ -421,7 +426,7 @@ impl Clients {
 
 /// The daemon's own timers: the periodic checks, and the text index filled behind posts.
 fn background(api: &Api, config: &Config) -> Vec<tokio::task::JoinHandle<()>> {
-    let every = (config.sessions.stall_after.min(config.runs.timeout) / 4)
+    let every = (config.sessions.stall_after.min(config.runs.timeout).min(config.notify.remind_after) / 4)
         .clamp(Duration::from_millis(200), Duration::from_secs(30));
     let prune_every = config.retention.interval;
     let checks = tokio::spawn({
@@ -437,6 +442,7 @@ fn background(api: &Api, config: &Config) -> Vec<tokio::task::JoinHandle<()>> {
                 api.sessions.check_mailboxes().await;
                 api.gate.check_requests().await;
                 api.budgets.check_budgets().await;
+                api.notifier.remind().await;
                 if let Err(e) = api.runs.expire().await {
                     tracing::warn!(error = %e, "checking subagent run deadlines failed");
                 }

@@ -108,7 +108,7 @@ impl Gate {
         let (request, notice) = self.store.write(move |conn| ops::request_spawn(conn, &caller, &spec, &policy)).await?;
         // A repeated idempotency key returns the stored request and posts nothing new.
         if notice.is_some() {
-            self.notifier.notify("spawn_request", &request);
+            self.notifier.spawn(&request, false);
         }
         self.delivery.deliver_notices(notice.into_iter().collect()).await;
         Ok(request)

@@ -214,7 +214,7 @@ impl Merges {
         };
         match self.store.write(move |conn| ops::merge_checked(conn, id, &check)).await {
             Ok(Some((request, notice))) => {
-                self.notifier.notify("merge_request", &request);
+                self.notifier.merge("merge_request", &request, false);
                 self.delivery.deliver_notices(vec![notice]).await;
                 // In review with no verdict yet only where the repository requires a review
                 // (`review::override_needed`): Canopy starts that review itself.
@@ -381,7 +381,7 @@ impl Merges {
             };
             self.delivery.deliver_notices(step.notices).await;
             for refused in &step.refused {
-                self.notifier.notify("merge_refused", refused);
+                self.notifier.merge("merge_refused", refused, false);
             }
             let Some(next) = step.next else { return };
             let id = ops::merge_number(&next);
@@ -399,7 +399,7 @@ impl Merges {
         match self.store.write(move |conn| ops::finish_merge(conn, id, &landed)).await {
             Ok((request, notice)) => {
                 if request.state == MergeState::Refused {
-                    self.notifier.notify("merge_refused", &request);
+                    self.notifier.merge("merge_refused", &request, false);
                 }
                 self.delivery.deliver_notices(vec![notice]).await
             }
@@ -639,7 +639,7 @@ impl Merges {
             .await?;
         self.delivery.deliver_notices(submitted.notices).await;
         if submitted.request.state == MergeState::Pending {
-            self.notifier.notify("merge_request", &submitted.request);
+            self.notifier.merge("merge_request", &submitted.request, false);
         }
         Ok(submitted.review)
     }

@@ -46,6 +46,8 @@ pub struct Sessions {
     git_url: String,
     /// Ends runs lost with their runner.
     runs: crate::runs::Runs,
+    /// Tells the operator's `[notify]` command of an agent that began failing.
+    notifier: crate::notify::Notifier,
 }
 
 impl Sessions {
@@ -63,8 +65,23 @@ impl Sessions {
         data_dir: PathBuf,
         git_url: String,
         runs: crate::runs::Runs,
+        notifier: crate::notify::Notifier,
     ) -> Self {
-        Sessions { store, auth, delivery, wire, subjects, prompts, repos, budgets, config, data_dir, git_url, runs }
+        Sessions {
+            store,
+            auth,
+            delivery,
+            wire,
+            subjects,
+            prompts,
+            repos,
+            budgets,
+            config,
+            data_dir,
+            git_url,
+            runs,
+            notifier,
+        }
     }
 
     pub(crate) async fn agents_start(&self, caller: Caller, req: AgentsStartStopRequest) -> Result<RosterEntry, Error> {
@@ -453,6 +470,9 @@ impl Sessions {
             self.budgets.refresh_budgets().await;
         }
         self.delivery.deliver_notices(applied.notices).await;
+        for agent in &applied.failing {
+            self.notifier.failing(agent, false);
+        }
         if applied.poke {
             self.delivery.poke_runners().await;
         }

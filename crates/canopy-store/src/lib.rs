@@ -25,6 +25,7 @@ mod messages;
 mod notices;
 mod presence;
 mod reads;
+mod reminders;
 mod repos;
 mod runs;
 mod schema;
@@ -53,6 +54,7 @@ pub use issues::{Changed as IssuesChanged, Imported, IssueChange, IssueQuery, Is
 pub use merges::{Landed, MergeCheck, MergeDecided, MergeSpec, QueueStep, Recovered, Submitted};
 pub use messages::{Page, PostSpec, Posted};
 pub use notices::SESSION_NOTICE_TOPIC;
+pub use reminders::Waiting;
 pub use repos::{Checkout, CheckoutState, NewCheckout, RepoRow};
 pub use runs::{Run, RunSpec, RunStatus, run_topic};
 pub use sessions::{Applied, LiveSession, Lost, Report, RunnerHeartbeat, RunnerRow, Synced};
@@ -295,6 +297,7 @@ pub mod ops {
     };
     pub use crate::messages::{post, post_and_reach, post_audited, read_channel, sync};
     pub use crate::notices::notice;
+    pub use crate::reminders::due_reminders;
     pub use crate::repos::{
         add_repo, checkout, checkout_host, checkouts, close_run_checkout, hosted_checkouts, list_repos,
         record_git_refusal, repo, require_repo, run_checkout_for, run_checkouts, set_checkout, stale_checkouts,

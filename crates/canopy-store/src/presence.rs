@@ -21,7 +21,8 @@ pub(crate) fn set_presence(
     conn.prepare_cached(
         "INSERT INTO presence (agent_id, state, reason, incarnation, state_since) VALUES (?1, ?2, ?3, COALESCE(?4, 0), ?5) \
          ON CONFLICT (agent_id) DO UPDATE SET state = ?2, reason = ?3, \
-         incarnation = COALESCE(?4, incarnation), state_since = ?5",
+         incarnation = COALESCE(?4, incarnation), \
+         state_since = CASE WHEN state = ?2 THEN state_since ELSE ?5 END",
     )
     .and_then(|mut s| s.execute(params![agent_id, state.as_str(), reason, incarnation.map(|i| i.get() as i64), now]))
     .map_err(sql("setting presence"))?;

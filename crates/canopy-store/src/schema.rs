@@ -537,6 +537,14 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE accounts ADD COLUMN failbacks INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE sessions ADD COLUMN harness TEXT NOT NULL DEFAULT '';
     "#,
+    // 22: the `[notify] remind_after` reminders sent, one per item and episode (`item` is
+    // `req-1`, `mr-3`, or `lead@<since ms>` for an agent's failing episode).
+    r#"
+    CREATE TABLE reminders (
+        item TEXT PRIMARY KEY,
+        at   INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// Brings the database up to the newest schema. Refuses a database newer than this build.

@@ -110,6 +110,8 @@ pub struct Applied {
     pub poke: bool,
     /// Whether a budget's level changed (80%, 100%, either way), so holds must be read again.
     pub budgets_changed: bool,
+    /// Agents that began failing or crashed with these reports: they wait for the operator.
+    pub failing: Vec<RosterEntry>,
 }
 
 /// Records a heartbeat, places agents without a session, and returns this runner's sessions.
@@ -397,6 +399,7 @@ pub fn apply_reports(
             audit(conn, None, "agents.crashed", &report.agent, &reason)?;
             let body = canopy_core::notices::session_stopped(&report.agent, &reason, report.fatal);
             applied.notices.push(notice(conn, agent_id, &body)?);
+            applied.failing.push(roster_entry(conn, report.agent.as_str())?);
             applied.poke = true;
             continue;
         }
@@ -421,6 +424,9 @@ pub fn apply_reports(
                     let reason = report.reason.as_deref().unwrap_or("the model API keeps failing");
                     let body = canopy_core::notices::session_failing(&report.agent, reason);
                     applied.notices.push(notice(conn, agent_id, &body)?);
+                    set_presence(conn, agent_id, presence, report.reason.as_deref(), None, now)?;
+                    applied.failing.push(roster_entry(conn, report.agent.as_str())?);
+                    continue;
                 }
             }
             set_presence(conn, agent_id, presence, report.reason.as_deref(), None, now)?;
@@ -662,7 +668,7 @@ const ROSTER_SELECT: &str = "SELECT a.handle, a.display_name, COALESCE(a.role, '
       WHERE sub.account_id = a.id AND m.sender_id != a.id AND NOT EXISTS (SELECT 1 FROM deliveries d \
       WHERE d.agent_id = a.id AND d.seq = m.seq AND d.state = 'injected')), \
      (SELECT MIN(sr.id) FROM spawn_requests sr WHERE sr.requester_id = a.id AND sr.state = 'pending'), \
-     COALESCE(s.egress_refused, 0), a.failover FROM accounts a \
+     COALESCE(s.egress_refused, 0), a.failover, p.state_since FROM accounts a \
      LEFT JOIN accounts par ON par.id = a.parent_id LEFT JOIN presence p ON p.agent_id = a.id \
      LEFT JOIN sessions s ON s.agent_id = a.id AND s.ended_at IS NULL";
 
@@ -696,6 +702,7 @@ fn roster_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RosterEntry> {
         pending: r.get::<_, i64>(14)? as u64,
         egress_refused: r.get::<_, i64>(16)? as u64,
         failover: r.get(17)?,
+        since: r.get::<_, Option<i64>>(18)?.map(rfc3339),
         // The daemon knows the sandbox mode and the budget holds; the store does not.
         unconfined: false,
         host_network: false,
