@@ -49,4 +49,5 @@ mod repos;
 mod sessions;
 mod tail;
 mod tidy;
+mod tls;
 mod wire;

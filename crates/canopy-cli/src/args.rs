@@ -38,6 +38,28 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `canopy web`.
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// Only print the link; do not start a browser.
+    #[arg(long)]
+    pub no_open: bool,
+    /// Also print the link as a QR code, for a phone's camera.
+    #[arg(long)]
+    pub qr: bool,
+    /// Make a self-signed certificate and key for the console in web/tls/ and print its
+    /// fingerprint and the `[web]` lines that use it (no link).
+    #[arg(long)]
+    pub init_tls: bool,
+    /// With --init-tls: a name or address the certificate is also good for (repeatable):
+    /// the name your phone or laptop reaches this machine by.
+    #[arg(long = "name", requires = "init_tls")]
+    pub names: Vec<String>,
+    /// With --init-tls: replace an existing pair.
+    #[arg(long, requires = "init_tls")]
+    pub force: bool,
+}
+
 /// What `canopy complete` lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CompleteWhat {
@@ -107,12 +129,9 @@ pub enum Command {
     Status,
     /// Follow an agent's session live, read-only: turns, text, tool calls.
     Watch(WatchArgs),
-    /// The operator console in a browser: prints a one-time login link (the token stays here).
-    Web {
-        /// Only print the link; do not start a browser.
-        #[arg(long)]
-        no_open: bool,
-    },
+    /// The operator console in a browser: prints a one-time login link (the token stays here),
+    /// or with --init-tls makes the console a self-signed certificate for HTTPS.
+    Web(WebArgs),
     /// Run a runner as its own process: it hosts sessions placed on it by the daemon.
     Runner(RunnerArgs),
     /// Operators: add one (a token of its own), list them, revoke one.

@@ -430,9 +430,11 @@ impl Default for NotifyConfig {
     }
 }
 
-/// `[web]`: the operator console. `listen` is a loopback address; port 0 picks a free port
-/// once, which the daemon keeps for later starts (`web/port`), so an open page finds it again.
-/// A browser session lasts `session_ttl`; a login link is good once, for `link_ttl`.
+/// `[web]`: the operator console. `listen` is a loopback address unless the console speaks
+/// TLS (`tls_cert` and `tls_key`, PEM files; relative paths are in the data directory); port 0
+/// picks a free port once, which the daemon keeps for later starts (`web/port`), so an open
+/// page finds it again. A browser session lasts `session_ttl`; a login link is good once, for
+/// `link_ttl`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebConfig {
@@ -445,6 +447,10 @@ pub struct WebConfig {
     /// The console's address as the operator's browser reaches it (`https://canopy.lan:8443`),
     /// when that is not `listen` itself: links in notices use it. Empty: the listen address.
     pub public_url: String,
+    /// The console's certificate chain (PEM, leaf first); with `tls_key`, the console speaks
+    /// HTTPS only. `canopy web --init-tls` makes a self-signed pair.
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
 }
 
 impl Default for WebConfig {
@@ -455,6 +461,8 @@ impl Default for WebConfig {
             session_ttl: Duration::from_secs(12 * 3600),
             link_ttl: Duration::from_secs(120),
             public_url: String::new(),
+            tls_cert: PathBuf::new(),
+            tls_key: PathBuf::new(),
         }
     }
 }
@@ -473,14 +481,28 @@ fn check_public_url(url: &str) -> Result<String, String> {
 }
 
 impl WebConfig {
-    /// The address to listen on: loopback only, since the console acts as an operator.
+    /// The address to listen on: loopback, or any address when the console speaks TLS (it acts
+    /// as an operator: nothing of it crosses a network in the clear).
     pub fn address(&self) -> Result<std::net::SocketAddr, String> {
         let addr: std::net::SocketAddr =
             self.listen.parse().map_err(|_| format!("{:?} is not an address such as 127.0.0.1:0", self.listen))?;
-        if !addr.ip().is_loopback() {
-            return Err(format!("{addr} is not a loopback address; the console listens on 127.0.0.1 or ::1 only"));
+        if !addr.ip().is_loopback() && !self.tls() {
+            return Err(format!(
+                "{addr} is not a loopback address: the console listens beyond this machine only over TLS (set \
+                 [web] tls_cert and tls_key; `canopy web --init-tls` makes a pair), or reach it through an SSH tunnel"
+            ));
         }
         Ok(addr)
+    }
+
+    /// Whether the console speaks TLS.
+    pub fn tls(&self) -> bool {
+        !self.tls_cert.as_os_str().is_empty()
+    }
+
+    /// The certificate and key files, relative paths taken in `data_dir`.
+    pub fn tls_files(&self, data_dir: &std::path::Path) -> Option<(PathBuf, PathBuf)> {
+        self.tls().then(|| (data_dir.join(&self.tls_cert), data_dir.join(&self.tls_key)))
     }
 }
 
@@ -1244,6 +1266,10 @@ impl Config {
     }
 
     fn validate_web(&self) -> Result<(), Invalid> {
+        if self.web.tls_cert.as_os_str().is_empty() != self.web.tls_key.as_os_str().is_empty() {
+            let missing = if self.web.tls() { "web.tls_key" } else { "web.tls_cert" };
+            return Err((missing, "tls_cert and tls_key go together: set both or neither".into()));
+        }
         self.web.address().map_err(|e| ("web.listen", e))?;
         if !self.web.public_url.is_empty() {
             check_public_url(&self.web.public_url).map_err(|e| ("web.public_url", e))?;
@@ -1507,5 +1533,14 @@ mod tests {
         }
         let err = parse("[notify]\nremind_after = \"0s\"\n").err();
         assert_eq!(err.map(|e| e.key), Some("notify.remind_after".into()));
+        // Beyond loopback only over TLS, and the certificate needs its key.
+        let err = parse("[web]\nlisten = \"0.0.0.0:8443\"\n").err();
+        assert_eq!(err.map(|e| e.key), Some("web.listen".into()));
+        let err = parse("[web]\ntls_cert = \"web/tls/cert.pem\"\n").err();
+        assert_eq!(err.map(|e| e.key), Some("web.tls_key".into()));
+        let tls = "[web]\nlisten = \"0.0.0.0:8443\"\ntls_cert = \"c.pem\"\ntls_key = \"/k.pem\"\n";
+        let web = parse(tls).unwrap_or_default().web;
+        let files = web.tls_files(std::path::Path::new("/data"));
+        assert_eq!(files, Some(("/data/c.pem".into(), "/k.pem".into())));
     }
 }

@@ -51,9 +51,29 @@ pub type Web = Box<
             DataDir,
             Config,
             ApiClient,
+            Audit,
         ) -> Pin<Box<dyn Future<Output = Result<(String, StopEmbedded), String>> + Send>>
         + Send,
 >;
+
+/// Records a line in the audit log that no account wrote (action, detail): how the console
+/// audits a failed login, holding no store access of its own.
+pub type Audit = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// The console's audit hook: each line written in a task of its own (the console never waits).
+fn audit_hook(store: &Store) -> Audit {
+    let store = store.clone();
+    Arc::new(move |action: &str, detail: &str| {
+        let (store, action, detail) = (store.clone(), action.to_owned(), detail.to_owned());
+        tokio::spawn(async move {
+            let written =
+                store.write(move |conn| canopy_store::ops::record_anonymous(conn, &action, "console", &detail)).await;
+            if let Err(e) = written {
+                tracing::warn!(error = %e, "auditing a console login failed");
+            }
+        });
+    })
+}
 
 /// How to run the daemon.
 pub struct DaemonOptions {
@@ -135,7 +155,7 @@ pub async fn run(options: DaemonOptions, shutdown: impl Future<Output = ()>) -> 
         canopy_git::http::serve(git_listener, git_program, dir.root().join("repos"), api.git_authorize(), Some(tools))
             .map_err(|source| DaemonError::Io { what: "serving git".into(), source })?;
     tracing::info!(url = %git_url, "serving repositories and tool calls to runners over HTTP");
-    let urls = Urls { nats: &url, git: &git_url };
+    let urls = Urls { nats: &url, git: &git_url, audit: audit_hook(&store) };
     let clients = Clients::start(&dir, &config, &served.in_process, web, embedded, &workspace, urls).await?;
     if let Some(url) = &clients.web_url {
         api.notifier.console_at(url);
@@ -353,10 +373,12 @@ impl Served {
     }
 }
 
-/// The addresses `daemon.json` gives clients: the NATS server's and the git endpoint's.
+/// The addresses `daemon.json` gives clients: the NATS server's and the git endpoint's; and
+/// the console's audit hook.
 struct Urls<'a> {
     nats: &'a str,
     git: &'a str,
+    audit: Audit,
 }
 
 /// What the daemon hosts once its API answers: the console and the embedded runner, and
@@ -378,18 +400,19 @@ impl Clients {
         workspace: &canopy_core::Workspace,
         urls: Urls<'_>,
     ) -> Result<Clients, DaemonError> {
-        let Urls { nats: url, git: git_url } = urls;
+        let Urls { nats: url, git: git_url, audit } = urls;
         // The console, when on: a failure to serve it (its port taken) is logged, not fatal, so
         // the agents keep running; `canopy web` then says the daemon serves no console.
         let web = match web {
-            Some(start) if config.web.enabled => match start(dir.clone(), (**config).clone(), in_process.clone()).await
-            {
-                Ok(started) => Some(started),
-                Err(e) => {
-                    tracing::error!(error = %e, "the operator console could not start; the daemon runs without it");
-                    None
+            Some(start) if config.web.enabled => {
+                match start(dir.clone(), (**config).clone(), in_process.clone(), audit).await {
+                    Ok(started) => Some(started),
+                    Err(e) => {
+                        tracing::error!(error = %e, "the operator console could not start; the daemon runs without it");
+                        None
+                    }
                 }
-            },
+            }
             _ => None,
         };
         let info = ConnectionInfo {

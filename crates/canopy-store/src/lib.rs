@@ -305,8 +305,8 @@ pub mod ops {
     pub use crate::runs::{expire_runs, finish_run, list_runs, load as run, run_of_account, start_run};
     pub use crate::sessions::{
         apply_reports, end_lost_runners, forget_runner, list_runners, live_agent, mark_stalled, prompt_hash,
-        prompt_inputs, read_activity, record_act, record_interrupt, record_prompt_hashes, retire_runner, roster,
-        roster_entry, set_activity, set_desired, set_draining, subagent_activity, sync_runner,
+        prompt_inputs, read_activity, record_act, record_anonymous, record_interrupt, record_prompt_hashes,
+        retire_runner, roster, roster_entry, set_activity, set_desired, set_draining, subagent_activity, sync_runner,
     };
     pub use crate::spawn::{
         answer_reply, audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,

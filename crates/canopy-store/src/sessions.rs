@@ -649,6 +649,11 @@ pub fn record_act(conn: &Db<'_>, caller: &Caller, action: &str, target: &str, de
     audit(conn, Some(actor.id), action, target, detail)
 }
 
+/// Records an act no account made (a failed login to the console) in the audit log.
+pub fn record_anonymous(conn: &Db<'_>, action: &str, target: &str, detail: &str) -> Result<(), Error> {
+    audit(conn, None, action, target, &redact(detail, 500))
+}
+
 /// Sets the caller's own activity line.
 pub fn set_activity(conn: &Db<'_>, caller: &Caller, text: &str) -> Result<RosterEntry, Error> {
     if caller.kind != AccountKind::Agent {

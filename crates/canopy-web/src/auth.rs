@@ -124,7 +124,20 @@ impl Auth {
         state.sessions.get(&digest(id)).filter(|s| s.expires_ms > now).cloned()
     }
 
-    /// Ends a session (logout, or a token the API no longer accepts).
+    /// Ends every session that holds `token` (its operator was revoked).
+    pub fn end_token(&self, token: &str) {
+        let mut state = self.state();
+        let before = state.sessions.len();
+        state.sessions.retain(|_, s| !same(&s.token, token));
+        state.links.retain(|_, l| !same(&l.token, token));
+        if state.sessions.len() != before
+            && let Err(e) = self.persist(&state)
+        {
+            tracing::warn!(error = %e, file = %self.file.display(), "saving the console's sessions");
+        }
+    }
+
+    /// Ends a session (logout).
     pub fn end(&self, id: &str) {
         let mut state = self.state();
         if state.sessions.remove(&digest(id)).is_some()
@@ -139,6 +152,78 @@ impl Auth {
         let live: HashMap<&String, &Session> = state.sessions.iter().filter(|(_, s)| s.expires_ms > now).collect();
         let text = serde_json::to_string(&live).map_err(std::io::Error::other)?;
         write_private(&self.file, &text)
+    }
+}
+
+/// Failed logins an address may make in `LOGIN_WINDOW_MS` before every login from it is refused
+/// until the window passes.
+pub const LOGIN_FAILURES: u32 = 5;
+/// The window failed logins are counted in.
+pub const LOGIN_WINDOW_MS: i64 = 60_000;
+/// Addresses tracked at most; the oldest windows are forgotten first.
+const TRACKED: usize = 4096;
+
+/// Failed logins per peer address (a link secret that opens nothing, a token `POST /link`
+/// refused). A link secret has 192 random bits, so this guards the log and the API from a
+/// flood more than the secret from a guess.
+#[derive(Default)]
+pub struct Limiter {
+    state: Mutex<HashMap<std::net::IpAddr, Window>>,
+}
+
+#[derive(Clone, Copy)]
+struct Window {
+    start_ms: i64,
+    failures: u32,
+    /// The refusal of this window was audited already.
+    told: bool,
+}
+
+/// What the limiter says of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// Go ahead.
+    Allowed,
+    /// Refused; the first refusal of the window (audit it).
+    Limited { first: bool },
+}
+
+impl Limiter {
+    fn state(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, Window>> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether `ip` may try to log in now.
+    pub fn attempt(&self, ip: std::net::IpAddr) -> Attempt {
+        let now = canopy_sys::unix_ms();
+        let mut state = self.state();
+        match state.get_mut(&ip) {
+            Some(w) if now - w.start_ms < LOGIN_WINDOW_MS && w.failures >= LOGIN_FAILURES => {
+                let first = !w.told;
+                w.told = true;
+                Attempt::Limited { first }
+            }
+            _ => Attempt::Allowed,
+        }
+    }
+
+    /// Counts a failed login from `ip`.
+    pub fn failed(&self, ip: std::net::IpAddr) {
+        let now = canopy_sys::unix_ms();
+        let mut state = self.state();
+        if state.len() >= TRACKED && !state.contains_key(&ip) {
+            state.retain(|_, w| now - w.start_ms < LOGIN_WINDOW_MS);
+            if state.len() >= TRACKED
+                && let Some(oldest) = state.iter().min_by_key(|(_, w)| w.start_ms).map(|(ip, _)| *ip)
+            {
+                state.remove(&oldest);
+            }
+        }
+        let window = state.entry(ip).or_insert(Window { start_ms: now, failures: 0, told: false });
+        if now - window.start_ms >= LOGIN_WINDOW_MS {
+            *window = Window { start_ms: now, failures: 0, told: false };
+        }
+        window.failures += 1;
     }
 }
 
@@ -188,6 +273,34 @@ mod tests {
         let live = Auth::load(dir.path().join("t.json"), -1, 60_000);
         let id = live.open_link(&live.mint_link("tok", "admin").unwrap()).unwrap().unwrap();
         assert!(live.session(&id).is_none());
+    }
+
+    #[test]
+    fn an_address_is_refused_after_its_failed_logins_until_the_window_passes() {
+        let limiter = Limiter::default();
+        let (a, b) = ("127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap());
+        for _ in 0..LOGIN_FAILURES {
+            assert_eq!(limiter.attempt(a), Attempt::Allowed);
+            limiter.failed(a);
+        }
+        assert_eq!(limiter.attempt(a), Attempt::Limited { first: true });
+        assert_eq!(limiter.attempt(a), Attempt::Limited { first: false });
+        assert_eq!(limiter.attempt(b), Attempt::Allowed, "another address is not held");
+        // The window passed: allowed again.
+        limiter.state().get_mut(&a).unwrap().start_ms -= LOGIN_WINDOW_MS;
+        assert_eq!(limiter.attempt(a), Attempt::Allowed);
+    }
+
+    #[test]
+    fn a_revoked_tokens_sessions_all_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let auth = Auth::load(dir.path().join("s.json"), 60_000, 60_000);
+        let one = auth.open_link(&auth.mint_link("tok", "admin").unwrap()).unwrap().unwrap();
+        let two = auth.open_link(&auth.mint_link("tok", "admin").unwrap()).unwrap().unwrap();
+        let other = auth.open_link(&auth.mint_link("other", "ops").unwrap()).unwrap().unwrap();
+        auth.end_token("tok");
+        assert!(auth.session(&one).is_none() && auth.session(&two).is_none());
+        assert!(auth.session(&other).is_some());
     }
 
     #[test]

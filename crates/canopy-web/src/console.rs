@@ -1,6 +1,7 @@
 //! What every console handler shares: the `Console` (API client, browser sessions, stop
-//! token, the hosts it answers to), the logged-in session of a request, and the one way a
-//! handler calls the API (with the session's operator token).
+//! token, the hosts and origins it answers to, the audit hook), the logged-in session of a
+//! request, and the one way a handler calls the API (with the session's operator token,
+//! ending the sessions of a token the API no longer accepts).
 //!
 //! Below both `server` (routes and actions) and `live` (the event feed), so neither imports
 //! the other. Does not route requests or render pages beyond the login-needed answer.
@@ -20,6 +21,10 @@ use crate::pages;
 /// A request refused before any API call (no session, no CSRF token): the answer to send.
 pub type Refusal = Box<Response>;
 
+/// Records a line in the daemon's audit log: an action (`console.login_failed`) and what
+/// happened. The daemon gives it; the console holds no store access of its own.
+pub type AuditHook = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
 /// What every handler shares.
 pub struct Console {
     pub api: ApiClient,
@@ -27,6 +32,32 @@ pub struct Console {
     pub stop: CancellationToken,
     /// `host:port` values a request's `Host` (and a POST's `Origin`) may carry.
     pub hosts: Vec<String>,
+    /// With TLS: the certificate (a `Host` it names, on this port, is this console too).
+    pub tls: Option<rustls::pki_types::CertificateDer<'static>>,
+    /// The port the console listens on.
+    pub port: u16,
+    pub audit: AuditHook,
+    /// Failed logins per address.
+    pub limiter: crate::auth::Limiter,
+}
+
+impl Console {
+    /// Whether a request's `Host` (`name:port`) names this console: a loopback form, the
+    /// listening address, `[web] public_url`, or with TLS any name its certificate carries.
+    pub fn host_ok(&self, host: &str) -> bool {
+        if self.hosts.iter().any(|h| h == host) {
+            return true;
+        }
+        let Some(cert) = &self.tls else { return false };
+        let Some((name, port)) = host.rsplit_once(':') else { return false };
+        port.parse::<u16>().ok() == Some(self.port) && crate::tls::names(cert, name)
+    }
+
+    /// Whether a POST's `Origin` is this console's (the scheme it speaks, a host it answers).
+    pub fn origin_ok(&self, origin: &str) -> bool {
+        let scheme = if self.tls.is_some() { "https://" } else { "http://" };
+        origin.strip_prefix(scheme).is_some_and(|host| self.host_ok(host))
+    }
 }
 
 pub type Shared = Arc<Console>;
@@ -52,11 +83,25 @@ impl axum::extract::FromRequestParts<Shared> for LoggedIn {
     }
 }
 
-/// One API call with the session's token.
+/// One API call with the session's token. A refusal that turns out to be the token's (a
+/// revoked operator) ends every console session holding it, at once.
 pub async fn call<M: ApiMethod>(
     console: &Console,
     session: &Session,
     request: &M::Request,
 ) -> Result<M::Response, CallError> {
-    console.api.send::<M>(&session.token, request).await
+    let answer = console.api.send::<M>(&session.token, request).await;
+    if let Err(CallError::Refused(e)) = &answer
+        && e.code == canopy_core::ErrorCode::Forbidden
+        && token_refused(console, &session.token).await
+    {
+        console.auth.end_token(&session.token);
+    }
+    answer
+}
+
+/// Whether the API no longer accepts `token` at all (`whoami` is refused).
+pub async fn token_refused(console: &Console, token: &str) -> bool {
+    let whoami = canopy_proto::api::WhoamiRequest {};
+    matches!(console.api.send::<canopy_proto::method::Whoami>(token, &whoami).await, Err(CallError::Refused(_)))
 }

@@ -8,7 +8,8 @@
 //!
 //! - `auth.rs`: one-time login links, browser sessions (kept in `web/sessions.json`), CSRF.
 //! - `console.rs`: what every handler shares: the `Console`, the logged-in session, `call`.
-//! - `server.rs`: the listener (its port kept in `web/port`), routes, actions.
+//! - `server.rs`: binding (its port kept in `web/port`), routes, actions; `listener.rs`: the
+//!   connections, plain on loopback or TLS; `tls.rs`: certificates (`canopy web --init-tls`).
 //! - `pages.rs`: the pages, rendered on the server with compile-checked `maud` templates;
 //!   `issue_pages.rs`: the Issues board and an issue's page, on `pages.rs`'s helpers.
 //! - `live.rs`: server-sent events from the daemon's event subjects, resumable by cursor.
@@ -18,10 +19,13 @@ mod auth;
 mod console;
 mod issue_pages;
 mod link;
+mod listener;
 mod live;
 mod pages;
 mod server;
+pub mod tls;
 
+pub use console::AuditHook;
 pub use link::{LinkError, request_link};
 pub use server::start;
 

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,9 +27,10 @@ use maud::Markup;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{Auth, Session, cookie, same};
-use crate::console::{Console, LoggedIn, Refusal, Shared, call, logged_in};
+use crate::auth::{Attempt, Auth, Limiter, Session, cookie, same};
+use crate::console::{AuditHook, Console, LoggedIn, Refusal, Shared, call, logged_in};
 use crate::issue_pages::{self, Board, CLOSED_SHOWN, IssueFilter};
+use crate::listener::{Listener, Peer};
 use crate::live;
 use crate::pages;
 use crate::{CSRF_HEADER, SESSION_COOKIE};
@@ -44,14 +45,19 @@ pub type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + S
 pub type Started = Pin<Box<dyn Future<Output = Result<(String, Stop), String>> + Send>>;
 
 /// Starts the console in the shape `canopy_daemon::DaemonOptions::web` takes: binds the
-/// `[web] listen` address (port 0: the port kept in `web/port`, else a free one), and serves
-/// until stopped. Returns its URL.
-pub fn start(dir: DataDir, config: Config, api: ApiClient) -> Started {
+/// `[web] listen` address (port 0: the port kept in `web/port`, else a free one), speaks TLS
+/// when `[web] tls_cert` is set, and serves until stopped. Returns its URL (a loopback one when
+/// it listens on every address). `audit` records failed logins in the daemon's audit log.
+pub fn start(dir: DataDir, config: Config, api: ApiClient, audit: AuditHook) -> Started {
     Box::pin(async move {
         let wanted = config.web.address().map_err(|e| format!("[web] listen: {e}"))?;
+        let tls = match config.web.tls_files(dir.root()) {
+            Some((cert, key)) => Some(crate::tls::server(&cert, &key).map_err(|e| format!("[web] tls_cert: {e}"))?),
+            None => None,
+        };
         let port_file = dir.web_dir().join("port");
-        let listener = bind(wanted, &port_file).await?;
-        let addr = listener.local_addr().map_err(|e| format!("the console's address: {e}"))?;
+        let tcp = bind(wanted, &port_file).await?;
+        let addr = tcp.local_addr().map_err(|e| format!("the console's address: {e}"))?;
         if let Err(e) = crate::auth::write_private(&port_file, &addr.port().to_string()) {
             tracing::warn!(error = %e, file = %port_file.display(), "keeping the console's port");
         }
@@ -59,32 +65,43 @@ pub fn start(dir: DataDir, config: Config, api: ApiClient) -> Started {
         let auth = Auth::load(dir.web_dir().join("sessions.json"), ms(config.web.session_ttl), ms(config.web.link_ttl));
         let port = addr.port();
         let mut hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
-        hosts.push(match addr {
-            SocketAddr::V4(a) => a.to_string(),
-            SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
-        });
+        hosts.push(authority(addr));
+        if let Some(public) = public_authority(&config.web.public_url) {
+            hosts.push(public);
+        }
         let stop = CancellationToken::new();
-        let console = Arc::new(Console { api, auth, stop: stop.clone(), hosts });
-        let app = router(console);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let (server_tls, leaf) = match tls {
+            Some(served) => (Some(served.config), Some(served.leaf)),
+            None => (None, None),
+        };
+        let console = Arc::new(Console {
+            api,
+            auth,
+            stop: stop.clone(),
+            hosts,
+            tls: leaf,
+            port,
+            audit,
+            limiter: Limiter::default(),
+        });
+        let app = router(console).into_make_service_with_connect_info::<Peer>();
+        let listener = Listener::start(tcp, server_tls, stop.clone());
         let serving = stop.clone();
         let task = tokio::spawn(async move {
-            use axum::serve::ListenerExt;
-            // Small writes (an event, a page) go out at once: no Nagle delay on any socket.
-            let listener = listener.tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "TCP_NODELAY on a console connection");
-                }
-            });
             let shutdown = serving.clone();
             if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
                 tracing::error!(error = %e, "the console stopped serving");
             }
         });
-        let url = match addr {
-            SocketAddr::V4(a) => format!("http://{a}"),
-            SocketAddr::V6(a) => format!("http://[{}]:{}", a.ip(), a.port()),
+        // Clients on this machine reach a console on every address through loopback.
+        let reach = match addr.ip() {
+            ip if ip.is_unspecified() && addr.is_ipv4() => SocketAddr::from(([127, 0, 0, 1], port)),
+            ip if ip.is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+            _ => addr,
         };
-        tracing::info!(%url, "operator console listening");
+        let url = format!("{scheme}://{}", authority(reach));
+        tracing::info!(%url, listen = %addr, "operator console listening");
         let stop: Stop = Box::new(move || {
             Box::pin(async move {
                 stop.cancel();
@@ -98,6 +115,30 @@ pub fn start(dir: DataDir, config: Config, api: ApiClient) -> Started {
         });
         Ok((url, stop))
     })
+}
+
+/// `host:port` of an address, IPv6 in brackets.
+fn authority(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => a.to_string(),
+        SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+    }
+}
+
+/// The `host:port` a browser sends for `[web] public_url` (the scheme's port when it has none).
+fn public_authority(url: &str) -> Option<String> {
+    let (default_port, rest) = match url.split_once("://")? {
+        ("https", rest) => (443, rest),
+        (_, rest) => (80, rest),
+    };
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() {
+        return None;
+    }
+    match rest.rsplit_once(':') {
+        Some((_, port)) if !port.ends_with(']') && port.parse::<u16>().is_ok() => Some(rest.to_owned()),
+        _ => Some(format!("{rest}:{default_port}")),
+    }
 }
 
 async fn bind(wanted: SocketAddr, port_file: &std::path::Path) -> Result<tokio::net::TcpListener, String> {
@@ -151,8 +192,10 @@ async fn guard(
     next: axum::middleware::Next,
 ) -> Response {
     let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-    if !console.hosts.iter().any(|h| h == host) {
-        return (StatusCode::MISDIRECTED_REQUEST, "the console answers on its loopback address only").into_response();
+    if !console.host_ok(host) {
+        let why = "the console answers on its own addresses and names only (loopback, [web] public_url, the names of \
+                   its certificate)";
+        return (StatusCode::MISDIRECTED_REQUEST, why).into_response();
     }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -169,12 +212,11 @@ async fn guard(
 /// or form field).
 fn acting(console: &Console, headers: &HeaderMap, form_csrf: Option<&str>) -> Result<Session, Refusal> {
     let (_, session) = logged_in(console, headers)?;
-    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
-        let host = origin.strip_prefix("http://").unwrap_or("");
-        if !console.hosts.iter().any(|h| h == host) {
-            let refused = pages::outcome_page("Refused", Err("a request from another origin"));
-            return Err(Box::new((StatusCode::FORBIDDEN, refused).into_response()));
-        }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
+        && !console.origin_ok(origin)
+    {
+        let refused = pages::outcome_page("Refused", Err("a request from another origin"));
+        return Err(Box::new((StatusCode::FORBIDDEN, refused).into_response()));
     }
     let given = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).or(form_csrf).unwrap_or("");
     if given.is_empty() || !same(given, &session.csrf) {
@@ -362,17 +404,56 @@ async fn audit(
 
 /// `POST /link` with `Authorization: Bearer <token>`: a login link, for operators only (the
 /// API says who the token is).
-async fn link(State(console): State<Shared>, headers: HeaderMap) -> Response {
+/// A login attempt from `peer` may go ahead: `None`, or the refusal while the address has
+/// failed too often (the first refusal of a window is audited).
+fn limited(console: &Console, peer: Peer) -> Option<Response> {
+    match console.limiter.attempt(peer.0.ip()) {
+        Attempt::Allowed => None,
+        Attempt::Limited { first } => {
+            if first {
+                let detail = format!(
+                    "from {}: {} failed logins within a minute; refusing every login from it for the rest of it",
+                    peer.0.ip(),
+                    crate::auth::LOGIN_FAILURES
+                );
+                (console.audit)("console.login_limited", &detail);
+            }
+            let why = "Too many failed logins from this address: wait a minute, then run `canopy web` again.";
+            Some((StatusCode::TOO_MANY_REQUESTS, pages::bare("Too many failed logins", why)).into_response())
+        }
+    }
+}
+
+/// A failed login from `peer`: counted, and audited.
+fn login_failed(console: &Console, peer: Peer, why: &str) {
+    console.limiter.failed(peer.0.ip());
+    (console.audit)("console.login_failed", &format!("from {}: {why}", peer.0.ip()));
+}
+
+async fn link(State(console): State<Shared>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
     let refuse =
         |status: StatusCode, why: &str| (status, axum::Json(serde_json::json!({ "error": why }))).into_response();
+    if limited(&console, peer).is_some() {
+        return refuse(StatusCode::TOO_MANY_REQUESTS, "too many failed logins from this address; wait a minute");
+    }
     let Some(token) = bearer(&headers) else {
         return refuse(StatusCode::UNAUTHORIZED, "present an operator token as `Authorization: Bearer <token>`");
     };
     let whoami = match console.api.send::<method::Whoami>(token, &WhoamiRequest {}).await {
         Ok(whoami) => whoami,
-        Err(e) => return refuse(status_of(&e), &e.to_string()),
+        Err(e) => {
+            if matches!(e, CallError::Refused(_)) {
+                login_failed(&console, peer, "a link asked for with a token the workspace does not know");
+            }
+            return refuse(status_of(&e), &e.to_string());
+        }
     };
     if whoami.account.kind != canopy_core::AccountKind::Operator {
+        login_failed(
+            &console,
+            peer,
+            &format!("a link asked for with {}'s token, not an operator's", whoami.account.handle),
+        );
         return refuse(StatusCode::FORBIDDEN, "only an operator's token opens the console");
     }
     match console.auth.mint_link(token, whoami.account.handle.as_str()) {
@@ -388,10 +469,19 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// Opens a link once: sets the session cookie and goes to the waiting page.
-async fn login(State(console): State<Shared>, Path(secret): Path<String>) -> Response {
+async fn login(
+    State(console): State<Shared>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(secret): Path<String>,
+) -> Response {
+    if let Some(refused) = limited(&console, peer) {
+        return refused;
+    }
     match console.auth.open_link(&secret) {
         Some(Ok(id)) => {
-            let cookie = format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict");
+            // Over TLS the cookie never travels in the clear.
+            let secure = if console.tls.is_some() { "; Secure" } else { "" };
+            let cookie = format!("{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict{secure}");
             // Not a redirect: a link opened from another site (a chat, a terminal emulator's
             // handler) would follow it without the Strict cookie. A page of ours moves on.
             let mut response = pages::logged_in_page().into_response();
@@ -403,14 +493,17 @@ async fn login(State(console): State<Shared>, Path(secret): Path<String>) -> Res
         Some(Err(e)) => {
             (StatusCode::INTERNAL_SERVER_ERROR, pages::bare("Login failed", &format!("{e}"))).into_response()
         }
-        None => (
-            StatusCode::UNAUTHORIZED,
-            pages::bare(
-                "This link is used up",
-                "A login link works once and for a short time. Run `canopy web` for a new one.",
-            ),
-        )
-            .into_response(),
+        None => {
+            login_failed(&console, peer, "a login link that is unknown, used or expired");
+            (
+                StatusCode::UNAUTHORIZED,
+                pages::bare(
+                    "This link is used up",
+                    "A login link works once and for a short time. Run `canopy web` for a new one.",
+                ),
+            )
+                .into_response()
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use canopy_config::{Config, DataDir};
 use canopy_daemon::{DaemonError, DaemonOptions, InitOptions};
 use canopy_proto::Subjects;
 
-use crate::args::{DaemonArgs, InitArgs, McpArgs, RunnerArgs};
+use crate::args::{DaemonArgs, InitArgs, McpArgs, RunnerArgs, WebArgs};
 use crate::client::CallError;
 use crate::exit::{EXIT_UNAVAILABLE, EXIT_USAGE, fail, fail_usage};
 use crate::output;
@@ -242,9 +242,14 @@ pub async fn mcp(json: bool, args: &McpArgs) -> u8 {
 }
 
 /// `canopy web`: asks the daemon's console for a one-time login link with the operator's
-/// token (sent in a header, never put in the link), prints it, and opens it in a browser when
-/// this session has one (`$BROWSER`, or `xdg-open` under a display) unless `--no-open`.
-pub async fn web(dir: &DataDir, json: bool, no_open: bool) -> u8 {
+/// token (sent in a header, never put in the link), prints it (as a QR code too with `--qr`),
+/// and opens it in a browser when this session has one (`$BROWSER`, or `xdg-open` under a
+/// display) unless `--no-open`. The link names `[web] public_url` when it is set. With
+/// `--init-tls`, makes the console's certificate instead.
+pub async fn web(dir: &DataDir, json: bool, args: &WebArgs) -> u8 {
+    if args.init_tls {
+        return init_tls(dir, json, args);
+    }
     let info = match crate::client::connection_info(dir) {
         Ok(info) => info,
         Err(e) => return fail(json, &e),
@@ -254,11 +259,22 @@ pub async fn web(dir: &DataDir, json: bool, no_open: bool) -> u8 {
                    bind its address (the daemon's log says why)";
         return fail(json, &CallError::Unreachable(why.into()));
     };
+    let config = match canopy_config::Config::load(&dir.config()) {
+        Ok(config) => config,
+        Err(e) => return crate::exit::fail_usage(json, &e.key, &e.to_string()),
+    };
+    let tls = match config.web.tls_files(dir.root()) {
+        Some((cert, _)) => match canopy_web::tls::pinned_client(&cert) {
+            Ok(client) => Some(client),
+            Err(e) => return crate::exit::fail_usage(json, "web.tls_cert", &e),
+        },
+        None => None,
+    };
     let token = match crate::client::read_token(&dir.operator_token()) {
         Ok(token) => token,
         Err(e) => return fail(json, &e),
     };
-    let link = match canopy_web::request_link(&base, &token).await {
+    let link = match canopy_web::request_link(&base, &token, tls).await {
         Ok(link) => link,
         Err(canopy_web::LinkError::Refused(message)) => {
             let error = canopy_proto::WireError { code: canopy_core::ErrorCode::Forbidden, message, field: None };
@@ -266,16 +282,62 @@ pub async fn web(dir: &DataDir, json: bool, no_open: bool) -> u8 {
         }
         Err(e) => return fail(json, &CallError::Unreachable(e.to_string())),
     };
-    let opened = !no_open && open_browser(&link);
+    // The browser may be elsewhere: it reaches the console by its public address.
+    let public = config.web.public_url.trim_end_matches('/');
+    let link = match link.strip_prefix(base.trim_end_matches('/')) {
+        Some(path) if !public.is_empty() => format!("{public}{path}"),
+        _ => link,
+    };
+    let opened = !args.no_open && open_browser(&link);
     if json {
         output::json(&serde_json::json!({ "url": base, "link": link, "opened": opened }));
-    } else {
-        outln!("{link}");
-        match opened {
-            true => errln!("opened in your browser; the link works once"),
-            false => errln!("open it in a browser on this machine; it works once, for a short time"),
+        return 0;
+    }
+    outln!("{link}");
+    if args.qr {
+        match qrcode::QrCode::new(link.as_bytes()) {
+            Ok(code) => outln!("{}", code.render::<qrcode::render::unicode::Dense1x2>().quiet_zone(true).build()),
+            Err(e) => errln!("the link does not fit a QR code: {e}"),
         }
     }
+    match opened {
+        true => errln!("opened in your browser; the link works once"),
+        false => errln!("open it in a browser (or scan it); it works once, for a short time"),
+    }
+    0
+}
+
+/// `canopy web --init-tls`: a self-signed pair for the console, its fingerprint, and the lines
+/// that put it to use.
+fn init_tls(dir: &DataDir, json: bool, args: &WebArgs) -> u8 {
+    let made = match canopy_web::tls::init(&dir.web_dir(), &args.names, args.force) {
+        Ok(made) => made,
+        Err(e) => {
+            let wire = canopy_proto::WireError {
+                code: canopy_core::ErrorCode::Conflict,
+                message: e,
+                field: Some("init_tls".into()),
+            };
+            return fail(json, &CallError::Refused(wire));
+        }
+    };
+    let relative = |p: &std::path::Path| p.strip_prefix(dir.root()).unwrap_or(p).display().to_string();
+    let (cert, key) = (relative(&made.cert), relative(&made.key));
+    if json {
+        output::json(&serde_json::json!({
+            "cert": made.cert, "key": made.key, "sha256": made.fingerprint, "names": made.names,
+        }));
+        return 0;
+    }
+    outln!("certificate {cert} (key {key}, 0600)");
+    outln!("names       {}", made.names.join(", "));
+    outln!("SHA-256     {}", made.fingerprint);
+    outln!("check that fingerprint where your browser shows the certificate the first time it connects.");
+    outln!("to serve HTTPS, set in canopy.toml and restart the daemon:");
+    outln!("  [web]");
+    outln!("  listen = \"0.0.0.0:8443\"");
+    outln!("  tls_cert = \"{cert}\"");
+    outln!("  tls_key = \"{key}\"");
     0
 }
 

@@ -40,7 +40,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Up { init, daemon } => local::up(&dir, json, &init, &daemon).await,
         Command::Runner(args) => local::runner(&dir, json, &args).await,
         Command::Mcp(args) => local::mcp(json, &args).await,
-        Command::Web { no_open } => local::web(&dir, json, no_open).await,
+        Command::Web(args) => local::web(&dir, json, &args).await,
         Command::NatsConfig => local::nats_config(&dir, json),
         Command::Completions { shell } => crate::completions::script(shell),
         Command::Man => crate::completions::man(),
@@ -105,7 +105,7 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         | Command::Complete { .. }
         | Command::Bundle(_)
         | Command::Doctor
-        | Command::Web { .. }
+        | Command::Web(_)
         | Command::NatsConfig
         | Command::Demo { .. } => 0,
     }
