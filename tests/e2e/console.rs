@@ -336,12 +336,14 @@ fn every_console_page_and_action_goes_through_the_api_with_the_operators_token()
     let csrf = csrf_of(&home);
 
     // The console holds no authority of its own: once the API refuses the operator's token,
-    // every page and every action is refused, though the browser session is still open.
+    // the next page is refused, and every session holding that token ends at once.
     env.ok(&["operators", "revoke", "second"]);
+    let (status, _, body) = http("GET", &format!("{base}/tree"), &[("Cookie", &cookie)], "");
+    assert_eq!(status, 403, "a revoked operator's page: {body}");
+    assert!(body.contains("forbidden"), "{body}");
     for page in pages {
         let (status, _, body) = http("GET", &format!("{base}{page}"), &[("Cookie", &cookie)], "");
-        assert_eq!(status, 403, "{page} answered for a revoked operator: {body}");
-        assert!(body.contains("forbidden"), "{page}: {body}");
+        assert_eq!(status, 401, "{page} answered for a revoked operator: {body}");
     }
     let form = [
         ("Cookie", cookie.as_str()),
@@ -350,9 +352,9 @@ fn every_console_page_and_action_goes_through_the_api_with_the_operators_token()
     ];
     let (status, _, body) =
         http("POST", &format!("{base}/post"), &form, "channel=announcements&topic=general&body=hello&create_topic=on");
-    assert_eq!(status, 403, "{body}");
+    assert_eq!(status, 401, "{body}");
     let (status, _, _) = http("POST", &format!("{base}/spawn/sr-0"), &form, "decision=deny&reason=no");
-    assert_eq!(status, 403);
+    assert_eq!(status, 401);
     let messages = env.json(&["read", "--channel", "announcements"]);
     assert!(!messages.to_string().contains("hello"), "a refused post was stored: {messages}");
 
