@@ -378,6 +378,7 @@ impl World {
             | Method::SpawnList
             | Method::AuditList
             | Method::Usage
+            | Method::UsageSeries
             | Method::CredentialsRotate => json!({}),
             Method::AgentsSetActivity => json!({ "text": format!("matrix {n}") }),
             Method::AgentsBudget => json!({ "handle": "lead" }),

@@ -40,6 +40,7 @@ mod omp;
 mod operator;
 mod output;
 mod pi;
+mod pictures;
 mod prompts;
 mod queue;
 mod real_clients;

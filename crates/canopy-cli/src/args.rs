@@ -247,8 +247,20 @@ pub enum Command {
         #[arg(long)]
         agent: Option<String>,
         /// Only usage reported within this long (humantime: 1h, 7days).
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "series")]
         since: Option<std::time::Duration>,
+        /// Spend over time instead: a point per hour over the last 24 (`--daily`: per day over 30).
+        #[arg(long)]
+        series: bool,
+        /// With --series and --agent: the agent's whole subtree.
+        #[arg(long, requires = "series")]
+        subtree: bool,
+        /// With --series: only what was charged to this issue.
+        #[arg(long, requires = "series", conflicts_with = "agent")]
+        issue: Option<u64>,
+        /// With --series: a point per day over the last 30.
+        #[arg(long, requires = "series")]
+        daily: bool,
     },
     /// Print a shell completion script: `source <(canopy completions bash)`. Bash also
     /// completes handles, channels, request ids and issue numbers from the running daemon.
@@ -314,6 +326,10 @@ pub struct WatchArgs {
     /// How often to resync from the store even without a doorbell.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub resync: std::time::Duration,
+    /// Print where the agent's time went instead (its turns, the tool calls in them, steers
+    /// and deliveries) over the last 24 hours, and exit.
+    #[arg(long, conflicts_with_all = ["tail", "no_follow"])]
+    pub timeline: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -13,6 +13,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod args;
+mod charts;
 mod client;
 mod commands;
 mod completions;

@@ -32,6 +32,7 @@ pub mod review;
 pub mod schedule;
 pub mod size;
 pub mod spawn;
+pub mod timeline;
 pub mod tree;
 
 pub use error::{Error, ErrorCode};

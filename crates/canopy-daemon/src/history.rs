@@ -16,7 +16,7 @@ use canopy_core::acl::Caller;
 use canopy_core::continuity::{DEFAULT_HISTORY_LIMIT, HistoryCursor, MAX_HISTORY_LIMIT, continuity_block};
 use canopy_core::{Error, Incarnation};
 use canopy_proto::api::*;
-use canopy_store::{HistoryQuery, PRUNE_BATCH, Pruned, Store, ops};
+use canopy_store::{HistoryQuery, PRUNE_BATCH, Pruned, SeriesScope, Store, ops};
 
 /// The history area. Cheap to clone.
 #[derive(Clone)]
@@ -147,6 +147,53 @@ impl History {
             turns: view.turns,
             budgets,
         })
+    }
+
+    /// `usage.series`: spend per UTC hour (24) or day (30) for the workspace, an agent, its
+    /// subtree or an issue, and the budgets covering it.
+    pub(crate) async fn usage_series(
+        &self,
+        _operator: Caller,
+        req: UsageSeriesRequest,
+    ) -> Result<UsageSeriesResponse, Error> {
+        let agent = req
+            .agent
+            .as_deref()
+            .map(|h| canopy_core::Handle::parse(h).map_err(|e| Error::name("agent", e)))
+            .transpose()?;
+        if req.subtree && agent.is_none() {
+            return Err(Error::invalid("subtree", "a subtree needs an `agent` at its top"));
+        }
+        if req.issue.is_some() && agent.is_some() {
+            return Err(Error::invalid("issue", "a series is an agent's or an issue's, not both"));
+        }
+        let (width, buckets) = match req.bucket {
+            SeriesBucket::Hour => (3_600_000, 24),
+            SeriesBucket::Day => (86_400_000, 30),
+        };
+        let (points, budgets) = self
+            .store
+            .read(move |conn| {
+                let scope = match (&agent, req.issue) {
+                    (Some(agent), _) if req.subtree => SeriesScope::Subtree(agent),
+                    (Some(agent), _) => SeriesScope::Agent(agent),
+                    (None, Some(number)) => SeriesScope::Issue(number),
+                    (None, None) => SeriesScope::Workspace,
+                };
+                let points = ops::usage_series(conn, scope, width, buckets)?;
+                let budgets = match (&agent, req.issue) {
+                    (Some(agent), _) => ops::covering_budgets(conn, agent.as_str())?,
+                    (None, Some(_)) => Vec::new(),
+                    (None, None) => ops::budgets(conn)?,
+                };
+                Ok((points, budgets))
+            })
+            .await?;
+        let points = points
+            .into_iter()
+            .map(|(start, usd, tokens, reports)| SeriesPoint { start, usd, tokens, reports })
+            .collect();
+        Ok(UsageSeriesResponse { bucket: req.bucket, points, budgets })
     }
 
     /// Deletes runtime records past their retention: activity, checkpoints and usage in

@@ -170,6 +170,7 @@ pub fn matrix(method: Method) -> Vec<&'static str> {
         | Method::PromptsRender
         | Method::RunsList
         | Method::Usage
+        | Method::UsageSeries
         | Method::AgentsBudget
         | Method::AgentsInterrupt
         | Method::OperatorsAdd

@@ -59,7 +59,7 @@ pub use repos::{Checkout, CheckoutState, NewCheckout, RepoRow};
 pub use runs::{Run, RunSpec, RunStatus, run_topic};
 pub use sessions::{Applied, LiveSession, Lost, Report, RunnerHeartbeat, RunnerRow, Synced};
 pub use spawn::{Answered, Decided, SpawnPolicy, SpawnSpec, parse_id as parse_request_id, spawn_topic};
-pub use usage::{PRUNE_BATCH, Pruned, UsageReport, UsageView};
+pub use usage::{PRUNE_BATCH, Pruned, SeriesScope, UsageReport, UsageView};
 pub use workspace::InitSpec;
 
 /// File name of the database inside the data directory.
@@ -312,7 +312,7 @@ pub mod ops {
         answer_reply, audit_log, cancel_spawn, channel_and_system, decide_spawn, despawn, expire_spawns, list_spawns,
         load as spawn_request, request_spawn,
     };
-    pub use crate::usage::{live_sessions, prune, usage};
+    pub use crate::usage::{live_sessions, prune, usage, usage_series};
     pub use crate::workspace::{init, workspace};
 }
 

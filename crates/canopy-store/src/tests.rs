@@ -1571,3 +1571,48 @@ async fn a_failing_lane_moves_along_its_chain_and_back() {
         assert!(apply(none.clone()).await.notices.iter().all(|n| !n.body.contains("keeps failing")));
     }
 }
+
+#[tokio::test]
+async fn a_spend_series_has_every_hour_and_sums_each_one_for_its_scope() {
+    let (_dir, store) = workspace().await;
+    // The clock starts at 08:00:00 UTC: two reports then, one half an hour later.
+    spend(&store, "ci-manager", 0.25).await;
+    spend(&store, "docs-manager", 1.0).await;
+    store.clock().advance(std::time::Duration::from_secs(1800));
+    spend(&store, "ci-manager", 0.5).await;
+    let series = |scope: &'static str, width: i64, n: usize| {
+        let store = store.clone();
+        async move {
+            store
+                .read(move |c| {
+                    let handle = (!scope.is_empty()).then(|| h(scope.trim_start_matches('^')));
+                    let scope = match &handle {
+                        None => crate::SeriesScope::Workspace,
+                        Some(handle) if scope.starts_with('^') => crate::SeriesScope::Subtree(handle),
+                        Some(handle) => crate::SeriesScope::Agent(handle),
+                    };
+                    ops::usage_series(c, scope, width, n)
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let hourly = series("", 3_600_000, 24).await;
+    assert_eq!(hourly.len(), 24);
+    assert_eq!(hourly[23].0, "2027-01-15T08:00:00.000Z", "the last bucket is the hour now running");
+    assert_eq!(hourly[0].0, "2027-01-14T09:00:00.000Z");
+    assert!((hourly[23].1 - 1.75).abs() < 1e-9, "{hourly:?}");
+    assert_eq!(hourly[23].3, 3);
+    assert!(hourly[..23].iter().all(|p| p.1 == 0.0 && p.3 == 0), "empty hours are present at zero");
+    let ci = series("ci-manager", 3_600_000, 24).await;
+    assert!((ci[23].1 - 0.75).abs() < 1e-9 && ci[23].2 == 20, "{ci:?}");
+    // The Supervisor's subtree holds both Managers.
+    let tree = series("^supervisor", 86_400_000, 30).await;
+    assert_eq!(tree.len(), 30);
+    assert!((tree[29].1 - 1.75).abs() < 1e-9, "{tree:?}");
+    assert_eq!(tree[29].0, "2027-01-15T00:00:00.000Z");
+    // An hour later the spend has moved back one bucket.
+    store.clock().advance(std::time::Duration::from_secs(3600));
+    let later = series("", 3_600_000, 24).await;
+    assert!((later[22].1 - 1.75).abs() < 1e-9 && later[23].1 == 0.0, "{later:?}");
+}

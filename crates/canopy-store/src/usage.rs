@@ -256,3 +256,59 @@ pub fn live_sessions(conn: &Db<'_>) -> Result<Vec<(String, Incarnation)>, Error>
     .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, Incarnation(r.get::<_, i64>(1)? as u64))))?.collect())
     .map_err(sql("listing live sessions"))
 }
+
+/// What a spend series covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeriesScope<'a> {
+    Workspace,
+    Agent(&'a Handle),
+    /// The agent, every agent below it, and their runs.
+    Subtree(&'a Handle),
+    Issue(u64),
+}
+
+/// Charged dollars, tokens and reports in `buckets` consecutive buckets of `width_ms`, the last
+/// holding now, aligned to multiples of `width_ms` since the epoch (UTC hours and days).
+/// Oldest first, every bucket present: (start, dollars, tokens, reports).
+pub fn usage_series(
+    conn: &Db<'_>,
+    scope: SeriesScope<'_>,
+    width_ms: i64,
+    buckets: usize,
+) -> Result<Vec<(String, f64, u64, u64)>, Error> {
+    let now = conn.now_ms();
+    let width = width_ms.max(1);
+    let last = now - now.rem_euclid(width);
+    let first = last - width * (buckets.saturating_sub(1) as i64);
+    let (filter, id) = match scope {
+        SeriesScope::Workspace => ("1", 0),
+        SeriesScope::Agent(h) => ("u.agent_id = ?4", require_account(conn, "agent", h.as_str())?.id),
+        SeriesScope::Subtree(h) => {
+            ("u.agent_id IN (SELECT id FROM below)", require_account(conn, "agent", h.as_str())?.id)
+        }
+        SeriesScope::Issue(number) => {
+            crate::issues::issue(conn, number)?;
+            ("u.issue = ?4", i64::try_from(number).unwrap_or(i64::MAX))
+        }
+    };
+    let sql_text = format!(
+        "WITH RECURSIVE below(id) AS (SELECT ?4 UNION SELECT a.id FROM accounts a JOIN below b \
+         ON a.parent_id = b.id OR a.run_of = b.id) \
+         SELECT (u.at - ?1) / ?2, SUM(u.charged_usd), SUM(u.input_tokens + u.cache_write_tokens + u.output_tokens), \
+         COUNT(*) FROM usage u WHERE u.at >= ?1 AND u.at < ?3 AND {filter} GROUP BY 1"
+    );
+    let rows: Vec<(i64, f64, i64, i64)> = conn
+        .prepare_cached(&sql_text)
+        .and_then(|mut s| {
+            s.query_map(params![first, width, last + width, id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                .collect()
+        })
+        .map_err(sql("summing usage over time"))?;
+    let mut points: Vec<(i64, f64, u64, u64)> = (0..buckets).map(|i| (first + width * i as i64, 0.0, 0, 0)).collect();
+    for (index, usd, tokens, reports) in rows {
+        if let Some(point) = usize::try_from(index).ok().and_then(|i| points.get_mut(i)) {
+            *point = (point.0, usd, tokens.max(0) as u64, reports.max(0) as u64);
+        }
+    }
+    Ok(points.into_iter().map(|(start, usd, tokens, reports)| (rfc3339(start), usd, tokens, reports)).collect())
+}

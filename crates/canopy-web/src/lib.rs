@@ -11,11 +11,13 @@
 //! - `server.rs`: binding (its port kept in `web/port`), routes, actions; `listener.rs`: the
 //!   connections, plain on loopback or TLS; `tls.rs`: certificates (`canopy web --init-tls`).
 //! - `pages.rs`: the pages, rendered on the server with compile-checked `maud` templates;
+//!   `charts.rs`: the pictures in them (the tree, spend over time, a timeline), as SVG;
 //!   `issue_pages.rs`: the Issues board and an issue's page, on `pages.rs`'s helpers.
 //! - `live.rs`: server-sent events from the daemon's event subjects, resumable by cursor.
 //! - `link.rs`: the client side of `canopy web`: asks a running console for a login link.
 
 mod auth;
+mod charts;
 mod console;
 mod issue_pages;
 mod link;

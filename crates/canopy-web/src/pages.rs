@@ -12,7 +12,9 @@ use canopy_core::{
     ActivityItem, AuditEntry, Channel, MergeRequest, MergeState, Message, Presence, RosterEntry, Seq, SpawnRequest,
     SpawnState, Topic, TreeNode,
 };
-use canopy_proto::api::{MergeDetail, PostResponse, PromptsRenderResponse, RunInfo, UsageResponse};
+use canopy_proto::api::{
+    MergeDetail, PostResponse, PromptsRenderResponse, RunInfo, UsageResponse, UsageSeriesResponse,
+};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::auth::Session;
@@ -75,6 +77,7 @@ pub fn page(title: &str, session: &Session, body: Markup) -> Markup {
                         a href="/" { "Waiting" }
                         a href="/tree" { "Tree" }
                         a href="/issues" { "Issues" }
+                        a href="/spend" { "Spend" }
                         a href="/channels" { "Channels" }
                         a href="/audit" { "Audit" }
                     }
@@ -349,51 +352,90 @@ fn badge(presence: Presence) -> Option<&'static str> {
 
 /// *Tree*: the tree from the Supervisor down, each agent with its presence, why it is idle,
 /// its activity line, session, harness and spend.
-pub fn tree(root: &TreeNode, roster: &[RosterEntry], usage: &UsageResponse) -> Markup {
+pub fn tree(
+    root: &TreeNode,
+    roster: &[RosterEntry],
+    usage: &UsageResponse,
+    waiting: &std::collections::HashSet<&str>,
+) -> Markup {
     let attention = roster.iter().filter(|a| badge(a.presence).is_some()).count();
     html! {
         section #tree data-live {
-            p.summary { (roster.len()) " agents; " (attention) " need a look." }
-            ul.tree role="tree" { (node(root, roster, usage)) }
+            p.summary { (roster.len()) " agents; " (attention) " need a look; " (waiting.len()) " with something waiting for you." }
+            div.picture { (crate::charts::tree(root, roster, usage, waiting)) }
+            p.quiet { "Each agent links to its page: its activity, prompt, runs, timeline and spend." }
         }
     }
 }
 
-fn node(n: &TreeNode, roster: &[RosterEntry], usage: &UsageResponse) -> Markup {
-    let entry = roster.iter().find(|a| a.handle == n.handle);
-    let spent = usage.agents.iter().find(|u| u.agent == n.handle).and_then(|u| u.totals.cost_usd);
-    let budget = usage.budgets.iter().find(|b| b.owner == n.handle);
+/// *Spend*: spend over time for the workspace, an agent, its subtree or an issue, hourly over
+/// 24 hours or daily over 30 days, with the budgets that cover it.
+pub fn spend(series: &UsageSeriesResponse, scope: &str, query: &SpendQuery) -> Markup {
+    let total: f64 = series.points.iter().map(|p| p.usd).sum();
     html! {
-        li role="treeitem" aria-expanded=(if n.children.is_empty() { "false" } else { "true" }) {
-            div.agent id=(format!("agent-{}", n.handle.as_str())) {
-                a href=(format!("/agents/{}", n.handle.as_str())) { strong { (n.handle.as_str()) } }
-                " " span.role { (n.role.as_str()) }
-                @if let Some(a) = entry {
-                    " " span class=(format!("presence {}", a.presence.as_str())) { (a.presence.as_str()) }
-                    @if let Some(b) = badge(a.presence) { " " span.badge { (b) } }
-                    @if let Some(reason) = &a.reason { " " span.reason { "(" (reason) ")" } }
-                    " " span.meta { "session " (a.incarnation.get()) " · " (a.harness) }
-                    @if a.pending > 0 { " " span.meta { (a.pending) " pending" } }
-                    @if a.unconfined { " " span.badge { "unconfined" } }
-                    @if a.host_network { " " span.badge { "host network" } }
-                    @if a.egress_refused > 0 { " " span.badge { "egress refused: " (a.egress_refused) } }
-                    @if let Some(failover) = &a.failover { " " span.badge { "on " (a.harness) " (" (failover) ")" } }
-                    @if let Some(text) = &a.activity { div.activity { "— " (text) } }
-                }
-                div.spend {
-                    @match (budget, spent) {
-                        (Some(b), _) => { "spent " (say::spend(b.limit, b.spent)) " (" (b.percent) "%)" }
-                        (None, Some(usd)) => { "spent $" (format!("{usd:.2}")) ", no budget" }
-                        (None, None) => {}
+        form.filter method="get" action="/spend" {
+            label { "Agent " input type="text" name="agent" value=(query.agent.as_deref().unwrap_or("")); }
+            label.check { input type="checkbox" name="subtree" value="1" checked[query.subtree]; " its subtree" }
+            label { "Issue " input type="text" name="issue" inputmode="numeric" value=(query.issue.map(|n| n.to_string()).unwrap_or_default()); }
+            label.check { input type="checkbox" name="daily" value="1" checked[query.daily]; " daily, 30 days" }
+            button type="submit" { "Show" }
+        }
+        section #spend data-live {
+            p.summary { (scope) ": $" (format!("{total:.2}")) " over the last " (if query.daily { "30 days" } else { "24 hours" }) " (UTC buckets)." }
+            div.picture { (crate::charts::spend(series)) }
+            p.quiet { "Bars: each bucket's spend. Line: the running total. Dashed: each covering budget's dollar limit." }
+        }
+    }
+}
+
+/// What `/spend` shows.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct SpendQuery {
+    pub agent: Option<String>,
+    #[serde(default, deserialize_with = "flag")]
+    pub subtree: bool,
+    #[serde(default, deserialize_with = "number")]
+    pub issue: Option<u64>,
+    #[serde(default, deserialize_with = "flag")]
+    pub daily: bool,
+}
+
+fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    let text: String = serde::Deserialize::deserialize(d)?;
+    Ok(!text.is_empty() && text != "0")
+}
+
+fn number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let text: String = serde::Deserialize::deserialize(d)?;
+    match text.trim() {
+        "" => Ok(None),
+        n => n.trim_start_matches('#').parse().map(Some).map_err(|_| serde::de::Error::custom("issue is a number")),
+    }
+}
+
+/// An agent's timeline page: the last 24 hours of its turns, or one turn zoomed.
+pub fn timeline(
+    handle: &str,
+    t: &canopy_core::timeline::Timeline,
+    zoom: Option<&canopy_core::timeline::TurnSpan>,
+) -> Markup {
+    let busy: i64 = t.turns.iter().map(|turn| turn.end_ms.unwrap_or(t.to_ms) - turn.start_ms).sum();
+    html! {
+        section #timeline data-live {
+            p.summary {
+                (t.turns.len()) " turns in the last 24 hours, " (span(busy)) " working. "
+                @if let Some(turn) = zoom { "Turn " (turn.turn_id) " of session " (turn.incarnation) ". " a href="?" { "Whole day" } }
+                @else { "Select a turn to zoom to it." }
+            }
+            div.picture { (crate::charts::timeline(handle, t, zoom)) }
+            @if let Some(turn) = zoom {
+                ol.activity {
+                    @for tool in &turn.tools {
+                        li data-tool=(tool.name) { (tool.name) " · " (tool.outcome.as_deref().unwrap_or("running")) " · " (span(tool.end_ms.unwrap_or(t.to_ms) - tool.start_ms)) }
                     }
                 }
             }
-            @if !n.children.is_empty() || n.omitted > 0 {
-                ul role="group" {
-                    @for child in &n.children { (node(child, roster, usage)) }
-                    @if n.omitted > 0 { li.quiet { (n.omitted) " more not shown" } }
-                }
-            }
+            p.quiet { "Bars: turns (dark while running), tool calls below them; ticks above: deliveries (blue) and steers (amber). The gaps are waits." }
         }
     }
 }
@@ -561,6 +603,8 @@ pub fn agent(
                     " · session " (a.incarnation.get()) " · " (a.harness)
                     @if let Some(t) = &a.activity { " — " (t) }
                     @if open.is_some() { " · " strong.active { "turn running" } }
+                    " · " a href=(format!("/agents/{handle}/timeline")) { "timeline" }
+                    " · " a href=(format!("/spend?agent={handle}&subtree=1")) { "spend" }
                 },
                 None => p.quiet { "No such agent on the roster." },
             }

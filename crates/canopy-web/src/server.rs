@@ -161,6 +161,8 @@ fn router(console: Shared) -> Router {
         .route("/channels", get(channels))
         .route("/channels/{channel}", get(channel))
         .route("/agents/{handle}", get(agent))
+        .route("/agents/{handle}/timeline", get(timeline))
+        .route("/spend", get(spend))
         .route("/issues", get(issues_board).post(file_issue))
         .route("/issues/{number}", get(issue))
         .route("/issues/{number}/assign", post(assign_issue))
@@ -276,10 +278,71 @@ async fn tree(State(console): State<Shared>, LoggedIn(_, session): LoggedIn) -> 
         let tree = call::<method::Tree>(&console, &session, &TreeRequest { depth: None }).await?;
         let roster = roster(&console, &session).await?;
         let usage = call::<method::Usage>(&console, &session, &UsageRequest { agent: None, since_secs: None }).await?;
-        Ok(pages::tree(&tree.root, &roster, &usage))
+        let pending = SpawnListRequest { state: Some(canopy_core::SpawnState::Pending) };
+        let spawns = call::<method::SpawnList>(&console, &session, &pending).await?.requests;
+        let pending = MergesListRequest { state: Some(MergeState::Pending) };
+        let merges = call::<method::MergesList>(&console, &session, &pending).await?.merges;
+        // What waits for the operator, by whose it is: requests, merges, a failing lane.
+        let mut waiting: std::collections::HashSet<&str> = spawns.iter().map(|r| r.requester.as_str()).collect();
+        waiting.extend(merges.iter().map(|m| m.requester.as_str()));
+        waiting.extend(
+            roster
+                .iter()
+                .filter(|a| matches!(a.presence, canopy_core::Presence::Failing | canopy_core::Presence::Crashed))
+                .map(|a| a.handle.as_str()),
+        );
+        Ok(pages::tree(&tree.root, &roster, &usage, &waiting))
     }
     .await;
     page(&session, "Tree", body)
+}
+
+async fn spend(
+    State(console): State<Shared>,
+    LoggedIn(_, session): LoggedIn,
+    Query(query): Query<pages::SpendQuery>,
+) -> Response {
+    let body = async {
+        let agent = query.agent.clone().filter(|a| !a.trim().is_empty());
+        let scope = match (&agent, query.issue) {
+            (Some(a), _) if query.subtree => format!("@{a} and below"),
+            (Some(a), _) => format!("@{a}"),
+            (None, Some(n)) => format!("issue #{n}"),
+            (None, None) => "the workspace".to_owned(),
+        };
+        let bucket = if query.daily { SeriesBucket::Day } else { SeriesBucket::Hour };
+        let request = UsageSeriesRequest { agent, subtree: query.subtree, issue: query.issue, bucket };
+        let series = call::<method::UsageSeries>(&console, &session, &request).await?;
+        Ok(pages::spend(&series, &scope, &query))
+    }
+    .await;
+    page(&session, "Spend", body)
+}
+
+#[derive(Deserialize)]
+struct TurnQuery {
+    turn: Option<String>,
+}
+
+async fn timeline(
+    State(console): State<Shared>,
+    LoggedIn(_, session): LoggedIn,
+    Path(handle): Path<String>,
+    Query(query): Query<TurnQuery>,
+) -> Response {
+    let body = async {
+        let read = ActivityReadRequest { agent: handle.clone(), after: 0, limit: None, tail: Some(MAX_READ_LIMIT) };
+        let items = call::<method::ActivityRead>(&console, &session, &read).await?.items;
+        let now = canopy_sys::unix_ms();
+        let timeline = canopy_core::timeline::build(&items, now - 86_400_000, now);
+        let zoom = query
+            .turn
+            .as_deref()
+            .and_then(|key| timeline.turns.iter().find(|t| format!("{}-{}", t.incarnation, t.turn_id) == key));
+        Ok(pages::timeline(&handle, &timeline, zoom))
+    }
+    .await;
+    page(&session, &format!("{handle}: where the time went"), body)
 }
 
 /// The whole roster, a page of 500 at a time.

@@ -156,6 +156,9 @@ pub async fn watch(follower: Follower, json: bool, args: WatchArgs) -> u8 {
 }
 
 async fn follow_activity(mut follower: Follower, json: bool, args: WatchArgs) -> Result<(), CallError> {
+    if args.timeline {
+        return timeline(&follower.client, json, &args.handle).await;
+    }
     let first = ActivityReadRequest { agent: args.handle.clone(), after: 0, limit: None, tail: Some(args.tail) };
     let page: ActivityReadResponse = follower.client.send::<method::ActivityRead>(&first).await?;
     for item in &page.items {
@@ -175,6 +178,21 @@ async fn follow_activity(mut follower: Follower, json: bool, args: WatchArgs) ->
             }
         }
     }
+}
+
+/// `canopy watch --timeline`: the last 24 hours of the agent's turns, from its newest
+/// `MAX_READ_LIMIT` activity items.
+async fn timeline(client: &Client, json: bool, handle: &str) -> Result<(), CallError> {
+    let tail = canopy_proto::api::MAX_READ_LIMIT;
+    let read = ActivityReadRequest { agent: handle.to_owned(), after: 0, limit: None, tail: Some(tail) };
+    let page: ActivityReadResponse = client.send::<method::ActivityRead>(&read).await?;
+    let now = canopy_sys::unix_ms();
+    let timeline = canopy_core::timeline::build(&page.items, now - 86_400_000, now);
+    match json {
+        true => output::json(&timeline),
+        false => crate::charts::timeline(handle, &timeline),
+    }
+    Ok(())
 }
 
 /// Follows activity over one connection until a call finds the daemon unreachable; returns why.

@@ -16,3 +16,18 @@ pub async fn usage(client: &Client, json: bool, agent: Option<String>, since: Op
     let request = UsageRequest { agent, since_secs: since.map(|d| d.as_secs()) };
     code(json, call::<method::Usage>(client, json, &request, output::usage).await)
 }
+
+/// `canopy usage --series`: spend per hour (or day) for the workspace, an agent, its subtree
+/// or an issue.
+pub async fn usage_series(
+    client: &Client,
+    json: bool,
+    agent: Option<String>,
+    subtree: bool,
+    issue: Option<u64>,
+    daily: bool,
+) -> u8 {
+    let bucket = if daily { SeriesBucket::Day } else { SeriesBucket::Hour };
+    let request = UsageSeriesRequest { agent, subtree, issue, bucket };
+    code(json, call::<method::UsageSeries>(client, json, &request, crate::charts::usage_series).await)
+}

@@ -90,7 +90,10 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         }
         Command::Issues { list, command } => issues::issues(client, json, list, command).await,
         Command::Prompt(command) => prompts::render(client, json, command).await,
-        Command::Usage { agent, since } => history::usage(client, json, agent, since).await,
+        Command::Usage { agent, since, series: false, .. } => history::usage(client, json, agent, since).await,
+        Command::Usage { agent, subtree, issue, daily, .. } => {
+            history::usage_series(client, json, agent, subtree, issue, daily).await
+        }
         Command::Operators(command) => credentials::operators(client, json, command).await,
         Command::Runners { command } => credentials::runners(dir, client, json, command).await,
         Command::Credentials(command) => credentials::credentials(dir, client, json, command).await,

@@ -89,3 +89,56 @@ pub struct UsageResponse {
     #[serde(default)]
     pub budgets: Vec<canopy_core::BudgetStatus>,
 }
+
+/// How wide each point of a spend series is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SeriesBucket {
+    /// 24 points, one per UTC hour, the last the hour now running.
+    #[default]
+    Hour,
+    /// 30 points, one per UTC day, the last today.
+    Day,
+}
+
+/// `usage.series` (operators): spend over time, one point per hour (24) or day (30), for the
+/// workspace, one agent, an agent's subtree (its runs too) or one issue, with the budgets that
+/// cover it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageSeriesRequest {
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// With `agent`: everything below it too.
+    #[serde(default)]
+    pub subtree: bool,
+    /// Only usage charged to this issue.
+    #[serde(default)]
+    pub issue: Option<u64>,
+    #[serde(default)]
+    pub bucket: SeriesBucket,
+}
+
+/// One point of a spend series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SeriesPoint {
+    /// When the bucket starts (RFC 3339, UTC).
+    pub start: String,
+    /// US dollars charged in it (reported, computed from prices, or estimated: what budgets count).
+    pub usd: f64,
+    /// Tokens charged in it (input, cache writes and output, as budgets count them).
+    pub tokens: u64,
+    /// Usage reports in it.
+    pub reports: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageSeriesResponse {
+    pub bucket: SeriesBucket,
+    /// Oldest first; every bucket present, empty ones at zero.
+    pub points: Vec<SeriesPoint>,
+    /// The budgets covering the agent (every budget for the workspace; none for an issue).
+    pub budgets: Vec<canopy_core::BudgetStatus>,
+}
