@@ -51,4 +51,5 @@ mod sessions;
 mod tail;
 mod tidy;
 mod tls;
+mod top;
 mod wire;

@@ -86,6 +86,8 @@ fn rows(scratch: &str) -> Vec<Vec<String>> {
         &["roster"],
         &["status"],
         &["watch", "talker", "--no-follow"],
+        &["watch", "talker", "--timeline"],
+        &["top"],
         &["web", "--no-open"],
         &["operators", "--help"],
         &["operators", "list"],
@@ -133,6 +135,7 @@ fn rows(scratch: &str) -> Vec<Vec<String>> {
         &["bundle", "check"],
         &["runs", "--agent", "supervisor"],
         &["usage"],
+        &["usage", "--series"],
         &["completions", "bash"],
         &["complete", "handles"],
         &["man"],
@@ -149,9 +152,10 @@ fn rows(scratch: &str) -> Vec<Vec<String>> {
     rows
 }
 
-/// The rows that may write nothing at all: a stdio server with nothing on stdin, and the
-/// completion helper, which is silent rather than print into a command line.
-const SILENT: [&str; 2] = ["mcp", "complete"];
+/// The rows that may write nothing at all: a stdio server with nothing on stdin, the
+/// completion helper, which is silent rather than print into a command line, and `top`,
+/// which needs a terminal and says so on stderr.
+const SILENT: [&str; 3] = ["mcp", "complete", "top"];
 
 #[test]
 fn every_command_reports_a_full_device_with_74_and_ends_quietly_on_a_closed_pipe() {

@@ -129,6 +129,13 @@ pub enum Command {
     Status,
     /// Follow an agent's session live, read-only: turns, text, tool calls.
     Watch(WatchArgs),
+    /// A live full-screen view: the tree, what waits for you (approve, deny), budget alerts,
+    /// the newest messages; follows a restarted daemon. Keys are listed at the bottom.
+    Top {
+        /// How often to read the workspace again.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
+    },
     /// The operator console in a browser: prints a one-time login link (the token stays here),
     /// or with --init-tls makes the console a self-signed certificate for HTTPS.
     Web(WebArgs),

@@ -23,6 +23,7 @@ pub mod exit;
 mod import;
 mod output;
 pub mod sandbox;
+mod top;
 mod writer;
 
 use std::ffi::OsString;

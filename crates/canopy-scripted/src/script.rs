@@ -488,10 +488,7 @@ impl Checker<'_> {
             }
             "compact" => self.flag(value, "compact").map(|()| Action::Compact),
             "end_turn" => self.flag(value, "end_turn").map(|()| Action::EndTurn),
-            "usage" => match value.get_ref() {
-                DeValue::String(text) if text.as_ref() == "none" => Ok(Action::Usage(None)),
-                _ => self.usage(value).map(|u| Action::Usage(Some(u))),
-            },
+            "usage" => self.usage(value).map(Action::Usage),
             "fake_tool" => {
                 let tool = self.string(value, "fake_tool")?;
                 if tool.trim().is_empty() {
@@ -526,7 +523,15 @@ impl Checker<'_> {
         }
     }
 
-    fn usage(&self, value: &Spanned<DeValue<'_>>) -> Result<ScriptUsage, ScriptError> {
+    /// A `usage` action: `"none"`, or the numbers of a model call.
+    fn usage(&self, value: &Spanned<DeValue<'_>>) -> Result<Option<ScriptUsage>, ScriptError> {
+        match value.get_ref() {
+            DeValue::String(text) if text.as_ref() == "none" => Ok(None),
+            _ => self.usage_numbers(value).map(Some),
+        }
+    }
+
+    fn usage_numbers(&self, value: &Spanned<DeValue<'_>>) -> Result<ScriptUsage, ScriptError> {
         let DeValue::Table(table) = value.get_ref() else {
             return Err(self.error(
                 value.span(),

@@ -46,6 +46,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Man => crate::completions::man(),
         Command::Complete { what } => crate::completions::candidates(&dir, what).await,
         Command::Doctor => crate::doctor::run(&dir, json).await,
+        Command::Top { interval } => crate::top::run(&dir, interval.max(std::time::Duration::from_millis(100))).await,
         Command::Demo { yes } => crate::demo::run(yes).await,
         Command::Bundle(BundleCommand::Check { bundle, gated }) => prompts::bundle_check(&dir, json, bundle, gated),
         Command::Bundle(BundleCommand::Import { from, bundle }) => crate::import::run(&dir, json, &from, bundle).await,
@@ -108,6 +109,7 @@ async fn api_command(dir: &DataDir, owned: Client, json: bool, command: Command)
         | Command::Complete { .. }
         | Command::Bundle(_)
         | Command::Doctor
+        | Command::Top { .. }
         | Command::Web(_)
         | Command::NatsConfig
         | Command::Demo { .. } => 0,
