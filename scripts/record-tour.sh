@@ -52,3 +52,6 @@ step 04-roster "canopy roster" 1
 step 05-requests "canopy requests" 1
 step 06-status-waiting "canopy status" 1
 step 07-budget "canopy agents budget web-lead --usd 20 --period 1day --subtree && canopy usage" 1
+# `canopy top`, live, then `q`.
+step 08-top "canopy top" 3
+tmux send-keys -t "$session" q

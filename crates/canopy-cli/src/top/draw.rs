@@ -117,14 +117,16 @@ fn waiting(f: &mut Frame<'_>, s: &Screen<'_>, area: Rect, paint: &dyn Fn(Style) 
         .waiting
         .iter()
         .map(|item| {
+            // How long it has waited comes first: the line is cut on a narrow screen.
+            let waited = |since: &str| age(since, now);
             let text = match item {
-                Item::Spawn { id, from, what, since } => format!("{id} {from} {what} ({})", age(since, now)),
-                Item::Merge { id, from, what, since } => format!("{id} {from}: {what} ({})", age(since, now)),
+                Item::Spawn { id, from, what, since } => format!("{:>4}  {id} {from} {what}", waited(since)),
+                Item::Merge { id, from, what, since } => format!("{:>4}  {id} {from}: {what}", waited(since)),
                 Item::Failing { handle, why, since } => {
-                    format!("{handle} {why} ({})", since.as_deref().map_or("-".to_owned(), |s| age(s, now)))
+                    format!("{:>4}  {handle} {why}", since.as_deref().map_or("-".to_owned(), waited))
                 }
                 Item::Issue { number, title, since } => {
-                    format!("#{number} {title}: waits for your answer ({})", age(since, now))
+                    format!("{:>4}  #{number} {title}: waits for your answer", waited(since))
                 }
             };
             ListItem::new(one_line(&text, 200))
