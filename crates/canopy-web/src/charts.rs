@@ -59,23 +59,28 @@ pub fn tree(root: &TreeNode, roster: &[RosterEntry], usage: &UsageResponse, wait
             (*n, x, y, parent)
         })
         .collect();
+    // Attributes SVG children inherit are set once on the root (the page's weight counts).
     html! {
-        svg.diagram role="img" aria-label="The agent tree" xmlns="http://www.w3.org/2000/svg"
-            viewBox=(format!("0 0 {width} {height}")) width="100%" data-max-width=(width) {
-            @for (n, x, y, parent) in &placed {
-                @let (x, y) = (*x, *y);
-                @if let Some((px, py)) = parent {
-                    path d=(format!("M{px} {} V{y} H{}", py + 7, x - 8)) stroke="#b3bac5" fill="none" {}
+        svg.diagram role="img" aria-label="The agent tree" viewBox=(format!("0 0 {width} {height}")) width="100%"
+            font-size="14" fill="#16181d" {
+            g stroke="#b3bac5" fill="none" {
+                @for (_, x, y, parent) in &placed {
+                    @if let Some((px, py)) = parent {
+                        path d=(format!("M{px} {}V{y}H{}", py + 7, x - 8)) {}
+                    }
                 }
+            }
+            @for (n, x, y, _) in &placed {
+                @let (x, y) = (*x, *y);
                 @let entry = roster.iter().find(|a| a.handle == n.handle);
                 @let presence = entry.map_or(Presence::Offline, |a| a.presence);
                 @let spent = usage.agents.iter().find(|u| u.agent == n.handle).and_then(|u| u.totals.cost_usd);
                 @let waits = waiting.contains(n.handle.as_str());
                 a href=(format!("/agents/{}", n.handle.as_str())) {
-                    g.node data-agent=(n.handle.as_str()) data-presence=(presence.as_str()) data-waits=(waits) {
-                        title { (n.handle.as_str()) ": " (presence.as_str()) @if let Some(r) = entry.and_then(|a| a.reason.as_ref()) { " (" (r) ")" } }
+                    g.node data-agent=(n.handle.as_str()) data-presence=(presence.as_str()) data-waits=[waits.then_some("1")] {
+                        @if let Some(r) = entry.and_then(|a| a.reason.as_ref()) { title { (r) } }
                         circle cx=(x) cy=(y) r="7" fill=(colour(presence)) {}
-                        text x=(x + 14) y=(y + 5) font-size="14" fill="#16181d" {
+                        text x=(x + 14) y=(y + 5) {
                             tspan font-weight="700" { (n.handle.as_str()) }
                             tspan fill=(colour(presence)) { " " (presence.as_str()) }
                             @if let Some(usd) = spent { tspan fill="#4d5562" { " $" (format!("{usd:.2}")) } }
@@ -157,7 +162,7 @@ pub fn spend(series: &UsageSeriesResponse) -> Markup {
     };
     html! {
         svg.chart role="img" aria-label=(format!("Spend per {}: ${total:.2} in all", bucket_word(series.bucket)))
-            xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {CHART_W} {CHART_H}")) width="100%"
+            viewBox=(format!("0 0 {CHART_W} {CHART_H}")) width="100%"
             data-total=(format!("{total:.6}")) {
             line x1=(LEFT) y1=(10.0 + plot_h) x2=(CHART_W - 8.0) y2=(10.0 + plot_h) stroke="#b3bac5" {}
             text x=(LEFT - 6.0) y="16" font-size="11" text-anchor="end" fill="#4d5562" { "$" (format!("{top:.2}")) }
@@ -221,7 +226,7 @@ pub fn timeline(handle: &str, t: &Timeline, zoom: Option<&TurnSpan>) -> Markup {
     let x = |ms: i64| 8.0 + (ms.clamp(from, to) - from) as f64 / span * (LANE_W - 16.0);
     let w = |a: i64, b: i64| (x(b) - x(a)).max(2.0);
     html! {
-        svg.timeline role="img" aria-label=(format!("{handle}'s turns")) xmlns="http://www.w3.org/2000/svg"
+        svg.timeline role="img" aria-label=(format!("{handle}'s turns"))
             viewBox=(format!("0 0 {LANE_W} 92")) width="100%" data-from=(from) data-to=(to) {
             line x1="8" y1="74" x2=(LANE_W - 8.0) y2="74" stroke="#b3bac5" {}
             text x="8" y="88" font-size="11" fill="#4d5562" { (clock(from)) }

@@ -361,9 +361,8 @@ pub fn tree(
     let attention = roster.iter().filter(|a| badge(a.presence).is_some()).count();
     html! {
         section #tree data-live {
-            p.summary { (roster.len()) " agents; " (attention) " need a look; " (waiting.len()) " with something waiting for you." }
+            p.summary { (roster.len()) " agents; " (attention) " need a look; " (waiting.len()) " wait for you." }
             div.picture { (crate::charts::tree(root, roster, usage, waiting)) }
-            p.quiet { "Each agent links to its page: its activity, prompt, runs, timeline and spend." }
         }
     }
 }
