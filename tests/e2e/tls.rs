@@ -182,6 +182,13 @@ fn the_console_serves_https_beyond_loopback_and_guards_its_logins() {
     assert_eq!(after.status, 401, "its session ended: {}", after.body);
     assert_eq!(client.send("localhost", "GET", "/", &[("cookie", &cookie)]).unwrap().status, 200, "ops stays in");
 
+    // For a phone: the link as a QR code too, under it.
+    let printed = env.ok(&["web", "--no-open", "--qr"]);
+    let mut lines = printed.lines();
+    assert!(lines.next().unwrap_or_default().starts_with("https://"), "{printed}");
+    let code: Vec<&str> = lines.filter(|l| l.contains('█') || l.contains('▀') || l.contains('▄')).collect();
+    assert!(code.len() >= 10, "no QR code under the link:\n{printed}");
+
     // Ten failed logins from one address: five are failures, then the address is held.
     let statuses: Vec<u16> =
         (0..10).map(|i| client.send("localhost", "GET", &format!("/login/{i:048x}"), &[]).unwrap().status).collect();
