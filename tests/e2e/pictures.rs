@@ -165,6 +165,7 @@ fn every_page_fits_a_phone_with_its_decision_buttons_in_reach() {
         let base = login.split("/login/").next().unwrap().to_owned();
         browser.go(&login);
         browser.wait_text("Spawn requests (1)");
+        assert_eq!(browser.eval("return window.innerWidth;"), serde_json::json!(width), "the viewport is {width} px");
         let pages = [
             ("/", "waiting"),
             ("/tree", "tree"),

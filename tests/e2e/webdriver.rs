@@ -95,8 +95,8 @@ pub struct Browser {
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 impl Browser {
-    /// Starts chromedriver and a headless Chromium (`width` CSS pixels wide), with the flags
-    /// this machine's closed network needs.
+    /// Starts chromedriver and a headless Chromium (`width` CSS pixels wide; below 500, a
+    /// phone's viewport, emulated), with the flags this machine's closed network needs.
     pub fn start(width: u32) -> Browser {
         let chromium = std::env::var("CANOPY_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
         let chromedriver = std::env::var("CANOPY_TEST_CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
@@ -128,9 +128,15 @@ impl Browser {
             format!("--window-size={width},900"),
             format!("--user-data-dir={}", profile.path().display()),
         ];
+        // A window narrower than Chromium's smallest (500 px) is a phone: its width is emulated.
+        let mut options = json!({ "binary": chromium, "args": args });
+        if width < 500 {
+            options["mobileEmulation"] =
+                json!({ "deviceMetrics": { "width": width, "height": 844, "pixelRatio": 1.0 } });
+        }
         let capabilities = json!({ "capabilities": { "alwaysMatch": {
             "browserName": "chrome",
-            "goog:chromeOptions": { "binary": chromium, "args": args },
+            "goog:chromeOptions": options,
         } } });
         let (status, _, body) = http(
             "POST",

@@ -61,7 +61,7 @@ pub fn tree(root: &TreeNode, roster: &[RosterEntry], usage: &UsageResponse, wait
         .collect();
     // Attributes SVG children inherit are set once on the root (the page's weight counts).
     html! {
-        svg.diagram role="img" aria-label="The agent tree" viewBox=(format!("0 0 {width} {height}")) width="100%"
+        svg.diagram role="img" aria-label="The agent tree" viewBox=(format!("0 0 {width} {height}")) width=(width)
             font-size="14" fill="#16181d" {
             g stroke="#b3bac5" fill="none" {
                 @for (_, x, y, parent) in &placed {
@@ -162,7 +162,7 @@ pub fn spend(series: &UsageSeriesResponse) -> Markup {
     };
     html! {
         svg.chart role="img" aria-label=(format!("Spend per {}: ${total:.2} in all", bucket_word(series.bucket)))
-            viewBox=(format!("0 0 {CHART_W} {CHART_H}")) width="100%"
+            viewBox=(format!("0 0 {CHART_W} {CHART_H}")) width=(CHART_W)
             data-total=(format!("{total:.6}")) {
             line x1=(LEFT) y1=(10.0 + plot_h) x2=(CHART_W - 8.0) y2=(10.0 + plot_h) stroke="#b3bac5" {}
             text x=(LEFT - 6.0) y="16" font-size="11" text-anchor="end" fill="#4d5562" { "$" (format!("{top:.2}")) }
@@ -227,7 +227,7 @@ pub fn timeline(handle: &str, t: &Timeline, zoom: Option<&TurnSpan>) -> Markup {
     let w = |a: i64, b: i64| (x(b) - x(a)).max(2.0);
     html! {
         svg.timeline role="img" aria-label=(format!("{handle}'s turns"))
-            viewBox=(format!("0 0 {LANE_W} 92")) width="100%" data-from=(from) data-to=(to) {
+            viewBox=(format!("0 0 {LANE_W} 92")) width=(LANE_W) data-from=(from) data-to=(to) {
             line x1="8" y1="74" x2=(LANE_W - 8.0) y2="74" stroke="#b3bac5" {}
             text x="8" y="88" font-size="11" fill="#4d5562" { (clock(from)) }
             text x=(LANE_W - 8.0) y="88" font-size="11" text-anchor="end" fill="#4d5562" { (clock(to)) }
