@@ -75,15 +75,8 @@ impl Client {
 }
 
 fn parse(raw: &[u8]) -> Answer {
-    let text = String::from_utf8_lossy(raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Answer { status, headers, body: body.to_owned() }
+    let (status, headers, body) = crate::webdriver::answer(raw);
+    Answer { status, headers, body }
 }
 
 /// The session cookie a login answer sets, as a `Cookie` header value.

@@ -54,7 +54,12 @@ pub fn http(method: &str, url: &str, headers: &[(&str, &str)], body: &str) -> (u
             let _ = stream.read_to_end(&mut raw);
         }
     }
-    let text = String::from_utf8_lossy(&raw).into_owned();
+    answer(&raw)
+}
+
+/// An HTTP/1.1 answer read whole: status, headers (lower-case names), body (de-chunked).
+pub fn answer(raw: &[u8]) -> (u16, Vec<(String, String)>, String) {
+    let text = String::from_utf8_lossy(raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
     let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);

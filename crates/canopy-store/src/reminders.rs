@@ -29,21 +29,19 @@ pub fn due_reminders(conn: &Db<'_>, older_than_ms: i64) -> Result<Vec<Waiting>, 
             .map_err(sql(what))
     };
     let mut due = Vec::new();
-    let spawns = ids(
-        "SELECT 'req-' || id, id FROM spawn_requests WHERE state = 'pending' AND created_at < ?1 \
-         AND 'req-' || id NOT IN (SELECT item FROM reminders) ORDER BY id",
-        "finding spawn requests to remind of",
-    )?;
-    for (item, id) in spawns {
-        due.push((item, Waiting::Spawn(crate::spawn::load(conn, id)?)));
-    }
-    let merges = ids(
-        "SELECT 'merge-' || id, id FROM merges WHERE state = 'pending' AND created_at < ?1 \
-         AND 'merge-' || id NOT IN (SELECT item FROM reminders) ORDER BY id",
-        "finding merge requests to remind of",
-    )?;
-    for (item, id) in merges {
-        due.push((item, Waiting::Merge(crate::merges::load_merge(conn, id)?)));
+    // A spawn request (`req-N`) or a merge request (`merge-N`) waiting since before the cut.
+    for (prefix, table) in [("req-", "spawn_requests"), ("merge-", "merges")] {
+        let query = format!(
+            "SELECT '{prefix}' || id, id FROM {table} WHERE state = 'pending' AND created_at < ?1 \
+             AND '{prefix}' || id NOT IN (SELECT item FROM reminders) ORDER BY id"
+        );
+        for (item, id) in ids(&query, "finding requests to remind of")? {
+            let waiting = match table {
+                "merges" => Waiting::Merge(crate::merges::load_merge(conn, id)?),
+                _ => Waiting::Spawn(crate::spawn::load(conn, id)?),
+            };
+            due.push((item, waiting));
+        }
     }
     let agents = conn
         .prepare_cached(

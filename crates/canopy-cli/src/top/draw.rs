@@ -98,11 +98,24 @@ fn tree(f: &mut Frame<'_>, s: &Screen<'_>, area: Rect, paint: &dyn Fn(Style) -> 
             ListItem::new(Line::from(spans))
         })
         .collect();
-    let mut state = ListState::default();
-    if s.focus == Focus::Tree && !items.is_empty() {
-        state.select(Some(s.tree_at.min(items.len() - 1)));
-    }
     let title = format!("Tree ({} agents)", s.snapshot.rows.len());
+    let at = (s.focus == Focus::Tree).then_some(s.tree_at);
+    selectable(f, area, items, at, title, paint);
+}
+
+/// A bordered list with its selected row (when it has the focus) shown reversed.
+fn selectable(
+    f: &mut Frame<'_>,
+    area: Rect,
+    items: Vec<ListItem<'_>>,
+    at: Option<usize>,
+    title: String,
+    paint: &dyn Fn(Style) -> Style,
+) {
+    let mut state = ListState::default();
+    if let Some(at) = at.filter(|_| !items.is_empty()) {
+        state.select(Some(at.min(items.len() - 1)));
+    }
     let list = List::new(items)
         .block(Block::default().borders(Borders::ALL).title(title))
         .highlight_style(paint(Style::default().add_modifier(Modifier::REVERSED)))
@@ -132,16 +145,9 @@ fn waiting(f: &mut Frame<'_>, s: &Screen<'_>, area: Rect, paint: &dyn Fn(Style) 
             ListItem::new(one_line(&text, 200))
         })
         .collect();
-    let mut state = ListState::default();
-    if s.focus == Focus::Waiting && !items.is_empty() {
-        state.select(Some(s.waiting_at.min(items.len() - 1)));
-    }
     let title = format!("Waiting for you ({})", s.snapshot.waiting.len());
-    let list = List::new(items)
-        .block(Block::default().borders(Borders::ALL).title(title))
-        .highlight_style(paint(Style::default().add_modifier(Modifier::REVERSED)))
-        .highlight_symbol("> ");
-    f.render_stateful_widget(list, area, &mut state);
+    let at = (s.focus == Focus::Waiting).then_some(s.waiting_at);
+    selectable(f, area, items, at, title, paint);
 }
 
 fn bottom(f: &mut Frame<'_>, s: &Screen<'_>, area: Rect) {
