@@ -228,17 +228,23 @@ actions = [
     );
     env.create_scripted("quiet", "");
     crate::assert_eventually!(
-        env.json(&["usage"])["total"]["reports"] == 2,
+        env.json(&["usage", "--agent", "mgr"])["total"]["reports"] == 2,
         "the usage never arrived: {}",
         env.json(&["usage"])
     );
+    // `quiet` (and the Supervisor) report zero for their turns: nothing added but reports.
     let all = env.json(&["usage", "--since", "1h"]);
     assert_eq!(all["total"]["input_tokens"], 2000);
     assert_eq!(all["total"]["output_tokens"], 500);
     assert_eq!(all["total"]["cache_read_tokens"], 50);
     assert_eq!(all["total"]["cost_usd"], 0.25);
     assert_eq!(all["total"]["reports_without_cost"], 1);
-    assert_eq!(all["agents"].as_array().unwrap().len(), 1, "{all}");
+    let first = &all["agents"][0];
+    assert_eq!(
+        (first["agent"].as_str(), &first["totals"]["input_tokens"]),
+        (Some("mgr"), &serde_json::json!(2000)),
+        "{all}"
+    );
     let one = env.json(&["usage", "--agent", "mgr"]);
     assert_eq!(one["sessions"][0]["incarnation"], 1);
     assert_eq!(one["turns"].as_array().unwrap().len(), 1, "both reports belong to one turn: {one}");

@@ -90,6 +90,14 @@ impl Top {
     }
 }
 
+impl Drop for Top {
+    /// A failed test leaves no `top` behind: closing the terminal hangs it up.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn request_state(env: &TestEnv, handle: &str) -> serde_json::Value {
     env.json(&["requests"])["requests"]
         .as_array()

@@ -56,6 +56,10 @@ pub fn colour(stream: &impl std::io::IsTerminal) -> bool {
 
 pub fn init_logging(cli: &Cli) {
     UTC.store(cli.utc, std::sync::atomic::Ordering::Relaxed);
+    // `top` owns the terminal: a log line on stderr would tear its screen.
+    if matches!(cli.command, Command::Top { .. }) {
+        return;
+    }
     // rmcp logs every MCP session at info; Canopy's own activity covers what matters. For a
     // command, the NATS client's log of each refused connect attempt is noise: the command says
     // why it could not connect, and a credential change expects refusals while it waits.

@@ -445,7 +445,8 @@ pub struct WebConfig {
     #[serde(with = "humantime_serde")]
     pub link_ttl: Duration,
     /// The console's address as the operator's browser reaches it (`https://canopy.lan:8443`),
-    /// when that is not `listen` itself: links in notices use it. Empty: the listen address.
+    /// when that is not `listen` itself: links in notices use it. Empty: the listen address
+    /// (loopback when the console listens on every address).
     pub public_url: String,
     /// The console's certificate chain (PEM, leaf first); with `tls_key`, the console speaks
     /// HTTPS only. `canopy web --init-tls` makes a self-signed pair.

@@ -63,6 +63,22 @@ pub fn ms_of(at: &str) -> Option<i64> {
     i64::try_from(then.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()
 }
 
+/// Ends the open turns `keys` at `at`, with their session.
+fn close(
+    timeline: &mut Timeline,
+    open: &mut std::collections::HashMap<(u64, String), usize>,
+    keys: &[(u64, String)],
+    at: i64,
+) {
+    for key in keys {
+        if let Some(index) = open.remove(key) {
+            let span = &mut timeline.turns[index];
+            span.end_ms = Some(at);
+            span.status = Some("ended with its session".into());
+        }
+    }
+}
+
 /// The timeline of `items` (one agent's activity, in any order) within `[from_ms, to_ms]`.
 /// A turn that started before `from_ms` and ended inside is kept whole; an item whose time
 /// does not parse is skipped.
@@ -80,6 +96,11 @@ pub fn build(items: &[ActivityItem], from_ms: i64, to_ms: i64) -> Timeline {
         match item.kind.as_str() {
             "turn_started" => {
                 if let Some(key) = key {
+                    // A turn still open from an earlier session, or started again under the same
+                    // id, ended when its session did: it is not running now.
+                    let stale: Vec<(u64, String)> =
+                        open.keys().filter(|k| k.0 < incarnation || **k == key).cloned().collect();
+                    close(&mut timeline, &mut open, &stale, at);
                     open.insert(key.clone(), timeline.turns.len());
                     let span = TurnSpan {
                         turn_id: key.1,
@@ -116,6 +137,10 @@ pub fn build(items: &[ActivityItem], from_ms: i64, to_ms: i64) -> Timeline {
                     tool.end_ms = Some(at);
                     tool.outcome = Some(kind.trim_start_matches("tool_").to_owned());
                 }
+            }
+            "exited" | "session_exited" | "session_failed" => {
+                let ended: Vec<(u64, String)> = open.keys().filter(|k| k.0 == incarnation).cloned().collect();
+                close(&mut timeline, &mut open, &ended, at);
             }
             "steer_injected" => {
                 timeline.marks.push(Mark { kind: "steer".into(), at_ms: at, summary: item.summary.clone() })
@@ -176,5 +201,10 @@ mod tests {
         assert_eq!(kinds, ["delivery", "steer"]);
         // A window that ends before the second turn leaves it out.
         assert_eq!(build(&items, at(0), at(7)).turns.len(), 1);
+        // A session that crashed mid-turn: its turn ends with it, not at now.
+        let mut crashed = items.clone();
+        crashed.push(item(10, 12, "exited", None, serde_json::json!({})));
+        let t = build(&crashed, at(0), at(30));
+        assert_eq!((t.turns[1].end_ms, t.turns[1].status.as_deref()), (Some(at(12)), Some("ended with its session")));
     }
 }

@@ -75,7 +75,11 @@ impl Notifier {
     /// A merge request waits for the operator (`merge_request`), or was refused on landing
     /// (`merge_refused`).
     pub fn merge(&self, kind: &str, request: &MergeRequest, reminder: bool) {
-        let console_url = self.url(&format!("/#merge-{}", request.id));
+        // A refused merge is no longer on Waiting: its requester's page says what happened.
+        let console_url = match kind {
+            "merge_refused" => self.url(&format!("/agents/{}", request.requester)),
+            _ => self.url(&format!("/#merge-{}", request.id)),
+        };
         let request = serde_json::to_value(request).ok();
         self.run(&Notice { kind, request, agent: None, console_url, reminder });
     }

@@ -279,7 +279,7 @@ pub fn merge_checked(conn: &Db<'_>, id: i64, check: &MergeCheck) -> Result<Optio
     let state = settled_state(repo_policy(conn, id)?, before.verdict);
     conn.execute(
         "UPDATE merges SET state = ?1, base_commit = ?2, commits = ?3, diffstat = ?4, check_result = ?5, \
-         check_passed = ?6 WHERE id = ?7",
+         check_passed = ?6, pending_since = CASE WHEN ?1 = 'pending' THEN ?8 ELSE pending_since END WHERE id = ?7",
         params![
             state.as_str(),
             check.base_commit,
@@ -287,7 +287,8 @@ pub fn merge_checked(conn: &Db<'_>, id: i64, check: &MergeCheck) -> Result<Optio
             check.diffstat,
             check.check,
             check.passed,
-            id
+            id,
+            conn.now_ms()
         ],
     )
     .map_err(sql("recording a merge check"))?;
@@ -607,8 +608,12 @@ pub fn submit_review(
     if matches!(request.state, MergeState::InReview | MergeState::Pending) {
         let next = settled_state(repo_policy(conn, merge_id)?, request.verdict);
         if next != request.state {
-            conn.execute("UPDATE merges SET state = ?1 WHERE id = ?2", params![next.as_str(), merge_id])
-                .map_err(sql("settling a merge request's review"))?;
+            conn.execute(
+                "UPDATE merges SET state = ?1, pending_since = CASE WHEN ?1 = 'pending' THEN ?3 ELSE pending_since END \
+                 WHERE id = ?2",
+                params![next.as_str(), merge_id, conn.now_ms()],
+            )
+            .map_err(sql("settling a merge request's review"))?;
             if next == MergeState::Pending {
                 let request = load_merge(conn, merge_id)?;
                 notices.push(post_about(conn, &request, &say::requested(&operator_handles(conn)?, &request))?);

@@ -29,11 +29,20 @@ pub fn due_reminders(conn: &Db<'_>, older_than_ms: i64) -> Result<Vec<Waiting>, 
             .map_err(sql(what))
     };
     let mut due = Vec::new();
-    // A spawn request (`req-N`) or a merge request (`merge-N`) waiting since before the cut.
-    for (prefix, table) in [("req-", "spawn_requests"), ("merge-", "merges")] {
+    // A spawn request (`req-N`) waiting since it was made, a merge request (`merge-N@T`) since
+    // it last began waiting for the operator (after its check and any review).
+    let kinds = [
+        ("spawn_requests", "'req-' || id", "created_at"),
+        (
+            "merges",
+            "'merge-' || id || '@' || COALESCE(pending_since, created_at)",
+            "COALESCE(pending_since, created_at)",
+        ),
+    ];
+    for (table, item, since) in kinds {
         let query = format!(
-            "SELECT '{prefix}' || id, id FROM {table} WHERE state = 'pending' AND created_at < ?1 \
-             AND '{prefix}' || id NOT IN (SELECT item FROM reminders) ORDER BY id"
+            "SELECT {item}, id FROM {table} WHERE state = 'pending' AND {since} < ?1 \
+             AND {item} NOT IN (SELECT item FROM reminders) ORDER BY id"
         );
         for (item, id) in ids(&query, "finding requests to remind of")? {
             let waiting = match table {

@@ -538,12 +538,14 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE sessions ADD COLUMN harness TEXT NOT NULL DEFAULT '';
     "#,
     // 22: the `[notify] remind_after` reminders sent, one per item and episode (`item` is
-    // `req-1`, `mr-3`, or `lead@<since ms>` for an agent's failing episode).
+    // `req-1`, `merge-3@<pending since ms>`, or `lead@<since ms>` for an agent's failing
+    // episode); when a merge request last began waiting for the operator.
     r#"
     CREATE TABLE reminders (
         item TEXT PRIMARY KEY,
         at   INTEGER NOT NULL
     );
+    ALTER TABLE merges ADD COLUMN pending_since INTEGER;
     "#,
 ];
 

@@ -193,23 +193,35 @@ impl Limiter {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether `ip` may try to log in now.
+    /// Whether `ip` may try to log in now. An allowed attempt counts as a failure from the
+    /// start (so attempts made at once cannot all pass before the first fails) until
+    /// `succeeded` forgives it.
     pub fn attempt(&self, ip: std::net::IpAddr) -> Attempt {
+        let ip = block(ip);
         let now = canopy_sys::unix_ms();
-        let mut state = self.state();
-        match state.get_mut(&ip) {
-            Some(w) if now - w.start_ms < LOGIN_WINDOW_MS && w.failures >= LOGIN_FAILURES => {
+        {
+            let mut state = self.state();
+            if let Some(w) = state.get_mut(&ip)
+                && now - w.start_ms < LOGIN_WINDOW_MS
+                && w.failures >= LOGIN_FAILURES
+            {
                 let first = !w.told;
                 w.told = true;
-                Attempt::Limited { first }
+                return Attempt::Limited { first };
             }
-            _ => Attempt::Allowed,
+        }
+        self.count(ip, now);
+        Attempt::Allowed
+    }
+
+    /// An allowed attempt that logged in: it is not a failure after all.
+    pub fn succeeded(&self, ip: std::net::IpAddr) {
+        if let Some(w) = self.state().get_mut(&block(ip)) {
+            w.failures = w.failures.saturating_sub(1);
         }
     }
 
-    /// Counts a failed login from `ip`.
-    pub fn failed(&self, ip: std::net::IpAddr) {
-        let now = canopy_sys::unix_ms();
+    fn count(&self, ip: std::net::IpAddr, now: i64) {
         let mut state = self.state();
         if state.len() >= TRACKED && !state.contains_key(&ip) {
             state.retain(|_, w| now - w.start_ms < LOGIN_WINDOW_MS);
@@ -224,6 +236,21 @@ impl Limiter {
             *window = Window { start_ms: now, failures: 0, told: false };
         }
         window.failures += 1;
+    }
+}
+
+/// The address failures are counted against: an IPv4 address, or an IPv6 address's /64 (one
+/// host holds a whole /64, so its addresses are one peer).
+fn block(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            std::net::IpAddr::V6(bits.into())
+        }
+        std::net::IpAddr::V6(v6) => {
+            std::net::IpAddr::V4(v6.to_ipv4_mapped().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED))
+        }
+        v4 => v4,
     }
 }
 
@@ -279,13 +306,22 @@ mod tests {
     fn an_address_is_refused_after_its_failed_logins_until_the_window_passes() {
         let limiter = Limiter::default();
         let (a, b) = ("127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap());
+        // A good login is forgiven; five attempts that fail, made at once, use up the window.
+        assert_eq!(limiter.attempt(a), Attempt::Allowed);
+        limiter.succeeded(a);
         for _ in 0..LOGIN_FAILURES {
             assert_eq!(limiter.attempt(a), Attempt::Allowed);
-            limiter.failed(a);
         }
         assert_eq!(limiter.attempt(a), Attempt::Limited { first: true });
         assert_eq!(limiter.attempt(a), Attempt::Limited { first: false });
         assert_eq!(limiter.attempt(b), Attempt::Allowed, "another address is not held");
+        // One host's IPv6 addresses are one peer.
+        let v6 = |s: &str| -> std::net::IpAddr { s.parse().unwrap() };
+        for _ in 0..LOGIN_FAILURES {
+            limiter.attempt(v6("2001:db8::1"));
+        }
+        assert_eq!(limiter.attempt(v6("2001:db8::ffff")), Attempt::Limited { first: true });
+        assert_eq!(limiter.attempt(v6("2001:db8:0:1::1")), Attempt::Allowed, "another /64 is another peer");
         // The window passed: allowed again.
         limiter.state().get_mut(&a).unwrap().start_ms -= LOGIN_WINDOW_MS;
         assert_eq!(limiter.attempt(a), Attempt::Allowed);

@@ -36,25 +36,35 @@ pub struct Console {
     pub tls: Option<rustls::pki_types::CertificateDer<'static>>,
     /// The port the console listens on.
     pub port: u16,
+    /// `[web] public_url` as a browser's `Origin` names it (`https://canopy.lan`).
+    pub public_origin: Option<String>,
     pub audit: AuditHook,
     /// Failed logins per address.
     pub limiter: crate::auth::Limiter,
 }
 
 impl Console {
-    /// Whether a request's `Host` (`name:port`) names this console: a loopback form, the
-    /// listening address, `[web] public_url`, or with TLS any name its certificate carries.
+    /// Whether a request's `Host` names this console: a loopback form, the listening address,
+    /// `[web] public_url`, or with TLS any name its certificate carries, on its port (a host
+    /// without a port is on the scheme's default one, as browsers send it).
     pub fn host_ok(&self, host: &str) -> bool {
         if self.hosts.iter().any(|h| h == host) {
             return true;
         }
         let Some(cert) = &self.tls else { return false };
-        let Some((name, port)) = host.rsplit_once(':') else { return false };
-        port.parse::<u16>().ok() == Some(self.port) && crate::tls::names(cert, name)
+        let (name, port) = match host.rsplit_once(':').filter(|(_, p)| !p.ends_with(']')) {
+            Some((name, port)) => (name, port.parse::<u16>().ok()),
+            None => (host, Some(443)),
+        };
+        port == Some(self.port) && crate::tls::names(cert, name)
     }
 
-    /// Whether a POST's `Origin` is this console's (the scheme it speaks, a host it answers).
+    /// Whether a POST's `Origin` is this console's: `[web] public_url`'s origin (a proxy in
+    /// front may speak another scheme), or the scheme it speaks with a host it answers.
     pub fn origin_ok(&self, origin: &str) -> bool {
+        if self.public_origin.as_deref() == Some(origin) {
+            return true;
+        }
         let scheme = if self.tls.is_some() { "https://" } else { "http://" };
         origin.strip_prefix(scheme).is_some_and(|host| self.host_ok(host))
     }
@@ -100,8 +110,12 @@ pub async fn call<M: ApiMethod>(
     answer
 }
 
-/// Whether the API no longer accepts `token` at all (`whoami` is refused).
+/// Whether the API no longer accepts `token` at all (`whoami` is forbidden; a passing failure,
+/// such as a daemon shutting down, is not a revocation).
 pub async fn token_refused(console: &Console, token: &str) -> bool {
     let whoami = canopy_proto::api::WhoamiRequest {};
-    matches!(console.api.send::<canopy_proto::method::Whoami>(token, &whoami).await, Err(CallError::Refused(_)))
+    matches!(
+        console.api.send::<canopy_proto::method::Whoami>(token, &whoami).await,
+        Err(CallError::Refused(e)) if e.code == canopy_core::ErrorCode::Forbidden
+    )
 }

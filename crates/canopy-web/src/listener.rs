@@ -10,13 +10,16 @@ use std::time::Duration;
 
 use axum::extract::connect_info::Connected;
 use axum::serve::IncomingStream;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// The longest a TLS handshake may take.
 const HANDSHAKE: Duration = Duration::from_secs(10);
+/// Handshakes under way at most; a connection past them is closed at once, so a peer that
+/// opens connections and stalls cannot use up the daemon's file descriptors.
+const HANDSHAKES: usize = 128;
 
 /// A connection's byte stream, plain or TLS.
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -44,6 +47,7 @@ impl Listener {
         let local = tcp.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
         let (tx, ready) = mpsc::channel::<(Box<dyn Io>, SocketAddr)>(64);
         let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+        let slots = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES));
         tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -69,9 +73,15 @@ impl Listener {
                         }
                     }
                     Some(acceptor) => {
+                        let Ok(slot) = slots.clone().try_acquire_owned() else {
+                            tracing::debug!(%peer, "too many TLS handshakes under way; closing a connection");
+                            continue;
+                        };
                         let (acceptor, tx) = (acceptor.clone(), tx.clone());
                         tokio::spawn(async move {
-                            if let Some(tls) = handshake(acceptor, stream, peer).await {
+                            let shaken = handshake(acceptor, stream, peer).await;
+                            drop(slot);
+                            if let Some(tls) = shaken {
                                 // The server has stopped when nobody receives; the connection ends.
                                 let _ = tx.send((tls, peer)).await;
                             }
@@ -102,6 +112,13 @@ async fn handshake(
             );
             if let Err(e) = stream.write_all(answer.as_bytes()).await {
                 tracing::debug!(error = %e, %peer, "answering plain HTTP on the TLS port");
+            }
+            // Close our side, then read what the client sent (briefly), so the answer is not
+            // lost to a reset for unread data.
+            if stream.shutdown().await.is_ok() {
+                let mut sink = [0u8; 4096];
+                let drain = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} };
+                let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
             }
             return None;
         }

@@ -66,9 +66,7 @@ pub fn start(dir: DataDir, config: Config, api: ApiClient, audit: AuditHook) -> 
         let port = addr.port();
         let mut hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
         hosts.push(authority(addr));
-        if let Some(public) = public_authority(&config.web.public_url) {
-            hosts.push(public);
-        }
+        hosts.extend(public_hosts(&config.web.public_url));
         let stop = CancellationToken::new();
         let scheme = if tls.is_some() { "https" } else { "http" };
         let (server_tls, leaf) = match tls {
@@ -82,6 +80,7 @@ pub fn start(dir: DataDir, config: Config, api: ApiClient, audit: AuditHook) -> 
             hosts,
             tls: leaf,
             port,
+            public_origin: public_origin(&config.web.public_url),
             audit,
             limiter: Limiter::default(),
         });
@@ -125,20 +124,29 @@ fn authority(addr: SocketAddr) -> String {
     }
 }
 
-/// The `host:port` a browser sends for `[web] public_url` (the scheme's port when it has none).
-fn public_authority(url: &str) -> Option<String> {
-    let (default_port, rest) = match url.split_once("://")? {
-        ("https", rest) => (443, rest),
-        (_, rest) => (80, rest),
-    };
-    let rest = rest.trim_end_matches('/');
-    if rest.is_empty() {
-        return None;
+/// The `Host` values a browser sends for `[web] public_url`: its authority, and without the
+/// scheme's default port when it names that port (or none).
+fn public_hosts(url: &str) -> Vec<String> {
+    let Some((scheme, rest)) = url.split_once("://") else { return Vec::new() };
+    let default = if scheme == "https" { "443" } else { "80" };
+    let authority = rest.trim_end_matches('/');
+    if authority.is_empty() {
+        return Vec::new();
     }
-    match rest.rsplit_once(':') {
-        Some((_, port)) if !port.ends_with(']') && port.parse::<u16>().is_ok() => Some(rest.to_owned()),
-        _ => Some(format!("{rest}:{default_port}")),
+    match authority.rsplit_once(':').filter(|(_, p)| !p.ends_with(']')) {
+        Some((host, port)) if port == default => vec![authority.to_owned(), host.to_owned()],
+        Some(_) => vec![authority.to_owned()],
+        None => vec![authority.to_owned(), format!("{authority}:{default}")],
     }
+}
+
+/// `[web] public_url` as an `Origin` header carries it: scheme and host, the port only when it
+/// is not the scheme's default.
+fn public_origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.trim_end_matches('/');
+    let default = if scheme == "https" { ":443" } else { ":80" };
+    (!authority.is_empty()).then(|| format!("{scheme}://{}", authority.strip_suffix(default).unwrap_or(authority)))
 }
 
 async fn bind(wanted: SocketAddr, port_file: &std::path::Path) -> Result<tokio::net::TcpListener, String> {
@@ -487,9 +495,8 @@ fn limited(console: &Console, peer: Peer) -> Option<Response> {
     }
 }
 
-/// A failed login from `peer`: counted, and audited.
+/// A failed login from `peer` (counted when it was attempted): audited.
 fn login_failed(console: &Console, peer: Peer, why: &str) {
-    console.limiter.failed(peer.0.ip());
     (console.audit)("console.login_failed", &format!("from {}: {why}", peer.0.ip()));
 }
 
@@ -500,13 +507,18 @@ async fn link(State(console): State<Shared>, ConnectInfo(peer): ConnectInfo<Peer
         return refuse(StatusCode::TOO_MANY_REQUESTS, "too many failed logins from this address; wait a minute");
     }
     let Some(token) = bearer(&headers) else {
+        login_failed(&console, peer, "a link asked for without a token");
         return refuse(StatusCode::UNAUTHORIZED, "present an operator token as `Authorization: Bearer <token>`");
     };
     let whoami = match console.api.send::<method::Whoami>(token, &WhoamiRequest {}).await {
         Ok(whoami) => whoami,
         Err(e) => {
-            if matches!(e, CallError::Refused(_)) {
-                login_failed(&console, peer, "a link asked for with a token the workspace does not know");
+            match &e {
+                CallError::Refused(w) if w.code == ErrorCode::Forbidden => {
+                    login_failed(&console, peer, "a link asked for with a token the workspace does not know");
+                }
+                // The daemon could not answer: no one failed to log in.
+                _ => console.limiter.succeeded(peer.0.ip()),
             }
             return refuse(status_of(&e), &e.to_string());
         }
@@ -519,6 +531,7 @@ async fn link(State(console): State<Shared>, ConnectInfo(peer): ConnectInfo<Peer
         );
         return refuse(StatusCode::FORBIDDEN, "only an operator's token opens the console");
     }
+    console.limiter.succeeded(peer.0.ip());
     match console.auth.mint_link(token, whoami.account.handle.as_str()) {
         Ok(secret) => axum::Json(serde_json::json!({ "path": format!("/login/{secret}") })).into_response(),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &format!("minting a link: {e}")),
@@ -540,7 +553,11 @@ async fn login(
     if let Some(refused) = limited(&console, peer) {
         return refused;
     }
-    match console.auth.open_link(&secret) {
+    let opened = console.auth.open_link(&secret);
+    if opened.is_some() {
+        console.limiter.succeeded(peer.0.ip());
+    }
+    match opened {
         Some(Ok(id)) => {
             // Over TLS the cookie never travels in the clear.
             let secure = if console.tls.is_some() { "; Secure" } else { "" };
@@ -933,4 +950,21 @@ async fn comment_issue(
     }
     .await;
     outcome(commented.map(|i| issue_pages::commented(&i)), "Commented")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{public_hosts, public_origin};
+
+    #[test]
+    fn a_public_url_is_the_host_and_origin_browsers_send() {
+        assert_eq!(public_hosts("https://canopy.lan"), ["canopy.lan", "canopy.lan:443"]);
+        assert_eq!(public_hosts("https://canopy.lan:443/"), ["canopy.lan:443", "canopy.lan"]);
+        assert_eq!(public_hosts("https://canopy.lan:8443"), ["canopy.lan:8443"]);
+        assert_eq!(public_hosts("http://[::1]:8080"), ["[::1]:8080"]);
+        assert!(public_hosts("").is_empty());
+        assert_eq!(public_origin("https://canopy.lan:443/").as_deref(), Some("https://canopy.lan"));
+        assert_eq!(public_origin("http://127.0.0.1:8080").as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!(public_origin(""), None);
+    }
 }

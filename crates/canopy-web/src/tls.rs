@@ -28,7 +28,7 @@ pub fn generated_paths(web_dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// Makes a self-signed certificate (ECDSA P-256) for `localhost`, the loopback addresses, this
-/// machine's host name and `names`, valid from the start of this year for three years, and
+/// machine's host name and `names`, valid from yesterday for 825 days, and
 /// writes it and its key (0600) under `web_dir/tls/`. Refuses to replace a pair unless `force`.
 pub fn init(web_dir: &Path, names: &[String], force: bool) -> Result<Made, String> {
     let (cert_path, key_path) = generated_paths(web_dir);
@@ -53,9 +53,16 @@ pub fn init(web_dir: &Path, names: &[String], force: bool) -> Result<Made, Strin
     }
     all.dedup();
     let mut params = rcgen::CertificateParams::new(all.clone()).map_err(|e| format!("the certificate's names: {e}"))?;
-    let year = 1970 + i32::try_from(canopy_sys::unix_ms() / 1000 / 31_556_952).unwrap_or(0);
-    params.not_before = rcgen::date_time_ymd(year, 1, 1);
-    params.not_after = rcgen::date_time_ymd(year + 3, 1, 1);
+    // From yesterday (clocks differ a little) for 825 days, the longest Apple's platforms
+    // accept for a server certificate, and marked for server authentication, which they require.
+    let today = canopy_sys::unix_ms().div_euclid(86_400_000);
+    let day = |days: i64| {
+        let (y, m, d) = civil(days);
+        rcgen::date_time_ymd(y, m, d)
+    };
+    params.not_before = day(today - 1);
+    params.not_after = day(today + 825);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     params.distinguished_name.push(rcgen::DnType::CommonName, "Canopy console");
     let key = rcgen::KeyPair::generate().map_err(|e| format!("making a key: {e}"))?;
     let cert = params.self_signed(&key).map_err(|e| format!("signing the certificate: {e}"))?;
@@ -66,6 +73,20 @@ pub fn init(web_dir: &Path, names: &[String], force: bool) -> Result<Made, Strin
     canopy_sys::write_private(&cert_path, cert.pem().as_bytes())
         .map_err(|e| format!("{}: {e}", cert_path.display()))?;
     Ok(Made { cert: cert_path, key: key_path, fingerprint: fingerprint(cert.der()), names: all })
+}
+
+/// The UTC date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil(days: i64) -> (i32, u8, u8) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (i32::try_from(y).unwrap_or(1970), m, d)
 }
 
 /// A name a certificate may carry: a DNS name or an IP address.
@@ -182,5 +203,16 @@ impl rustls::client::danger::ServerCertVerifier for Pinned {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn days_since_the_epoch_are_dates() {
+        assert_eq!(super::civil(0), (1970, 1, 1));
+        assert_eq!(super::civil(19_722), (2023, 12, 31));
+        assert_eq!(super::civil(19_782), (2024, 2, 29));
+        assert_eq!(super::civil(20_792), (2026, 12, 5));
     }
 }

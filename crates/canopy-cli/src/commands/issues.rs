@@ -321,21 +321,28 @@ async fn export(client: &Client, json: bool, path: Option<&Path>) -> Result<(), 
         let to = path.map_or("stdout".to_owned(), |p| p.display().to_string());
         Failed::Usage { field: "output", message: format!("writing {to}: {e}") }
     };
-    let (mut out, file): (Box<dyn Write>, Option<tempfile::NamedTempFile>) = match path {
-        None => (Box::new(std::io::BufWriter::new(std::io::stdout().lock())), None),
+    // Stdout is the CLI's writer's (a closed pipe or a full device ends the command as it
+    // does every other); a file is ours.
+    let (mut out, file): (Option<Box<dyn Write>>, Option<tempfile::NamedTempFile>) = match path {
+        None => (None, None),
         Some(path) => {
             let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
             let file = tempfile::NamedTempFile::new_in(dir).map_err(write_error)?;
-            (Box::new(std::io::BufWriter::new(file.reopen().map_err(write_error)?)), Some(file))
+            (Some(Box::new(std::io::BufWriter::new(file.reopen().map_err(write_error)?))), Some(file))
         }
     };
     let mut request = IssuesExportRequest { after: None, limit: Some(EXPORT_PAGE) };
     let mut exported = 0usize;
     loop {
         let page = client.send::<method::IssuesExport>(&request).await?;
+        let mut lines = Vec::new();
         for issue in &page.issues {
-            serde_json::to_writer(&mut out, issue).map_err(|e| write_error(e.into()))?;
-            out.write_all(b"\n").map_err(write_error)?;
+            serde_json::to_writer(&mut lines, issue).map_err(|e| write_error(e.into()))?;
+            lines.push(b'\n');
+        }
+        match &mut out {
+            Some(out) => out.write_all(&lines).map_err(write_error)?,
+            None => crate::writer::out_bytes(&lines),
         }
         exported += page.issues.len();
         match page.next_after {
@@ -345,8 +352,9 @@ async fn export(client: &Client, json: bool, path: Option<&Path>) -> Result<(), 
             _ => break,
         }
     }
-    out.flush().map_err(write_error)?;
-    drop(out);
+    if let Some(mut out) = out {
+        out.flush().map_err(write_error)?;
+    }
     let (Some(file), Some(path)) = (file, path) else { return Ok(()) };
     file.persist(path).map_err(|e| write_error(e.error))?;
     match json {

@@ -174,6 +174,15 @@ impl State {
         let Some(client) = &self.client else { return };
         match model::read(client, self.watching.as_deref(), 20).await {
             Ok(snapshot) => {
+                // The selection stays on the same item when the list moves under it.
+                let kept = self.snapshot.waiting.get(self.waiting_at).cloned();
+                let agent = self.snapshot.rows.get(self.tree_at).map(|r| r.handle.clone());
+                self.waiting_at =
+                    kept.and_then(|k| snapshot.waiting.iter().position(|i| *i == k)).unwrap_or(self.waiting_at);
+                self.tree_at =
+                    agent.and_then(|h| snapshot.rows.iter().position(|r| r.handle == h)).unwrap_or(self.tree_at);
+                self.waiting_at = self.waiting_at.min(snapshot.waiting.len().saturating_sub(1));
+                self.tree_at = self.tree_at.min(snapshot.rows.len().saturating_sub(1));
                 let pid = crate::client::connection_info(&self.dir).map(|i| i.pid).unwrap_or_default();
                 let now =
                     crate::output::time(&humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string());
@@ -219,7 +228,11 @@ impl State {
     /// A key outside a prompt; false to quit.
     async fn command(&mut self, code: KeyCode) -> bool {
         let selected_agent = self.snapshot.rows.get(self.tree_at).map(|r| r.handle.clone());
-        let selected_item = self.snapshot.waiting.get(self.waiting_at).and_then(|i| i.decidable()).map(str::to_owned);
+        // Only what the operator sees highlighted: the waiting list must have the focus.
+        let selected_item = match self.focus {
+            Focus::Waiting => self.snapshot.waiting.get(self.waiting_at).and_then(|i| i.decidable()).map(str::to_owned),
+            Focus::Tree => None,
+        };
         match code {
             KeyCode::Char('q') => return false,
             KeyCode::Tab => self.focus = if self.focus == Focus::Tree { Focus::Waiting } else { Focus::Tree },
