@@ -2,8 +2,8 @@
 //! live; spend per hour with the right totals for a scripted usage history (and the same
 //! series from `canopy usage --series`); a scripted agent's timeline, its turns in order with
 //! their tool calls, zoomed to one turn (and `canopy watch --timeline --json`). Then every page
-//! at a phone's width (390 px): no sideways scroll, decision buttons in reach; screenshots of
-//! both widths go to `CANOPY_CONSOLE_SHOTS` when set.
+//! at a phone's width (390 px): no sideways scroll, the spawn and merge decisions' buttons in
+//! reach; screenshots of both widths go to `CANOPY_CONSOLE_SHOTS` when set.
 //!
 //! Owns these scenarios; the console's flows are `console`'s, its TLS `tls`'s.
 
@@ -157,7 +157,20 @@ fn every_page_fits_a_phone_with_its_decision_buttons_in_reach() {
          \"CI went red twice today on tests that pass on retry\" } }]\n",
     );
     env.create_scripted("spender", SPENDER);
+    // A Manager on a repository that commits and asks to merge: a merge decision on Waiting too.
+    let repo = crate::repos::canonical(env.dir.path());
+    env.json(&["repos", "add", "app", repo.to_str().unwrap()]);
+    let builder = env.script(
+        "builder.toml",
+        "[[rule]]\nmatch = { kind = \"start\" }\nactions = [\n  { shell = \"echo a > a.txt && git add a.txt && git commit -qm 'Add a'\", expect = \"ok\" },\n  { call = \"merge_request\", args = { title = \"Add a\", summary = \"Adds a.txt.\" } },\n]\n",
+    );
+    env.json(&["agents", "create", "--handle", "builder", "--name", "Builder", "--script", &builder, "--repo", "app"]);
     crate::assert_eventually!(!env.json(&["requests"])["requests"].as_array().unwrap().is_empty(), "no request");
+    crate::assert_eventually!(
+        env.json(&["merges"])["merges"].as_array().unwrap().iter().any(|m| m["state"] == "pending"),
+        "no merge request waits: {}",
+        env.json(&["merges"])
+    );
     env.json(&["issues", "new", "--title", "Make the nightly build green", "--assign", "lead"]);
     for (width, suffix) in [(390, "-phone"), (1280, "")] {
         let browser = Browser::start(width);
@@ -194,7 +207,7 @@ fn every_page_fits_a_phone_with_its_decision_buttons_in_reach() {
              return [b.innerText, r.left >= 0 && r.right <= window.innerWidth && r.width >= 40 && r.height >= 28]; });",
         );
         let reach = reach.as_array().unwrap();
-        assert!(reach.len() >= 2, "{reach:?}");
+        assert!(reach.len() >= 4, "approve and deny for the spawn and for the merge: {reach:?}");
         assert!(reach.iter().all(|b| b[1] == true), "a decision button is out of reach at {width} px: {reach:?}");
     }
 }
