@@ -23,10 +23,7 @@ pub const JS: &str = include_str!("../assets/console.js");
 pub const CSS: &str = include_str!("../assets/console.css");
 
 /// Milliseconds since the epoch of an RFC 3339 time; `None` when it does not parse.
-pub fn ms_of(at: &str) -> Option<i64> {
-    let then = humantime::parse_rfc3339_weak(at).ok()?;
-    i64::try_from(then.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()
-}
+pub use canopy_core::timeline::ms_of;
 
 /// A duration as an operator reads it: `45s`, `12m`, `3h 5m`, `2d 4h`.
 pub fn span(ms: i64) -> String {

@@ -43,6 +43,8 @@ enum Mode {
 struct State {
     dir: DataDir,
     client: Option<Client>,
+    /// The pid of the daemon `client` reached, read from `daemon.json` when connecting.
+    pid: u32,
     snapshot: Snapshot,
     header: String,
     focus: Focus,
@@ -85,6 +87,7 @@ pub async fn run(dir: &DataDir, interval: Duration) -> u8 {
     let mut state = State {
         dir: dir.clone(),
         client: None,
+        pid: 0,
         snapshot: Snapshot::default(),
         header: "canopy top: connecting…".into(),
         focus: Focus::Waiting,
@@ -164,7 +167,10 @@ impl State {
     async fn refresh(&mut self) {
         if self.client.is_none() {
             match Client::connect(&self.dir).await {
-                Ok(client) => self.client = Some(client),
+                Ok(client) => {
+                    self.pid = crate::client::connection_info(&self.dir).map(|i| i.pid).unwrap_or_default();
+                    self.client = Some(client);
+                }
                 Err(e) => {
                     self.header = format!("canopy top: the daemon is away ({}); waiting for it", one(&e.to_string()));
                     return;
@@ -183,7 +189,7 @@ impl State {
                     agent.and_then(|h| snapshot.rows.iter().position(|r| r.handle == h)).unwrap_or(self.tree_at);
                 self.waiting_at = self.waiting_at.min(snapshot.waiting.len().saturating_sub(1));
                 self.tree_at = self.tree_at.min(snapshot.rows.len().saturating_sub(1));
-                let pid = crate::client::connection_info(&self.dir).map(|i| i.pid).unwrap_or_default();
+                let pid = self.pid;
                 let now =
                     crate::output::time(&humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string());
                 self.header = format!("canopy top · daemon pid {pid} · {} · q quits", now.get(11..19).unwrap_or(&now));
